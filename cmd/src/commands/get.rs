@@ -1,0 +1,112 @@
+//! `kubectl vm get NAME`: one VM in detail, or its object with `-o yaml|json`.
+
+use std::io::Write;
+
+use clap::Args;
+use clap_complete::engine::ArgValueCompleter;
+use kubevm::api::Kind;
+use kubevm::target::Target;
+use kubevm::vm::{self, VmDetails};
+
+use crate::cli::GlobalArgs;
+use crate::complete;
+use crate::error::CommandResult;
+use crate::render::{self, NONE, OutputFormat, Table, cell};
+
+/// Arguments of `get`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  kubectl vm get web\n  kubectl vm get web.prod -o yaml\n  kubectl vm get vm/db.primary/prod")]
+pub struct GetArgs {
+    /// The VM: NAME, NAME.NAMESPACE, vm/NAME[/NAMESPACE] or vmi/NAME[/NAMESPACE]
+    #[arg(value_name = "VM", add = ArgValueCompleter::new(complete::vm_names))]
+    pub target: String,
+
+    /// Output format (yaml, json or name; default: a description)
+    #[arg(short, long, value_enum)]
+    pub output: Option<OutputFormat>,
+}
+
+pub async fn cmd_get(global: &GlobalArgs, args: GetArgs) -> CommandResult {
+    let target = Target::parse(&args.target, false)?;
+    let (cluster, platform) = super::connect(global).await?;
+    let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
+    let details = vm::get(&cluster, &platform, &target, &namespace).await?;
+    let mut out = std::io::stdout().lock();
+    match args.output {
+        Some(format @ (OutputFormat::Yaml | OutputFormat::Json)) => {
+            render::write_object(&mut out, &details.summary.object, format)?;
+        }
+        Some(OutputFormat::Name) => {
+            writeln!(out, "{}", Kind::vm(platform.flavor).object_ref(&details.summary.name))?;
+        }
+        Some(OutputFormat::Wide) | None => describe(&mut out, &details, jiff::Timestamp::now())?,
+    }
+    Ok(())
+}
+
+fn describe(out: &mut dyn Write, d: &VmDetails, now: jiff::Timestamp) -> std::io::Result<()> {
+    let s = &d.summary;
+    let yes_no = |v: Option<bool>, yes: &str, no: &str| match v {
+        Some(true) => yes.to_owned(),
+        Some(false) => no.to_owned(),
+        None => NONE.to_owned(),
+    };
+    let created = match s.created {
+        Some(t) => format!("{} ({} ago)", t.strftime("%Y-%m-%dT%H:%M:%SZ"), render::age(Some(t), now)),
+        None => NONE.to_owned(),
+    };
+    let fields = [
+        ("Name", s.name.clone()),
+        ("Namespace", s.namespace.clone()),
+        ("Platform", d.flavor.display_name().to_owned()),
+        ("Status", s.status.clone()),
+        ("Node", cell(s.node.as_ref())),
+        ("IP", cell(s.ip.as_ref())),
+        ("Created", created),
+        ("CPU", cell(s.cpu.as_ref())),
+        ("Memory", cell(s.memory.as_ref())),
+        ("Run strategy", cell(s.run_strategy.as_ref())),
+        ("Guest agent", yes_no(s.agent, "connected", "not connected")),
+        ("Migratable", yes_no(s.migratable, "yes", "no")),
+        ("Guest OS", cell(d.guest_os.as_ref())),
+    ];
+    for (label, value) in fields {
+        writeln!(out, "{:<14}{value}", format!("{label}:"))?;
+    }
+    section(out, "Interfaces", &["NAME", "IP", "MAC"], d.interfaces.iter().map(|i| {
+        vec![i.name.clone(), cell(Some(i.ips.join(","))), cell(i.mac.as_ref())]
+    }))?;
+    section(out, "Disks", &["NAME", "SOURCE", "SIZE"], d.disks.iter().map(|disk| {
+        vec![disk.name.clone(), disk.source.clone(), cell(disk.size.as_ref())]
+    }))?;
+    section(out, "Conditions", &["TYPE", "STATUS", "REASON", "MESSAGE"], d.conditions.iter().map(|c| {
+        vec![c.type_.clone(), c.status.clone(), cell(c.reason.as_ref()), c.message.clone().unwrap_or_default()]
+    }))?;
+    section(out, "Events", &["TYPE", "REASON", "AGE", "MESSAGE"], d.events.iter().map(|e| {
+        vec![e.type_.clone(), e.reason.clone(), render::age(e.last_seen, now), e.message.clone()]
+    }))
+}
+
+fn section(
+    out: &mut dyn Write,
+    title: &str,
+    headers: &[&str],
+    rows: impl Iterator<Item = Vec<String>>,
+) -> std::io::Result<()> {
+    let mut table = Table::new(headers);
+    let mut empty = true;
+    for row in rows {
+        table.push(row);
+        empty = false;
+    }
+    if empty {
+        return writeln!(out, "{title}:{:<width$}{NONE}", "", width = 13 - title.len());
+    }
+    writeln!(out, "{title}:")?;
+    let mut body = Vec::new();
+    table.write(&mut body, true)?;
+    for line in String::from_utf8_lossy(&body).lines() {
+        writeln!(out, "  {line}")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,20 @@
+//! `kubectl-vm`: manage virtual machines on KubeVirt and Deckhouse virtualization.
+//!
+//! The same binary answers as `kubectl_complete-vm`, the program kubectl runs to complete
+//! `kubectl vm <TAB>`.
+
+mod cli;
+mod commands;
+mod complete;
+mod error;
+mod render;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    if complete::invoked_as_kubectl_completer() {
+        return complete::run_kubectl_completer();
+    }
+    complete::handle_shell_request();
+    commands::run()
+}

@@ -1,0 +1,136 @@
+//! The Kubernetes kinds kubectl-vm reads and writes, described once: group, version, plural,
+//! and how failures on them are worded.
+
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::Client;
+
+use crate::error::Action;
+use crate::flavor::Flavor;
+
+/// One API kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kind {
+    /// API group (`""` for the core group).
+    pub group: &'static str,
+    /// API version.
+    pub version: &'static str,
+    /// Kind name.
+    pub kind: &'static str,
+    /// Plural resource name.
+    pub plural: &'static str,
+    /// Whether objects live in namespaces.
+    pub namespaced: bool,
+}
+
+/// KubeVirt's VirtualMachine.
+pub const KUBEVIRT_VM: Kind = Kind {
+    group: "kubevirt.io",
+    version: "v1",
+    kind: "VirtualMachine",
+    plural: "virtualmachines",
+    namespaced: true,
+};
+
+/// KubeVirt's VirtualMachineInstance.
+pub const KUBEVIRT_VMI: Kind = Kind {
+    group: "kubevirt.io",
+    version: "v1",
+    kind: "VirtualMachineInstance",
+    plural: "virtualmachineinstances",
+    namespaced: true,
+};
+
+/// Deckhouse's VirtualMachine.
+pub const DECKHOUSE_VM: Kind = Kind {
+    group: "virtualization.deckhouse.io",
+    version: "v1alpha2",
+    kind: "VirtualMachine",
+    plural: "virtualmachines",
+    namespaced: true,
+};
+
+/// Core Event.
+pub const EVENT: Kind = Kind {
+    group: "",
+    version: "v1",
+    kind: "Event",
+    plural: "events",
+    namespaced: true,
+};
+
+impl Kind {
+    /// The VirtualMachine kind of a platform.
+    pub fn vm(flavor: Flavor) -> Kind {
+        match flavor {
+            Flavor::KubeVirt => KUBEVIRT_VM,
+            Flavor::Deckhouse => DECKHOUSE_VM,
+        }
+    }
+
+    /// `group/version`, or just `version` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_owned()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// kube's description of the kind, for dynamic APIs.
+    pub fn api_resource(&self) -> ApiResource {
+        ApiResource {
+            group: self.group.to_owned(),
+            version: self.version.to_owned(),
+            api_version: self.api_version(),
+            kind: self.kind.to_owned(),
+            plural: self.plural.to_owned(),
+        }
+    }
+
+    /// The resource as RBAC and kubectl name it: `virtualmachines.kubevirt.io`, `events`.
+    pub fn resource_name(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_owned()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    /// `kind.group/name`, as `kubectl -o name` prints objects.
+    pub fn object_ref(&self, name: &str) -> String {
+        let kind = self.kind.to_ascii_lowercase();
+        if self.group.is_empty() {
+            format!("{kind}/{name}")
+        } else {
+            format!("{kind}.{}/{name}", self.group)
+        }
+    }
+
+    /// An [`Action`] on this kind, for error messages.
+    pub fn action(&self, verb: &'static str, namespace: Option<&str>) -> Action {
+        Action::new(verb, self.resource_name(), self.kind.to_ascii_lowercase()).in_namespace(namespace)
+    }
+
+    /// A dynamic API handle, in one namespace or across all (`None`).
+    pub fn api(&self, client: &Client, namespace: Option<&str>) -> Api<DynamicObject> {
+        let resource = self.api_resource();
+        match namespace {
+            Some(ns) if self.namespaced => Api::namespaced_with(client.clone(), ns, &resource),
+            _ => Api::all_with(client.clone(), &resource),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_like_kubectl() {
+        assert_eq!(KUBEVIRT_VM.resource_name(), "virtualmachines.kubevirt.io");
+        assert_eq!(KUBEVIRT_VM.object_ref("web"), "virtualmachine.kubevirt.io/web");
+        assert_eq!(EVENT.resource_name(), "events");
+        assert_eq!(EVENT.object_ref("x"), "event/x");
+        assert_eq!(DECKHOUSE_VM.api_version(), "virtualization.deckhouse.io/v1alpha2");
+    }
+}

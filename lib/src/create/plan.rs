@@ -1,0 +1,994 @@
+//! `VmPlan`: every input of `kubectl vm create`, checked for conflicts before any object is
+//! built. The command fills a plan from its flags; [`VmPlan::validate`] says, in one line, which
+//! flags cannot go together on the target platform.
+
+use std::fmt;
+use std::str::FromStr;
+
+use thiserror::Error;
+
+use crate::ca::HostKeys;
+use crate::flavor::Flavor;
+use crate::quantity::Quantity;
+use crate::validate::{self, Checksum, DataDisk, DiskBus, EnvVar, Label, ValidationError};
+
+/// A plan that cannot be turned into objects.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PlanError {
+    /// A value is malformed.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// Flags that cannot be used together (or not on this platform); the text says which.
+    #[error("{0}")]
+    Conflict(String),
+}
+
+fn conflict(text: impl Into<String>) -> PlanError {
+    PlanError::Conflict(text.into())
+}
+
+/// Where the boot disk comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BootSource {
+    /// `--image IMAGE`: a container disk image (KubeVirt), or on Deckhouse also a
+    /// `vi/NAME` / `cvi/NAME` image (see [`ImageRef`]). With `ephemeral` (KubeVirt only) the VM
+    /// boots from the image directly and loses its changes on restart; otherwise it is copied
+    /// into a new persistent disk.
+    ContainerDisk {
+        /// Image reference.
+        image: String,
+        /// Boot from the image itself instead of a copy.
+        ephemeral: bool,
+    },
+    /// `--url URL [--checksum ALGO:HEX]...`: a disk image downloaded over HTTP(S).
+    Url {
+        /// `http://` or `https://` URL of a qcow2/raw/… image.
+        url: String,
+        /// Expected digests.
+        checksums: Vec<Checksum>,
+    },
+    /// `--clone-pvc [NAMESPACE/]NAME` (KubeVirt): a copy of an existing PVC.
+    ClonePvc {
+        /// `[namespace/]name` of the source PVC.
+        name: String,
+    },
+    /// `--blank SIZE`: an empty disk (e.g. to install from an ISO later).
+    Blank {
+        /// Capacity.
+        size: Quantity,
+    },
+    /// `--disk NAME`: an existing PVC (KubeVirt) or VirtualDisk (Deckhouse), used as is.
+    ExistingDisk {
+        /// Name of the PVC or VirtualDisk.
+        name: String,
+    },
+}
+
+/// The boot-source flags as given, before they are reduced to one [`BootSource`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BootFlags {
+    /// `--image`.
+    pub image: Option<String>,
+    /// `--ephemeral`.
+    pub ephemeral: bool,
+    /// `--url`.
+    pub url: Option<String>,
+    /// `--checksum` (repeatable).
+    pub checksums: Vec<Checksum>,
+    /// `--clone-pvc`.
+    pub clone_pvc: Option<String>,
+    /// `--blank`.
+    pub blank: Option<Quantity>,
+    /// `--disk`.
+    pub disk: Option<String>,
+}
+
+impl BootSource {
+    /// Reduce the boot flags to exactly one source, or say which flags conflict.
+    pub fn from_flags(flags: BootFlags) -> Result<BootSource, PlanError> {
+        if flags.ephemeral && flags.image.is_none() {
+            return Err(conflict("--ephemeral needs --image: only a container disk image can be booted without copying it"));
+        }
+        if !flags.checksums.is_empty() && flags.url.is_none() {
+            return Err(conflict("--checksum needs --url: it verifies the downloaded image"));
+        }
+        let given: Vec<&str> = [
+            (flags.image.is_some(), "--image"),
+            (flags.url.is_some(), "--url"),
+            (flags.clone_pvc.is_some(), "--clone-pvc"),
+            (flags.blank.is_some(), "--blank"),
+            (flags.disk.is_some(), "--disk"),
+        ]
+        .into_iter()
+        .filter_map(|(set, flag)| set.then_some(flag))
+        .collect();
+        if given.len() > 1 {
+            return Err(conflict(format!(
+                "{} cannot be used together: give one boot source",
+                given.join(" and ")
+            )));
+        }
+        if let Some(image) = flags.image {
+            Ok(BootSource::ContainerDisk {
+                image,
+                ephemeral: flags.ephemeral,
+            })
+        } else if let Some(url) = flags.url {
+            Ok(BootSource::Url {
+                url,
+                checksums: flags.checksums,
+            })
+        } else if let Some(name) = flags.clone_pvc {
+            Ok(BootSource::ClonePvc { name })
+        } else if let Some(size) = flags.blank {
+            Ok(BootSource::Blank { size })
+        } else if let Some(name) = flags.disk {
+            Ok(BootSource::ExistingDisk { name })
+        } else {
+            Err(conflict(
+                "no boot source: give one of --image, --url, --clone-pvc, --blank or --disk",
+            ))
+        }
+    }
+}
+
+/// What an `--image` value names.
+///
+/// On Deckhouse `vi/NAME` (or `virtualimage/NAME`) names a VirtualImage in the VM's namespace
+/// and `cvi/NAME` (or `clustervirtualimage/NAME`) a ClusterVirtualImage; anything else is a
+/// container registry image. A Docker Hub image whose owner is literally `vi` or `cvi` can be
+/// written with its registry, `docker.io/vi/NAME`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageRef<'a> {
+    /// A container registry image reference.
+    Registry(&'a str),
+    /// A Deckhouse VirtualImage (namespaced).
+    VirtualImage(&'a str),
+    /// A Deckhouse ClusterVirtualImage.
+    ClusterVirtualImage(&'a str),
+}
+
+impl<'a> ImageRef<'a> {
+    /// Classify an `--image` value.
+    pub fn parse(image: &'a str) -> ImageRef<'a> {
+        match image.split_once('/') {
+            Some(("vi" | "virtualimage", name)) => ImageRef::VirtualImage(name),
+            Some(("cvi" | "clustervirtualimage", name)) => ImageRef::ClusterVirtualImage(name),
+            _ => ImageRef::Registry(image),
+        }
+    }
+}
+
+/// `--run-strategy`: what keeps the VM running.
+///
+/// Deckhouse has `runPolicy` instead; the mapping is
+/// `Always`→`AlwaysOn`, `RerunOnFailure`→`AlwaysOnUnlessStoppedManually` (restarted after a
+/// failure, stays off once stopped on purpose), `Manual`→`Manual`, `Halted`→`AlwaysOff`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunStrategy {
+    /// Always running; restarted whenever it stops.
+    Always,
+    /// Restarted only after a failure.
+    RerunOnFailure,
+    /// Started and stopped only on request; not started at creation.
+    Manual,
+    /// Kept stopped.
+    Halted,
+}
+
+impl RunStrategy {
+    /// KubeVirt's `spec.runStrategy` value.
+    pub fn kubevirt(self) -> &'static str {
+        match self {
+            RunStrategy::Always => "Always",
+            RunStrategy::RerunOnFailure => "RerunOnFailure",
+            RunStrategy::Manual => "Manual",
+            RunStrategy::Halted => "Halted",
+        }
+    }
+
+    /// Deckhouse's `spec.runPolicy` value (see the type's docs for the mapping).
+    pub fn deckhouse(self) -> &'static str {
+        match self {
+            RunStrategy::Always => "AlwaysOn",
+            RunStrategy::RerunOnFailure => "AlwaysOnUnlessStoppedManually",
+            RunStrategy::Manual => "Manual",
+            RunStrategy::Halted => "AlwaysOff",
+        }
+    }
+
+    /// Whether a VM with this strategy starts as soon as it is created.
+    pub fn starts_at_creation(self) -> bool {
+        matches!(self, RunStrategy::Always | RunStrategy::RerunOnFailure)
+    }
+}
+
+impl FromStr for RunStrategy {
+    type Err = ValidationError;
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value.to_ascii_lowercase().as_str() {
+            "always" => Ok(RunStrategy::Always),
+            "rerunonfailure" => Ok(RunStrategy::RerunOnFailure),
+            "manual" => Ok(RunStrategy::Manual),
+            "halted" => Ok(RunStrategy::Halted),
+            _ => Err(ValidationError::Choice {
+                what: "run strategy",
+                value: value.to_string(),
+                choices: "Always, RerunOnFailure, Manual, Halted",
+            }),
+        }
+    }
+}
+
+/// `--firmware`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Firmware {
+    /// UEFI without Secure Boot.
+    Efi,
+    /// Legacy BIOS.
+    Bios,
+}
+
+impl FromStr for Firmware {
+    type Err = ValidationError;
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value.to_ascii_lowercase().as_str() {
+            "efi" | "uefi" => Ok(Firmware::Efi),
+            "bios" => Ok(Firmware::Bios),
+            _ => Err(ValidationError::Choice {
+                what: "firmware",
+                value: value.to_string(),
+                choices: "efi, bios",
+            }),
+        }
+    }
+}
+
+/// `--os`: the guest family, which decides the guest configuration that is injected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OsType {
+    /// Linux with cloud-init.
+    #[default]
+    Linux,
+    /// Windows (cloudbase-init); no platform injection.
+    Windows,
+}
+
+impl FromStr for OsType {
+    type Err = ValidationError;
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value.to_ascii_lowercase().as_str() {
+            "linux" => Ok(OsType::Linux),
+            "windows" => Ok(OsType::Windows),
+            _ => Err(ValidationError::Choice {
+                what: "OS type",
+                value: value.to_string(),
+                choices: "linux, windows",
+            }),
+        }
+    }
+}
+
+/// `--core-fraction` (Deckhouse): the guaranteed share of each core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoreFraction {
+    /// Chosen by the platform from the load (`Auto`).
+    Auto,
+    /// A fixed percentage, 1 to 100.
+    Percent(u8),
+}
+
+impl FromStr for CoreFraction {
+    type Err = ValidationError;
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        if value.eq_ignore_ascii_case("auto") {
+            return Ok(CoreFraction::Auto);
+        }
+        match value.strip_suffix('%').unwrap_or(value).parse::<u8>() {
+            Ok(p @ 1..=100) => Ok(CoreFraction::Percent(p)),
+            _ => Err(ValidationError::Choice {
+                what: "core fraction",
+                value: value.to_string(),
+                choices: "a percentage from 1% to 100% (e.g. 20%) or Auto",
+            }),
+        }
+    }
+}
+
+impl fmt::Display for CoreFraction {
+    /// The API form: `Auto` or `20%`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CoreFraction::Auto => f.write_str("Auto"),
+            CoreFraction::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+/// A KubeVirt instancetype or preference reference, `[kind/]name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KindRef {
+    /// The API kind (`VirtualMachineClusterInstancetype`, …).
+    pub kind: &'static str,
+    /// Object name.
+    pub name: String,
+}
+
+impl KindRef {
+    /// Parse `--instancetype [kind/]name`; the kind defaults to the cluster-wide one.
+    pub fn instancetype(value: &str) -> Result<KindRef, ValidationError> {
+        Self::parse(
+            value,
+            "instancetype",
+            ("VirtualMachineInstancetype", &["virtualmachineinstancetype", "vminstancetype"]),
+            (
+                "VirtualMachineClusterInstancetype",
+                &["virtualmachineclusterinstancetype", "vmclusterinstancetype"],
+            ),
+        )
+    }
+
+    /// Parse `--preference [kind/]name`; the kind defaults to the cluster-wide one.
+    pub fn preference(value: &str) -> Result<KindRef, ValidationError> {
+        Self::parse(
+            value,
+            "preference",
+            ("VirtualMachinePreference", &["virtualmachinepreference", "vmpreference"]),
+            (
+                "VirtualMachineClusterPreference",
+                &["virtualmachineclusterpreference", "vmclusterpreference"],
+            ),
+        )
+    }
+
+    fn parse(
+        value: &str,
+        what: &'static str,
+        namespaced: (&'static str, &[&str]),
+        cluster: (&'static str, &[&str]),
+    ) -> Result<KindRef, ValidationError> {
+        let (kind, name) = match value.split_once('/') {
+            None => (cluster.0, value),
+            Some((kind, name)) => {
+                let kind = kind.to_ascii_lowercase();
+                if namespaced.1.contains(&kind.as_str()) {
+                    (namespaced.0, name)
+                } else if cluster.1.contains(&kind.as_str()) {
+                    (cluster.0, name)
+                } else {
+                    return Err(ValidationError::Name {
+                        kind: what,
+                        name: value.to_string(),
+                        reason: format!(
+                            "unknown kind {kind:?}; use NAME, {}/NAME or {}/NAME",
+                            namespaced.1[1], cluster.1[1]
+                        ),
+                    });
+                }
+            }
+        };
+        validate::dns_subdomain(what, name)?;
+        Ok(KindRef {
+            kind,
+            name: name.to_string(),
+        })
+    }
+}
+
+/// What the guest is configured with through cloud-init.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestConfig {
+    /// `--cloud-init FILE`: the user's own user data (`#cloud-config`, a script, a MIME
+    /// multipart archive, …), merged with what kubectl-vm injects.
+    pub user_data: Option<String>,
+    /// `--ssh-key`: public keys (OpenSSH one-line form) for the default user or `--user`.
+    pub ssh_keys: Vec<String>,
+    /// `--user NAME`: a user to create (passwordless sudo) that gets the `--ssh-key` keys.
+    pub user: Option<String>,
+    /// `--env KEY=VALUE`: environment for the guest's services and login shells.
+    pub env: Vec<EnvVar>,
+    /// Install and enable qemu-guest-agent (on by default).
+    pub guest_agent: bool,
+}
+
+impl Default for GuestConfig {
+    fn default() -> Self {
+        GuestConfig {
+            user_data: None,
+            ssh_keys: Vec::new(),
+            user: None,
+            env: Vec::new(),
+            guest_agent: true,
+        }
+    }
+}
+
+/// The platform user that kubectl-vm logs in as with CA-signed certificates.
+pub const DEFAULT_PLATFORM_USER: &str = "kubevm";
+
+/// Certificate-based SSH access that kubectl-vm sets up in Linux guests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlatformSsh {
+    /// Inject the CA trust and platform user (`--no-platform-ssh` turns it off).
+    pub enabled: bool,
+    /// The platform user (default `kubevm`).
+    pub user: String,
+    /// Public keys of the platform SSH CA (OpenSSH one-line form), all trusted.
+    pub ca_public_keys: Vec<String>,
+    /// A host key and its CA-signed certificate, so clients can verify the VM.
+    pub host: Option<HostKeys>,
+}
+
+impl Default for PlatformSsh {
+    fn default() -> Self {
+        PlatformSsh {
+            enabled: true,
+            user: DEFAULT_PLATFORM_USER.to_string(),
+            ca_public_keys: Vec::new(),
+            host: None,
+        }
+    }
+}
+
+/// The VirtualMachineClass used on Deckhouse when `--class` is not given.
+pub const DEFAULT_CLASS: &str = "generic";
+/// Cores when `--cpu` is not given.
+pub const DEFAULT_CORES: u32 = 1;
+/// Memory when `--memory` is not given.
+pub const DEFAULT_MEMORY: Quantity = Quantity::from_bytes(1 << 30);
+/// Size of an imported boot disk when `--disk-size` is not given.
+pub const DEFAULT_DISK_SIZE: Quantity = Quantity::from_bytes(10 << 30);
+/// Most block devices a Deckhouse VM may reference.
+const DECKHOUSE_MAX_DEVICES: usize = 16;
+
+/// Everything `kubectl vm create` was asked to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmPlan {
+    /// VM name (DNS label).
+    pub name: String,
+    /// Namespace to create in.
+    pub namespace: String,
+    /// Target platform.
+    pub flavor: Flavor,
+    /// The boot disk's source.
+    pub boot: BootSource,
+    /// `--disk-size`: size of a boot disk that is created (default [`DEFAULT_DISK_SIZE`]).
+    pub disk_size: Option<Quantity>,
+    /// `--storage-class` of a boot disk that is created.
+    pub storage_class: Option<String>,
+    /// `--boot-bus` (KubeVirt): virtio unless `--os windows` (sata).
+    pub boot_bus: Option<DiskBus>,
+    /// `--cpu` cores (default [`DEFAULT_CORES`]).
+    pub cpu: Option<u32>,
+    /// `--memory` (default [`DEFAULT_MEMORY`]).
+    pub memory: Option<Quantity>,
+    /// `--core-fraction` (Deckhouse); the class default when absent.
+    pub core_fraction: Option<CoreFraction>,
+    /// `--class` (Deckhouse VirtualMachineClass; default [`DEFAULT_CLASS`]).
+    pub class: Option<String>,
+    /// `--instancetype` (KubeVirt).
+    pub instancetype: Option<KindRef>,
+    /// `--preference` (KubeVirt).
+    pub preference: Option<KindRef>,
+    /// `--firmware`; the platform default (BIOS) when absent.
+    pub firmware: Option<Firmware>,
+    /// `--os`.
+    pub os: OsType,
+    /// `--timezone` (IANA name such as `Europe/Berlin`).
+    pub timezone: Option<String>,
+    /// `--hostname`; the VM name when absent.
+    pub hostname: Option<String>,
+    /// `--run-strategy`; `Always` when absent, or see [`VmPlan::run_strategy`].
+    pub run_strategy: Option<RunStrategy>,
+    /// `--stopped`: create the VM powered off (but startable).
+    pub stopped: bool,
+    /// `--label key=value` for the VM.
+    pub labels: Vec<Label>,
+    /// `--data-disk` empty disks to create and attach.
+    pub data_disks: Vec<DataDisk>,
+    /// Guest configuration (cloud-init).
+    pub guest: GuestConfig,
+    /// Platform SSH trust.
+    pub platform_ssh: PlatformSsh,
+}
+
+impl VmPlan {
+    /// A plan with every optional input at its default.
+    pub fn new(name: &str, namespace: &str, flavor: Flavor, boot: BootSource) -> VmPlan {
+        VmPlan {
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            flavor,
+            boot,
+            disk_size: None,
+            storage_class: None,
+            boot_bus: None,
+            cpu: None,
+            memory: None,
+            core_fraction: None,
+            class: None,
+            instancetype: None,
+            preference: None,
+            firmware: None,
+            os: OsType::Linux,
+            timezone: None,
+            hostname: None,
+            run_strategy: None,
+            stopped: false,
+            labels: Vec::new(),
+            data_disks: Vec::new(),
+            guest: GuestConfig::default(),
+            platform_ssh: PlatformSsh::default(),
+        }
+    }
+
+    /// Cores the VM gets.
+    pub fn cores(&self) -> u32 {
+        self.cpu.unwrap_or(DEFAULT_CORES)
+    }
+
+    /// Memory the VM gets.
+    pub fn memory_size(&self) -> Quantity {
+        self.memory.unwrap_or(DEFAULT_MEMORY)
+    }
+
+    /// The Deckhouse VirtualMachineClass.
+    pub fn class_name(&self) -> &str {
+        self.class.as_deref().unwrap_or(DEFAULT_CLASS)
+    }
+
+    /// Bus of the boot disk.
+    pub fn boot_disk_bus(&self) -> DiskBus {
+        self.boot_bus.unwrap_or(match self.os {
+            OsType::Linux => DiskBus::Virtio,
+            // Stock Windows has no virtio drivers.
+            OsType::Windows => DiskBus::Sata,
+        })
+    }
+
+    /// The effective run strategy: `--stopped` alone means "created off, startable later",
+    /// which is `Halted` on KubeVirt (start switches it to Always) and `Manual` on Deckhouse
+    /// (where an `AlwaysOff` VM cannot be started by an operation).
+    pub fn run_strategy(&self) -> RunStrategy {
+        match (self.run_strategy, self.stopped) {
+            (Some(strategy), _) => strategy,
+            (None, false) => RunStrategy::Always,
+            (None, true) => match self.flavor {
+                Flavor::KubeVirt => RunStrategy::Halted,
+                Flavor::Deckhouse => RunStrategy::Manual,
+            },
+        }
+    }
+
+    /// Name of the boot disk object kubectl-vm creates (DataVolume or VirtualDisk).
+    pub fn boot_disk_name(&self) -> String {
+        format!("{}-root", self.name)
+    }
+
+    /// Name of the object behind a `--data-disk`.
+    pub fn data_disk_name(&self, disk: &DataDisk) -> String {
+        format!("{}-{}", self.name, disk.name)
+    }
+
+    /// Name of the Secret that holds user data too large or too sensitive to inline.
+    pub fn cloudinit_secret_name(&self) -> String {
+        format!("{}-cloudinit", self.name)
+    }
+
+    /// Whether a boot disk is created (and so `--disk-size`/`--storage-class` apply).
+    pub fn creates_boot_disk(&self) -> bool {
+        match &self.boot {
+            BootSource::ContainerDisk { ephemeral, .. } => !ephemeral,
+            BootSource::Url { .. } | BootSource::ClonePvc { .. } | BootSource::Blank { .. } => true,
+            BootSource::ExistingDisk { .. } => false,
+        }
+    }
+
+    /// Check the plan for malformed values and flag conflicts; the error is one line.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        validate::dns_label("VM", &self.name)?;
+        validate::dns_label("namespace", &self.namespace)?;
+        self.validate_boot()?;
+        self.validate_sizing()?;
+        self.validate_disks()?;
+        self.validate_machine()?;
+        self.validate_guest()
+    }
+
+    fn validate_boot(&self) -> Result<(), PlanError> {
+        let deckhouse = self.flavor == Flavor::Deckhouse;
+        match &self.boot {
+            BootSource::ContainerDisk { image, ephemeral } => {
+                if image.is_empty() {
+                    return Err(conflict("--image is empty: give an image reference"));
+                }
+                match (ImageRef::parse(image), self.flavor) {
+                    (ImageRef::Registry(_), _) => {}
+                    (_, Flavor::KubeVirt) => {
+                        return Err(conflict(format!(
+                            "--image {image} names a Deckhouse VirtualImage, but the cluster runs KubeVirt; for a Docker Hub image write docker.io/{image}"
+                        )));
+                    }
+                    (ImageRef::VirtualImage(name) | ImageRef::ClusterVirtualImage(name), _) => {
+                        validate::dns_subdomain("image", name)?;
+                    }
+                }
+                if *ephemeral && deckhouse {
+                    return Err(conflict("--ephemeral is KubeVirt-only: Deckhouse always copies the image into a VirtualDisk; drop --ephemeral"));
+                }
+            }
+            BootSource::Url { url, checksums } => {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(conflict(format!(
+                        "--url {url:?} must start with http:// or https://"
+                    )));
+                }
+                for (i, c) in checksums.iter().enumerate() {
+                    if checksums[..i].iter().any(|o| o.algo == c.algo) {
+                        return Err(conflict(format!(
+                            "--checksum {} is given twice: give one digest per algorithm",
+                            c.algo.as_str()
+                        )));
+                    }
+                }
+                if !deckhouse
+                    && !checksums.is_empty()
+                    && !checksums.iter().any(|c| c.algo.supported_by_cdi())
+                {
+                    return Err(conflict("streebog checksums are Deckhouse-only; on KubeVirt give an md5, sha1, sha256 or sha512 --checksum"));
+                }
+            }
+            BootSource::ClonePvc { name } => {
+                if deckhouse {
+                    return Err(conflict("--clone-pvc is KubeVirt-only; on Deckhouse make a VirtualImage from the disk and use --image vi/NAME"));
+                }
+                let (namespace, pvc) = name.split_once('/').unwrap_or(("", name));
+                if !namespace.is_empty() {
+                    validate::dns_label("namespace", namespace)?;
+                }
+                validate::dns_subdomain("PVC", pvc)?;
+            }
+            BootSource::Blank { size } => {
+                if size.bytes() == 0 {
+                    return Err(conflict("--blank needs a size greater than zero (e.g. 20Gi)"));
+                }
+                if self.disk_size.is_some() {
+                    return Err(conflict("--disk-size cannot be used with --blank SIZE, which already sets the disk's size"));
+                }
+            }
+            BootSource::ExistingDisk { name } => validate::dns_subdomain("disk", name)?,
+        }
+        if !self.creates_boot_disk() {
+            for (set, flag) in [
+                (self.disk_size.is_some(), "--disk-size"),
+                (self.storage_class.is_some(), "--storage-class"),
+            ] {
+                if set {
+                    return Err(conflict(format!("{flag} applies to a boot disk that kubectl vm creates; it cannot be used with --disk or --ephemeral")));
+                }
+            }
+        }
+        if let Some(class) = &self.storage_class {
+            validate::dns_subdomain("storage class", class)?;
+        }
+        if self.creates_boot_disk() {
+            validate::dns_label("disk", &self.boot_disk_name())
+                .map_err(|_| conflict(format!("the VM name is too long for its boot disk name {}: use a VM name of at most 58 characters", self.boot_disk_name())))?;
+        }
+        if deckhouse && self.boot_bus.is_some() {
+            return Err(conflict("--boot-bus is KubeVirt-only: Deckhouse picks the bus itself"));
+        }
+        Ok(())
+    }
+
+    fn validate_sizing(&self) -> Result<(), PlanError> {
+        match self.flavor {
+            Flavor::KubeVirt => {
+                let deckhouse_only = [
+                    (self.core_fraction.is_some(), "--core-fraction"),
+                    (self.class.is_some(), "--class"),
+                ];
+                for (set, flag) in deckhouse_only {
+                    if set {
+                        return Err(conflict(format!("{flag} is Deckhouse-only; on KubeVirt use --cpu/--memory or --instancetype")));
+                    }
+                }
+                if self.instancetype.is_some() {
+                    for (set, flag) in [(self.cpu.is_some(), "--cpu"), (self.memory.is_some(), "--memory")] {
+                        if set {
+                            return Err(conflict(format!("--instancetype cannot be used with {flag}: the instancetype sets CPU and memory")));
+                        }
+                    }
+                }
+            }
+            Flavor::Deckhouse => {
+                for (set, flag) in [
+                    (self.instancetype.is_some(), "--instancetype"),
+                    (self.preference.is_some(), "--preference"),
+                ] {
+                    if set {
+                        return Err(conflict(format!("{flag} is KubeVirt-only; on Deckhouse use --class with --cpu/--memory")));
+                    }
+                }
+                if let Some(class) = &self.class {
+                    validate::dns_subdomain("VirtualMachineClass", class)?;
+                }
+            }
+        }
+        if self.memory.is_some_and(|m| m.bytes() < 1 << 20) {
+            return Err(conflict("--memory is too small: give at least 1Mi (e.g. 2Gi)"));
+        }
+        if self.cpu == Some(0) {
+            return Err(ValidationError::Cpu { value: "0".into() }.into());
+        }
+        Ok(())
+    }
+
+    fn validate_disks(&self) -> Result<(), PlanError> {
+        for (i, disk) in self.data_disks.iter().enumerate() {
+            validate::dns_label("disk", &disk.name)?;
+            if self.data_disks[..i].iter().any(|d| d.name == disk.name) {
+                return Err(conflict(format!("--data-disk {} is given twice: disk names must be unique", disk.name)));
+            }
+            if crate::create::RESERVED_VOLUME_NAMES.contains(&disk.name.as_str()) || disk.name == "root" {
+                return Err(conflict(format!("--data-disk name {:?} is reserved; choose another name", disk.name)));
+            }
+            validate::dns_label("disk", &self.data_disk_name(disk)).map_err(|_| {
+                conflict(format!("the data disk name {} is longer than 63 characters: use shorter VM or disk names", self.data_disk_name(disk)))
+            })?;
+            if self.flavor == Flavor::Deckhouse && disk.bus.is_some() {
+                return Err(conflict(format!("--data-disk {}: bus= is KubeVirt-only; Deckhouse picks the bus itself", disk.name)));
+            }
+        }
+        if self.flavor == Flavor::Deckhouse && self.data_disks.len() + 1 > DECKHOUSE_MAX_DEVICES {
+            return Err(conflict(format!("too many --data-disk: a Deckhouse VM takes at most {DECKHOUSE_MAX_DEVICES} disks including the boot disk")));
+        }
+        Ok(())
+    }
+
+    fn validate_machine(&self) -> Result<(), PlanError> {
+        if let Some(hostname) = &self.hostname {
+            validate::dns_label("hostname", hostname)?;
+        }
+        if let Some(tz) = &self.timezone {
+            let ok = !tz.is_empty()
+                && !tz.starts_with('/')
+                && !tz.contains("..")
+                && tz.chars().all(|c| c.is_ascii_alphanumeric() || "/_+-".contains(c));
+            if !ok {
+                return Err(conflict(format!("--timezone {tz:?} is not a time zone name: use an IANA name such as Europe/Berlin or UTC")));
+            }
+        }
+        if self.stopped {
+            if let Some(strategy) = self.run_strategy.filter(|s| s.starts_at_creation()) {
+                return Err(conflict(format!("--stopped cannot be used with --run-strategy {}: that strategy starts the VM at once; use Manual or Halted", strategy.kubevirt())));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_guest(&self) -> Result<(), PlanError> {
+        let guest = &self.guest;
+        if self.os == OsType::Windows {
+            for (set, flag) in [
+                (!guest.env.is_empty(), "--env"),
+                (!guest.ssh_keys.is_empty(), "--ssh-key"),
+                (guest.user.is_some(), "--user"),
+            ] {
+                if set {
+                    return Err(conflict(format!("{flag} is applied by cloud-init on Linux guests; for --os windows put it into your --cloud-init data")));
+                }
+            }
+            return Ok(());
+        }
+        for key in &guest.ssh_keys {
+            let key = key.trim();
+            if key.is_empty() || key.contains('\n') || !key.contains(' ') {
+                return Err(conflict(format!("--ssh-key {key:?} is not an OpenSSH public key: give one line such as \"ssh-ed25519 AAAA... comment\"")));
+            }
+        }
+        if let Some(user) = &guest.user {
+            check_user_name("--user", user)?;
+            if self.platform_ssh.enabled && *user == self.platform_ssh.user {
+                return Err(conflict(format!("--user {user} is the platform user: choose another name")));
+            }
+        }
+        if self.platform_ssh.enabled {
+            check_user_name("platform user", &self.platform_ssh.user)?;
+            if self.platform_ssh.ca_public_keys.is_empty() {
+                return Err(conflict("platform SSH is on but no CA public key is known: run `kubectl vm ca init` first, or pass --no-platform-ssh"));
+            }
+            for key in &self.platform_ssh.ca_public_keys {
+                if key.trim().is_empty() || key.contains('\n') {
+                    return Err(conflict("a platform CA public key must be one OpenSSH line"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Check a Linux user name: lowercase letter or `_`, then lowercase letters, digits, `_` or
+/// `-`, at most 32 characters.
+fn check_user_name(what: &str, user: &str) -> Result<(), PlanError> {
+    let mut chars = user.chars();
+    let ok = user.len() <= 32
+        && chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(conflict(format!("{what} {user:?} is not a valid user name: use lowercase letters, digits, '_' and '-', starting with a letter, at most 32 characters")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn image(flavor: Flavor) -> VmPlan {
+        let mut plan = VmPlan::new(
+            "web",
+            "default",
+            flavor,
+            BootSource::ContainerDisk {
+                image: "quay.io/containerdisks/debian:12".into(),
+                ephemeral: false,
+            },
+        );
+        plan.platform_ssh.ca_public_keys = vec!["ssh-ed25519 AAAAC3Nza ca".into()];
+        plan
+    }
+
+    fn err(plan: &VmPlan) -> String {
+        let e = plan.validate().unwrap_err().to_string();
+        assert!(!e.contains('\n'), "{e}");
+        e
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        image(Flavor::KubeVirt).validate().unwrap();
+        image(Flavor::Deckhouse).validate().unwrap();
+    }
+
+    #[test]
+    fn boot_flags_reduce_to_one_source() {
+        let e = BootSource::from_flags(BootFlags { ephemeral: true, url: Some("https://x".into()), ..Default::default() });
+        assert!(e.unwrap_err().to_string().contains("--ephemeral needs --image"));
+        let sum = "sha256:".to_string() + &"0".repeat(64);
+        let e = BootSource::from_flags(BootFlags { image: Some("x".into()), checksums: vec![sum.parse().unwrap()], ..Default::default() });
+        assert!(e.unwrap_err().to_string().contains("--checksum needs --url"));
+        let e = BootSource::from_flags(BootFlags { image: Some("x".into()), disk: Some("d".into()), ..Default::default() });
+        assert!(e.unwrap_err().to_string().contains("--image and --disk cannot"));
+        assert!(BootSource::from_flags(BootFlags::default()).unwrap_err().to_string().contains("no boot source"));
+        let ok = BootSource::from_flags(BootFlags { image: Some("x".into()), ephemeral: true, ..Default::default() });
+        assert_eq!(ok, Ok(BootSource::ContainerDisk { image: "x".into(), ephemeral: true }));
+    }
+
+    #[test]
+    fn flavor_conflicts() {
+        let mut p = image(Flavor::Deckhouse);
+        p.boot = BootSource::ContainerDisk { image: "x".into(), ephemeral: true };
+        assert!(err(&p).contains("--ephemeral is KubeVirt-only"));
+
+        let mut p = image(Flavor::KubeVirt);
+        p.core_fraction = Some(CoreFraction::Percent(20));
+        assert!(err(&p).contains("--core-fraction is Deckhouse-only"));
+
+        let mut p = image(Flavor::Deckhouse);
+        p.instancetype = Some(KindRef::instancetype("u1.small").unwrap());
+        assert!(err(&p).contains("--instancetype is KubeVirt-only"));
+
+        let mut p = image(Flavor::KubeVirt);
+        p.instancetype = Some(KindRef::instancetype("u1.small").unwrap());
+        p.validate().unwrap();
+        p.memory = Some(Quantity::parse("2Gi").unwrap());
+        assert!(err(&p).contains("--instancetype cannot be used with --memory"));
+
+        let mut p = image(Flavor::Deckhouse);
+        p.boot = BootSource::ClonePvc { name: "src".into() };
+        assert!(err(&p).contains("--clone-pvc is KubeVirt-only"));
+
+        let mut p = image(Flavor::KubeVirt);
+        p.boot = BootSource::ContainerDisk { image: "cvi/ubuntu".into(), ephemeral: false };
+        assert!(err(&p).contains("docker.io/cvi/ubuntu"));
+
+        let mut p = image(Flavor::KubeVirt);
+        p.boot = BootSource::Url { url: "https://x/d.img".into(), checksums: vec![format!("streebog256:{}", "0".repeat(64)).parse().unwrap()] };
+        assert!(err(&p).contains("streebog"));
+        p.flavor = Flavor::Deckhouse;
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn disk_conflicts() {
+        let mut p = image(Flavor::KubeVirt);
+        p.boot = BootSource::ExistingDisk { name: "disk1".into() };
+        p.disk_size = Some(Quantity::parse("1Gi").unwrap());
+        assert!(err(&p).contains("--disk-size applies"));
+
+        let mut p = image(Flavor::KubeVirt);
+        p.boot = BootSource::Blank { size: Quantity::parse("1Gi").unwrap() };
+        p.disk_size = Some(Quantity::parse("1Gi").unwrap());
+        assert!(err(&p).contains("--blank SIZE"));
+
+        let mut p = image(Flavor::KubeVirt);
+        p.data_disks = vec!["a=1Gi".parse().unwrap(), "a=2Gi".parse().unwrap()];
+        assert!(err(&p).contains("twice"));
+        p.data_disks = vec!["cloudinitdisk=1Gi".parse().unwrap()];
+        assert!(err(&p).contains("reserved"));
+
+        let mut p = image(Flavor::Deckhouse);
+        p.data_disks = vec!["a=1Gi,bus=sata".parse().unwrap()];
+        assert!(err(&p).contains("bus= is KubeVirt-only"));
+
+        let mut p = image(Flavor::KubeVirt);
+        p.name = "a".repeat(60);
+        assert!(err(&p).contains("at most 58"));
+    }
+
+    #[test]
+    fn guest_conflicts() {
+        let mut p = image(Flavor::KubeVirt);
+        p.platform_ssh.ca_public_keys.clear();
+        assert!(err(&p).contains("kubectl vm ca init"));
+        p.platform_ssh.enabled = false;
+        p.validate().unwrap();
+
+        let mut p = image(Flavor::KubeVirt);
+        p.guest.user = Some("kubevm".into());
+        assert!(err(&p).contains("platform user"));
+        p.guest.user = Some("Bad".into());
+        assert!(err(&p).contains("not a valid user name"));
+
+        let mut p = image(Flavor::KubeVirt);
+        p.os = OsType::Windows;
+        p.guest.env = vec!["A=b".parse().unwrap()];
+        assert!(err(&p).contains("--env is applied by cloud-init"));
+
+        let mut p = image(Flavor::KubeVirt);
+        p.guest.ssh_keys = vec!["not-a-key".into()];
+        assert!(err(&p).contains("not an OpenSSH public key"));
+
+        let mut p = image(Flavor::KubeVirt);
+        p.timezone = Some("Europe/Berlin; rm".into());
+        assert!(err(&p).contains("IANA"));
+    }
+
+    #[test]
+    fn run_strategy_mapping() {
+        let mut p = image(Flavor::KubeVirt);
+        assert_eq!(p.run_strategy(), RunStrategy::Always);
+        p.stopped = true;
+        assert_eq!(p.run_strategy(), RunStrategy::Halted);
+        p.flavor = Flavor::Deckhouse;
+        assert_eq!(p.run_strategy(), RunStrategy::Manual);
+        p.run_strategy = Some(RunStrategy::Always);
+        assert!(err(&p).contains("--stopped cannot be used with --run-strategy Always"));
+        let map: Vec<_> = ["always", "RerunOnFailure", "manual", "Halted"]
+            .iter()
+            .map(|s| s.parse::<RunStrategy>().unwrap().deckhouse())
+            .collect();
+        assert_eq!(map, ["AlwaysOn", "AlwaysOnUnlessStoppedManually", "Manual", "AlwaysOff"]);
+        assert!("Once".parse::<RunStrategy>().is_err());
+    }
+
+    #[test]
+    fn small_parsers() {
+        assert_eq!("20%".parse::<CoreFraction>(), Ok(CoreFraction::Percent(20)));
+        assert_eq!("50".parse::<CoreFraction>().unwrap().to_string(), "50%");
+        assert_eq!("auto".parse::<CoreFraction>().unwrap().to_string(), "Auto");
+        assert!("0%".parse::<CoreFraction>().is_err());
+        assert!("101%".parse::<CoreFraction>().is_err());
+        assert_eq!("UEFI".parse::<Firmware>(), Ok(Firmware::Efi));
+        assert_eq!("windows".parse::<OsType>(), Ok(OsType::Windows));
+        let it = KindRef::instancetype("vminstancetype/my.type").unwrap();
+        assert_eq!((it.kind, it.name.as_str()), ("VirtualMachineInstancetype", "my.type"));
+        assert_eq!(KindRef::preference("fedora").unwrap().kind, "VirtualMachineClusterPreference");
+        assert!(KindRef::preference("bogus/x").unwrap_err().to_string().contains("unknown kind"));
+        assert_eq!(ImageRef::parse("vi/ubuntu"), ImageRef::VirtualImage("ubuntu"));
+        assert_eq!(ImageRef::parse("cvi/ubuntu"), ImageRef::ClusterVirtualImage("ubuntu"));
+        assert_eq!(ImageRef::parse("docker.io/vi/x"), ImageRef::Registry("docker.io/vi/x"));
+    }
+}

@@ -1,0 +1,279 @@
+//! Errors of the library, each one line that names the object and the reason.
+//!
+//! API failures are classified from the server's `Status` (NotFound, Forbidden, Conflict, …)
+//! together with what the client was doing ([`Action`]), so that the message can name the
+//! verb and resource even when the server's text does not.
+
+use std::fmt;
+
+/// Result alias of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What a request was doing, used to word its failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Action {
+    /// Kubernetes verb: get, list, watch, create, update, patch, delete.
+    pub verb: &'static str,
+    /// Plural resource with group, as RBAC names it (`virtualmachines.kubevirt.io`, `pods`).
+    pub resource: String,
+    /// Lower-case kind for "not found" messages (`virtualmachine`).
+    pub kind: String,
+    /// Object name, when the request addresses one object.
+    pub name: Option<String>,
+    /// Namespace, when the request is namespaced.
+    pub namespace: Option<String>,
+}
+
+impl Action {
+    /// An action on one resource type.
+    pub fn new(verb: &'static str, resource: impl Into<String>, kind: impl Into<String>) -> Self {
+        Action {
+            verb,
+            resource: resource.into(),
+            kind: kind.into(),
+            name: None,
+            namespace: None,
+        }
+    }
+
+    /// The same action on the named object.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The same action in a namespace (`None` for all namespaces or cluster scope).
+    pub fn in_namespace(mut self, namespace: Option<&str>) -> Self {
+        self.namespace = namespace.map(str::to_owned);
+        self
+    }
+
+    /// The discovery request that finds the platform.
+    pub fn discovery() -> Self {
+        Action::new("get", "api groups", "api group list")
+    }
+}
+
+/// Every failure the library reports.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The kubeconfig, context, cluster or user selection is unusable.
+    #[error("{0}")]
+    Config(String),
+    /// A target (`NAME`, `NAME.NAMESPACE`, `vm/NAME`, …) or namespace is malformed or contradictory.
+    #[error("{0}")]
+    InvalidTarget(String),
+    /// Neither KubeVirt nor Deckhouse virtualization is served by the cluster.
+    #[error(
+        "neither KubeVirt (kubevirt.io/v1) nor Deckhouse virtualization (virtualization.deckhouse.io/v1alpha2) is installed in this cluster; use --flavor to override detection"
+    )]
+    NoPlatform,
+    /// The object does not exist.
+    #[error("{kind} {name:?} not found{}", in_ns(namespace))]
+    NotFound {
+        /// Lower-case kind.
+        kind: String,
+        /// Object name.
+        name: String,
+        /// Namespace, if namespaced.
+        namespace: Option<String>,
+    },
+    /// RBAC refused the request.
+    #[error("forbidden: {} cannot {verb} {resource}{}{}", user.as_ref().map(|u| format!("user {u:?}")).unwrap_or_else(|| "you".into()), name.as_ref().map(|n| format!(" {n:?}")).unwrap_or_default(), in_ns(namespace))]
+    Forbidden {
+        /// The user the server named, if it did.
+        user: Option<String>,
+        /// The verb that was refused.
+        verb: String,
+        /// Plural resource with group.
+        resource: String,
+        /// Object name, if one object was addressed.
+        name: Option<String>,
+        /// Namespace of the request.
+        namespace: Option<String>,
+    },
+    /// The credentials were not accepted.
+    #[error("unauthorized: the API server at {server} did not accept your credentials ({message}); log in again or check the user in your kubeconfig")]
+    Unauthorized {
+        /// Server address.
+        server: String,
+        /// The server's message.
+        message: String,
+    },
+    /// The object changed or already exists.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The server refused the object as invalid.
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// Any other error status from the API server.
+    #[error("the server answered {code} {reason}: {message}")]
+    Api {
+        /// HTTP status code.
+        code: u16,
+        /// Status reason (e.g. `InternalError`).
+        reason: String,
+        /// The server's message.
+        message: String,
+    },
+    /// The API server could not be reached.
+    #[error("cannot reach the Kubernetes API server at {server}: {cause} (is the cluster up, and are --context and KUBECONFIG right?)")]
+    Unreachable {
+        /// Server address tried.
+        server: String,
+        /// Underlying cause, one line.
+        cause: String,
+    },
+    /// A wait ran out of time.
+    #[error("timed out waiting for {0}")]
+    Timeout(String),
+    /// A bug or an unexpected answer.
+    #[error("{0}")]
+    Internal(String),
+}
+
+fn in_ns(namespace: &Option<String>) -> String {
+    namespace
+        .as_ref()
+        .map(|ns| format!(" in namespace {ns:?}"))
+        .unwrap_or_default()
+}
+
+impl Error {
+    /// Classify a kube client error raised while doing `action` against `server`.
+    pub fn from_kube(err: kube::Error, action: &Action) -> Self {
+        Self::from_kube_at(err, action, "")
+    }
+
+    /// Like [`Error::from_kube`], naming the server for connection failures.
+    pub fn from_kube_at(err: kube::Error, action: &Action, server: &str) -> Self {
+        match err {
+            kube::Error::Api(status) => Self::from_status(
+                status.code,
+                &status.reason,
+                &status.message,
+                action,
+                server,
+            ),
+            kube::Error::Auth(e) => Error::Config(format!("cannot get credentials: {e}")),
+            kube::Error::HyperError(e) => Error::Unreachable {
+                server: server.to_owned(),
+                cause: root_cause(&e),
+            },
+            kube::Error::Service(e) => Error::Unreachable {
+                server: server.to_owned(),
+                cause: root_cause(e.as_ref()),
+            },
+            kube::Error::SerdeError(e) => {
+                Error::Internal(format!("unexpected answer to {} {}: {e}", action.verb, action.resource))
+            }
+            other => Error::Internal(one_line(&other.to_string())),
+        }
+    }
+
+    /// Classify an error `Status` from the API server.
+    pub fn from_status(code: u16, reason: &str, message: &str, action: &Action, server: &str) -> Self {
+        match (code, reason) {
+            (404, _) | (_, "NotFound") => Error::NotFound {
+                kind: action.kind.clone(),
+                name: action.name.clone().unwrap_or_default(),
+                namespace: action.namespace.clone(),
+            },
+            (403, _) | (_, "Forbidden") => Error::Forbidden {
+                user: user_in_message(message),
+                verb: action.verb.to_owned(),
+                resource: action.resource.clone(),
+                name: action.name.clone(),
+                namespace: action.namespace.clone(),
+            },
+            (401, _) => Error::Unauthorized {
+                server: server.to_owned(),
+                message: one_line(message),
+            },
+            (409, _) => Error::Conflict(one_line(message)),
+            (422, _) => Error::Invalid(one_line(message)),
+            _ => Error::Api {
+                code,
+                reason: reason.to_owned(),
+                message: one_line(message),
+            },
+        }
+    }
+
+    /// Whether the error is a NotFound.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::NotFound { .. })
+    }
+}
+
+/// The `User "alice"` part of an API server's Forbidden message.
+fn user_in_message(message: &str) -> Option<String> {
+    let rest = &message[message.find("User \"")? + 6..];
+    Some(rest[..rest.find('"')?].to_owned())
+}
+
+/// The innermost cause of an error chain, which names the real problem
+/// ("Connection refused") instead of the wrapper ("client error (Connect)").
+fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause: &dyn std::error::Error = err;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    one_line(&cause.to_string())
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.verb, self.resource)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vm_get() -> Action {
+        Action::new("get", "virtualmachines.kubevirt.io", "virtualmachine")
+            .named("web")
+            .in_namespace(Some("prod"))
+    }
+
+    #[test]
+    fn not_found_names_object_and_namespace() {
+        let err = Error::from_status(404, "NotFound", "virtualmachines.kubevirt.io \"web\" not found", &vm_get(), "");
+        assert_eq!(err.to_string(), "virtualmachine \"web\" not found in namespace \"prod\"");
+    }
+
+    #[test]
+    fn forbidden_names_user_verb_and_resource() {
+        let action = Action::new("list", "virtualmachines.kubevirt.io", "virtualmachine")
+            .in_namespace(Some("prod"));
+        let message = "virtualmachines.kubevirt.io is forbidden: User \"alice\" cannot list resource \"virtualmachines\" in API group \"kubevirt.io\" in the namespace \"prod\"";
+        let err = Error::from_status(403, "Forbidden", message, &action, "");
+        assert_eq!(
+            err.to_string(),
+            "forbidden: user \"alice\" cannot list virtualmachines.kubevirt.io in namespace \"prod\""
+        );
+    }
+
+    #[test]
+    fn forbidden_without_user_says_you() {
+        let err = Error::from_status(403, "Forbidden", "nope", &vm_get(), "");
+        assert_eq!(
+            err.to_string(),
+            "forbidden: you cannot get virtualmachines.kubevirt.io \"web\" in namespace \"prod\""
+        );
+    }
+
+    #[test]
+    fn conflict_and_other_statuses_stay_one_line() {
+        let err = Error::from_status(409, "Conflict", "the object\nhas been modified", &vm_get(), "");
+        assert_eq!(err.to_string(), "conflict: the object has been modified");
+        let err = Error::from_status(500, "InternalError", "boom", &vm_get(), "");
+        assert_eq!(err.to_string(), "the server answered 500 InternalError: boom");
+    }
+}

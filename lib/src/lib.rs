@@ -1,0 +1,17 @@
+//! `kubevm`: the client library behind `kubectl-vm`.
+//!
+//! It knows how to reach a cluster the way kubectl does ([`cluster`]), which virtualization
+//! platform the cluster serves ([`flavor`]), how users name virtual machines ([`target`]), and
+//! how to read VMs of both platforms into one shape ([`vm`]). It has no terminal UI: the
+//! `kubectl-vm` binary renders what this library returns.
+
+pub mod api;
+pub mod cluster;
+pub mod error;
+pub mod flavor;
+pub mod target;
+pub mod version;
+pub mod vm;
+
+pub use error::{Error, Result};
+pub use flavor::Flavor;

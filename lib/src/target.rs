@@ -1,0 +1,229 @@
+//! The target syntax every command shares, checked before any request:
+//! `NAME`, `NAME.NAMESPACE` (split at the last dot, so dotted VM names still work as
+//! `db.primary.prod`), `vm/NAME`, `vmi/NAME`, virtctl's `vm/NAME/NAMESPACE`, and `USER@…` for
+//! ssh-like commands.
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+
+/// Which object the target names. VMs and their instances share names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetKind {
+    /// A VirtualMachine (the default).
+    Vm,
+    /// A VirtualMachineInstance (KubeVirt's running instance).
+    Vmi,
+}
+
+/// A parsed target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// VM or VMI.
+    pub kind: TargetKind,
+    /// Object name.
+    pub name: String,
+    /// Namespace given in the target itself.
+    pub namespace: Option<String>,
+    /// Login user (`USER@…`), only where the command allows it.
+    pub user: Option<String>,
+}
+
+impl Target {
+    /// Parse a target. `allow_user` permits the `USER@` prefix (ssh-like commands).
+    pub fn parse(text: &str, allow_user: bool) -> Result<Target> {
+        let bad = |why: &str| Error::InvalidTarget(format!("invalid target {text:?}: {why}"));
+        let (user, rest) = match text.split_once('@') {
+            Some(_) if !allow_user => {
+                return Err(bad("a USER@ prefix is only accepted by ssh-like commands"));
+            }
+            Some(("", _)) => return Err(bad("expected a user name before '@'")),
+            Some((user, rest)) => {
+                if user.chars().any(|c| c.is_whitespace() || c == '/' || c == ':') {
+                    return Err(bad("the user name may not contain spaces, '/' or ':'"));
+                }
+                (Some(user.to_owned()), rest)
+            }
+            None => (None, text),
+        };
+        if rest.is_empty() {
+            return Err(bad("expected a VM name, e.g. web, web.prod or vm/web/prod"));
+        }
+        let (kind, name, namespace) = match rest.split_once('/') {
+            Some((prefix, tail)) => {
+                let kind = match prefix {
+                    "vm" | "vms" | "virtualmachine" | "virtualmachines" => TargetKind::Vm,
+                    "vmi" | "vmis" | "virtualmachineinstance" | "virtualmachineinstances" => {
+                        TargetKind::Vmi
+                    }
+                    other => {
+                        return Err(bad(&format!(
+                            "unknown kind {other:?}; use vm/NAME or vmi/NAME"
+                        )));
+                    }
+                };
+                match tail.split('/').collect::<Vec<_>>()[..] {
+                    [name] => (kind, name, None),
+                    [name, namespace] => (kind, name, Some(namespace)),
+                    _ => return Err(bad("too many '/'; use vm/NAME or vm/NAME/NAMESPACE")),
+                }
+            }
+            None => match rest.rsplit_once('.') {
+                Some((name, namespace)) => (TargetKind::Vm, name, Some(namespace)),
+                None => (TargetKind::Vm, rest, None),
+            },
+        };
+        validate_name(name).map_err(|why| bad(&why))?;
+        if let Some(namespace) = namespace {
+            validate_namespace(namespace).map_err(|e| bad(&e.to_string()))?;
+        }
+        Ok(Target {
+            kind,
+            name: name.to_owned(),
+            namespace: namespace.map(str::to_owned),
+            user,
+        })
+    }
+
+    /// The namespace to use: the target's own, else the cluster's (`-n` or the context's).
+    /// A target namespace that disagrees with an explicit `-n` is an error.
+    pub fn namespace_in(&self, cluster_namespace: &str, from_flag: bool) -> Result<String> {
+        match &self.namespace {
+            Some(ns) if from_flag && ns != cluster_namespace => Err(Error::InvalidTarget(format!(
+                "target {self} names namespace {ns:?} but -n says {cluster_namespace:?}; drop one of them"
+            ))),
+            Some(ns) => Ok(ns.clone()),
+            None => Ok(cluster_namespace.to_owned()),
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(user) = &self.user {
+            write!(f, "{user}@")?;
+        }
+        let kind = match self.kind {
+            TargetKind::Vm => "vm",
+            TargetKind::Vmi => "vmi",
+        };
+        write!(f, "{kind}/{}", self.name)?;
+        if let Some(ns) = &self.namespace {
+            write!(f, "/{ns}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Check an object name: a DNS-1123 subdomain (lower-case letters, digits, '-' and '.',
+/// starting and ending alphanumeric, at most 253 characters).
+pub fn validate_name(name: &str) -> std::result::Result<(), String> {
+    if name.is_empty() {
+        return Err("the name is empty".into());
+    }
+    if name.len() > 253 {
+        return Err(format!("the name is {} characters long; the limit is 253", name.len()));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-' || *c == '.'))
+    {
+        return Err(format!(
+            "{c:?} is not allowed in a name; use lower-case letters, digits, '-' and '.'"
+        ));
+    }
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    if !alnum(name.chars().next()) || !alnum(name.chars().last()) {
+        return Err("a name must start and end with a letter or digit".into());
+    }
+    Ok(())
+}
+
+/// Check a namespace name: a DNS-1123 label (at most 63 characters, no dots).
+pub fn validate_namespace(namespace: &str) -> Result<()> {
+    let bad = |why: String| Error::InvalidTarget(format!("invalid namespace {namespace:?}: {why}"));
+    if namespace.contains('.') {
+        return Err(bad("a namespace may not contain '.'".into()));
+    }
+    if namespace.len() > 63 {
+        return Err(bad(format!("{} characters long; the limit is 63", namespace.len())));
+    }
+    validate_name(namespace).map_err(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Target {
+        Target::parse(text, true).unwrap()
+    }
+
+    #[test]
+    fn plain_name() {
+        let t = parse("web");
+        assert_eq!((t.kind, t.name.as_str(), t.namespace), (TargetKind::Vm, "web", None));
+    }
+
+    #[test]
+    fn dotted_splits_at_the_last_dot() {
+        let t = parse("db.primary.prod");
+        assert_eq!((t.name.as_str(), t.namespace.as_deref()), ("db.primary", Some("prod")));
+        let t = parse("web.prod");
+        assert_eq!((t.name.as_str(), t.namespace.as_deref()), ("web", Some("prod")));
+    }
+
+    #[test]
+    fn kind_prefixes_and_virtctl_namespace() {
+        let t = parse("vmi/web");
+        assert_eq!((t.kind, t.name.as_str()), (TargetKind::Vmi, "web"));
+        let t = parse("vm/db.primary/prod");
+        assert_eq!((t.name.as_str(), t.namespace.as_deref()), ("db.primary", Some("prod")));
+        let t = parse("vm/db.primary");
+        assert_eq!((t.name.as_str(), t.namespace), ("db.primary", None));
+    }
+
+    #[test]
+    fn user_prefix() {
+        let t = parse("alice@vm/web/prod");
+        assert_eq!(t.user.as_deref(), Some("alice"));
+        assert_eq!(t.to_string(), "alice@vm/web/prod");
+        let err = Target::parse("alice@web", false).unwrap_err();
+        assert!(err.to_string().contains("only accepted by ssh-like commands"));
+    }
+
+    #[test]
+    fn bad_targets_say_why() {
+        for (text, why) in [
+            ("", "expected a VM name"),
+            ("@web", "expected a user name"),
+            ("Web", "'W' is not allowed"),
+            ("web.", "the name is empty"),
+            (".prod", "the name is empty"),
+            ("pod/web", "unknown kind \"pod\""),
+            ("vm/a/b/c", "too many '/'"),
+            ("web_1", "'_' is not allowed"),
+            ("-web", "start and end"),
+        ] {
+            let err = Target::parse(text, true).unwrap_err().to_string();
+            assert!(err.contains(why), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn namespace_flag_must_agree() {
+        let t = parse("web.prod");
+        assert_eq!(t.namespace_in("prod", true).unwrap(), "prod");
+        assert_eq!(t.namespace_in("default", false).unwrap(), "prod");
+        let err = t.namespace_in("dev", true).unwrap_err().to_string();
+        assert!(err.contains("names namespace \"prod\" but -n says \"dev\""), "{err}");
+        assert_eq!(parse("web").namespace_in("dev", true).unwrap(), "dev");
+    }
+
+    #[test]
+    fn namespace_rules() {
+        assert!(validate_namespace("prod").is_ok());
+        assert!(validate_namespace("a.b").is_err());
+        assert!(validate_namespace(&"x".repeat(64)).is_err());
+    }
+}

@@ -1,0 +1,772 @@
+//! Virtual machines of both platforms read into one shape: [`VmSummary`] for `list`,
+//! [`VmDetails`] for `get`, and a watch that reports changed summaries.
+//!
+//! KubeVirt keeps the runtime state (node, IP, guest agent) on the VirtualMachineInstance, so
+//! its VMs are joined with their instances; Deckhouse reports all of it on the VM.
+
+use std::collections::BTreeMap;
+
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{DynamicObject, ListParams, WatchEvent, WatchParams};
+use serde_json::Value;
+
+use crate::api::{EVENT, KUBEVIRT_VMI, Kind};
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+use crate::flavor::{Flavor, Platform};
+use crate::target::{Target, TargetKind};
+
+/// Where to look for VMs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// One namespace.
+    Namespace(String),
+    /// Every namespace (`-A`).
+    AllNamespaces,
+}
+
+impl Scope {
+    fn namespace(&self) -> Option<&str> {
+        match self {
+            Scope::Namespace(ns) => Some(ns),
+            Scope::AllNamespaces => None,
+        }
+    }
+}
+
+/// One VM as `list` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VmSummary {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Status as the platform prints it (`Running`, `Stopped`, `Provisioning`, …).
+    pub status: String,
+    /// Node the VM runs on.
+    pub node: Option<String>,
+    /// First IP address.
+    pub ip: Option<String>,
+    /// Creation time.
+    pub created: Option<jiff::Timestamp>,
+    /// CPU cores.
+    pub cpu: Option<String>,
+    /// Memory size.
+    pub memory: Option<String>,
+    /// Whether the guest agent is connected (`None`: not running or unknown).
+    pub agent: Option<bool>,
+    /// Whether the VM can be live-migrated (`None`: not running or unknown).
+    pub migratable: Option<bool>,
+    /// KubeVirt run strategy or Deckhouse run policy.
+    pub run_strategy: Option<String>,
+    /// The VM object as the server returned it.
+    pub object: Value,
+}
+
+/// A page of VMs plus the resource version to watch from.
+#[derive(Debug, Clone)]
+pub struct VmList {
+    /// The VMs, sorted by namespace and name.
+    pub items: Vec<VmSummary>,
+    /// Resource version of the VM list.
+    pub resource_version: Option<String>,
+    /// Resource version of the instance list (KubeVirt only).
+    pub instance_resource_version: Option<String>,
+}
+
+/// A condition line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Condition {
+    /// Condition type.
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// Machine-readable reason.
+    pub reason: Option<String>,
+    /// Human message.
+    pub message: Option<String>,
+}
+
+/// A disk of the VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disk {
+    /// Disk (volume or block device) name.
+    pub name: String,
+    /// Where its data comes from, e.g. `DataVolume web-root` or `VirtualDisk web-root`.
+    pub source: String,
+    /// Size, when known.
+    pub size: Option<String>,
+}
+
+/// A network interface of a running VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interface {
+    /// Interface name.
+    pub name: String,
+    /// IP addresses.
+    pub ips: Vec<String>,
+    /// MAC address.
+    pub mac: Option<String>,
+}
+
+/// An event about the VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventLine {
+    /// `Normal` or `Warning`.
+    pub type_: String,
+    /// Reason.
+    pub reason: String,
+    /// When it last happened.
+    pub last_seen: Option<jiff::Timestamp>,
+    /// Message.
+    pub message: String,
+}
+
+/// One VM as `get` shows it.
+#[derive(Debug, Clone)]
+pub struct VmDetails {
+    /// The summary fields.
+    pub summary: VmSummary,
+    /// The platform.
+    pub flavor: Flavor,
+    /// VM conditions (and instance conditions on KubeVirt).
+    pub conditions: Vec<Condition>,
+    /// Network interfaces.
+    pub interfaces: Vec<Interface>,
+    /// Guest OS as the agent reports it.
+    pub guest_os: Option<String>,
+    /// Disks.
+    pub disks: Vec<Disk>,
+    /// Recent events, oldest first (empty when events cannot be read).
+    pub events: Vec<EventLine>,
+    /// The instance object (KubeVirt, when running).
+    pub instance: Option<Value>,
+}
+
+fn text(value: &Value, pointer: &str) -> Option<String> {
+    match value.pointer(pointer)? {
+        Value::String(s) if !s.is_empty() => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn timestamp(value: &Value, pointer: &str) -> Option<jiff::Timestamp> {
+    value.pointer(pointer)?.as_str()?.parse().ok()
+}
+
+fn condition_status(object: &Value, type_: &str) -> Option<bool> {
+    object
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))
+        .and_then(|c| c.get("status")?.as_str())
+        .map(|s| s == "True")
+}
+
+fn conditions(object: &Value) -> Vec<Condition> {
+    let Some(list) = object.pointer("/status/conditions").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    list.iter()
+        .map(|c| Condition {
+            type_: text(c, "/type").unwrap_or_default(),
+            status: text(c, "/status").unwrap_or_else(|| "Unknown".into()),
+            reason: text(c, "/reason"),
+            message: text(c, "/message"),
+        })
+        .collect()
+}
+
+/// Summarise a KubeVirt VM and its instance (if it has one).
+pub fn summarize_kubevirt(vm: &Value, vmi: Option<&Value>) -> VmSummary {
+    let domain = vmi
+        .and_then(|i| i.pointer("/spec/domain"))
+        .or_else(|| vm.pointer("/spec/template/spec/domain"));
+    let cpu = domain.and_then(|d| {
+        let count = |field: &str| d.pointer(&format!("/cpu/{field}")).and_then(Value::as_u64);
+        match (count("cores"), count("sockets"), count("threads")) {
+            (None, None, None) => text(d, "/resources/requests/cpu"),
+            (cores, sockets, threads) => Some(
+                (cores.unwrap_or(1) * sockets.unwrap_or(1) * threads.unwrap_or(1)).to_string(),
+            ),
+        }
+    });
+    let memory = domain.and_then(|d| {
+        text(d, "/memory/guest").or_else(|| text(d, "/resources/requests/memory"))
+    });
+    let run_strategy = text(vm, "/spec/runStrategy").or_else(|| {
+        vm.pointer("/spec/running")
+            .and_then(Value::as_bool)
+            .map(|running| if running { "Always" } else { "Halted" }.to_owned())
+    });
+    VmSummary {
+        namespace: text(vm, "/metadata/namespace").unwrap_or_default(),
+        name: text(vm, "/metadata/name").unwrap_or_default(),
+        status: text(vm, "/status/printableStatus")
+            .or_else(|| vmi.and_then(|i| text(i, "/status/phase")))
+            .unwrap_or_else(|| "Unknown".into()),
+        node: vmi.and_then(|i| text(i, "/status/nodeName")),
+        ip: vmi.and_then(|i| text(i, "/status/interfaces/0/ipAddress")),
+        created: timestamp(vm, "/metadata/creationTimestamp"),
+        cpu,
+        memory,
+        agent: vmi.map(|i| condition_status(i, "AgentConnected").unwrap_or(false)),
+        migratable: vmi.map(|i| condition_status(i, "LiveMigratable").unwrap_or(false)),
+        run_strategy,
+        object: vm.clone(),
+    }
+}
+
+/// Summarise a Deckhouse VM.
+pub fn summarize_deckhouse(vm: &Value) -> VmSummary {
+    let running = matches!(
+        text(vm, "/status/phase").as_deref(),
+        Some("Running" | "Migrating" | "Pause" | "Degraded")
+    );
+    VmSummary {
+        namespace: text(vm, "/metadata/namespace").unwrap_or_default(),
+        name: text(vm, "/metadata/name").unwrap_or_default(),
+        status: text(vm, "/status/phase").unwrap_or_else(|| "Pending".into()),
+        node: text(vm, "/status/nodeName"),
+        ip: text(vm, "/status/ipAddress"),
+        created: timestamp(vm, "/metadata/creationTimestamp"),
+        cpu: text(vm, "/status/resources/cpu/cores").or_else(|| text(vm, "/spec/cpu/cores")),
+        memory: text(vm, "/status/resources/memory/size").or_else(|| text(vm, "/spec/memory/size")),
+        agent: running.then(|| condition_status(vm, "AgentReady").unwrap_or(false)),
+        migratable: running.then(|| condition_status(vm, "Migratable").unwrap_or(false)),
+        run_strategy: text(vm, "/spec/runPolicy"),
+        object: vm.clone(),
+    }
+}
+
+fn to_value(object: DynamicObject) -> Value {
+    serde_json::to_value(object).unwrap_or(Value::Null)
+}
+
+fn key(object: &Value) -> (String, String) {
+    (
+        text(object, "/metadata/namespace").unwrap_or_default(),
+        text(object, "/metadata/name").unwrap_or_default(),
+    )
+}
+
+/// List the VMs in scope, optionally filtered by a label selector.
+pub async fn list(
+    cluster: &Cluster,
+    platform: &Platform,
+    scope: &Scope,
+    selector: Option<&str>,
+) -> Result<VmList> {
+    let vm_kind = Kind::vm(platform.flavor);
+    let ns = scope.namespace();
+    let mut params = ListParams::default();
+    if let Some(selector) = selector {
+        params = params.labels(selector);
+    }
+    let vms = vm_kind.api(&cluster.client, ns);
+    match platform.flavor {
+        Flavor::Deckhouse => {
+            let list = vms
+                .list(&params)
+                .await
+                .map_err(|e| cluster.error(e, &vm_kind.action("list", ns)))?;
+            let mut items: Vec<VmSummary> = list
+                .items
+                .into_iter()
+                .map(|o| summarize_deckhouse(&to_value(o)))
+                .collect();
+            items.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+            Ok(VmList {
+                items,
+                resource_version: list.metadata.resource_version,
+                instance_resource_version: None,
+            })
+        }
+        Flavor::KubeVirt => {
+            let vmis = KUBEVIRT_VMI.api(&cluster.client, ns);
+            // Instances carry the template's labels, not the VM's, so they are listed whole.
+            let all = ListParams::default();
+            let (vm_list, vmi_list) = tokio::join!(vms.list(&params), vmis.list(&all));
+            let vm_list = vm_list.map_err(|e| cluster.error(e, &vm_kind.action("list", ns)))?;
+            let vmi_list =
+                vmi_list.map_err(|e| cluster.error(e, &KUBEVIRT_VMI.action("list", ns)))?;
+            let instances: BTreeMap<(String, String), Value> = vmi_list
+                .items
+                .into_iter()
+                .map(to_value)
+                .map(|v| (key(&v), v))
+                .collect();
+            let mut items: Vec<VmSummary> = vm_list
+                .items
+                .into_iter()
+                .map(to_value)
+                .map(|vm| summarize_kubevirt(&vm, instances.get(&key(&vm))))
+                .collect();
+            items.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+            Ok(VmList {
+                items,
+                resource_version: vm_list.metadata.resource_version,
+                instance_resource_version: vmi_list.metadata.resource_version,
+            })
+        }
+    }
+}
+
+/// Read one VM in detail: status, conditions, interfaces, guest OS, disks and events.
+/// A `vmi/NAME` target (KubeVirt) also finds an instance that has no VM.
+pub async fn get(
+    cluster: &Cluster,
+    platform: &Platform,
+    target: &Target,
+    namespace: &str,
+) -> Result<VmDetails> {
+    let name = target.name.as_str();
+    let vm_kind = Kind::vm(platform.flavor);
+    if target.kind == TargetKind::Vmi && platform.flavor == Flavor::Deckhouse {
+        return Err(Error::InvalidTarget(format!(
+            "target {target}: Deckhouse virtualization has no VirtualMachineInstance; use vm/{name}"
+        )));
+    }
+    let vm = vm_kind
+        .api(&cluster.client, Some(namespace))
+        .get_opt(name)
+        .await
+        .map_err(|e| cluster.error(e, &vm_kind.action("get", Some(namespace)).named(name)))?
+        .map(to_value);
+    let (events, vmi) = match platform.flavor {
+        Flavor::Deckhouse => (events_for(cluster, name, namespace).await, None),
+        Flavor::KubeVirt => {
+            let vmi_api = KUBEVIRT_VMI.api(&cluster.client, Some(namespace));
+            let (events, vmi) = tokio::join!(events_for(cluster, name, namespace), vmi_api.get_opt(name));
+            let vmi = vmi.map_err(|e| {
+                cluster.error(e, &KUBEVIRT_VMI.action("get", Some(namespace)).named(name))
+            })?;
+            (events, vmi.map(to_value))
+        }
+    };
+    match (platform.flavor, vm, vmi) {
+        (Flavor::Deckhouse, Some(vm), _) => Ok(deckhouse_details(&vm, events)),
+        (Flavor::KubeVirt, Some(vm), vmi) => Ok(kubevirt_details(&vm, vmi, events)),
+        (Flavor::KubeVirt, None, Some(vmi)) if target.kind == TargetKind::Vmi => {
+            Ok(kubevirt_details(&vmi, Some(vmi.clone()), events))
+        }
+        (_, None, _) => {
+            let kind = if target.kind == TargetKind::Vmi { KUBEVIRT_VMI } else { vm_kind };
+            Err(Error::NotFound {
+                kind: kind.kind.to_ascii_lowercase(),
+                name: name.to_owned(),
+                namespace: Some(namespace.to_owned()),
+            })
+        }
+    }
+}
+
+/// Details of a KubeVirt VM from its objects.
+pub fn kubevirt_details(vm: &Value, vmi: Option<Value>, events: Vec<EventLine>) -> VmDetails {
+    let summary = summarize_kubevirt(vm, vmi.as_ref());
+    let mut all_conditions = conditions(vm);
+    if let Some(vmi) = &vmi {
+        for condition in conditions(vmi) {
+            if !all_conditions.iter().any(|c| c.type_ == condition.type_) {
+                all_conditions.push(condition);
+            }
+        }
+    }
+    let interfaces = vmi
+        .as_ref()
+        .and_then(|i| i.pointer("/status/interfaces")?.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|iface| Interface {
+            name: text(iface, "/name").unwrap_or_else(|| "default".into()),
+            ips: iface
+                .get("ipAddresses")
+                .and_then(Value::as_array)
+                .map(|ips| ips.iter().filter_map(|ip| ip.as_str().map(str::to_owned)).collect())
+                .filter(|ips: &Vec<String>| !ips.is_empty())
+                .or_else(|| text(iface, "/ipAddress").map(|ip| vec![ip]))
+                .unwrap_or_default(),
+            mac: text(iface, "/mac"),
+        })
+        .collect();
+    let guest_os = vmi.as_ref().and_then(|i| {
+        text(i, "/status/guestOSInfo/prettyName").or_else(|| {
+            let name = text(i, "/status/guestOSInfo/name")?;
+            Some(match text(i, "/status/guestOSInfo/version") {
+                Some(version) => format!("{name} {version}"),
+                None => name,
+            })
+        })
+    });
+    let disks = vm
+        .pointer("/spec/template/spec/volumes")
+        .and_then(Value::as_array)
+        .map(|volumes| volumes.iter().map(kubevirt_disk).collect())
+        .unwrap_or_default();
+    VmDetails {
+        summary,
+        flavor: Flavor::KubeVirt,
+        conditions: all_conditions,
+        interfaces,
+        guest_os,
+        disks,
+        events,
+        instance: vmi,
+    }
+}
+
+fn kubevirt_disk(volume: &Value) -> Disk {
+    let name = text(volume, "/name").unwrap_or_default();
+    let source = [
+        ("dataVolume", "/dataVolume/name", "DataVolume"),
+        ("persistentVolumeClaim", "/persistentVolumeClaim/claimName", "PersistentVolumeClaim"),
+        ("containerDisk", "/containerDisk/image", "containerDisk"),
+        ("emptyDisk", "/emptyDisk/capacity", "emptyDisk"),
+        ("cloudInitNoCloud", "", "cloud-init NoCloud"),
+        ("cloudInitConfigDrive", "", "cloud-init ConfigDrive"),
+        ("secret", "/secret/secretName", "Secret"),
+        ("configMap", "/configMap/name", "ConfigMap"),
+    ]
+    .iter()
+    .find(|(field, _, _)| volume.get(*field).is_some())
+    .map(|(_, pointer, label)| match text(volume, pointer) {
+        Some(detail) if !pointer.is_empty() => format!("{label} {detail}"),
+        _ => (*label).to_owned(),
+    })
+    .unwrap_or_else(|| "other".into());
+    Disk {
+        name,
+        source,
+        size: None,
+    }
+}
+
+/// Details of a Deckhouse VM from its object.
+pub fn deckhouse_details(vm: &Value, events: Vec<EventLine>) -> VmDetails {
+    let summary = summarize_deckhouse(vm);
+    let status_refs = vm
+        .pointer("/status/blockDeviceRefs")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let disks = vm
+        .pointer("/spec/blockDeviceRefs")
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .map(|r| {
+                    let kind = text(r, "/kind").unwrap_or_default();
+                    let name = text(r, "/name").unwrap_or_default();
+                    let size = status_refs
+                        .iter()
+                        .find(|s| text(s, "/kind") == Some(kind.clone()) && text(s, "/name") == Some(name.clone()))
+                        .and_then(|s| text(s, "/size"));
+                    Disk {
+                        source: format!("{kind} {name}"),
+                        name,
+                        size,
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let interfaces = match vm.pointer("/status/networks").and_then(Value::as_array) {
+        Some(networks) if !networks.is_empty() => networks
+            .iter()
+            .map(|n| Interface {
+                name: text(n, "/name").unwrap_or_else(|| text(n, "/type").unwrap_or_default()),
+                ips: text(n, "/ipAddress").into_iter().collect(),
+                mac: text(n, "/macAddress"),
+            })
+            .collect(),
+        _ => summary
+            .ip
+            .iter()
+            .map(|ip| Interface {
+                name: "default".into(),
+                ips: vec![ip.clone()],
+                mac: None,
+            })
+            .collect(),
+    };
+    let guest_os = text(vm, "/status/guestOSInfo/prettyName").or_else(|| text(vm, "/status/guestOSInfo/name"));
+    VmDetails {
+        flavor: Flavor::Deckhouse,
+        conditions: conditions(vm),
+        interfaces,
+        guest_os,
+        disks,
+        events,
+        instance: None,
+        summary,
+    }
+}
+
+/// Events about the VM (and its instance), oldest first. Best effort: a user who may not
+/// read events still gets the rest of `get`.
+async fn events_for(cluster: &Cluster, name: &str, namespace: &str) -> Vec<EventLine> {
+    let params = ListParams::default().fields(&format!("involvedObject.name={name}"));
+    let Ok(list) = EVENT.api(&cluster.client, Some(namespace)).list(&params).await else {
+        return Vec::new();
+    };
+    let mut events: Vec<EventLine> = list
+        .items
+        .into_iter()
+        .map(to_value)
+        .filter(|e| {
+            matches!(
+                text(e, "/involvedObject/kind").as_deref(),
+                Some("VirtualMachine" | "VirtualMachineInstance") | None
+            )
+        })
+        .map(|e| EventLine {
+            type_: text(&e, "/type").unwrap_or_else(|| "Normal".into()),
+            reason: text(&e, "/reason").unwrap_or_default(),
+            last_seen: timestamp(&e, "/lastTimestamp")
+                .or_else(|| timestamp(&e, "/eventTime"))
+                .or_else(|| timestamp(&e, "/metadata/creationTimestamp")),
+            message: text(&e, "/message").unwrap_or_default(),
+        })
+        .collect();
+    events.sort_by_key(|e| e.last_seen);
+    events
+}
+
+/// A change seen by [`watch`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum VmChange {
+    /// The VM was added or changed (or its instance was).
+    Updated(VmSummary),
+    /// The VM was deleted.
+    Deleted(VmSummary),
+}
+
+enum Feed {
+    Vm(WatchEvent<DynamicObject>),
+    Instance(WatchEvent<DynamicObject>),
+}
+
+/// Watch VMs (and KubeVirt instances) from where `initial` left off and call `on_change`
+/// for every VM whose summary changed. Runs until the server or `on_change` fails; the
+/// caller's error type carries both kinds of failure.
+pub async fn watch<E: From<Error>>(
+    cluster: &Cluster,
+    platform: &Platform,
+    scope: &Scope,
+    selector: Option<&str>,
+    initial: VmList,
+    mut on_change: impl FnMut(VmChange) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    let ns = scope.namespace();
+    let vm_kind = Kind::vm(platform.flavor);
+    let mut vms: BTreeMap<(String, String), Value> = initial
+        .items
+        .iter()
+        .map(|s| (key(&s.object), s.object.clone()))
+        .collect();
+    let mut instances: BTreeMap<(String, String), Value> = BTreeMap::new();
+    let mut last: BTreeMap<(String, String), VmSummary> = initial
+        .items
+        .into_iter()
+        .map(|s| ((s.namespace.clone(), s.name.clone()), s))
+        .collect();
+    let mut vm_params = WatchParams::default().timeout(290);
+    if let Some(selector) = selector {
+        vm_params = vm_params.labels(selector);
+    }
+    let vm_api = vm_kind.api(&cluster.client, ns);
+    let vm_feed = restartable_watch(vm_api, vm_params, initial.resource_version.unwrap_or_default())
+        .map_ok(Feed::Vm)
+        .map_err(|e| cluster.error(e, &vm_kind.action("watch", ns)));
+    let mut feeds: futures::stream::BoxStream<'_, Result<Feed>> = Box::pin(vm_feed);
+    if platform.flavor == Flavor::KubeVirt {
+        let vmi_api = KUBEVIRT_VMI.api(&cluster.client, ns);
+        // Watching instances from "now" would miss ones created before; start by listing them.
+        let current = vmi_api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| E::from(cluster.error(e, &KUBEVIRT_VMI.action("list", ns))))?;
+        for vmi in current.items.into_iter().map(to_value) {
+            instances.insert(key(&vmi), vmi);
+        }
+        let vmi_feed = restartable_watch(
+            vmi_api,
+            WatchParams::default().timeout(290),
+            current.metadata.resource_version.unwrap_or_default(),
+        )
+        .map_ok(Feed::Instance)
+        .map_err(|e| cluster.error(e, &KUBEVIRT_VMI.action("watch", ns)));
+        feeds = Box::pin(futures::stream::select(feeds, vmi_feed));
+    }
+    while let Some(feed) = feeds.next().await {
+        let (event, is_vm) = match feed.map_err(E::from)? {
+            Feed::Vm(event) => (event, true),
+            Feed::Instance(event) => (event, false),
+        };
+        let (object, deleted) = match event {
+            WatchEvent::Added(o) | WatchEvent::Modified(o) => (to_value(o), false),
+            WatchEvent::Deleted(o) => (to_value(o), true),
+            WatchEvent::Bookmark(_) => continue,
+            WatchEvent::Error(status) => {
+                return Err(E::from(Error::from_status(
+                    status.code,
+                    &status.reason,
+                    &status.message,
+                    &vm_kind.action("watch", ns),
+                    &cluster.server,
+                )));
+            }
+        };
+        let id = key(&object);
+        let table = if is_vm { &mut vms } else { &mut instances };
+        if deleted {
+            table.remove(&id);
+        } else {
+            table.insert(id.clone(), object.clone());
+        }
+        if is_vm && deleted {
+            let summary = last.remove(&id).unwrap_or_else(|| summarize(platform.flavor, &object, None));
+            on_change(VmChange::Deleted(summary))?;
+            continue;
+        }
+        let Some(vm) = vms.get(&id) else { continue };
+        let summary = summarize(platform.flavor, vm, instances.get(&id));
+        if last.get(&id) != Some(&summary) {
+            last.insert(id, summary.clone());
+            on_change(VmChange::Updated(summary))?;
+        }
+    }
+    Ok(())
+}
+
+fn summarize(flavor: Flavor, vm: &Value, vmi: Option<&Value>) -> VmSummary {
+    match flavor {
+        Flavor::KubeVirt => summarize_kubevirt(vm, vmi),
+        Flavor::Deckhouse => summarize_deckhouse(vm),
+    }
+}
+
+/// A watch that resumes where it stopped when the server ends it (watch timeouts), so the
+/// caller sees one endless stream.
+fn restartable_watch(
+    api: kube::Api<DynamicObject>,
+    params: WatchParams,
+    resource_version: String,
+) -> impl futures::Stream<Item = kube::Result<WatchEvent<DynamicObject>>> {
+    futures::stream::unfold(
+        (api, params, resource_version, None::<futures::stream::BoxStream<'static, kube::Result<WatchEvent<DynamicObject>>>>),
+        |(api, params, mut version, mut current)| async move {
+            loop {
+                if current.is_none() {
+                    match api.watch(&params, &version).await {
+                        Ok(stream) => current = Some(stream.boxed()),
+                        Err(e) => return Some((Err(e), (api, params, version, None))),
+                    }
+                }
+                match current.as_mut().expect("stream set above").next().await {
+                    Some(Ok(event)) => {
+                        if let WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) = &event
+                            && let Some(rv) = &o.metadata.resource_version
+                        {
+                            version.clone_from(rv);
+                        }
+                        if let WatchEvent::Bookmark(b) = &event {
+                            version.clone_from(&b.metadata.resource_version);
+                        }
+                        return Some((Ok(event), (api, params, version, current)));
+                    }
+                    Some(Err(e)) => return Some((Err(e), (api, params, version, None))),
+                    None => current = None,
+                }
+            }
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn kubevirt_vm() -> Value {
+        json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": "web", "namespace": "prod", "creationTimestamp": "2026-11-01T10:00:00Z"},
+            "spec": {"runStrategy": "Always", "template": {"spec": {
+                "domain": {"cpu": {"cores": 2, "sockets": 2}, "memory": {"guest": "4Gi"}, "devices": {}},
+                "volumes": [
+                    {"name": "root", "dataVolume": {"name": "web-root"}},
+                    {"name": "cloudinit", "cloudInitNoCloud": {"userData": "#cloud-config"}}
+                ]}}},
+            "status": {"printableStatus": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        })
+    }
+
+    fn kubevirt_vmi() -> Value {
+        json!({
+            "metadata": {"name": "web", "namespace": "prod"},
+            "spec": {"domain": {"cpu": {"cores": 2, "sockets": 2}, "memory": {"guest": "4Gi"}}},
+            "status": {"phase": "Running", "nodeName": "node-1",
+                "interfaces": [{"name": "default", "ipAddress": "10.244.0.7", "ipAddresses": ["10.244.0.7", "fd00::7"], "mac": "52:54:00:00:00:01"}],
+                "guestOSInfo": {"prettyName": "Ubuntu 24.04 LTS"},
+                "conditions": [{"type": "Ready", "status": "True"}, {"type": "AgentConnected", "status": "True"}, {"type": "LiveMigratable", "status": "False", "message": "disk is RWO"}]}
+        })
+    }
+
+    #[test]
+    fn kubevirt_vm_joined_with_instance() {
+        let s = summarize_kubevirt(&kubevirt_vm(), Some(&kubevirt_vmi()));
+        assert_eq!(s.status, "Running");
+        assert_eq!(s.node.as_deref(), Some("node-1"));
+        assert_eq!(s.ip.as_deref(), Some("10.244.0.7"));
+        assert_eq!(s.cpu.as_deref(), Some("4"));
+        assert_eq!(s.memory.as_deref(), Some("4Gi"));
+        assert_eq!((s.agent, s.migratable), (Some(true), Some(false)));
+        assert_eq!(s.run_strategy.as_deref(), Some("Always"));
+    }
+
+    #[test]
+    fn stopped_kubevirt_vm_has_no_runtime_fields() {
+        let mut vm = kubevirt_vm();
+        vm["spec"] = json!({"running": false, "template": {"spec": {"domain": {"resources": {"requests": {"memory": "1Gi"}}}}}});
+        vm["status"] = json!({"printableStatus": "Stopped"});
+        let s = summarize_kubevirt(&vm, None);
+        assert_eq!((s.status.as_str(), s.node, s.agent), ("Stopped", None, None));
+        assert_eq!(s.run_strategy.as_deref(), Some("Halted"));
+        assert_eq!(s.memory.as_deref(), Some("1Gi"));
+        assert_eq!(s.cpu, None);
+    }
+
+    #[test]
+    fn kubevirt_details_merge_conditions_and_disks() {
+        let d = kubevirt_details(&kubevirt_vm(), Some(kubevirt_vmi()), Vec::new());
+        let types: Vec<&str> = d.conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, ["Ready", "AgentConnected", "LiveMigratable"]);
+        assert_eq!(d.interfaces[0].ips, ["10.244.0.7", "fd00::7"]);
+        assert_eq!(d.guest_os.as_deref(), Some("Ubuntu 24.04 LTS"));
+        assert_eq!(d.disks[0].source, "DataVolume web-root");
+        assert_eq!(d.disks[1].source, "cloud-init NoCloud");
+    }
+
+    #[test]
+    fn deckhouse_vm() {
+        let vm = json!({
+            "metadata": {"name": "linux-vm", "namespace": "dev"},
+            "spec": {"runPolicy": "AlwaysOn", "cpu": {"cores": 1}, "memory": {"size": "1Gi"},
+                "blockDeviceRefs": [{"kind": "VirtualDisk", "name": "linux-vm-root"}]},
+            "status": {"phase": "Running", "nodeName": "node-2", "ipAddress": "10.66.10.12",
+                "blockDeviceRefs": [{"kind": "VirtualDisk", "name": "linux-vm-root", "size": "10Gi"}],
+                "conditions": [{"type": "AgentReady", "status": "True"}]}
+        });
+        let d = deckhouse_details(&vm, Vec::new());
+        let s = &d.summary;
+        assert_eq!((s.status.as_str(), s.ip.as_deref()), ("Running", Some("10.66.10.12")));
+        assert_eq!((s.agent, s.migratable), (Some(true), Some(false)));
+        assert_eq!(s.cpu.as_deref(), Some("1"));
+        assert_eq!(d.disks[0].size.as_deref(), Some("10Gi"));
+        assert_eq!(d.interfaces[0].ips, ["10.66.10.12"]);
+    }
+}
