@@ -11,8 +11,8 @@ use std::process::ExitCode;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use clap_complete::CompletionCandidate;
 use clap_complete::CompleteEnv;
+use clap_complete::CompletionCandidate;
 use kubevm::cluster::{Cluster, ConnectOptions};
 use kubevm::flavor::{self, FlavorChoice};
 use kubevm::vm::{self, Scope};
@@ -39,7 +39,11 @@ pub fn invoked_as_kubectl_completer() -> bool {
     std::env::args_os()
         .next()
         .as_deref()
-        .and_then(|arg0| std::path::Path::new(arg0).file_stem().map(OsStr::to_os_string))
+        .and_then(|arg0| {
+            std::path::Path::new(arg0)
+                .file_stem()
+                .map(OsStr::to_os_string)
+        })
         .is_some_and(|stem| stem == KUBECTL_COMPLETER)
 }
 
@@ -58,13 +62,19 @@ pub fn run_kubectl_completer() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let index = words.len() - 1;
+    // Like cobra, offer flags only once the user has typed a dash.
+    let offer_flags = words[index].starts_with('-');
     let args: Vec<OsString> = words.into_iter().map(OsString::from).collect();
     let cwd = std::env::current_dir().ok();
     let candidates =
         clap_complete::engine::complete(&mut cli::command(), args, index, cwd.as_deref())
             .unwrap_or_default();
     let mut out = String::new();
-    for candidate in candidates.iter().filter(|c| !c.is_hide_set()) {
+    let visible = candidates
+        .iter()
+        .filter(|c| !c.is_hide_set())
+        .filter(|c| offer_flags || !c.get_value().to_string_lossy().starts_with('-'));
+    for candidate in visible {
         out.push_str(&candidate.get_value().to_string_lossy());
         if let Some(help) = candidate.get_help() {
             let help = help.to_string();
@@ -87,10 +97,7 @@ pub fn handle_shell_request() {
     if std::env::var_os(COMPLETE_VAR).is_none_or(|v| v.is_empty() || v == "0") {
         return;
     }
-    let words: Vec<String> = std::env::args()
-        .skip_while(|a| a != "--")
-        .skip(1)
-        .collect();
+    let words: Vec<String> = std::env::args().skip_while(|a| a != "--").skip(1).collect();
     let _ = WORDS.set(words);
     CompleteEnv::with_factory(cli::command)
         .var(COMPLETE_VAR)
@@ -115,7 +122,13 @@ fn typed_connection() -> (ConnectOptions, FlavorChoice) {
         };
         let takes_value = matches!(
             flag,
-            "--kubeconfig" | "--context" | "--cluster" | "--user" | "-n" | "--namespace" | "--flavor"
+            "--kubeconfig"
+                | "--context"
+                | "--cluster"
+                | "--user"
+                | "-n"
+                | "--namespace"
+                | "--flavor"
         );
         if !takes_value {
             i += 1;
@@ -146,9 +159,7 @@ fn typed_connection() -> (ConnectOptions, FlavorChoice) {
 }
 
 /// Run a cluster lookup within the completion budget; `None` on error or timeout.
-fn with_cluster<T>(
-    lookup: impl AsyncFnOnce(Cluster, FlavorChoice) -> Option<T>,
-) -> Option<T> {
+fn with_cluster<T>(lookup: impl AsyncFnOnce(Cluster, FlavorChoice) -> Option<T>) -> Option<T> {
     let (options, flavor) = typed_connection();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -165,7 +176,10 @@ fn with_cluster<T>(
     })
 }
 
-fn matching(current: &OsStr, items: impl IntoIterator<Item = (String, Option<String>)>) -> Vec<CompletionCandidate> {
+fn matching(
+    current: &OsStr,
+    items: impl IntoIterator<Item = (String, Option<String>)>,
+) -> Vec<CompletionCandidate> {
     let prefix = current.to_string_lossy();
     items
         .into_iter()
@@ -199,7 +213,8 @@ pub fn vm_names(current: &OsStr) -> Vec<CompletionCandidate> {
 /// Namespace names.
 pub fn namespaces(current: &OsStr) -> Vec<CompletionCandidate> {
     let names = with_cluster(async |cluster, _| {
-        let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(cluster.client.clone());
+        let api: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+            kube::Api::all(cluster.client.clone());
         let list = api.list_metadata(&Default::default()).await.ok()?;
         Some(
             list.items
@@ -226,14 +241,27 @@ mod tests {
     #[test]
     fn typed_flags_are_found_in_every_form() {
         let _ = WORDS.set(
-            ["kubectl-vm", "get", "--context=prod", "-n", "dev", "--kubeconfig", "/k", "--flavor=deckhouse", "we"]
-                .map(String::from)
-                .to_vec(),
+            [
+                "kubectl-vm",
+                "get",
+                "--context=prod",
+                "-n",
+                "dev",
+                "--kubeconfig",
+                "/k",
+                "--flavor=deckhouse",
+                "we",
+            ]
+            .map(String::from)
+            .to_vec(),
         );
         let (options, flavor) = typed_connection();
         assert_eq!(options.context.as_deref(), Some("prod"));
         assert_eq!(options.namespace.as_deref(), Some("dev"));
-        assert_eq!(options.kubeconfig.as_deref(), Some(std::path::Path::new("/k")));
+        assert_eq!(
+            options.kubeconfig.as_deref(),
+            Some(std::path::Path::new("/k"))
+        );
         assert_eq!(flavor, FlavorChoice::Fixed(kubevm::Flavor::Deckhouse));
     }
 }

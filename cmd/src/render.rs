@@ -23,7 +23,10 @@ pub const NONE: &str = "<none>";
 
 /// A cell's text, or `<none>`.
 pub fn cell(value: Option<impl ToString>) -> String {
-    value.map(|v| v.to_string()).filter(|v| !v.is_empty()).unwrap_or_else(|| NONE.to_owned())
+    value
+        .map(|v| v.to_string())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| NONE.to_owned())
 }
 
 /// A yes/no condition cell (`true`, `false`, `<none>` when unknown).
@@ -54,7 +57,14 @@ impl Table {
     pub fn write(&self, out: &mut dyn Write, with_headers: bool) -> std::io::Result<()> {
         let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
         let widths: Vec<usize> = (0..columns)
-            .map(|c| self.rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+            .map(|c| {
+                self.rows
+                    .iter()
+                    .filter_map(|r| r.get(c))
+                    .map(|s| s.chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
             .collect();
         for row in self.rows.iter().skip(usize::from(!with_headers)) {
             let mut line = String::new();
@@ -63,7 +73,10 @@ impl Table {
                     line.push_str(text);
                 } else {
                     line.push_str(text);
-                    line.extend(std::iter::repeat_n(' ', widths[c] - text.chars().count() + 3));
+                    line.extend(std::iter::repeat_n(
+                        ' ',
+                        widths[c] - text.chars().count() + 3,
+                    ));
                 }
             }
             writeln!(out, "{}", line.trim_end())?;
@@ -121,7 +134,11 @@ pub fn human_duration(seconds: i64) -> String {
 }
 
 /// Print one object or list as YAML (a document) or JSON (pretty, like kubectl).
-pub fn write_object(out: &mut dyn Write, value: &Value, format: OutputFormat) -> std::io::Result<()> {
+pub fn write_object(
+    out: &mut dyn Write,
+    value: &Value,
+    format: OutputFormat,
+) -> std::io::Result<()> {
     match format {
         OutputFormat::Json => {
             serde_json::to_writer_pretty(&mut *out, value)?;

@@ -1,8 +1,8 @@
 //! The Kubernetes kinds kubectl-vm reads and writes, described once: group, version, plural,
 //! and how failures on them are worded.
 
-use kube::api::{Api, ApiResource, DynamicObject};
 use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject};
 
 use crate::error::Action;
 use crate::flavor::Flavor;
@@ -108,7 +108,8 @@ impl Kind {
 
     /// An [`Action`] on this kind, for error messages.
     pub fn action(&self, verb: &'static str, namespace: Option<&str>) -> Action {
-        Action::new(verb, self.resource_name(), self.kind.to_ascii_lowercase()).in_namespace(namespace)
+        Action::new(verb, self.resource_name(), self.kind.to_ascii_lowercase())
+            .in_namespace(namespace)
     }
 
     /// A dynamic API handle, in one namespace or across all (`None`).
@@ -128,9 +129,15 @@ mod tests {
     #[test]
     fn names_like_kubectl() {
         assert_eq!(KUBEVIRT_VM.resource_name(), "virtualmachines.kubevirt.io");
-        assert_eq!(KUBEVIRT_VM.object_ref("web"), "virtualmachine.kubevirt.io/web");
+        assert_eq!(
+            KUBEVIRT_VM.object_ref("web"),
+            "virtualmachine.kubevirt.io/web"
+        );
         assert_eq!(EVENT.resource_name(), "events");
         assert_eq!(EVENT.object_ref("x"), "event/x");
-        assert_eq!(DECKHOUSE_VM.api_version(), "virtualization.deckhouse.io/v1alpha2");
+        assert_eq!(
+            DECKHOUSE_VM.api_version(),
+            "virtualization.deckhouse.io/v1alpha2"
+        );
     }
 }

@@ -83,12 +83,17 @@ impl Cluster {
         if let Some(timeout) = options.request_timeout.filter(|t| !t.is_zero()) {
             config.read_timeout = Some(timeout);
             config.write_timeout = Some(timeout);
-            config.connect_timeout = Some(config.connect_timeout.map_or(timeout, |c| c.min(timeout)));
+            config.connect_timeout =
+                Some(config.connect_timeout.map_or(timeout, |c| c.min(timeout)));
         }
         if options.insecure_skip_tls_verify {
             config.accept_invalid_certs = true;
         }
-        let server = config.cluster_url.to_string().trim_end_matches('/').to_owned();
+        let server = config
+            .cluster_url
+            .to_string()
+            .trim_end_matches('/')
+            .to_owned();
         let (namespace, namespace_from_flag) = match &options.namespace {
             Some(ns) => {
                 crate::target::validate_namespace(ns)?;
@@ -148,18 +153,27 @@ pub fn load_kubeconfig(explicit: Option<&Path>) -> Result<Option<Kubeconfig>> {
 fn read_file(path: &Path) -> Result<Kubeconfig> {
     Kubeconfig::read_from(path).map_err(|e| {
         let reason = match e {
-            kube::config::KubeconfigError::Parse(inner) => format!("not a valid kubeconfig: {inner}"),
+            kube::config::KubeconfigError::Parse(inner) => {
+                format!("not a valid kubeconfig: {inner}")
+            }
             kube::config::KubeconfigError::ReadConfig(inner, _) => inner.to_string(),
             other => other.to_string(),
         };
-        Error::Config(format!("cannot read kubeconfig {}: {reason}", path.display()))
+        Error::Config(crate::error::one_line(&format!(
+            "cannot read kubeconfig {}: {reason}",
+            path.display()
+        )))
     })
 }
 
 /// Check that the chosen context, cluster and user exist, so the error can list the real
 /// choices instead of kube's generic one. Returns the context name in use.
 fn check_selection(kubeconfig: &Kubeconfig, options: &ConnectOptions) -> Result<String> {
-    let contexts: Vec<&str> = kubeconfig.contexts.iter().map(|c| c.name.as_str()).collect();
+    let contexts: Vec<&str> = kubeconfig
+        .contexts
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
     let context = match (&options.context, &kubeconfig.current_context) {
         (Some(name), _) => name.clone(),
         (None, Some(name)) if !name.is_empty() => name.clone(),
@@ -178,7 +192,11 @@ fn check_selection(kubeconfig: &Kubeconfig, options: &ConnectOptions) -> Result<
         )));
     }
     if let Some(cluster) = &options.cluster {
-        let names: Vec<&str> = kubeconfig.clusters.iter().map(|c| c.name.as_str()).collect();
+        let names: Vec<&str> = kubeconfig
+            .clusters
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
         if !names.contains(&cluster.as_str()) {
             return Err(Error::Config(format!(
                 "cluster {cluster:?} not found in the kubeconfig ({})",
@@ -187,7 +205,11 @@ fn check_selection(kubeconfig: &Kubeconfig, options: &ConnectOptions) -> Result<
         }
     }
     if let Some(user) = &options.user {
-        let names: Vec<&str> = kubeconfig.auth_infos.iter().map(|u| u.name.as_str()).collect();
+        let names: Vec<&str> = kubeconfig
+            .auth_infos
+            .iter()
+            .map(|u| u.name.as_str())
+            .collect();
         if !names.contains(&user.as_str()) {
             return Err(Error::Config(format!(
                 "user {user:?} not found in the kubeconfig ({})",
@@ -217,7 +239,8 @@ pub fn context_names(explicit: Option<&Path>) -> Vec<String> {
 /// Parse a kubectl-style duration (`30s`, `2m`, `1h30m`, `500ms`, or a bare number of
 /// seconds; `0` means no limit).
 pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
-    let bad = || format!("invalid duration {text:?}: use a number with a unit, like 30s, 2m or 1h30m");
+    let bad =
+        || format!("invalid duration {text:?}: use a number with a unit, like 30s, 2m or 1h30m");
     if text.is_empty() {
         return Err(bad());
     }
@@ -235,7 +258,9 @@ pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
         }
         let value: f64 = rest[..digits].parse().map_err(|_| bad())?;
         rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let factor = match &rest[..unit_len] {
             "ms" => 0.001,
             "s" => 1.0,
@@ -293,23 +318,30 @@ current-context: a
             user: Some("root".into()),
             ..Default::default()
         };
-        assert!(check_selection(&kubeconfig(), &options)
-            .unwrap_err()
-            .to_string()
-            .contains("user \"root\" not found"));
+        assert!(
+            check_selection(&kubeconfig(), &options)
+                .unwrap_err()
+                .to_string()
+                .contains("user \"root\" not found")
+        );
         let options = ConnectOptions {
             cluster: Some("two".into()),
             ..Default::default()
         };
-        assert!(check_selection(&kubeconfig(), &options)
-            .unwrap_err()
-            .to_string()
-            .contains("cluster \"two\" not found"));
+        assert!(
+            check_selection(&kubeconfig(), &options)
+                .unwrap_err()
+                .to_string()
+                .contains("cluster \"two\" not found")
+        );
     }
 
     #[test]
     fn current_context_is_the_default() {
-        assert_eq!(check_selection(&kubeconfig(), &ConnectOptions::default()).unwrap(), "a");
+        assert_eq!(
+            check_selection(&kubeconfig(), &ConnectOptions::default()).unwrap(),
+            "a"
+        );
     }
 
     #[tokio::test]
@@ -322,18 +354,30 @@ current-context: a
             ..Default::default()
         };
         let cluster = Cluster::connect(&options).await.unwrap();
-        assert_eq!((cluster.namespace.as_str(), cluster.namespace_from_flag), ("team", false));
+        assert_eq!(
+            (cluster.namespace.as_str(), cluster.namespace_from_flag),
+            ("team", false)
+        );
         options.context = Some("b".into());
-        assert_eq!(Cluster::connect(&options).await.unwrap().namespace, "default");
+        assert_eq!(
+            Cluster::connect(&options).await.unwrap().namespace,
+            "default"
+        );
         options.namespace = Some("prod".into());
         let cluster = Cluster::connect(&options).await.unwrap();
-        assert_eq!((cluster.namespace.as_str(), cluster.namespace_from_flag), ("prod", true));
+        assert_eq!(
+            (cluster.namespace.as_str(), cluster.namespace_from_flag),
+            ("prod", true)
+        );
     }
 
     #[test]
     fn missing_explicit_kubeconfig_is_an_error() {
         let err = load_kubeconfig(Some(Path::new("/nonexistent/kubeconfig"))).unwrap_err();
-        assert_eq!(err.to_string(), "kubeconfig file /nonexistent/kubeconfig does not exist");
+        assert_eq!(
+            err.to_string(),
+            "kubeconfig file /nonexistent/kubeconfig does not exist"
+        );
     }
 
     #[test]

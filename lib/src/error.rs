@@ -78,6 +78,14 @@ pub enum Error {
         /// Namespace, if namespaced.
         namespace: Option<String>,
     },
+    /// The server does not serve the resource type at all.
+    #[error(
+        "the server does not serve {resource}; is the platform installed? (check --flavor and --context)"
+    )]
+    NotServed {
+        /// Plural resource with group.
+        resource: String,
+    },
     /// RBAC refused the request.
     #[error("forbidden: {} cannot {verb} {resource}{}{}", user.as_ref().map(|u| format!("user {u:?}")).unwrap_or_else(|| "you".into()), name.as_ref().map(|n| format!(" {n:?}")).unwrap_or_default(), in_ns(namespace))]
     Forbidden {
@@ -93,7 +101,9 @@ pub enum Error {
         namespace: Option<String>,
     },
     /// The credentials were not accepted.
-    #[error("unauthorized: the API server at {server} did not accept your credentials ({message}); log in again or check the user in your kubeconfig")]
+    #[error(
+        "unauthorized: the API server at {server} did not accept your credentials ({message}); log in again or check the user in your kubeconfig"
+    )]
     Unauthorized {
         /// Server address.
         server: String,
@@ -117,7 +127,9 @@ pub enum Error {
         message: String,
     },
     /// The API server could not be reached.
-    #[error("cannot reach the Kubernetes API server at {server}: {cause} (is the cluster up, and are --context and KUBECONFIG right?)")]
+    #[error(
+        "cannot reach the Kubernetes API server at {server}: {cause} (is the cluster up, and are --context and KUBECONFIG right?)"
+    )]
     Unreachable {
         /// Server address tried.
         server: String,
@@ -148,13 +160,9 @@ impl Error {
     /// Like [`Error::from_kube`], naming the server for connection failures.
     pub fn from_kube_at(err: kube::Error, action: &Action, server: &str) -> Self {
         match err {
-            kube::Error::Api(status) => Self::from_status(
-                status.code,
-                &status.reason,
-                &status.message,
-                action,
-                server,
-            ),
+            kube::Error::Api(status) => {
+                Self::from_status(status.code, &status.reason, &status.message, action, server)
+            }
             kube::Error::Auth(e) => Error::Config(format!("cannot get credentials: {e}")),
             kube::Error::HyperError(e) => Error::Unreachable {
                 server: server.to_owned(),
@@ -164,16 +172,26 @@ impl Error {
                 server: server.to_owned(),
                 cause: root_cause(e.as_ref()),
             },
-            kube::Error::SerdeError(e) => {
-                Error::Internal(format!("unexpected answer to {} {}: {e}", action.verb, action.resource))
-            }
+            kube::Error::SerdeError(e) => Error::Internal(format!(
+                "unexpected answer to {} {}: {e}",
+                action.verb, action.resource
+            )),
             other => Error::Internal(one_line(&other.to_string())),
         }
     }
 
     /// Classify an error `Status` from the API server.
-    pub fn from_status(code: u16, reason: &str, message: &str, action: &Action, server: &str) -> Self {
+    pub fn from_status(
+        code: u16,
+        reason: &str,
+        message: &str,
+        action: &Action,
+        server: &str,
+    ) -> Self {
         match (code, reason) {
+            (404, _) | (_, "NotFound") if action.name.is_none() => Error::NotServed {
+                resource: action.resource.clone(),
+            },
             (404, _) | (_, "NotFound") => Error::NotFound {
                 kind: action.kind.clone(),
                 name: action.name.clone().unwrap_or_default(),
@@ -222,7 +240,8 @@ fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
     one_line(&cause.to_string())
 }
 
-fn one_line(text: &str) -> String {
+/// Fold a possibly multi-line message into one line.
+pub(crate) fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -244,8 +263,33 @@ mod tests {
 
     #[test]
     fn not_found_names_object_and_namespace() {
-        let err = Error::from_status(404, "NotFound", "virtualmachines.kubevirt.io \"web\" not found", &vm_get(), "");
-        assert_eq!(err.to_string(), "virtualmachine \"web\" not found in namespace \"prod\"");
+        let err = Error::from_status(
+            404,
+            "NotFound",
+            "virtualmachines.kubevirt.io \"web\" not found",
+            &vm_get(),
+            "",
+        );
+        assert_eq!(
+            err.to_string(),
+            "virtualmachine \"web\" not found in namespace \"prod\""
+        );
+    }
+
+    #[test]
+    fn not_found_on_a_list_means_not_served() {
+        let action = Action::new("list", "virtualmachines.kubevirt.io", "virtualmachine");
+        let err = Error::from_status(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+            &action,
+            "",
+        );
+        assert_eq!(
+            err.to_string(),
+            "the server does not serve virtualmachines.kubevirt.io; is the platform installed? (check --flavor and --context)"
+        );
     }
 
     #[test]
@@ -271,9 +315,18 @@ mod tests {
 
     #[test]
     fn conflict_and_other_statuses_stay_one_line() {
-        let err = Error::from_status(409, "Conflict", "the object\nhas been modified", &vm_get(), "");
+        let err = Error::from_status(
+            409,
+            "Conflict",
+            "the object\nhas been modified",
+            &vm_get(),
+            "",
+        );
         assert_eq!(err.to_string(), "conflict: the object has been modified");
         let err = Error::from_status(500, "InternalError", "boom", &vm_get(), "");
-        assert_eq!(err.to_string(), "the server answered 500 InternalError: boom");
+        assert_eq!(
+            err.to_string(),
+            "the server answered 500 InternalError: boom"
+        );
     }
 }

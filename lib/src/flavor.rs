@@ -229,7 +229,10 @@ mod tests {
 
     #[test]
     fn kubevirt_alone() {
-        let groups = [group("apps", &["v1"]), group("kubevirt.io", &["v1", "v1alpha3"])];
+        let groups = [
+            group("apps", &["v1"]),
+            group("kubevirt.io", &["v1", "v1alpha3"]),
+        ];
         assert_eq!(flavor_from_groups(&groups), Some(Flavor::KubeVirt));
     }
 

@@ -6,10 +6,14 @@
 //! `kubectl-vm` binary renders what this library returns.
 
 pub mod api;
+pub mod ca;
 pub mod cluster;
+pub mod create;
 pub mod error;
 pub mod flavor;
+pub mod quantity;
 pub mod target;
+pub mod validate;
 pub mod version;
 pub mod vm;
 

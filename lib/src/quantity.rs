@@ -123,7 +123,7 @@ impl fmt::Display for Quantity {
             return f.write_str("0");
         }
         for (suffix, factor) in BINARY.iter().chain(DECIMAL.iter()) {
-            if self.0 % factor == 0 {
+            if self.0.is_multiple_of(*factor) {
                 return write!(f, "{}{suffix}", self.0 / factor);
             }
         }

@@ -39,7 +39,10 @@ impl Target {
             }
             Some(("", _)) => return Err(bad("expected a user name before '@'")),
             Some((user, rest)) => {
-                if user.chars().any(|c| c.is_whitespace() || c == '/' || c == ':') {
+                if user
+                    .chars()
+                    .any(|c| c.is_whitespace() || c == '/' || c == ':')
+                {
                     return Err(bad("the user name may not contain spaces, '/' or ':'"));
                 }
                 (Some(user.to_owned()), rest)
@@ -122,7 +125,10 @@ pub fn validate_name(name: &str) -> std::result::Result<(), String> {
         return Err("the name is empty".into());
     }
     if name.len() > 253 {
-        return Err(format!("the name is {} characters long; the limit is 253", name.len()));
+        return Err(format!(
+            "the name is {} characters long; the limit is 253",
+            name.len()
+        ));
     }
     if let Some(c) = name
         .chars()
@@ -146,7 +152,10 @@ pub fn validate_namespace(namespace: &str) -> Result<()> {
         return Err(bad("a namespace may not contain '.'".into()));
     }
     if namespace.len() > 63 {
-        return Err(bad(format!("{} characters long; the limit is 63", namespace.len())));
+        return Err(bad(format!(
+            "{} characters long; the limit is 63",
+            namespace.len()
+        )));
     }
     validate_name(namespace).map_err(bad)
 }
@@ -162,15 +171,24 @@ mod tests {
     #[test]
     fn plain_name() {
         let t = parse("web");
-        assert_eq!((t.kind, t.name.as_str(), t.namespace), (TargetKind::Vm, "web", None));
+        assert_eq!(
+            (t.kind, t.name.as_str(), t.namespace),
+            (TargetKind::Vm, "web", None)
+        );
     }
 
     #[test]
     fn dotted_splits_at_the_last_dot() {
         let t = parse("db.primary.prod");
-        assert_eq!((t.name.as_str(), t.namespace.as_deref()), ("db.primary", Some("prod")));
+        assert_eq!(
+            (t.name.as_str(), t.namespace.as_deref()),
+            ("db.primary", Some("prod"))
+        );
         let t = parse("web.prod");
-        assert_eq!((t.name.as_str(), t.namespace.as_deref()), ("web", Some("prod")));
+        assert_eq!(
+            (t.name.as_str(), t.namespace.as_deref()),
+            ("web", Some("prod"))
+        );
     }
 
     #[test]
@@ -178,7 +196,10 @@ mod tests {
         let t = parse("vmi/web");
         assert_eq!((t.kind, t.name.as_str()), (TargetKind::Vmi, "web"));
         let t = parse("vm/db.primary/prod");
-        assert_eq!((t.name.as_str(), t.namespace.as_deref()), ("db.primary", Some("prod")));
+        assert_eq!(
+            (t.name.as_str(), t.namespace.as_deref()),
+            ("db.primary", Some("prod"))
+        );
         let t = parse("vm/db.primary");
         assert_eq!((t.name.as_str(), t.namespace), ("db.primary", None));
     }
@@ -189,7 +210,10 @@ mod tests {
         assert_eq!(t.user.as_deref(), Some("alice"));
         assert_eq!(t.to_string(), "alice@vm/web/prod");
         let err = Target::parse("alice@web", false).unwrap_err();
-        assert!(err.to_string().contains("only accepted by ssh-like commands"));
+        assert!(
+            err.to_string()
+                .contains("only accepted by ssh-like commands")
+        );
     }
 
     #[test]
@@ -216,7 +240,10 @@ mod tests {
         assert_eq!(t.namespace_in("prod", true).unwrap(), "prod");
         assert_eq!(t.namespace_in("default", false).unwrap(), "prod");
         let err = t.namespace_in("dev", true).unwrap_err().to_string();
-        assert!(err.contains("names namespace \"prod\" but -n says \"dev\""), "{err}");
+        assert!(
+            err.contains("names namespace \"prod\" but -n says \"dev\""),
+            "{err}"
+        );
         assert_eq!(parse("web").namespace_in("dev", true).unwrap(), "dev");
     }
 

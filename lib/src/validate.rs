@@ -239,9 +239,11 @@ impl FromStr for Checksum {
             reason,
         };
         let names = "md5, sha1, sha256, sha512, streebog256, streebog512";
-        let (algo, hex) = value
-            .split_once(':')
-            .ok_or_else(|| fail(format!("use ALGO:HEX, e.g. sha256:<64 hex digits>; ALGO is one of {names}")))?;
+        let (algo, hex) = value.split_once(':').ok_or_else(|| {
+            fail(format!(
+                "use ALGO:HEX, e.g. sha256:<64 hex digits>; ALGO is one of {names}"
+            ))
+        })?;
         let algo = ChecksumAlgo::ALL
             .into_iter()
             .find(|a| a.as_str().eq_ignore_ascii_case(algo))
@@ -423,9 +425,9 @@ impl FromStr for DataDisk {
         };
         let mut parts = text.split(',');
         let head = parts.next().unwrap_or_default();
-        let (name, size) = head
-            .split_once('=')
-            .ok_or_else(|| fail("use NAME=SIZE[,class=STORAGECLASS][,bus=virtio|sata|scsi]".into()))?;
+        let (name, size) = head.split_once('=').ok_or_else(|| {
+            fail("use NAME=SIZE[,class=STORAGECLASS][,bus=virtio|sata|scsi]".into())
+        })?;
         dns_label("disk", name).map_err(|e| fail(e.to_string()))?;
         let size = Quantity::parse(size).map_err(|e| fail(e.to_string()))?;
         if size.bytes() == 0 {
@@ -444,7 +446,10 @@ impl FromStr for DataDisk {
                     disk.storage_class = Some(class.to_string());
                 }
                 Some(("bus", bus)) if disk.bus.is_none() => {
-                    disk.bus = Some(bus.parse().map_err(|e: ValidationError| fail(e.to_string()))?);
+                    disk.bus = Some(
+                        bus.parse()
+                            .map_err(|e: ValidationError| fail(e.to_string()))?,
+                    );
                 }
                 Some(("class" | "bus", _)) => {
                     return Err(fail(format!("{option:?} is given twice")));
@@ -505,13 +510,23 @@ mod tests {
             ("streebog256", 64),
             ("streebog512", 128),
         ] {
-            assert!(format!("{algo}:{}", "0".repeat(len)).parse::<Checksum>().is_ok());
-            let e = format!("{algo}:{}", "0".repeat(len - 1)).parse::<Checksum>().unwrap_err();
+            assert!(
+                format!("{algo}:{}", "0".repeat(len))
+                    .parse::<Checksum>()
+                    .is_ok()
+            );
+            let e = format!("{algo}:{}", "0".repeat(len - 1))
+                .parse::<Checksum>()
+                .unwrap_err();
             assert!(one_line(e).contains(&format!("{len} hex digits")));
         }
-        assert!(one_line("crc32:00".parse::<Checksum>().unwrap_err()).contains("unknown algorithm"));
+        assert!(
+            one_line("crc32:00".parse::<Checksum>().unwrap_err()).contains("unknown algorithm")
+        );
         assert!(one_line("abc".parse::<Checksum>().unwrap_err()).contains("ALGO:HEX"));
-        let e = format!("md5:{}", "g".repeat(32)).parse::<Checksum>().unwrap_err();
+        let e = format!("md5:{}", "g".repeat(32))
+            .parse::<Checksum>()
+            .unwrap_err();
         assert!(one_line(e).contains("hex"));
         assert!(!ChecksumAlgo::Streebog256.supported_by_cdi());
     }
@@ -519,7 +534,10 @@ mod tests {
     #[test]
     fn env() {
         let e: EnvVar = "DB_URL=postgres://x?a=b".parse().unwrap();
-        assert_eq!((e.name.as_str(), e.value.as_str()), ("DB_URL", "postgres://x?a=b"));
+        assert_eq!(
+            (e.name.as_str(), e.value.as_str()),
+            ("DB_URL", "postgres://x?a=b")
+        );
         assert_eq!("_X=".parse::<EnvVar>().unwrap().value, "");
         assert!(one_line("1X=a".parse::<EnvVar>().unwrap_err()).contains("KEY must"));
         assert!(one_line("A-B=a".parse::<EnvVar>().unwrap_err()).contains("KEY must"));

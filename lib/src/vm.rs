@@ -167,7 +167,10 @@ fn condition_status(object: &Value, type_: &str) -> Option<bool> {
 }
 
 fn conditions(object: &Value) -> Vec<Condition> {
-    let Some(list) = object.pointer("/status/conditions").and_then(Value::as_array) else {
+    let Some(list) = object
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+    else {
         return Vec::new();
     };
     list.iter()
@@ -182,21 +185,27 @@ fn conditions(object: &Value) -> Vec<Condition> {
 
 /// Summarise a KubeVirt VM and its instance (if it has one).
 pub fn summarize_kubevirt(vm: &Value, vmi: Option<&Value>) -> VmSummary {
-    let domain = vmi
-        .and_then(|i| i.pointer("/spec/domain"))
-        .or_else(|| vm.pointer("/spec/template/spec/domain"));
-    let cpu = domain.and_then(|d| {
+    // The instance has the effective values (instancetypes expanded); the VM's template
+    // fills in what the instance does not say, and is all there is while stopped.
+    let domains: Vec<&Value> = [
+        vmi.and_then(|i| i.pointer("/spec/domain")),
+        vm.pointer("/spec/template/spec/domain"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let cpu = domains.iter().find_map(|d| {
         let count = |field: &str| d.pointer(&format!("/cpu/{field}")).and_then(Value::as_u64);
         match (count("cores"), count("sockets"), count("threads")) {
             (None, None, None) => text(d, "/resources/requests/cpu"),
-            (cores, sockets, threads) => Some(
-                (cores.unwrap_or(1) * sockets.unwrap_or(1) * threads.unwrap_or(1)).to_string(),
-            ),
+            (cores, sockets, threads) => {
+                Some((cores.unwrap_or(1) * sockets.unwrap_or(1) * threads.unwrap_or(1)).to_string())
+            }
         }
     });
-    let memory = domain.and_then(|d| {
-        text(d, "/memory/guest").or_else(|| text(d, "/resources/requests/memory"))
-    });
+    let memory = domains
+        .iter()
+        .find_map(|d| text(d, "/memory/guest").or_else(|| text(d, "/resources/requests/memory")));
     let run_strategy = text(vm, "/spec/runStrategy").or_else(|| {
         vm.pointer("/spec/running")
             .and_then(Value::as_bool)
@@ -340,7 +349,8 @@ pub async fn get(
         Flavor::Deckhouse => (events_for(cluster, name, namespace).await, None),
         Flavor::KubeVirt => {
             let vmi_api = KUBEVIRT_VMI.api(&cluster.client, Some(namespace));
-            let (events, vmi) = tokio::join!(events_for(cluster, name, namespace), vmi_api.get_opt(name));
+            let (events, vmi) =
+                tokio::join!(events_for(cluster, name, namespace), vmi_api.get_opt(name));
             let vmi = vmi.map_err(|e| {
                 cluster.error(e, &KUBEVIRT_VMI.action("get", Some(namespace)).named(name))
             })?;
@@ -354,7 +364,11 @@ pub async fn get(
             Ok(kubevirt_details(&vmi, Some(vmi.clone()), events))
         }
         (_, None, _) => {
-            let kind = if target.kind == TargetKind::Vmi { KUBEVIRT_VMI } else { vm_kind };
+            let kind = if target.kind == TargetKind::Vmi {
+                KUBEVIRT_VMI
+            } else {
+                vm_kind
+            };
             Err(Error::NotFound {
                 kind: kind.kind.to_ascii_lowercase(),
                 name: name.to_owned(),
@@ -385,7 +399,11 @@ pub fn kubevirt_details(vm: &Value, vmi: Option<Value>, events: Vec<EventLine>) 
             ips: iface
                 .get("ipAddresses")
                 .and_then(Value::as_array)
-                .map(|ips| ips.iter().filter_map(|ip| ip.as_str().map(str::to_owned)).collect())
+                .map(|ips| {
+                    ips.iter()
+                        .filter_map(|ip| ip.as_str().map(str::to_owned))
+                        .collect()
+                })
                 .filter(|ips: &Vec<String>| !ips.is_empty())
                 .or_else(|| text(iface, "/ipAddress").map(|ip| vec![ip]))
                 .unwrap_or_default(),
@@ -422,7 +440,11 @@ fn kubevirt_disk(volume: &Value) -> Disk {
     let name = text(volume, "/name").unwrap_or_default();
     let source = [
         ("dataVolume", "/dataVolume/name", "DataVolume"),
-        ("persistentVolumeClaim", "/persistentVolumeClaim/claimName", "PersistentVolumeClaim"),
+        (
+            "persistentVolumeClaim",
+            "/persistentVolumeClaim/claimName",
+            "PersistentVolumeClaim",
+        ),
         ("containerDisk", "/containerDisk/image", "containerDisk"),
         ("emptyDisk", "/emptyDisk/capacity", "emptyDisk"),
         ("cloudInitNoCloud", "", "cloud-init NoCloud"),
@@ -462,7 +484,10 @@ pub fn deckhouse_details(vm: &Value, events: Vec<EventLine>) -> VmDetails {
                     let name = text(r, "/name").unwrap_or_default();
                     let size = status_refs
                         .iter()
-                        .find(|s| text(s, "/kind") == Some(kind.clone()) && text(s, "/name") == Some(name.clone()))
+                        .find(|s| {
+                            text(s, "/kind") == Some(kind.clone())
+                                && text(s, "/name") == Some(name.clone())
+                        })
                         .and_then(|s| text(s, "/size"));
                     Disk {
                         source: format!("{kind} {name}"),
@@ -492,7 +517,8 @@ pub fn deckhouse_details(vm: &Value, events: Vec<EventLine>) -> VmDetails {
             })
             .collect(),
     };
-    let guest_os = text(vm, "/status/guestOSInfo/prettyName").or_else(|| text(vm, "/status/guestOSInfo/name"));
+    let guest_os =
+        text(vm, "/status/guestOSInfo/prettyName").or_else(|| text(vm, "/status/guestOSInfo/name"));
     VmDetails {
         flavor: Flavor::Deckhouse,
         conditions: conditions(vm),
@@ -509,7 +535,11 @@ pub fn deckhouse_details(vm: &Value, events: Vec<EventLine>) -> VmDetails {
 /// read events still gets the rest of `get`.
 async fn events_for(cluster: &Cluster, name: &str, namespace: &str) -> Vec<EventLine> {
     let params = ListParams::default().fields(&format!("involvedObject.name={name}"));
-    let Ok(list) = EVENT.api(&cluster.client, Some(namespace)).list(&params).await else {
+    let Ok(list) = EVENT
+        .api(&cluster.client, Some(namespace))
+        .list(&params)
+        .await
+    else {
         return Vec::new();
     };
     let mut events: Vec<EventLine> = list
@@ -578,9 +608,13 @@ pub async fn watch<E: From<Error>>(
         vm_params = vm_params.labels(selector);
     }
     let vm_api = vm_kind.api(&cluster.client, ns);
-    let vm_feed = restartable_watch(vm_api, vm_params, initial.resource_version.unwrap_or_default())
-        .map_ok(Feed::Vm)
-        .map_err(|e| cluster.error(e, &vm_kind.action("watch", ns)));
+    let vm_feed = restartable_watch(
+        vm_api,
+        vm_params,
+        initial.resource_version.unwrap_or_default(),
+    )
+    .map_ok(Feed::Vm)
+    .map_err(|e| cluster.error(e, &vm_kind.action("watch", ns)));
     let mut feeds: futures::stream::BoxStream<'_, Result<Feed>> = Box::pin(vm_feed);
     if platform.flavor == Flavor::KubeVirt {
         let vmi_api = KUBEVIRT_VMI.api(&cluster.client, ns);
@@ -628,7 +662,9 @@ pub async fn watch<E: From<Error>>(
             table.insert(id.clone(), object.clone());
         }
         if is_vm && deleted {
-            let summary = last.remove(&id).unwrap_or_else(|| summarize(platform.flavor, &object, None));
+            let summary = last
+                .remove(&id)
+                .unwrap_or_else(|| summarize(platform.flavor, &object, None));
             on_change(VmChange::Deleted(summary))?;
             continue;
         }
@@ -657,7 +693,12 @@ fn restartable_watch(
     resource_version: String,
 ) -> impl futures::Stream<Item = kube::Result<WatchEvent<DynamicObject>>> {
     futures::stream::unfold(
-        (api, params, resource_version, None::<futures::stream::BoxStream<'static, kube::Result<WatchEvent<DynamicObject>>>>),
+        (
+            api,
+            params,
+            resource_version,
+            None::<futures::stream::BoxStream<'static, kube::Result<WatchEvent<DynamicObject>>>>,
+        ),
         |(api, params, mut version, mut current)| async move {
             loop {
                 if current.is_none() {
@@ -668,7 +709,9 @@ fn restartable_watch(
                 }
                 match current.as_mut().expect("stream set above").next().await {
                     Some(Ok(event)) => {
-                        if let WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) = &event
+                        if let WatchEvent::Added(o)
+                        | WatchEvent::Modified(o)
+                        | WatchEvent::Deleted(o) = &event
                             && let Some(rv) = &o.metadata.resource_version
                         {
                             version.clone_from(rv);
@@ -734,7 +777,10 @@ mod tests {
         vm["spec"] = json!({"running": false, "template": {"spec": {"domain": {"resources": {"requests": {"memory": "1Gi"}}}}}});
         vm["status"] = json!({"printableStatus": "Stopped"});
         let s = summarize_kubevirt(&vm, None);
-        assert_eq!((s.status.as_str(), s.node, s.agent), ("Stopped", None, None));
+        assert_eq!(
+            (s.status.as_str(), s.node, s.agent),
+            ("Stopped", None, None)
+        );
         assert_eq!(s.run_strategy.as_deref(), Some("Halted"));
         assert_eq!(s.memory.as_deref(), Some("1Gi"));
         assert_eq!(s.cpu, None);
@@ -763,7 +809,10 @@ mod tests {
         });
         let d = deckhouse_details(&vm, Vec::new());
         let s = &d.summary;
-        assert_eq!((s.status.as_str(), s.ip.as_deref()), ("Running", Some("10.66.10.12")));
+        assert_eq!(
+            (s.status.as_str(), s.ip.as_deref()),
+            ("Running", Some("10.66.10.12"))
+        );
         assert_eq!((s.agent, s.migratable), (Some(true), Some(false)));
         assert_eq!(s.cpu.as_deref(), Some("1"));
         assert_eq!(d.disks[0].size.as_deref(), Some("10Gi"));

@@ -12,7 +12,9 @@ use crate::error::{CommandError, CommandResult};
 
 /// Arguments of `completion`.
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  source <(kubectl vm completion bash)      # kubectl-vm <TAB> in this bash\n  kubectl vm completion zsh > \"${fpath[1]}/_kubectl-vm\"\n  kubectl vm completion install             # kubectl vm <TAB> (kubectl >= 1.26)")]
+#[command(
+    after_help = "Examples:\n  source <(kubectl vm completion bash)      # kubectl-vm <TAB> in this bash\n  kubectl vm completion zsh > \"${fpath[1]}/_kubectl-vm\"\n  kubectl vm completion install             # kubectl vm <TAB> (kubectl >= 1.26)"
+)]
 pub struct CompletionArgs {
     #[command(subcommand)]
     pub action: CompletionAction,
@@ -73,7 +75,10 @@ fn install(dir: Option<&Path>) -> CommandResult {
         None => exe.parent().map(Path::to_owned).unwrap_or_default(),
     };
     if !dir.is_dir() {
-        return Err(CommandError::usage(format!("{} is not a directory", dir.display())));
+        return Err(CommandError::usage(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
     }
     let link = dir.join(KUBECTL_COMPLETER);
     match std::fs::read_link(&link) {
@@ -94,7 +99,10 @@ fn install(dir: Option<&Path>) -> CommandResult {
         .map_err(|e| CommandError::Failed(format!("cannot create {}: {e}", link.display())))?;
     println!("linked {} -> {}", link.display(), exe.display());
     if !on_path(&dir) {
-        println!("note: {} is not on PATH; kubectl only finds completers on PATH", dir.display());
+        println!(
+            "note: {} is not on PATH; kubectl only finds completers on PATH",
+            dir.display()
+        );
     }
     Ok(())
 }

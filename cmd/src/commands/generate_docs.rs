@@ -24,7 +24,9 @@ pub fn cmd_generate_docs(args: GenerateDocsArgs) -> CommandResult {
 /// Every generated file: path relative to the root, and content.
 pub fn files() -> Vec<(PathBuf, Vec<u8>)> {
     let mut files = Vec::new();
-    let command = crate::cli::command();
+    let mut command = crate::cli::command();
+    // Building propagates the version and global flags into every subcommand's page.
+    command.build();
     man_pages(&command, "kubectl-vm", "kubectl vm", &mut files);
     let shells: [(&dyn EnvCompleter, &str); 5] = [
         (&Bash, "kubectl-vm.bash"),
@@ -34,14 +36,25 @@ pub fn files() -> Vec<(PathBuf, Vec<u8>)> {
         (&Elvish, "kubectl-vm.elv"),
     ];
     for (shell, file) in shells {
-        files.push((Path::new("completions").join(file), super::completion::script(shell)));
+        files.push((
+            Path::new("completions").join(file),
+            super::completion::script(shell),
+        ));
     }
     files
 }
 
 /// One page per visible command: file `name.1`, usage shown as `invocation` (`kubectl vm list`).
-fn man_pages(command: &clap::Command, name: &str, invocation: &str, files: &mut Vec<(PathBuf, Vec<u8>)>) {
-    let page = command.clone().name(name.to_owned()).bin_name(invocation.to_owned());
+fn man_pages(
+    command: &clap::Command,
+    name: &str,
+    invocation: &str,
+    files: &mut Vec<(PathBuf, Vec<u8>)>,
+) {
+    let page = command
+        .clone()
+        .name(name.to_owned())
+        .bin_name(invocation.to_owned());
     let mut buf = Vec::new();
     clap_mangen::Man::new(page)
         .render(&mut buf)
@@ -49,7 +62,12 @@ fn man_pages(command: &clap::Command, name: &str, invocation: &str, files: &mut 
     files.push((Path::new("man").join(format!("{name}.1")), buf));
     for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
         let sub_name = sub.get_name();
-        man_pages(sub, &format!("{name}-{sub_name}"), &format!("{invocation} {sub_name}"), files);
+        man_pages(
+            sub,
+            &format!("{name}-{sub_name}"),
+            &format!("{invocation} {sub_name}"),
+            files,
+        );
     }
 }
 

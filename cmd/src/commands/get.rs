@@ -15,7 +15,9 @@ use crate::render::{self, NONE, OutputFormat, Table, cell};
 
 /// Arguments of `get`.
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  kubectl vm get web\n  kubectl vm get web.prod -o yaml\n  kubectl vm get vm/db.primary/prod")]
+#[command(
+    after_help = "Examples:\n  kubectl vm get web\n  kubectl vm get web.prod -o yaml\n  kubectl vm get vm/db.primary/prod"
+)]
 pub struct GetArgs {
     /// The VM: NAME, NAME.NAMESPACE, vm/NAME[/NAMESPACE] or vmi/NAME[/NAMESPACE]
     #[arg(value_name = "VM", add = ArgValueCompleter::new(complete::vm_names))]
@@ -37,7 +39,11 @@ pub async fn cmd_get(global: &GlobalArgs, args: GetArgs) -> CommandResult {
             render::write_object(&mut out, &details.summary.object, format)?;
         }
         Some(OutputFormat::Name) => {
-            writeln!(out, "{}", Kind::vm(platform.flavor).object_ref(&details.summary.name))?;
+            writeln!(
+                out,
+                "{}",
+                Kind::vm(platform.flavor).object_ref(&details.summary.name)
+            )?;
         }
         Some(OutputFormat::Wide) | None => describe(&mut out, &details, jiff::Timestamp::now())?,
     }
@@ -52,7 +58,11 @@ fn describe(out: &mut dyn Write, d: &VmDetails, now: jiff::Timestamp) -> std::io
         None => NONE.to_owned(),
     };
     let created = match s.created {
-        Some(t) => format!("{} ({} ago)", t.strftime("%Y-%m-%dT%H:%M:%SZ"), render::age(Some(t), now)),
+        Some(t) => format!(
+            "{} ({} ago)",
+            t.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            render::age(Some(t), now)
+        ),
         None => NONE.to_owned(),
     };
     let fields = [
@@ -73,18 +83,56 @@ fn describe(out: &mut dyn Write, d: &VmDetails, now: jiff::Timestamp) -> std::io
     for (label, value) in fields {
         writeln!(out, "{:<14}{value}", format!("{label}:"))?;
     }
-    section(out, "Interfaces", &["NAME", "IP", "MAC"], d.interfaces.iter().map(|i| {
-        vec![i.name.clone(), cell(Some(i.ips.join(","))), cell(i.mac.as_ref())]
-    }))?;
-    section(out, "Disks", &["NAME", "SOURCE", "SIZE"], d.disks.iter().map(|disk| {
-        vec![disk.name.clone(), disk.source.clone(), cell(disk.size.as_ref())]
-    }))?;
-    section(out, "Conditions", &["TYPE", "STATUS", "REASON", "MESSAGE"], d.conditions.iter().map(|c| {
-        vec![c.type_.clone(), c.status.clone(), cell(c.reason.as_ref()), c.message.clone().unwrap_or_default()]
-    }))?;
-    section(out, "Events", &["TYPE", "REASON", "AGE", "MESSAGE"], d.events.iter().map(|e| {
-        vec![e.type_.clone(), e.reason.clone(), render::age(e.last_seen, now), e.message.clone()]
-    }))
+    section(
+        out,
+        "Interfaces",
+        &["NAME", "IP", "MAC"],
+        d.interfaces.iter().map(|i| {
+            vec![
+                i.name.clone(),
+                cell(Some(i.ips.join(","))),
+                cell(i.mac.as_ref()),
+            ]
+        }),
+    )?;
+    section(
+        out,
+        "Disks",
+        &["NAME", "SOURCE", "SIZE"],
+        d.disks.iter().map(|disk| {
+            vec![
+                disk.name.clone(),
+                disk.source.clone(),
+                cell(disk.size.as_ref()),
+            ]
+        }),
+    )?;
+    section(
+        out,
+        "Conditions",
+        &["TYPE", "STATUS", "REASON", "MESSAGE"],
+        d.conditions.iter().map(|c| {
+            vec![
+                c.type_.clone(),
+                c.status.clone(),
+                cell(c.reason.as_ref()),
+                c.message.clone().unwrap_or_default(),
+            ]
+        }),
+    )?;
+    section(
+        out,
+        "Events",
+        &["TYPE", "REASON", "AGE", "MESSAGE"],
+        d.events.iter().map(|e| {
+            vec![
+                e.type_.clone(),
+                e.reason.clone(),
+                render::age(e.last_seen, now),
+                e.message.clone(),
+            ]
+        }),
+    )
 }
 
 fn section(
@@ -100,7 +148,12 @@ fn section(
         empty = false;
     }
     if empty {
-        return writeln!(out, "{title}:{:<width$}{NONE}", "", width = 13 - title.len());
+        return writeln!(
+            out,
+            "{title}:{:<width$}{NONE}",
+            "",
+            width = 13 - title.len()
+        );
     }
     writeln!(out, "{title}:")?;
     let mut body = Vec::new();

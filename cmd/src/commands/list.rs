@@ -12,7 +12,9 @@ use crate::render::{self, OutputFormat, Table, cell, flag};
 
 /// Arguments of `list`.
 #[derive(Debug, Args)]
-#[command(after_help = "Examples:\n  kubectl vm list\n  kubectl vm list -A -o wide\n  kubectl vm list -l app=web -o name\n  kubectl vm list -w")]
+#[command(
+    after_help = "Examples:\n  kubectl vm list\n  kubectl vm list -A -o wide\n  kubectl vm list -l app=web -o name\n  kubectl vm list -w"
+)]
 pub struct ListArgs {
     /// Output format
     #[arg(short, long, value_enum)]
@@ -59,7 +61,11 @@ pub async fn cmd_list(global: &GlobalArgs, args: ListArgs) -> CommandResult {
     let mut out = std::io::stdout().lock();
     if list.items.is_empty() && !args.watch {
         if matches!(args.output, Some(OutputFormat::Yaml | OutputFormat::Json)) {
-            render::write_object(&mut out, &render::list_object(Vec::new()), args.output.unwrap())?;
+            render::write_object(
+                &mut out,
+                &render::list_object(Vec::new()),
+                args.output.unwrap(),
+            )?;
         } else {
             match &scope {
                 Scope::Namespace(ns) => eprintln!("No virtual machines found in namespace {ns:?}."),
@@ -80,7 +86,9 @@ pub async fn cmd_list(global: &GlobalArgs, args: ListArgs) -> CommandResult {
             VmChange::Updated(summary) => printer.write_change(&mut out, &summary, false),
             VmChange::Deleted(summary) => printer.write_change(&mut out, &summary, true),
         };
-        result.and_then(|()| out.flush()).map_err(CommandError::from)
+        result
+            .and_then(|()| out.flush())
+            .map_err(CommandError::from)
     })
     .await
 }
@@ -129,7 +137,12 @@ impl Printer {
         row
     }
 
-    fn write_all(&self, out: &mut dyn Write, items: &[VmSummary], headers: bool) -> std::io::Result<()> {
+    fn write_all(
+        &self,
+        out: &mut dyn Write,
+        items: &[VmSummary],
+        headers: bool,
+    ) -> std::io::Result<()> {
         match self.format {
             Some(format @ (OutputFormat::Yaml | OutputFormat::Json)) => {
                 let objects = items.iter().map(|vm| vm.object.clone()).collect();
@@ -151,7 +164,12 @@ impl Printer {
         }
     }
 
-    fn write_change(&self, out: &mut dyn Write, vm: &VmSummary, deleted: bool) -> std::io::Result<()> {
+    fn write_change(
+        &self,
+        out: &mut dyn Write,
+        vm: &VmSummary,
+        deleted: bool,
+    ) -> std::io::Result<()> {
         match self.format {
             Some(format @ (OutputFormat::Yaml | OutputFormat::Json)) => {
                 if format == OutputFormat::Yaml {

@@ -18,7 +18,10 @@ use crate::error::{CommandError, CommandResult};
 /// Parse the command line, run the command, and turn the outcome into an exit code.
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => return CommandError::Failed(format!("cannot start the runtime: {e}")).report(),
     };

@@ -51,7 +51,11 @@ pub async fn cmd_version(global: &GlobalArgs, args: VersionArgs) -> CommandResul
             serde_json::to_writer_pretty(&mut out, &report).map_err(std::io::Error::other)?;
             writeln!(out)?;
         }
-        Some(_) => out.write_all(serde_yaml::to_string(&report).map_err(std::io::Error::other)?.as_bytes())?,
+        Some(_) => out.write_all(
+            serde_yaml::to_string(&report)
+                .map_err(std::io::Error::other)?
+                .as_bytes(),
+        )?,
         None => {
             writeln!(out, "Client Version: {CLIENT_VERSION}")?;
             if let Some(server) = report.get("serverVersion").and_then(|v| v.as_str()) {

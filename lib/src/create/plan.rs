@@ -87,10 +87,14 @@ impl BootSource {
     /// Reduce the boot flags to exactly one source, or say which flags conflict.
     pub fn from_flags(flags: BootFlags) -> Result<BootSource, PlanError> {
         if flags.ephemeral && flags.image.is_none() {
-            return Err(conflict("--ephemeral needs --image: only a container disk image can be booted without copying it"));
+            return Err(conflict(
+                "--ephemeral needs --image: only a container disk image can be booted without copying it",
+            ));
         }
         if !flags.checksums.is_empty() && flags.url.is_none() {
-            return Err(conflict("--checksum needs --url: it verifies the downloaded image"));
+            return Err(conflict(
+                "--checksum needs --url: it verifies the downloaded image",
+            ));
         }
         let given: Vec<&str> = [
             (flags.image.is_some(), "--image"),
@@ -320,7 +324,10 @@ impl KindRef {
         Self::parse(
             value,
             "instancetype",
-            ("VirtualMachineInstancetype", &["virtualmachineinstancetype", "vminstancetype"]),
+            (
+                "VirtualMachineInstancetype",
+                &["virtualmachineinstancetype", "vminstancetype"],
+            ),
             (
                 "VirtualMachineClusterInstancetype",
                 &["virtualmachineclusterinstancetype", "vmclusterinstancetype"],
@@ -333,7 +340,10 @@ impl KindRef {
         Self::parse(
             value,
             "preference",
-            ("VirtualMachinePreference", &["virtualmachinepreference", "vmpreference"]),
+            (
+                "VirtualMachinePreference",
+                &["virtualmachinepreference", "vmpreference"],
+            ),
             (
                 "VirtualMachineClusterPreference",
                 &["virtualmachineclusterpreference", "vmclusterpreference"],
@@ -454,7 +464,8 @@ pub struct VmPlan {
     pub boot: BootSource,
     /// `--disk-size`: size of a boot disk that is created (default [`DEFAULT_DISK_SIZE`]).
     pub disk_size: Option<Quantity>,
-    /// `--storage-class` of a boot disk that is created.
+    /// `--storage-class` of the disks kubectl-vm creates (the boot disk, and data disks
+    /// without `class=`); the cluster default when absent.
     pub storage_class: Option<String>,
     /// `--boot-bus` (KubeVirt): virtio unless `--os windows` (sata).
     pub boot_bus: Option<DiskBus>,
@@ -614,7 +625,9 @@ impl VmPlan {
                     }
                 }
                 if *ephemeral && deckhouse {
-                    return Err(conflict("--ephemeral is KubeVirt-only: Deckhouse always copies the image into a VirtualDisk; drop --ephemeral"));
+                    return Err(conflict(
+                        "--ephemeral is KubeVirt-only: Deckhouse always copies the image into a VirtualDisk; drop --ephemeral",
+                    ));
                 }
             }
             BootSource::Url { url, checksums } => {
@@ -635,12 +648,16 @@ impl VmPlan {
                     && !checksums.is_empty()
                     && !checksums.iter().any(|c| c.algo.supported_by_cdi())
                 {
-                    return Err(conflict("streebog checksums are Deckhouse-only; on KubeVirt give an md5, sha1, sha256 or sha512 --checksum"));
+                    return Err(conflict(
+                        "streebog checksums are Deckhouse-only; on KubeVirt give an md5, sha1, sha256 or sha512 --checksum",
+                    ));
                 }
             }
             BootSource::ClonePvc { name } => {
                 if deckhouse {
-                    return Err(conflict("--clone-pvc is KubeVirt-only; on Deckhouse make a VirtualImage from the disk and use --image vi/NAME"));
+                    return Err(conflict(
+                        "--clone-pvc is KubeVirt-only; on Deckhouse make a VirtualImage from the disk and use --image vi/NAME",
+                    ));
                 }
                 let (namespace, pvc) = name.split_once('/').unwrap_or(("", name));
                 if !namespace.is_empty() {
@@ -650,10 +667,14 @@ impl VmPlan {
             }
             BootSource::Blank { size } => {
                 if size.bytes() == 0 {
-                    return Err(conflict("--blank needs a size greater than zero (e.g. 20Gi)"));
+                    return Err(conflict(
+                        "--blank needs a size greater than zero (e.g. 20Gi)",
+                    ));
                 }
                 if self.disk_size.is_some() {
-                    return Err(conflict("--disk-size cannot be used with --blank SIZE, which already sets the disk's size"));
+                    return Err(conflict(
+                        "--disk-size cannot be used with --blank SIZE, which already sets the disk's size",
+                    ));
                 }
             }
             BootSource::ExistingDisk { name } => validate::dns_subdomain("disk", name)?,
@@ -661,10 +682,15 @@ impl VmPlan {
         if !self.creates_boot_disk() {
             for (set, flag) in [
                 (self.disk_size.is_some(), "--disk-size"),
-                (self.storage_class.is_some(), "--storage-class"),
+                (
+                    self.storage_class.is_some() && self.data_disks.is_empty(),
+                    "--storage-class",
+                ),
             ] {
                 if set {
-                    return Err(conflict(format!("{flag} applies to a boot disk that kubectl vm creates; it cannot be used with --disk or --ephemeral")));
+                    return Err(conflict(format!(
+                        "{flag} applies to a boot disk that kubectl vm creates; it cannot be used with --disk or --ephemeral"
+                    )));
                 }
             }
         }
@@ -676,7 +702,9 @@ impl VmPlan {
                 .map_err(|_| conflict(format!("the VM name is too long for its boot disk name {}: use a VM name of at most 58 characters", self.boot_disk_name())))?;
         }
         if deckhouse && self.boot_bus.is_some() {
-            return Err(conflict("--boot-bus is KubeVirt-only: Deckhouse picks the bus itself"));
+            return Err(conflict(
+                "--boot-bus is KubeVirt-only: Deckhouse picks the bus itself",
+            ));
         }
         Ok(())
     }
@@ -690,13 +718,20 @@ impl VmPlan {
                 ];
                 for (set, flag) in deckhouse_only {
                     if set {
-                        return Err(conflict(format!("{flag} is Deckhouse-only; on KubeVirt use --cpu/--memory or --instancetype")));
+                        return Err(conflict(format!(
+                            "{flag} is Deckhouse-only; on KubeVirt use --cpu/--memory or --instancetype"
+                        )));
                     }
                 }
                 if self.instancetype.is_some() {
-                    for (set, flag) in [(self.cpu.is_some(), "--cpu"), (self.memory.is_some(), "--memory")] {
+                    for (set, flag) in [
+                        (self.cpu.is_some(), "--cpu"),
+                        (self.memory.is_some(), "--memory"),
+                    ] {
                         if set {
-                            return Err(conflict(format!("--instancetype cannot be used with {flag}: the instancetype sets CPU and memory")));
+                            return Err(conflict(format!(
+                                "--instancetype cannot be used with {flag}: the instancetype sets CPU and memory"
+                            )));
                         }
                     }
                 }
@@ -707,7 +742,9 @@ impl VmPlan {
                     (self.preference.is_some(), "--preference"),
                 ] {
                     if set {
-                        return Err(conflict(format!("{flag} is KubeVirt-only; on Deckhouse use --class with --cpu/--memory")));
+                        return Err(conflict(format!(
+                            "{flag} is KubeVirt-only; on Deckhouse use --class with --cpu/--memory"
+                        )));
                     }
                 }
                 if let Some(class) = &self.class {
@@ -716,7 +753,9 @@ impl VmPlan {
             }
         }
         if self.memory.is_some_and(|m| m.bytes() < 1 << 20) {
-            return Err(conflict("--memory is too small: give at least 1Mi (e.g. 2Gi)"));
+            return Err(conflict(
+                "--memory is too small: give at least 1Mi (e.g. 2Gi)",
+            ));
         }
         if self.cpu == Some(0) {
             return Err(ValidationError::Cpu { value: "0".into() }.into());
@@ -728,20 +767,33 @@ impl VmPlan {
         for (i, disk) in self.data_disks.iter().enumerate() {
             validate::dns_label("disk", &disk.name)?;
             if self.data_disks[..i].iter().any(|d| d.name == disk.name) {
-                return Err(conflict(format!("--data-disk {} is given twice: disk names must be unique", disk.name)));
+                return Err(conflict(format!(
+                    "--data-disk {} is given twice: disk names must be unique",
+                    disk.name
+                )));
             }
-            if crate::create::RESERVED_VOLUME_NAMES.contains(&disk.name.as_str()) || disk.name == "root" {
-                return Err(conflict(format!("--data-disk name {:?} is reserved; choose another name", disk.name)));
+            if crate::create::RESERVED_VOLUME_NAMES.contains(&disk.name.as_str())
+                || disk.name == "root"
+            {
+                return Err(conflict(format!(
+                    "--data-disk name {:?} is reserved; choose another name",
+                    disk.name
+                )));
             }
             validate::dns_label("disk", &self.data_disk_name(disk)).map_err(|_| {
                 conflict(format!("the data disk name {} is longer than 63 characters: use shorter VM or disk names", self.data_disk_name(disk)))
             })?;
             if self.flavor == Flavor::Deckhouse && disk.bus.is_some() {
-                return Err(conflict(format!("--data-disk {}: bus= is KubeVirt-only; Deckhouse picks the bus itself", disk.name)));
+                return Err(conflict(format!(
+                    "--data-disk {}: bus= is KubeVirt-only; Deckhouse picks the bus itself",
+                    disk.name
+                )));
             }
         }
         if self.flavor == Flavor::Deckhouse && self.data_disks.len() + 1 > DECKHOUSE_MAX_DEVICES {
-            return Err(conflict(format!("too many --data-disk: a Deckhouse VM takes at most {DECKHOUSE_MAX_DEVICES} disks including the boot disk")));
+            return Err(conflict(format!(
+                "too many --data-disk: a Deckhouse VM takes at most {DECKHOUSE_MAX_DEVICES} disks including the boot disk"
+            )));
         }
         Ok(())
     }
@@ -754,15 +806,22 @@ impl VmPlan {
             let ok = !tz.is_empty()
                 && !tz.starts_with('/')
                 && !tz.contains("..")
-                && tz.chars().all(|c| c.is_ascii_alphanumeric() || "/_+-".contains(c));
+                && tz
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "/_+-".contains(c));
             if !ok {
-                return Err(conflict(format!("--timezone {tz:?} is not a time zone name: use an IANA name such as Europe/Berlin or UTC")));
+                return Err(conflict(format!(
+                    "--timezone {tz:?} is not a time zone name: use an IANA name such as Europe/Berlin or UTC"
+                )));
             }
         }
-        if self.stopped {
-            if let Some(strategy) = self.run_strategy.filter(|s| s.starts_at_creation()) {
-                return Err(conflict(format!("--stopped cannot be used with --run-strategy {}: that strategy starts the VM at once; use Manual or Halted", strategy.kubevirt())));
-            }
+        if self.stopped
+            && let Some(strategy) = self.run_strategy.filter(|s| s.starts_at_creation())
+        {
+            return Err(conflict(format!(
+                "--stopped cannot be used with --run-strategy {}: that strategy starts the VM at once; use Manual or Halted",
+                strategy.kubevirt()
+            )));
         }
         Ok(())
     }
@@ -776,7 +835,9 @@ impl VmPlan {
                 (guest.user.is_some(), "--user"),
             ] {
                 if set {
-                    return Err(conflict(format!("{flag} is applied by cloud-init on Linux guests; for --os windows put it into your --cloud-init data")));
+                    return Err(conflict(format!(
+                        "{flag} is applied by cloud-init on Linux guests; for --os windows put it into your --cloud-init data"
+                    )));
                 }
             }
             return Ok(());
@@ -784,23 +845,31 @@ impl VmPlan {
         for key in &guest.ssh_keys {
             let key = key.trim();
             if key.is_empty() || key.contains('\n') || !key.contains(' ') {
-                return Err(conflict(format!("--ssh-key {key:?} is not an OpenSSH public key: give one line such as \"ssh-ed25519 AAAA... comment\"")));
+                return Err(conflict(format!(
+                    "--ssh-key {key:?} is not an OpenSSH public key: give one line such as \"ssh-ed25519 AAAA... comment\""
+                )));
             }
         }
         if let Some(user) = &guest.user {
             check_user_name("--user", user)?;
             if self.platform_ssh.enabled && *user == self.platform_ssh.user {
-                return Err(conflict(format!("--user {user} is the platform user: choose another name")));
+                return Err(conflict(format!(
+                    "--user {user} is the platform user: choose another name"
+                )));
             }
         }
         if self.platform_ssh.enabled {
             check_user_name("platform user", &self.platform_ssh.user)?;
             if self.platform_ssh.ca_public_keys.is_empty() {
-                return Err(conflict("platform SSH is on but no CA public key is known: run `kubectl vm ca init` first, or pass --no-platform-ssh"));
+                return Err(conflict(
+                    "platform SSH is on but no CA public key is known: run `kubectl vm ca init` first, or pass --no-platform-ssh",
+                ));
             }
             for key in &self.platform_ssh.ca_public_keys {
                 if key.trim().is_empty() || key.contains('\n') {
-                    return Err(conflict("a platform CA public key must be one OpenSSH line"));
+                    return Err(conflict(
+                        "a platform CA public key must be one OpenSSH line",
+                    ));
                 }
             }
         }
@@ -813,12 +882,16 @@ impl VmPlan {
 fn check_user_name(what: &str, user: &str) -> Result<(), PlanError> {
     let mut chars = user.chars();
     let ok = user.len() <= 32
-        && chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
     if ok {
         Ok(())
     } else {
-        Err(conflict(format!("{what} {user:?} is not a valid user name: use lowercase letters, digits, '_' and '-', starting with a letter, at most 32 characters")))
+        Err(conflict(format!(
+            "{what} {user:?} is not a valid user name: use lowercase letters, digits, '_' and '-', starting with a letter, at most 32 characters"
+        )))
     }
 }
 
@@ -826,7 +899,7 @@ fn check_user_name(what: &str, user: &str) -> Result<(), PlanError> {
 mod tests {
     use super::*;
 
-    pub(crate) fn image(flavor: Flavor) -> VmPlan {
+    fn image(flavor: Flavor) -> VmPlan {
         let mut plan = VmPlan::new(
             "web",
             "default",
@@ -854,22 +927,64 @@ mod tests {
 
     #[test]
     fn boot_flags_reduce_to_one_source() {
-        let e = BootSource::from_flags(BootFlags { ephemeral: true, url: Some("https://x".into()), ..Default::default() });
-        assert!(e.unwrap_err().to_string().contains("--ephemeral needs --image"));
+        let e = BootSource::from_flags(BootFlags {
+            ephemeral: true,
+            url: Some("https://x".into()),
+            ..Default::default()
+        });
+        assert!(
+            e.unwrap_err()
+                .to_string()
+                .contains("--ephemeral needs --image")
+        );
         let sum = "sha256:".to_string() + &"0".repeat(64);
-        let e = BootSource::from_flags(BootFlags { image: Some("x".into()), checksums: vec![sum.parse().unwrap()], ..Default::default() });
-        assert!(e.unwrap_err().to_string().contains("--checksum needs --url"));
-        let e = BootSource::from_flags(BootFlags { image: Some("x".into()), disk: Some("d".into()), ..Default::default() });
-        assert!(e.unwrap_err().to_string().contains("--image and --disk cannot"));
-        assert!(BootSource::from_flags(BootFlags::default()).unwrap_err().to_string().contains("no boot source"));
-        let ok = BootSource::from_flags(BootFlags { image: Some("x".into()), ephemeral: true, ..Default::default() });
-        assert_eq!(ok, Ok(BootSource::ContainerDisk { image: "x".into(), ephemeral: true }));
+        let e = BootSource::from_flags(BootFlags {
+            image: Some("x".into()),
+            checksums: vec![sum.parse().unwrap()],
+            ..Default::default()
+        });
+        assert!(
+            e.unwrap_err()
+                .to_string()
+                .contains("--checksum needs --url")
+        );
+        let e = BootSource::from_flags(BootFlags {
+            image: Some("x".into()),
+            disk: Some("d".into()),
+            ..Default::default()
+        });
+        assert!(
+            e.unwrap_err()
+                .to_string()
+                .contains("--image and --disk cannot")
+        );
+        assert!(
+            BootSource::from_flags(BootFlags::default())
+                .unwrap_err()
+                .to_string()
+                .contains("no boot source")
+        );
+        let ok = BootSource::from_flags(BootFlags {
+            image: Some("x".into()),
+            ephemeral: true,
+            ..Default::default()
+        });
+        assert_eq!(
+            ok,
+            Ok(BootSource::ContainerDisk {
+                image: "x".into(),
+                ephemeral: true
+            })
+        );
     }
 
     #[test]
     fn flavor_conflicts() {
         let mut p = image(Flavor::Deckhouse);
-        p.boot = BootSource::ContainerDisk { image: "x".into(), ephemeral: true };
+        p.boot = BootSource::ContainerDisk {
+            image: "x".into(),
+            ephemeral: true,
+        };
         assert!(err(&p).contains("--ephemeral is KubeVirt-only"));
 
         let mut p = image(Flavor::KubeVirt);
@@ -891,11 +1006,17 @@ mod tests {
         assert!(err(&p).contains("--clone-pvc is KubeVirt-only"));
 
         let mut p = image(Flavor::KubeVirt);
-        p.boot = BootSource::ContainerDisk { image: "cvi/ubuntu".into(), ephemeral: false };
+        p.boot = BootSource::ContainerDisk {
+            image: "cvi/ubuntu".into(),
+            ephemeral: false,
+        };
         assert!(err(&p).contains("docker.io/cvi/ubuntu"));
 
         let mut p = image(Flavor::KubeVirt);
-        p.boot = BootSource::Url { url: "https://x/d.img".into(), checksums: vec![format!("streebog256:{}", "0".repeat(64)).parse().unwrap()] };
+        p.boot = BootSource::Url {
+            url: "https://x/d.img".into(),
+            checksums: vec![format!("streebog256:{}", "0".repeat(64)).parse().unwrap()],
+        };
         assert!(err(&p).contains("streebog"));
         p.flavor = Flavor::Deckhouse;
         p.validate().unwrap();
@@ -904,12 +1025,16 @@ mod tests {
     #[test]
     fn disk_conflicts() {
         let mut p = image(Flavor::KubeVirt);
-        p.boot = BootSource::ExistingDisk { name: "disk1".into() };
+        p.boot = BootSource::ExistingDisk {
+            name: "disk1".into(),
+        };
         p.disk_size = Some(Quantity::parse("1Gi").unwrap());
         assert!(err(&p).contains("--disk-size applies"));
 
         let mut p = image(Flavor::KubeVirt);
-        p.boot = BootSource::Blank { size: Quantity::parse("1Gi").unwrap() };
+        p.boot = BootSource::Blank {
+            size: Quantity::parse("1Gi").unwrap(),
+        };
         p.disk_size = Some(Quantity::parse("1Gi").unwrap());
         assert!(err(&p).contains("--blank SIZE"));
 
@@ -970,7 +1095,15 @@ mod tests {
             .iter()
             .map(|s| s.parse::<RunStrategy>().unwrap().deckhouse())
             .collect();
-        assert_eq!(map, ["AlwaysOn", "AlwaysOnUnlessStoppedManually", "Manual", "AlwaysOff"]);
+        assert_eq!(
+            map,
+            [
+                "AlwaysOn",
+                "AlwaysOnUnlessStoppedManually",
+                "Manual",
+                "AlwaysOff"
+            ]
+        );
         assert!("Once".parse::<RunStrategy>().is_err());
     }
 
@@ -984,11 +1117,31 @@ mod tests {
         assert_eq!("UEFI".parse::<Firmware>(), Ok(Firmware::Efi));
         assert_eq!("windows".parse::<OsType>(), Ok(OsType::Windows));
         let it = KindRef::instancetype("vminstancetype/my.type").unwrap();
-        assert_eq!((it.kind, it.name.as_str()), ("VirtualMachineInstancetype", "my.type"));
-        assert_eq!(KindRef::preference("fedora").unwrap().kind, "VirtualMachineClusterPreference");
-        assert!(KindRef::preference("bogus/x").unwrap_err().to_string().contains("unknown kind"));
-        assert_eq!(ImageRef::parse("vi/ubuntu"), ImageRef::VirtualImage("ubuntu"));
-        assert_eq!(ImageRef::parse("cvi/ubuntu"), ImageRef::ClusterVirtualImage("ubuntu"));
-        assert_eq!(ImageRef::parse("docker.io/vi/x"), ImageRef::Registry("docker.io/vi/x"));
+        assert_eq!(
+            (it.kind, it.name.as_str()),
+            ("VirtualMachineInstancetype", "my.type")
+        );
+        assert_eq!(
+            KindRef::preference("fedora").unwrap().kind,
+            "VirtualMachineClusterPreference"
+        );
+        assert!(
+            KindRef::preference("bogus/x")
+                .unwrap_err()
+                .to_string()
+                .contains("unknown kind")
+        );
+        assert_eq!(
+            ImageRef::parse("vi/ubuntu"),
+            ImageRef::VirtualImage("ubuntu")
+        );
+        assert_eq!(
+            ImageRef::parse("cvi/ubuntu"),
+            ImageRef::ClusterVirtualImage("ubuntu")
+        );
+        assert_eq!(
+            ImageRef::parse("docker.io/vi/x"),
+            ImageRef::Registry("docker.io/vi/x")
+        );
     }
 }

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Builds and installs kubectl-vm from this checkout (cargo build --locked, release profile):
+#   PREFIX/bin/kubectl-vm                  the plugin (`kubectl vm ...`)
+#   PREFIX/bin/kubectl_complete-vm         link to it: kubectl's plugin completion (kubectl >= 1.26)
+#   PREFIX/share/man/man1/kubectl-vm*.1    man pages
+#   PREFIX/share/{bash-completion,zsh,fish} completion scripts for the kubectl-vm binary
+# Idempotent: running it again replaces what it installed.
+#
+#   ./install.sh [--prefix DIR] [--with-emulator] [--demo]
+#
+# --with-emulator also installs kubevm-emulator, the local KubeVirt/Deckhouse API emulator.
+# --demo installs the emulator too, then starts it with sample VMs and shows kubectl-vm
+#        working against it (no cluster needed), and stops it again.
+set -euo pipefail
+
+prefix="$HOME/.local"
+with_emulator=false
+demo=false
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prefix) prefix=${2:?--prefix needs a directory}; shift 2 ;;
+    --prefix=*) prefix=${1#--prefix=}; shift ;;
+    --with-emulator) with_emulator=true; shift ;;
+    --demo) demo=true; with_emulator=true; shift ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cd "$root"
+command -v cargo >/dev/null || { echo "install.sh: cargo not found; install the Rust toolchain (rustup) first" >&2; exit 1; }
+mkdir -p "$prefix"
+prefix=$(cd "$prefix" && pwd)
+bin="$prefix/bin"
+
+echo "building kubectl-vm (release, --locked)..."
+cargo install --quiet --locked --force --path cmd --root "$prefix"
+ln -sfn kubectl-vm "$bin/kubectl_complete-vm"
+if $with_emulator; then
+  echo "building kubevm-emulator (release, --locked)..."
+  cargo install --quiet --locked --force --path tests/emulator --root "$prefix"
+fi
+
+install -d "$prefix/share/man/man1" "$prefix/share/bash-completion/completions" \
+  "$prefix/share/zsh/site-functions" "$prefix/share/fish/vendor_completions.d"
+install -m 0644 man/*.1 "$prefix/share/man/man1/"
+install -m 0644 completions/kubectl-vm.bash "$prefix/share/bash-completion/completions/kubectl-vm"
+install -m 0644 completions/_kubectl-vm "$prefix/share/zsh/site-functions/_kubectl-vm"
+install -m 0644 completions/kubectl-vm.fish "$prefix/share/fish/vendor_completions.d/kubectl-vm.fish"
+
+cat <<MSG
+installed:
+  $bin/kubectl-vm
+  $bin/kubectl_complete-vm -> kubectl-vm
+$($with_emulator && echo "  $bin/kubevm-emulator")
+  $prefix/share/man/man1/kubectl-vm*.1
+  completion scripts under $prefix/share/{bash-completion,zsh,fish}
+completion:
+  kubectl vm <TAB>   works when $bin is on PATH and kubectl's own completion is enabled
+  kubectl-vm <TAB>   bash: source <(kubectl-vm completion bash); zsh/fish: see 'kubectl-vm completion --help'
+MSG
+case ":$PATH:" in *":$bin:"*) ;; *) echo "note: add $bin to PATH (export PATH=\"$bin:\$PATH\")" ;; esac
+
+if $demo; then
+  work=$(mktemp -d)
+  "$bin/kubevm-emulator" --fixture tests/fixtures/kubevirt.yaml --flavor kubevirt \
+    --kubeconfig "$work/kubeconfig" >"$work/emulator.log" 2>&1 &
+  emulator=$!
+  trap 'kill $emulator 2>/dev/null; wait $emulator 2>/dev/null; rm -rf "$work"' EXIT
+  for _ in $(seq 100); do [ -s "$work/kubeconfig" ] && break; sleep 0.1; done
+  [ -s "$work/kubeconfig" ] || { cat "$work/emulator.log" >&2; exit 1; }
+  export KUBECONFIG="$work/kubeconfig" PATH="$bin:$PATH"
+  run() { echo; echo "\$ $*"; "$@"; }
+  echo; echo "== demo against the local emulator (KubeVirt flavour, sample VMs) =="
+  run kubectl-vm version
+  run kubectl-vm list -A -o wide
+  run kubectl-vm get web -n prod
+  if command -v kubectl >/dev/null; then run kubectl vm list -n prod; fi
+fi

@@ -1,0 +1,126 @@
+//! A VM's SSH host identity: an Ed25519 host key and a host certificate signed by the CA, so
+//! clients trust the VM through the CA instead of trust-on-first-use.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ssh_key::certificate::{Builder, CertType};
+use ssh_key::{Algorithm, LineEnding, PrivateKey};
+
+use super::{CaBundle, CaError};
+
+/// How long a host certificate is valid unless told otherwise: 10 years, since renewing it
+/// needs a reboot of the VM.
+pub const DEFAULT_HOST_CERT_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// Clock skew tolerated between the signer and the VM.
+const BACKDATE: u64 = 300;
+
+/// The principals a VM's host certificate names: `NAME.NAMESPACE` and `NAME`.
+pub fn host_principals(vm: &str, namespace: &str) -> [String; 2] {
+    [format!("{vm}.{namespace}"), vm.to_string()]
+}
+
+/// A host key pair and its certificate, all in OpenSSH text form, ready for cloud-init.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HostKeys {
+    /// Private key, `-----BEGIN OPENSSH PRIVATE KEY-----` form.
+    pub private_key: String,
+    /// Public key, one line.
+    pub public_key: String,
+    /// Host certificate, one line (`ssh-ed25519-cert-v01@openssh.com …`).
+    pub certificate: String,
+}
+
+impl std::fmt::Debug for HostKeys {
+    /// Leaves the private key out.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostKeys")
+            .field("public_key", &self.public_key)
+            .field("certificate", &self.certificate)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HostKeys {
+    /// Generate a host key for VM `vm` in `namespace` and sign a host certificate for it with
+    /// the CA's signing key, valid from now (less a few minutes of clock skew) for `validity`.
+    pub fn issue(
+        ca: &CaBundle,
+        vm: &str,
+        namespace: &str,
+        validity: Duration,
+    ) -> Result<HostKeys, CaError> {
+        let mut rng = ssh_key::rand_core::UnwrapErr(ssh_key::getrandom::SysRng);
+        let mut key = PrivateKey::random(&mut rng, Algorithm::Ed25519)?;
+        key.set_comment(format!("kubevm-host:{namespace}/{vm}"));
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or_default();
+        let mut builder = Builder::new_with_random_nonce(
+            &mut rng,
+            key.public_key().key_data().clone(),
+            now.saturating_sub(BACKDATE),
+            now.saturating_add(validity.as_secs()),
+        )?;
+        builder.cert_type(CertType::Host)?;
+        builder.key_id(format!("kubevm-host:{namespace}/{vm}"))?;
+        for principal in host_principals(vm, namespace) {
+            builder.valid_principal(principal)?;
+        }
+        let certificate = builder.sign(ca.signing_key())?;
+        Ok(HostKeys {
+            private_key: key.to_openssh(LineEnding::LF)?.to_string(),
+            public_key: key.public_key().to_openssh()?,
+            certificate: certificate.to_openssh()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ssh_key::{Certificate, HashAlg};
+
+    #[test]
+    fn host_certificate_is_signed_by_the_ca() {
+        let ca = CaBundle::generate().unwrap();
+        let host = HostKeys::issue(&ca, "web", "prod", DEFAULT_HOST_CERT_VALIDITY).unwrap();
+        let cert = Certificate::from_openssh(&host.certificate).unwrap();
+        assert_eq!(cert.cert_type(), CertType::Host);
+        assert_eq!(cert.valid_principals(), ["web.prod", "web"]);
+        let ca_fp = ca.signing_key().public_key().fingerprint(HashAlg::Sha256);
+        cert.validate([&ca_fp]).unwrap();
+        let key = PrivateKey::from_openssh(&host.private_key).unwrap();
+        assert_eq!(cert.public_key(), key.public_key().key_data());
+        assert!(host.public_key.starts_with("ssh-ed25519 "));
+        assert!(!format!("{host:?}").contains("PRIVATE KEY"));
+    }
+
+    #[test]
+    fn ssh_keygen_reads_the_certificate() {
+        if std::process::Command::new("ssh-keygen")
+            .arg("-?")
+            .output()
+            .is_err()
+        {
+            return; // openssh-client is not installed; the test above covers the content.
+        }
+        let ca = CaBundle::generate().unwrap();
+        let host = HostKeys::issue(&ca, "db", "team-a", Duration::from_secs(3600)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ssh_host_ed25519_key-cert.pub");
+        std::fs::write(&path, &host.certificate).unwrap();
+        let out = std::process::Command::new("ssh-keygen")
+            .arg("-L")
+            .arg("-f")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("host certificate"), "{text}");
+        assert!(text.contains(&ca.fingerprints()[0]), "{text}");
+        assert!(text.contains("db.team-a") && text.contains("Key ID: \"kubevm-host:team-a/db\""));
+    }
+}

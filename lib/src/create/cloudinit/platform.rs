@@ -1,0 +1,293 @@
+//! The cloud-config that kubectl-vm injects into Linux guests: platform SSH trust, the
+//! platform user, `--user`/`--ssh-key`, `--env` files, qemu-guest-agent, time zone and host
+//! keys.
+//!
+//! Whatever must survive a CA rotation or a host-certificate renewal is written by `bootcmd`,
+//! which cloud-init runs on every boot (the per-instance modules run only once per instance).
+
+use serde_yaml::{Mapping, Value};
+
+use crate::create::plan::VmPlan;
+use crate::flavor::Flavor;
+use crate::validate::EnvVar;
+
+/// Trusted user CA keys file in the guest.
+pub const CA_KEYS_PATH: &str = "/etc/ssh/kubevm_trusted_user_ca_keys";
+/// sshd drop-in written by kubectl-vm.
+pub const SSHD_DROP_IN_PATH: &str = "/etc/ssh/sshd_config.d/50-kubevm.conf";
+/// Host certificate file. Not named `ssh_host_*key*`: cloud-init deletes those on first boot.
+pub const HOST_CERT_PATH: &str = "/etc/ssh/kubevm_ssh_host_ed25519_key-cert.pub";
+/// Environment file for systemd units (`EnvironmentFile=`).
+pub const ENV_FILE_PATH: &str = "/etc/kubevm/environment";
+/// Login-shell environment script.
+pub const PROFILE_PATH: &str = "/etc/profile.d/kubevm-env.sh";
+/// sudoers drop-in for the platform user.
+const SUDOERS_PATH: &str = "/etc/sudoers.d/90-kubevm";
+
+const SUDO_ALL: &str = "ALL=(ALL) NOPASSWD:ALL";
+
+fn s(text: &str) -> Value {
+    Value::String(text.to_string())
+}
+
+fn strings<I: IntoIterator<Item = S>, S: AsRef<str>>(items: I) -> Value {
+    Value::Sequence(items.into_iter().map(|i| s(i.as_ref())).collect())
+}
+
+/// The platform cloud-config as a YAML mapping. `user_has_users` tells whether the user's own
+/// cloud-config has a `users` list: if not, `default` is listed so the image's default user
+/// is still created next to the ones added here.
+pub fn platform_config(plan: &VmPlan, user_has_users: bool) -> Mapping {
+    let guest = &plan.guest;
+    let ssh = &plan.platform_ssh;
+    let mut doc = Mapping::new();
+    let mut users = Vec::new();
+    if ssh.enabled {
+        users.push(user_entry(&ssh.user, "kubectl-vm platform user", &[]));
+    }
+    if let Some(user) = &guest.user {
+        users.push(user_entry(user, "", &guest.ssh_keys));
+    } else if !guest.ssh_keys.is_empty() {
+        doc.insert(s("ssh_authorized_keys"), strings(&guest.ssh_keys));
+    }
+    if !users.is_empty() {
+        if !user_has_users {
+            users.insert(0, s("default"));
+        }
+        doc.insert(s("users"), Value::Sequence(users));
+    }
+    if plan.flavor == Flavor::Deckhouse {
+        // KubeVirt sets the hostname through spec.hostname; Deckhouse has no such field.
+        if let Some(hostname) = &plan.hostname {
+            doc.insert(s("hostname"), s(hostname));
+        }
+    }
+    if let Some(tz) = &plan.timezone {
+        doc.insert(s("timezone"), s(tz));
+    }
+    if guest.guest_agent {
+        doc.insert(s("packages"), strings(["qemu-guest-agent"]));
+    }
+    if let (true, Some(host)) = (ssh.enabled, &ssh.host) {
+        let mut keys = Mapping::new();
+        keys.insert(s("ed25519_private"), s(&host.private_key));
+        keys.insert(s("ed25519_public"), s(&host.public_key));
+        doc.insert(s("ssh_keys"), Value::Mapping(keys));
+    }
+    let boot = boot_script(plan);
+    if !boot.is_empty() {
+        doc.insert(s("bootcmd"), strings([boot]));
+    }
+    let first = first_boot_script(plan);
+    if !first.is_empty() {
+        doc.insert(s("runcmd"), strings([first]));
+    }
+    doc
+}
+
+fn user_entry(name: &str, gecos: &str, keys: &[String]) -> Value {
+    let mut user = Mapping::new();
+    user.insert(s("name"), s(name));
+    if !gecos.is_empty() {
+        user.insert(s("gecos"), s(gecos));
+    }
+    user.insert(s("shell"), s("/bin/bash"));
+    user.insert(s("sudo"), s(SUDO_ALL));
+    user.insert(s("lock_passwd"), Value::Bool(true));
+    if !keys.is_empty() {
+        user.insert(s("ssh_authorized_keys"), strings(keys));
+    }
+    Value::Mapping(user)
+}
+
+/// Users whose locked password field must become `*`: sshd refuses locked accounts when it
+/// runs without PAM, even for key or certificate logins.
+fn unlockable_users(plan: &VmPlan) -> Vec<&str> {
+    let mut users = Vec::new();
+    if plan.platform_ssh.enabled {
+        users.push(plan.platform_ssh.user.as_str());
+    }
+    users.extend(plan.guest.user.as_deref());
+    users
+}
+
+/// Shell that turns a password field made only of `!`/`*` (locked, no password) into `*`
+/// (no password, not locked). A real password hash, locked or not, is left alone.
+fn unlock_snippet(users: &[&str]) -> String {
+    format!(
+        "for u in {}; do\n  f=$(getent shadow \"$u\" | cut -d: -f2)\n  if [ -n \"$f\" ] && [ -z \"$(printf %s \"$f\" | tr -d '!*')\" ]; then usermod -p '*' \"$u\"; fi\ndone\n",
+        users.join(" ")
+    )
+}
+
+/// `cat > PATH <<'EOF'` with a delimiter that no content line equals.
+fn heredoc(out: &mut String, redirect: &str, path: &str, content: &str) {
+    let mut delimiter = "KUBEVM_EOF".to_string();
+    while content.lines().any(|l| l == delimiter) {
+        delimiter.push('_');
+    }
+    out.push_str(&format!("cat {redirect} {path} <<'{delimiter}'\n{content}"));
+    if !content.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str(&delimiter);
+    out.push('\n');
+}
+
+/// The script `bootcmd` runs on every boot.
+fn boot_script(plan: &VmPlan) -> String {
+    let mut out = String::new();
+    let ssh = &plan.platform_ssh;
+    if ssh.enabled {
+        out.push_str("umask 022\nmkdir -p /etc/ssh/sshd_config.d\n");
+        heredoc(
+            &mut out,
+            ">",
+            CA_KEYS_PATH,
+            &(ssh.ca_public_keys.join("\n") + "\n"),
+        );
+        let mut drop_in = format!(
+            "# Written by kubectl-vm on every boot; changes are lost.\nTrustedUserCAKeys {CA_KEYS_PATH}\n"
+        );
+        if let Some(host) = &ssh.host {
+            heredoc(&mut out, ">", HOST_CERT_PATH, &host.certificate);
+            drop_in.push_str(&format!("HostCertificate {HOST_CERT_PATH}\n"));
+        }
+        heredoc(&mut out, ">", SSHD_DROP_IN_PATH, &drop_in);
+        // Older images have no Include line; sshd uses the first value, so it goes first.
+        out.push_str("if [ -f /etc/ssh/sshd_config ] && ! grep -qi '^Include /etc/ssh/sshd_config.d/' /etc/ssh/sshd_config; then\n  sed -i '1i Include /etc/ssh/sshd_config.d/*.conf' /etc/ssh/sshd_config\nfi\n");
+        let user = &ssh.user;
+        out.push_str(&format!(
+            "id -u {user} >/dev/null 2>&1 || useradd -m -s /bin/bash -c 'kubectl-vm platform user' {user}\n"
+        ));
+        out.push_str(&format!(
+            "echo '{user} {SUDO_ALL}' > {SUDOERS_PATH} && chmod 0440 {SUDOERS_PATH}\n"
+        ));
+    }
+    let users = unlockable_users(plan);
+    if !users.is_empty() {
+        out.push_str(&unlock_snippet(&users));
+    }
+    if !plan.guest.env.is_empty() {
+        env_files(&mut out, &plan.guest.env);
+    }
+    if ssh.enabled {
+        // sshd may already run (a reboot after the first); --no-block avoids waiting on it.
+        out.push_str("systemctl --no-block try-reload-or-restart ssh.service sshd.service >/dev/null 2>&1 || true\n");
+    }
+    if plan.guest.guest_agent {
+        out.push_str(
+            "systemctl --no-block start qemu-guest-agent.service >/dev/null 2>&1 || true\n",
+        );
+    }
+    out
+}
+
+/// The script `runcmd` runs once, after cloud-init created users (which locks them) and
+/// installed packages.
+fn first_boot_script(plan: &VmPlan) -> String {
+    let mut out = String::new();
+    let users = unlockable_users(plan);
+    if !users.is_empty() {
+        out.push_str(&unlock_snippet(&users));
+    }
+    if plan.guest.guest_agent {
+        out.push_str("systemctl enable --now qemu-guest-agent.service >/dev/null 2>&1 || systemctl start qemu-guest-agent.service || true\n");
+    }
+    out
+}
+
+/// Whether `value` needs no quoting in any of the three env file formats.
+fn is_plain(value: &str) -> bool {
+    !value.is_empty()
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:,@%+=".contains(c))
+}
+
+/// `KEY=VALUE` for systemd's `EnvironmentFile=`: double quotes with `\`, `"`, `` ` `` and
+/// `$` escaped (systemd's escapes inside double quotes).
+fn systemd_line(var: &EnvVar) -> String {
+    if is_plain(&var.value) {
+        return format!("{}={}", var.name, var.value);
+    }
+    let mut quoted = String::new();
+    for c in var.value.chars() {
+        if matches!(c, '\\' | '"' | '`' | '$') {
+            quoted.push('\\');
+        }
+        quoted.push(c);
+    }
+    format!("{}=\"{quoted}\"", var.name)
+}
+
+/// `KEY=VALUE` for pam_env's `/etc/environment`, which only strips surrounding quotes.
+fn pam_line(var: &EnvVar) -> String {
+    if is_plain(&var.value) {
+        format!("{}={}", var.name, var.value)
+    } else {
+        format!("{}=\"{}\"", var.name, var.value)
+    }
+}
+
+/// `export KEY='VALUE'` with POSIX single-quote escaping.
+fn export_line(var: &EnvVar) -> String {
+    format!("export {}='{}'", var.name, var.value.replace('\'', r"'\''"))
+}
+
+fn env_files(out: &mut String, env: &[EnvVar]) {
+    let lines = |f: fn(&EnvVar) -> String| env.iter().map(f).collect::<Vec<_>>().join("\n") + "\n";
+    out.push_str("mkdir -p /etc/kubevm\n");
+    heredoc(out, ">", ENV_FILE_PATH, &lines(systemd_line));
+    heredoc(out, ">", PROFILE_PATH, &lines(export_line));
+    // /etc/environment may hold other settings: replace only kubectl-vm's block.
+    out.push_str(
+        "touch /etc/environment\nsed -i '/^# BEGIN kubevm$/,/^# END kubevm$/d' /etc/environment\n",
+    );
+    heredoc(
+        out,
+        ">>",
+        "/etc/environment",
+        &format!("# BEGIN kubevm\n{}# END kubevm\n", lines(pam_line)),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn var(name: &str, value: &str) -> EnvVar {
+        EnvVar {
+            name: name.into(),
+            value: value.into(),
+        }
+    }
+
+    #[test]
+    fn env_quoting() {
+        assert_eq!(systemd_line(&var("A", "x/y:1")), "A=x/y:1");
+        assert_eq!(systemd_line(&var("A", "a \"b\" $c")), r#"A="a \"b\" \$c""#);
+        assert_eq!(systemd_line(&var("A", "")), "A=\"\"");
+        assert_eq!(pam_line(&var("A", "two words")), "A=\"two words\"");
+        assert_eq!(export_line(&var("A", "it's")), r"export A='it'\''s'");
+    }
+
+    #[test]
+    fn env_quoting_survives_a_real_shell() {
+        let v = var("V", "a 'b' \"c\" $HOME `x` \\ end");
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{}\nprintf %s \"$V\"", export_line(&v)))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), v.value);
+    }
+
+    #[test]
+    fn heredoc_avoids_content_delimiter() {
+        let mut out = String::new();
+        heredoc(&mut out, ">", "/f", "KUBEVM_EOF\nx");
+        assert!(out.starts_with("cat > /f <<'KUBEVM_EOF_'\n"), "{out}");
+        assert!(out.ends_with("x\nKUBEVM_EOF_\n"), "{out}");
+    }
+}

@@ -1,0 +1,268 @@
+//! KubeVirt objects for a plan: a `kubevirt.io/v1` VirtualMachine whose disks are imported by
+//! CDI `dataVolumeTemplates`, and a Secret when the user data cannot be inline.
+
+use serde_json::{Map, Value, json};
+
+use super::cloudinit::UserData;
+use super::plan::{BootSource, Firmware, OsType, VmPlan};
+use super::{PlannedObject, labels, metadata, user_data_secret};
+use crate::validate::{ChecksumAlgo, DataDisk, DiskBus};
+
+/// Name of the boot disk and its volume in the VM.
+const BOOT_VOLUME: &str = "rootdisk";
+/// Name of the cloud-init disk and its volume.
+const CLOUDINIT_VOLUME: &str = "cloudinitdisk";
+/// Name of the pod network interface.
+const NETWORK: &str = "default";
+/// Secret key KubeVirt reads user data from.
+pub const SECRET_KEY: &str = "userdata";
+
+/// Whether the boot disk is imported with a checksum. KubeVirt's VirtualMachine schema
+/// embeds an older DataVolume spec without `checksum`, so such a disk is a standalone
+/// DataVolume created before the VM (and found by `kubectl vm delete` through its labels).
+fn standalone_boot_volume(plan: &VmPlan) -> bool {
+    matches!(&plan.boot, BootSource::Url { checksums, .. } if !checksums.is_empty())
+}
+
+/// The objects to create, in order: a standalone boot DataVolume if a checksum is given, the
+/// VirtualMachine, then the user-data Secret if needed.
+pub(super) fn objects(plan: &VmPlan, user_data: Option<&UserData>) -> Vec<PlannedObject> {
+    let mut objects = Vec::new();
+    if standalone_boot_volume(plan)
+        && let Some(Value::Object(mut dv)) = boot_template(plan)
+    {
+        dv.insert("apiVersion".into(), json!("cdi.kubevirt.io/v1beta1"));
+        dv.insert("kind".into(), json!("DataVolume"));
+        dv["metadata"]["namespace"] = json!(plan.namespace);
+        objects.push(PlannedObject::new(Value::Object(dv)));
+    }
+    objects.push(PlannedObject::new(virtual_machine(plan, user_data)));
+    if let Some(data) = user_data.filter(|d| d.needs_secret()) {
+        objects.push(user_data_secret(plan, "Opaque", SECRET_KEY, data));
+    }
+    objects
+}
+
+fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Value {
+    let mut disks = Vec::new();
+    let mut volumes = Vec::new();
+    let mut templates = Vec::new();
+
+    disks.push(disk(BOOT_VOLUME, plan.boot_disk_bus(), Some(1), None));
+    volumes.push(boot_volume(plan));
+    if let Some(template) = boot_template(plan).filter(|_| !standalone_boot_volume(plan)) {
+        templates.push(template);
+    }
+    for data in &plan.data_disks {
+        let name = plan.data_disk_name(data);
+        disks.push(disk(
+            &data.name,
+            data.bus.unwrap_or_default(),
+            None,
+            Some(&data.name),
+        ));
+        volumes.push(json!({ "name": data.name, "dataVolume": { "name": name } }));
+        templates.push(data_volume(
+            plan,
+            &name,
+            json!({ "blank": {} }),
+            Some(data.size.to_string()),
+            data_disk_class(plan, data),
+        ));
+    }
+    if let Some(data) = user_data {
+        disks.push(disk(CLOUDINIT_VOLUME, DiskBus::Virtio, None, None));
+        let source = if data.needs_secret() {
+            json!({ "secretRef": { "name": plan.cloudinit_secret_name() } })
+        } else {
+            json!({ "userData": data.text })
+        };
+        volumes.push(json!({ "name": CLOUDINIT_VOLUME, "cloudInitNoCloud": source }));
+    }
+
+    let mut interface = json!({ "name": NETWORK, "masquerade": {} });
+    if plan.os == OsType::Windows {
+        // Stock Windows has no virtio-net driver.
+        interface["model"] = json!("e1000e");
+    }
+    let mut domain = json!({
+        "devices": { "disks": disks, "interfaces": [interface], "rng": {} },
+    });
+    if plan.instancetype.is_none() {
+        domain["cpu"] = json!({ "cores": plan.cores() });
+        domain["memory"] = json!({ "guest": plan.memory_size().to_string() });
+    }
+    match plan.firmware {
+        Some(Firmware::Efi) => {
+            domain["firmware"] = json!({ "bootloader": { "efi": { "secureBoot": false } } })
+        }
+        Some(Firmware::Bios) => domain["firmware"] = json!({ "bootloader": { "bios": {} } }),
+        None => {}
+    }
+    if let Some(clock) = clock(plan) {
+        domain["clock"] = clock;
+    }
+    if plan.os == OsType::Windows {
+        domain["features"] = json!({
+            "acpi": {}, "apic": {},
+            "hyperv": { "relaxed": {}, "vapic": {}, "spinlocks": { "spinlocks": 8191 } },
+        });
+    }
+
+    let mut pod_spec = json!({
+        "domain": domain,
+        "networks": [{ "name": NETWORK, "pod": {} }],
+        "volumes": volumes,
+    });
+    if let Some(hostname) = &plan.hostname {
+        pod_spec["hostname"] = json!(hostname);
+    }
+    let mut spec = json!({
+        "runStrategy": plan.run_strategy().kubevirt(),
+        "template": {
+            "metadata": { "labels": labels(plan) },
+            "spec": pod_spec,
+        },
+    });
+    if !templates.is_empty() {
+        spec["dataVolumeTemplates"] = Value::Array(templates);
+    }
+    if let Some(it) = &plan.instancetype {
+        spec["instancetype"] = json!({ "kind": it.kind, "name": it.name });
+    }
+    if let Some(pref) = &plan.preference {
+        spec["preference"] = json!({ "kind": pref.kind, "name": pref.name });
+    }
+    json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": metadata(plan, &plan.name),
+        "spec": spec,
+    })
+}
+
+/// A disk device; data disks carry their name as serial so the guest finds them under
+/// `/dev/disk/by-id/*NAME`.
+fn disk(name: &str, bus: DiskBus, boot_order: Option<u32>, serial: Option<&str>) -> Value {
+    let mut disk = json!({ "name": name, "disk": { "bus": bus.as_str() } });
+    if let Some(order) = boot_order {
+        disk["bootOrder"] = json!(order);
+    }
+    if let Some(serial) = serial {
+        disk["serial"] = json!(serial);
+    }
+    disk
+}
+
+fn boot_volume(plan: &VmPlan) -> Value {
+    match &plan.boot {
+        BootSource::ContainerDisk {
+            image,
+            ephemeral: true,
+        } => {
+            json!({ "name": BOOT_VOLUME, "containerDisk": { "image": image } })
+        }
+        BootSource::ExistingDisk { name } => {
+            json!({ "name": BOOT_VOLUME, "persistentVolumeClaim": { "claimName": name } })
+        }
+        _ => json!({ "name": BOOT_VOLUME, "dataVolume": { "name": plan.boot_disk_name() } }),
+    }
+}
+
+/// The DataVolume template that fills the boot disk, if one is created.
+fn boot_template(plan: &VmPlan) -> Option<Value> {
+    let size = || {
+        Some(
+            plan.disk_size
+                .unwrap_or(super::plan::DEFAULT_DISK_SIZE)
+                .to_string(),
+        )
+    };
+    let (source, size) = match &plan.boot {
+        BootSource::ContainerDisk {
+            ephemeral: true, ..
+        }
+        | BootSource::ExistingDisk { .. } => {
+            return None;
+        }
+        BootSource::ContainerDisk { image, .. } => (
+            json!({ "registry": { "url": format!("docker://{image}") } }),
+            size(),
+        ),
+        BootSource::Url { url, checksums } => {
+            let mut http = json!({ "url": url });
+            // CDI takes one checksum: the strongest it supports.
+            let best = ChecksumAlgo::ALL.iter().find_map(|algo| {
+                checksums
+                    .iter()
+                    .find(|c| c.algo == *algo && algo.supported_by_cdi())
+            });
+            if let Some(checksum) = best {
+                http["checksum"] = json!(checksum.to_string());
+            }
+            (json!({ "http": http }), size())
+        }
+        BootSource::ClonePvc { name } => {
+            let (namespace, pvc) = name.split_once('/').unwrap_or((&plan.namespace, name));
+            // Without a size CDI makes the clone as large as its source.
+            (
+                json!({ "pvc": { "namespace": namespace, "name": pvc } }),
+                plan.disk_size.map(|s| s.to_string()),
+            )
+        }
+        BootSource::Blank { size } => (json!({ "blank": {} }), Some(size.to_string())),
+    };
+    Some(data_volume(
+        plan,
+        &plan.boot_disk_name(),
+        source,
+        size,
+        plan.storage_class.as_deref(),
+    ))
+}
+
+fn data_disk_class<'a>(plan: &'a VmPlan, disk: &'a DataDisk) -> Option<&'a str> {
+    disk.storage_class
+        .as_deref()
+        .or(plan.storage_class.as_deref())
+}
+
+fn data_volume(
+    plan: &VmPlan,
+    name: &str,
+    source: Value,
+    size: Option<String>,
+    class: Option<&str>,
+) -> Value {
+    let mut storage = Map::new();
+    if let Some(size) = size {
+        storage.insert(
+            "resources".into(),
+            json!({ "requests": { "storage": size } }),
+        );
+    }
+    if let Some(class) = class {
+        storage.insert("storageClassName".into(), json!(class));
+    }
+    json!({
+        "metadata": { "name": name, "labels": labels(plan) },
+        "spec": { "source": source, "storage": storage },
+    })
+}
+
+/// Linux keeps the hardware clock in UTC and gets its zone from cloud-init; Windows expects
+/// the hardware clock in local time, so `--timezone` sets the clock there.
+fn clock(plan: &VmPlan) -> Option<Value> {
+    match (plan.os, &plan.timezone) {
+        (OsType::Windows, tz) => Some(json!({
+            "timezone": tz.as_deref().unwrap_or("UTC"),
+            "timer": { "hpet": { "present": false }, "pit": { "tickPolicy": "delay" },
+                       "rtc": { "tickPolicy": "catchup" }, "hyperv": {} },
+        })),
+        (OsType::Linux, Some(_)) => Some(json!({ "utc": {} })),
+        (OsType::Linux, None) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

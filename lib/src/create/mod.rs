@@ -1,0 +1,259 @@
+//! `kubectl vm create` without the cluster: a [`VmPlan`] becomes the Kubernetes objects to
+//! apply, in order, for KubeVirt ([`kubevirt`]) or Deckhouse ([`deckhouse`]).
+//!
+//! The command validates and builds with [`build`], creates [`Manifests::objects`] in order,
+//! and before creating an object whose [`PlannedObject::owner`] is [`Owner::Vm`] it calls
+//! [`PlannedObject::set_owner`] with the VM it has just created, so Kubernetes deletes that
+//! object with the VM.
+
+pub mod cloudinit;
+pub mod deckhouse;
+pub mod kubevirt;
+pub mod plan;
+pub mod sizing;
+
+#[cfg(test)]
+mod fixtures;
+#[cfg(test)]
+mod schema_check;
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+use thiserror::Error;
+
+pub use cloudinit::{CloudInitError, UserData};
+pub use plan::{BootFlags, BootSource, PlanError, VmPlan};
+
+use crate::flavor::Flavor;
+
+/// Label on everything kubectl-vm creates.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY: &str = "kubectl-vm";
+/// Label naming the VM an object was created for (disks, Secrets); `kubectl vm delete` finds
+/// a VM's companions with [`companion_selector`].
+pub const VM_LABEL: &str = "kubevm.io/vm";
+
+/// Volume names kubectl-vm uses itself, so data disks cannot take them.
+pub(crate) const RESERVED_VOLUME_NAMES: [&str; 2] = ["rootdisk", "cloudinitdisk"];
+
+/// Label selector matching the objects created together with VM `name`.
+pub fn companion_selector(name: &str) -> String {
+    format!("{VM_LABEL}={name},{MANAGED_BY_LABEL}={MANAGED_BY}")
+}
+
+/// A plan that cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CreateError {
+    /// Bad or conflicting inputs.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// Unusable `--cloud-init` data.
+    #[error(transparent)]
+    CloudInit(#[from] CloudInitError),
+}
+
+/// Whether an object must be owned by the VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// Created as is.
+    None,
+    /// Gets an ownerReference to the VM (created earlier in the same order) before it is
+    /// created, so it is garbage-collected with the VM.
+    Vm,
+}
+
+/// One object to create.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedObject {
+    /// The object (`apiVersion`, `kind`, `metadata`, …).
+    pub object: Value,
+    /// Whether it needs the VM's ownerReference first.
+    pub owner: Owner,
+}
+
+/// The VM an object is owned by, taken from the created VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmOwner {
+    /// `apiVersion` of the VM.
+    pub api_version: String,
+    /// `kind` of the VM.
+    pub kind: String,
+    /// VM name.
+    pub name: String,
+    /// VM uid, known once the server created it.
+    pub uid: String,
+}
+
+impl VmOwner {
+    /// Read the owner fields from the VM object the API server returned.
+    pub fn from_object(vm: &Value) -> Option<VmOwner> {
+        let text = |v: &Value| v.as_str().map(str::to_string);
+        Some(VmOwner {
+            api_version: text(&vm["apiVersion"])?,
+            kind: text(&vm["kind"])?,
+            name: text(&vm["metadata"]["name"])?,
+            uid: text(&vm["metadata"]["uid"])?,
+        })
+    }
+}
+
+impl PlannedObject {
+    fn new(object: Value) -> Self {
+        PlannedObject {
+            object,
+            owner: Owner::None,
+        }
+    }
+
+    /// `apiVersion` of the object.
+    pub fn api_version(&self) -> &str {
+        self.object["apiVersion"].as_str().unwrap_or_default()
+    }
+
+    /// `kind` of the object.
+    pub fn kind(&self) -> &str {
+        self.object["kind"].as_str().unwrap_or_default()
+    }
+
+    /// `metadata.name` of the object.
+    pub fn name(&self) -> &str {
+        self.object["metadata"]["name"].as_str().unwrap_or_default()
+    }
+
+    /// Make the object owned by `vm` (controller reference, blocking the VM's deletion in
+    /// foreground deletes until it is gone).
+    pub fn set_owner(&mut self, vm: &VmOwner) {
+        self.object["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": vm.api_version,
+            "kind": vm.kind,
+            "name": vm.name,
+            "uid": vm.uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        }]);
+    }
+}
+
+/// Everything to create for one VM, in apply order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifests {
+    /// Objects in the order to create them (disks, the VM, then objects owned by the VM).
+    pub objects: Vec<PlannedObject>,
+    /// The user data, if any (also inside the VM or a Secret among `objects`).
+    pub user_data: Option<UserData>,
+}
+
+impl Manifests {
+    /// The VirtualMachine object.
+    pub fn vm(&self) -> &Value {
+        &self
+            .objects
+            .iter()
+            .find(|o| o.kind() == "VirtualMachine")
+            .expect("manifests always hold the VM")
+            .object
+    }
+}
+
+/// Validate `plan` and build its objects for its flavor.
+pub fn build(plan: &VmPlan) -> Result<Manifests, CreateError> {
+    plan.validate()?;
+    let user_data = cloudinit::build(plan)?;
+    let objects = match plan.flavor {
+        Flavor::KubeVirt => kubevirt::objects(plan, user_data.as_ref()),
+        Flavor::Deckhouse => deckhouse::objects(plan, user_data.as_ref()),
+    };
+    Ok(Manifests { objects, user_data })
+}
+
+/// Labels for objects created for the VM: the user's labels plus kubectl-vm's own.
+fn labels(plan: &VmPlan) -> BTreeMap<String, String> {
+    let mut labels: BTreeMap<String, String> = plan
+        .labels
+        .iter()
+        .map(|l| (l.key.clone(), l.value.clone()))
+        .collect();
+    labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY.into());
+    labels.insert(VM_LABEL.into(), plan.name.clone());
+    labels
+}
+
+/// `metadata` for an object created for the VM.
+fn metadata(plan: &VmPlan, name: &str) -> Value {
+    json!({ "name": name, "namespace": plan.namespace, "labels": labels(plan) })
+}
+
+/// The Secret carrying user data, owned by the VM.
+fn user_data_secret(plan: &VmPlan, type_: &str, key: &str, data: &UserData) -> PlannedObject {
+    PlannedObject {
+        object: json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": metadata(plan, &plan.cloudinit_secret_name()),
+            "type": type_,
+            "stringData": { key: data.text },
+        }),
+        owner: Owner::Vm,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_reference_is_filled_from_the_created_vm() {
+        let plan = fixtures::plan(Flavor::KubeVirt, fixtures::image());
+        let mut manifests = build(&plan).unwrap();
+        let created = json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": "web", "uid": "1234"}});
+        let owner = VmOwner::from_object(&created).unwrap();
+        let secret = manifests
+            .objects
+            .iter_mut()
+            .find(|o| o.owner == Owner::Vm)
+            .unwrap();
+        secret.set_owner(&owner);
+        assert_eq!(
+            secret.object["metadata"]["ownerReferences"][0]["uid"],
+            "1234"
+        );
+        assert_eq!(
+            secret.object["metadata"]["ownerReferences"][0]["kind"],
+            "VirtualMachine"
+        );
+        assert!(VmOwner::from_object(&json!({"kind": "x"})).is_none());
+    }
+
+    #[test]
+    fn owned_objects_come_after_the_vm() {
+        for flavor in [Flavor::KubeVirt, Flavor::Deckhouse] {
+            let plan = fixtures::plan(flavor, fixtures::image());
+            let manifests = build(&plan).unwrap();
+            let vm_at = manifests
+                .objects
+                .iter()
+                .position(|o| o.kind() == "VirtualMachine")
+                .unwrap();
+            for (i, o) in manifests.objects.iter().enumerate() {
+                assert_eq!(o.owner == Owner::Vm, i > vm_at, "{flavor}: {}", o.kind());
+                assert_eq!(o.object["metadata"]["labels"][VM_LABEL], "web");
+            }
+        }
+        assert_eq!(
+            companion_selector("web"),
+            "kubevm.io/vm=web,app.kubernetes.io/managed-by=kubectl-vm"
+        );
+    }
+
+    #[test]
+    fn build_reports_plan_and_cloud_init_errors() {
+        let mut plan = fixtures::plan(Flavor::KubeVirt, fixtures::image());
+        plan.guest.user_data = Some("hello".into());
+        assert!(matches!(build(&plan), Err(CreateError::CloudInit(_))));
+        plan.name = "Bad".into();
+        assert!(matches!(build(&plan), Err(CreateError::Plan(_))));
+    }
+}

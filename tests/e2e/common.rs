@@ -1,0 +1,130 @@
+//! Test environment: an emulator seeded from a fixture, a private HOME with its kubeconfig,
+//! and a bin directory where kubectl finds `kubectl-vm` and `kubectl_complete-vm`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use kubevm_emulator::{BlockingEmulator, Emulator, EmulatorOptions, ServeFlavor};
+use tempfile::TempDir;
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_kubectl-vm");
+
+/// A running emulator plus a scratch directory.
+pub struct Env {
+    pub emulator: BlockingEmulator,
+    pub dir: TempDir,
+    pub kubeconfig: PathBuf,
+    pub bin_dir: PathBuf,
+}
+
+fn fixture(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+impl Env {
+    /// Emulator serving KubeVirt, seeded with tests/fixtures/kubevirt.yaml.
+    pub fn kubevirt() -> Env {
+        Env::start(ServeFlavor::KubeVirt, "kubevirt.yaml")
+    }
+
+    /// Emulator serving Deckhouse virtualization, seeded with tests/fixtures/deckhouse.yaml.
+    pub fn deckhouse() -> Env {
+        Env::start(ServeFlavor::Deckhouse, "deckhouse.yaml")
+    }
+
+    fn start(flavor: ServeFlavor, fixture_name: &str) -> Env {
+        let options = EmulatorOptions {
+            fixture_yaml: vec![fixture(fixture_name)],
+            flavor,
+            ..Default::default()
+        };
+        let emulator = Emulator::start_blocking(options).expect("emulator starts");
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        emulator.write_kubeconfig(&kubeconfig).unwrap();
+        let bin_dir = dir.path().join("bin");
+        std::fs::create_dir(&bin_dir).unwrap();
+        for name in ["kubectl-vm", "kubectl_complete-vm"] {
+            std::os::unix::fs::symlink(BIN, bin_dir.join(name)).unwrap();
+        }
+        Env {
+            emulator,
+            dir,
+            kubeconfig,
+            bin_dir,
+        }
+    }
+
+    /// A command with this environment's HOME, KUBECONFIG and PATH.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut command = Command::new(program);
+        let path = std::env::var("PATH").unwrap_or_default();
+        command
+            .env("HOME", self.dir.path())
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("PATH", format!("{}:{path}", self.bin_dir.display()))
+            .env_remove("COMPLETE");
+        command
+    }
+
+    /// Run `kubectl-vm ARGS`.
+    pub fn vm(&self, args: &[&str]) -> Output {
+        self.command(BIN).args(args).output().unwrap()
+    }
+
+    /// Run real kubectl (`KUBECTL`, else `.tools/bin/kubectl`, else PATH).
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.command(kubectl()).args(args).output().unwrap()
+    }
+}
+
+/// The kubectl binary the tests drive. Fails (never skips) when none is installed.
+pub fn kubectl() -> PathBuf {
+    if let Some(path) = std::env::var_os("KUBECTL") {
+        return path.into();
+    }
+    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/bin/kubectl");
+    if local.exists() {
+        return local;
+    }
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("kubectl"))
+            .find(|p| p.exists())
+    });
+    found.expect("kubectl v1.36 not found: run tests/tools/get-kubectl.sh (or set KUBECTL)")
+}
+
+/// stdout as text.
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// stderr as text.
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Assert success and return stdout.
+#[track_caller]
+pub fn ok(output: Output) -> String {
+    assert!(
+        output.status.success(),
+        "command failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        stdout(&output),
+        stderr(&output)
+    );
+    stdout(&output)
+}
+
+/// Split a table into rows of whitespace-separated cells.
+pub fn table(text: &str) -> Vec<Vec<String>> {
+    text.lines()
+        .map(|line| line.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}

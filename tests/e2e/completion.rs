@@ -1,0 +1,146 @@
+//! Completion through kubectl's plugin completion (`kubectl_complete-vm`) and through the
+//! script `kubectl vm completion bash` prints.
+
+use crate::common::{Env, ok, stderr};
+
+/// Candidates (first column) kubectl's `__complete` returns, and its directive line.
+fn kubectl_complete(env: &Env, words: &[&str]) -> (Vec<String>, String) {
+    let mut args = vec!["__complete", "vm"];
+    args.extend_from_slice(words);
+    let output = env.kubectl(&args);
+    let text = ok(output);
+    let mut lines: Vec<&str> = text.lines().collect();
+    let directive = lines.pop().unwrap_or_default().to_owned();
+    let values = lines
+        .iter()
+        .map(|l| l.split('\t').next().unwrap_or_default().to_owned())
+        .collect();
+    (values, directive)
+}
+
+#[test]
+fn kubectl_completes_commands() {
+    let env = Env::kubevirt();
+    let (values, directive) = kubectl_complete(&env, &[""]);
+    for command in ["list", "get", "version", "completion"] {
+        assert!(
+            values.contains(&command.to_owned()),
+            "{command} missing from {values:?}"
+        );
+    }
+    assert!(
+        !values.iter().any(|v| v == "generate-docs"),
+        "hidden commands stay hidden"
+    );
+    assert_eq!(directive, ":4");
+}
+
+#[test]
+fn kubectl_completes_flags() {
+    let env = Env::kubevirt();
+    let (values, _) = kubectl_complete(&env, &["list", "--"]);
+    for flag in [
+        "--output",
+        "--selector",
+        "--all-namespaces",
+        "--watch",
+        "--context",
+        "--namespace",
+    ] {
+        assert!(
+            values.contains(&flag.to_owned()),
+            "{flag} missing from {values:?}"
+        );
+    }
+}
+
+#[test]
+fn kubectl_completes_vm_names_from_the_cluster() {
+    let env = Env::kubevirt();
+    let (values, _) = kubectl_complete(&env, &["get", "-n", "prod", ""]);
+    let mut expected: Vec<String> = env
+        .emulator
+        .objects("kubevirt.io", "virtualmachines", Some("prod"))
+        .iter()
+        .map(|vm| vm["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    expected.sort();
+    assert!(!expected.is_empty());
+    let mut values = values;
+    values.sort();
+    assert_eq!(values, expected);
+    // The prefix filters.
+    let first = &expected[0][..1];
+    let (values, _) = kubectl_complete(&env, &["get", "-n", "prod", first]);
+    assert!(values.iter().all(|v| v.starts_with(first)) && !values.is_empty());
+}
+
+#[test]
+fn kubectl_completes_namespaces_and_contexts() {
+    let env = Env::kubevirt();
+    let (values, _) = kubectl_complete(&env, &["list", "-n", ""]);
+    for ns in ["default", "dev", "prod"] {
+        assert!(
+            values.contains(&ns.to_owned()),
+            "{ns} missing from {values:?}"
+        );
+    }
+    let (values, _) = kubectl_complete(&env, &["list", "--context", ""]);
+    assert_eq!(values, ["emulator", "emulator-restricted"]);
+}
+
+#[test]
+fn kubectl_completer_is_quiet_when_the_cluster_is_unreachable() {
+    let env = Env::kubevirt();
+    let output = env
+        .command(env.bin_dir.join("kubectl_complete-vm"))
+        .args(["get", "--kubeconfig", "/nonexistent", ""])
+        .output()
+        .unwrap();
+    assert_eq!(stderr(&output), "");
+    assert_eq!(ok(output), ":4\n");
+}
+
+/// Run the bash completion function from `kubectl vm completion bash` for `words`.
+fn bash_complete(env: &Env, words: &[&str]) -> Vec<String> {
+    let script = ok(env.vm(&["completion", "bash"]));
+    let script_path = env.dir.path().join("kubectl-vm.bash");
+    std::fs::write(&script_path, script).unwrap();
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let program = format!(
+        "source '{}'\nCOMP_WORDS=({})\nCOMP_CWORD={}\nCOMP_TYPE=9\n_clap_complete_kubectl_vm kubectl-vm '{}' '{}'\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"\n",
+        script_path.display(),
+        quoted.join(" "),
+        words.len() - 1,
+        words[words.len() - 1],
+        words[words.len() - 2],
+    );
+    let text = ok(env.command("bash").arg("-c").arg(program).output().unwrap());
+    text.lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| l.trim_end().to_owned())
+        .collect()
+}
+
+#[test]
+fn bash_script_completes_commands_flags_and_vm_names() {
+    let env = Env::kubevirt();
+    let commands = bash_complete(&env, &["kubectl-vm", ""]);
+    for command in ["list", "get", "version"] {
+        assert!(
+            commands.contains(&command.to_owned()),
+            "{command} missing from {commands:?}"
+        );
+    }
+    let flags = bash_complete(&env, &["kubectl-vm", "list", "--al"]);
+    assert_eq!(flags, ["--all-namespaces"]);
+    let names = bash_complete(&env, &["kubectl-vm", "get", "-n", "dev", ""]);
+    for vm in ["api", "batch"] {
+        assert!(
+            names.contains(&vm.to_owned()),
+            "{vm} missing from {names:?}"
+        );
+    }
+    let names = bash_complete(&env, &["kubectl-vm", "get", "-n", "dev", "b"]);
+    assert_eq!(names, ["batch"]);
+}

@@ -1,0 +1,195 @@
+//! Bad input and API failures: one `Error:` line, the right exit code, nothing else.
+
+use crate::common::{Env, stderr, stdout};
+
+/// Run, expect exit `code`, and return the single stderr line.
+#[track_caller]
+fn fails(env: &Env, args: &[&str], code: i32) -> String {
+    let output = env.vm(args);
+    let err = stderr(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "args {args:?}\nstderr: {err}\nstdout: {}",
+        stdout(&output)
+    );
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "one line expected for {args:?}, got:\n{err}"
+    );
+    assert!(stdout(&output).is_empty(), "nothing on stdout for {args:?}");
+    err.trim_end().to_owned()
+}
+
+#[test]
+fn bad_targets_are_usage_errors() {
+    let env = Env::kubevirt();
+    assert_eq!(
+        fails(&env, &["get", "Web"], 2),
+        "Error: invalid target \"Web\": 'W' is not allowed in a name; use lower-case letters, digits, '-' and '.'"
+    );
+    assert!(fails(&env, &["get", "pod/web"], 2).contains("unknown kind \"pod\""));
+    assert!(fails(&env, &["get", "alice@web"], 2).contains("only accepted by ssh-like commands"));
+}
+
+#[test]
+fn namespace_flag_and_target_must_agree() {
+    let env = Env::kubevirt();
+    assert_eq!(
+        fails(&env, &["get", "web.prod", "-n", "dev"], 2),
+        "Error: target vm/web/prod names namespace \"prod\" but -n says \"dev\"; drop one of them"
+    );
+    assert!(
+        fails(&env, &["list", "-n", "Not_A_Namespace"], 2)
+            .contains("invalid namespace \"Not_A_Namespace\"")
+    );
+    assert!(fails(&env, &["list", "-A", "-n", "dev"], 2).contains("cannot be used together"));
+}
+
+#[test]
+fn unknown_context_lists_the_real_ones() {
+    let env = Env::kubevirt();
+    assert_eq!(
+        fails(&env, &["list", "--context", "nope"], 1),
+        "Error: context \"nope\" not found in the kubeconfig (available: emulator, emulator-restricted)"
+    );
+}
+
+#[test]
+fn kubeconfig_problems() {
+    let env = Env::kubevirt();
+    let missing = env.dir.path().join("missing");
+    let line = fails(
+        &env,
+        &["list", "--kubeconfig", missing.to_str().unwrap()],
+        1,
+    );
+    assert_eq!(
+        line,
+        format!(
+            "Error: kubeconfig file {} does not exist",
+            missing.display()
+        )
+    );
+    let broken = env.dir.path().join("broken");
+    std::fs::write(&broken, "clusters: [this is: not yaml").unwrap();
+    let line = fails(&env, &["list", "--kubeconfig", broken.to_str().unwrap()], 1);
+    assert!(
+        line.starts_with(&format!(
+            "Error: cannot read kubeconfig {}: not a valid kubeconfig",
+            broken.display()
+        )),
+        "{line}"
+    );
+}
+
+#[test]
+fn restricted_user_gets_the_forbidden_line() {
+    let env = Env::kubevirt();
+    assert_eq!(
+        fails(
+            &env,
+            &["list", "--context", "emulator-restricted", "-n", "prod"],
+            1
+        ),
+        "Error: forbidden: user \"alice\" cannot list virtualmachines.kubevirt.io in namespace \"prod\""
+    );
+    assert_eq!(
+        fails(
+            &env,
+            &[
+                "get",
+                "web",
+                "--context",
+                "emulator-restricted",
+                "-n",
+                "prod"
+            ],
+            1
+        ),
+        "Error: forbidden: user \"alice\" cannot get virtualmachines.kubevirt.io \"web\" in namespace \"prod\""
+    );
+}
+
+#[test]
+fn not_found_names_the_vm_and_namespace() {
+    let env = Env::kubevirt();
+    assert_eq!(
+        fails(&env, &["get", "ghost", "-n", "prod"], 1),
+        "Error: virtualmachine \"ghost\" not found in namespace \"prod\""
+    );
+}
+
+#[test]
+fn unreachable_server_names_the_address() {
+    let env = Env::kubevirt();
+    let url = env.emulator.url();
+    // A port nothing listens on: the emulator's own, after rewriting the kubeconfig.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!(
+        "https://127.0.0.1:{}",
+        listener.local_addr().unwrap().port()
+    );
+    drop(listener);
+    let config = std::fs::read_to_string(&env.kubeconfig)
+        .unwrap()
+        .replace(&url, &dead);
+    let path = env.dir.path().join("dead-kubeconfig");
+    std::fs::write(&path, config).unwrap();
+    let line = fails(&env, &["list", "--kubeconfig", path.to_str().unwrap()], 1);
+    assert!(
+        line.starts_with(&format!(
+            "Error: cannot reach the Kubernetes API server at {dead}: "
+        )),
+        "{line}"
+    );
+    assert!(line.contains("refused"), "{line}");
+}
+
+#[test]
+fn platform_missing_is_explained() {
+    let env = Env::deckhouse();
+    // Forcing the other flavour reads kinds the server does not serve.
+    let line = fails(&env, &["list", "--flavor", "kubevirt", "-n", "default"], 1);
+    assert_eq!(
+        line,
+        "Error: the server does not serve virtualmachines.kubevirt.io; is the platform installed? (check --flavor and --context)"
+    );
+}
+
+#[test]
+fn closed_stdout_exits_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let env = Env::kubevirt();
+    let mut child = env
+        .command(crate::common::BIN)
+        .args(["list", "-A", "-w"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 4];
+    child
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut first)
+        .unwrap();
+    drop(child.stdout.take());
+    // A change makes the watch write to the closed pipe.
+    let mut vm = env
+        .emulator
+        .objects("kubevirt.io", "virtualmachines", Some("prod"))[0]
+        .clone();
+    vm["metadata"]["labels"] = serde_json::json!({"touched": "yes"});
+    vm["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    env.emulator.put_object(vm);
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(stderr(&output), "");
+}

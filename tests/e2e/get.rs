@@ -1,0 +1,98 @@
+//! `get`: details of one VM on both flavours, and the object itself.
+
+use crate::common::{Env, ok};
+
+#[test]
+fn kubevirt_details() {
+    let env = Env::kubevirt();
+    let text = ok(env.vm(&["get", "web"]));
+    for expected in [
+        "Name:         web\n",
+        "Namespace:    default\n",
+        "Platform:     KubeVirt\n",
+        "Status:       Running\n",
+        "Node:         node-1\n",
+        "IP:           10.244.1.10\n",
+        "Created:      2026-01-10T09:00:00Z (",
+        "CPU:          2\n",
+        "Memory:       2Gi\n",
+        "Guest agent:  connected\n",
+        "Guest OS:     Fedora Linux 42 (Cloud Edition)\n",
+        "  rootdisk        containerDisk quay.io/containerdisks/fedora:42",
+        "  cloudinitdisk   cloud-init NoCloud",
+        "SuccessfulCreate",
+        "Started the virtual machine by creating the new virtual machine instance web",
+    ] {
+        assert!(
+            text.contains(expected),
+            "{expected:?} missing from:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn dotted_names_and_condition_messages() {
+    let env = Env::kubevirt();
+    for target in [
+        vec!["get", "db.primary.prod"],
+        vec!["get", "vm/db.primary/prod"],
+        vec!["get", "vm/db.primary", "-n", "prod"],
+    ] {
+        let text = ok(env.vm(&target));
+        assert!(
+            text.contains("Name:         db.primary\n"),
+            "{target:?}:\n{text}"
+        );
+        assert!(text.contains("LiveMigratable   False    DisksNotLiveMigratable   cannot migrate VMI: PVC db-primary-root is not shared"), "{text}");
+        assert!(text.contains("Migratable:   no\n"), "{text}");
+    }
+}
+
+#[test]
+fn object_outputs() {
+    let env = Env::kubevirt();
+    let yaml: serde_json::Value =
+        serde_yaml::from_str(&ok(env.vm(&["get", "batch.dev", "-o", "yaml"]))).unwrap();
+    assert_eq!(yaml["spec"]["runStrategy"], "Halted");
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(env.vm(&["get", "batch.dev", "-o", "json"]))).unwrap();
+    assert_eq!(json, yaml);
+    assert_eq!(
+        ok(env.vm(&["get", "batch.dev", "-o", "name"])),
+        "virtualmachine.kubevirt.io/batch\n"
+    );
+}
+
+#[test]
+fn deckhouse_details() {
+    let env = Env::deckhouse();
+    let vm = env
+        .emulator
+        .objects("virtualization.deckhouse.io", "virtualmachines", None)
+        .into_iter()
+        .find(|vm| vm["status"]["phase"] == "Running")
+        .expect("fixture has a running Deckhouse VM");
+    let name = vm["metadata"]["name"].as_str().unwrap();
+    let ns = vm["metadata"]["namespace"].as_str().unwrap();
+    let text = ok(env.vm(&["get", name, "-n", ns]));
+    assert!(
+        text.contains("Platform:     Deckhouse virtualization\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "IP:           {}\n",
+            vm["status"]["ipAddress"].as_str().unwrap()
+        )),
+        "{text}"
+    );
+    let disk = vm["spec"]["blockDeviceRefs"][0]["name"].as_str().unwrap();
+    assert!(
+        text.contains(&format!("VirtualDisk {disk}")) || text.contains(disk),
+        "{text}"
+    );
+    assert_eq!(
+        ok(env.vm(&["get", name, "-n", ns, "-o", "name"])),
+        format!("virtualmachine.virtualization.deckhouse.io/{name}\n")
+    );
+}

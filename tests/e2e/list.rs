@@ -1,0 +1,235 @@
+//! `list` against both flavours, directly and through kubectl's plugin discovery.
+
+use crate::common::{Env, ok, stderr, table};
+
+/// Rows without the AGE column (it depends on today's date).
+fn without_age(rows: Vec<Vec<String>>, age_column: usize) -> Vec<Vec<String>> {
+    rows.into_iter()
+        .map(|mut row| {
+            row.remove(age_column);
+            row
+        })
+        .collect()
+}
+
+fn rows(expected: &[&[&str]]) -> Vec<Vec<String>> {
+    expected
+        .iter()
+        .map(|r| r.iter().map(|c| c.to_string()).collect())
+        .collect()
+}
+
+#[test]
+fn kubevirt_wide_list_through_kubectl_plugin_discovery() {
+    let env = Env::kubevirt();
+    let text = ok(env.kubectl(&["vm", "list", "-A", "-o", "wide"]));
+    let header = text.lines().next().unwrap();
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        [
+            "NAMESPACE",
+            "NAME",
+            "STATUS",
+            "NODE",
+            "IP",
+            "AGE",
+            "CPU",
+            "MEMORY",
+            "AGENT",
+            "MIGRATABLE",
+            "RUN-STRATEGY"
+        ]
+    );
+    // Columns line up: every header starts where its cells start.
+    let age_at = header.find("AGE").unwrap();
+    for line in text.lines().skip(1) {
+        assert_eq!(&line[age_at - 3..age_at], "   ", "aligned: {line}");
+    }
+    assert_eq!(
+        without_age(table(&text), 5),
+        rows(&[
+            &[
+                "NAMESPACE",
+                "NAME",
+                "STATUS",
+                "NODE",
+                "IP",
+                "CPU",
+                "MEMORY",
+                "AGENT",
+                "MIGRATABLE",
+                "RUN-STRATEGY"
+            ],
+            &[
+                "default",
+                "fedora-dv",
+                "Provisioning",
+                "<none>",
+                "<none>",
+                "<none>",
+                "2Gi",
+                "<none>",
+                "<none>",
+                "Always"
+            ],
+            &[
+                "default",
+                "web",
+                "Running",
+                "node-1",
+                "10.244.1.10",
+                "2",
+                "2Gi",
+                "true",
+                "true",
+                "Always"
+            ],
+            &[
+                "dev",
+                "api",
+                "Migrating",
+                "node-1",
+                "10.244.1.30",
+                "<none>",
+                "1Gi",
+                "false",
+                "true",
+                "Always"
+            ],
+            &[
+                "dev", "batch", "Stopped", "<none>", "<none>", "<none>", "1Gi", "<none>", "<none>",
+                "Halted"
+            ],
+            &[
+                "prod",
+                "db.primary",
+                "Running",
+                "node-2",
+                "10.244.2.20",
+                "4",
+                "8Gi",
+                "true",
+                "false",
+                "Always"
+            ],
+        ])
+    );
+}
+
+#[test]
+fn deckhouse_wide_list_through_kubectl_plugin_discovery() {
+    let env = Env::deckhouse();
+    let text = ok(env.kubectl(&["vm", "list", "-A", "-o", "wide"]));
+    let expected = env
+        .emulator
+        .objects("virtualization.deckhouse.io", "virtualmachines", None);
+    let table = without_age(table(&text), 5);
+    assert_eq!(table.len(), expected.len() + 1, "{text}");
+    for vm in &expected {
+        let name = vm["metadata"]["name"].as_str().unwrap();
+        let row = table
+            .iter()
+            .find(|r| r[1] == name)
+            .unwrap_or_else(|| panic!("{name} missing:\n{text}"));
+        assert_eq!(row[0], vm["metadata"]["namespace"].as_str().unwrap());
+        assert_eq!(row[2], vm["status"]["phase"].as_str().unwrap_or("Pending"));
+        assert_eq!(
+            row[3],
+            vm["status"]["nodeName"].as_str().unwrap_or("<none>")
+        );
+        assert_eq!(
+            row[4],
+            vm["status"]["ipAddress"].as_str().unwrap_or("<none>")
+        );
+        assert_eq!(row[5], vm["spec"]["cpu"]["cores"].to_string());
+        assert_eq!(row[6], vm["spec"]["memory"]["size"].as_str().unwrap());
+        assert_eq!(row[9], vm["spec"]["runPolicy"].as_str().unwrap_or("<none>"));
+    }
+}
+
+#[test]
+fn namespace_comes_from_flag_or_context() {
+    let env = Env::kubevirt();
+    let text = ok(env.vm(&["list"]));
+    let names: Vec<String> = table(&text)
+        .into_iter()
+        .skip(1)
+        .map(|r| r[0].clone())
+        .collect();
+    assert_eq!(names, ["fedora-dv", "web"], "context namespace is default");
+    let text = ok(env.vm(&["list", "-n", "prod"]));
+    assert!(
+        text.starts_with("NAME "),
+        "no NAMESPACE column without -A:\n{text}"
+    );
+    assert_eq!(table(&text)[1][0], "db.primary");
+    // The restricted context's namespace is dev, where alice may read.
+    let text = ok(env.vm(&["list", "--context", "emulator-restricted"]));
+    assert_eq!(table(&text).len(), 3, "{text}");
+}
+
+#[test]
+fn selector_name_yaml_and_json_outputs() {
+    let env = Env::kubevirt();
+    assert_eq!(
+        ok(env.vm(&["list", "-A", "-l", "app=web", "-o", "name"])),
+        "virtualmachine.kubevirt.io/web\n"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(env.vm(&["list", "-n", "dev", "-o", "json"]))).unwrap();
+    assert_eq!(json["kind"], "List");
+    let names: Vec<&str> = json["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["api", "batch"]);
+    let yaml: serde_json::Value =
+        serde_yaml::from_str(&ok(env.vm(&["list", "-n", "prod", "-o", "yaml"]))).unwrap();
+    assert_eq!(yaml["items"][0]["metadata"]["name"], "db.primary");
+    assert_eq!(yaml["items"][0]["kind"], "VirtualMachine");
+}
+
+#[test]
+fn empty_namespace_says_so_on_stderr() {
+    let env = Env::kubevirt();
+    let output = env.vm(&["list", "-n", "kubevirt"]);
+    assert_eq!(ok(output.clone()), "");
+    assert_eq!(
+        stderr(&output),
+        "No virtual machines found in namespace \"kubevirt\".\n"
+    );
+}
+
+#[test]
+fn watch_prints_changes() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let env = Env::kubevirt();
+    let mut child = env
+        .command(crate::common::BIN)
+        .args(["list", "-n", "dev", "-w"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = || lines.next().unwrap().unwrap();
+    assert!(next().starts_with("NAME"));
+    assert!(next().starts_with("api "));
+    assert!(next().starts_with("batch "));
+    // Start the stopped VM behind the tool's back: the emulator's controller runs it.
+    let mut batch = env
+        .emulator
+        .objects("kubevirt.io", "virtualmachines", Some("dev"))
+        .into_iter()
+        .find(|vm| vm["metadata"]["name"] == "batch")
+        .unwrap();
+    batch["status"]["printableStatus"] = "Starting".into();
+    env.emulator.put_object(batch);
+    let line = next();
+    child.kill().unwrap();
+    let _ = child.wait();
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(&cells[..2], ["batch", "Starting"], "{line}");
+}

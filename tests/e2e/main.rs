@@ -1,0 +1,11 @@
+//! End-to-end tests: the built `kubectl-vm` binary (directly and through real kubectl's
+//! plugin discovery) against the local API emulator.
+
+mod common;
+
+mod completion;
+mod errors;
+mod generated;
+mod get;
+mod list;
+mod version;

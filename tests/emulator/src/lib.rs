@@ -1,0 +1,404 @@
+//! `kubevm-emulator`: a small, faithful emulator of the Kubernetes API server plus the KubeVirt,
+//! CDI and Deckhouse virtualization APIs, for kubectl-vm's end-to-end tests and demos.
+//!
+//! It serves HTTPS on 127.0.0.1 with a freshly generated CA, authenticates two bearer-token
+//! users (`admin`, `alice`), serves discovery, OpenAPI v3 (as much as kubectl needs), CRUD,
+//! patches, watches, tables and schema validation, and runs minimal controllers so VMs,
+//! DataVolumes and VirtualDisks move through their phases.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kubevm_emulator::EmulatorError> {
+//! use kubevm_emulator::{Emulator, EmulatorOptions};
+//! let emu = Emulator::start(EmulatorOptions::default()).await?;
+//! println!("{}", emu.kubeconfig_yaml());
+//! emu.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Module map: `tls` (certificates), `auth` (tokens, authorizer), `store` (objects, events),
+//! `registry` (kinds), `schema` (validation), `admission` (webhook-style limits),
+//! `discovery`, `openapi`, `handlers` (REST verbs), `patch`, `selector`, `table`, `watch`,
+//! `subresources` (aggregated groups), `controllers`, `fixtures`.
+
+pub mod admission;
+pub mod app;
+pub mod auth;
+pub mod controllers;
+pub mod discovery;
+pub mod fixtures;
+pub mod handlers;
+pub mod openapi;
+pub mod patch;
+pub mod registry;
+pub mod schema;
+pub mod selector;
+pub mod status;
+pub mod store;
+pub mod subresources;
+pub mod table;
+pub mod tls;
+pub mod util;
+pub mod watch;
+
+use app::App;
+use base64::Engine;
+use serde_json::Value;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+/// Which platform API groups are registered and served (core kinds always are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ServeFlavor {
+    /// KubeVirt and CDI.
+    #[default]
+    KubeVirt,
+    /// Deckhouse virtualization (and storage-foundation's DataExport).
+    Deckhouse,
+    /// Both.
+    Both,
+}
+
+/// How to start an emulator.
+#[derive(Debug, Clone)]
+pub struct EmulatorOptions {
+    /// Fixture texts (multi-document YAML) loaded at start.
+    pub fixture_yaml: Vec<String>,
+    /// Which platform groups to serve.
+    pub flavor: ServeFlavor,
+    /// Port on 127.0.0.1; 0 picks a free one.
+    pub port: u16,
+    /// Controller step: each DataVolume/VirtualDisk import advances 10% per step.
+    pub import_step: Duration,
+}
+
+impl Default for EmulatorOptions {
+    fn default() -> Self {
+        EmulatorOptions {
+            fixture_yaml: vec![],
+            flavor: ServeFlavor::KubeVirt,
+            port: 0,
+            import_step: Duration::from_millis(200),
+        }
+    }
+}
+
+/// A request-failure rule: matching requests fail with a `Status` of `code`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureRule {
+    /// `create`, `delete`, `patch`, `update`, `get`, `list` (or a subresource such as `start`).
+    pub verb: String,
+    /// Plural resource, e.g. `virtualmachines`.
+    pub plural: String,
+    /// Only this object, if set.
+    pub name: Option<String>,
+    /// HTTP code (the reason is derived: 500 InternalError, 422 Invalid, 409 Conflict, …).
+    pub code: u16,
+    /// Status message.
+    pub message: String,
+    /// How many times; None = always.
+    pub times: Option<u32>,
+}
+
+/// Errors starting the emulator.
+#[derive(Debug, thiserror::Error)]
+pub enum EmulatorError {
+    /// Binding or serving failed.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    /// Certificate generation failed.
+    #[error("tls: {0}")]
+    Tls(String),
+    /// A fixture could not be loaded.
+    #[error("fixture: {0}")]
+    Fixture(String),
+}
+
+/// State shared by [`Emulator`] and [`BlockingEmulator`] for their synchronous accessors.
+struct Shared {
+    app: Arc<App>,
+    url: String,
+    ca_pem: String,
+}
+
+impl Shared {
+    fn kubeconfig_yaml(&self) -> String {
+        let ca = base64::engine::general_purpose::STANDARD.encode(self.ca_pem.as_bytes());
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\nusers:\n- name: admin\n  user:\n    token: {admin}\n- name: alice\n  user:\n    token: {alice}\ncontexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: admin\n    namespace: default\n- name: emulator-restricted\n  context:\n    cluster: emulator\n    user: alice\n    namespace: dev\ncurrent-context: emulator\npreferences: {{}}\n",
+            url = self.url,
+            admin = self.app.tokens.admin,
+            alice = self.app.tokens.alice,
+        )
+    }
+
+    fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        use std::io::Write;
+        #[cfg(unix)]
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        opts.mode(0o600);
+        let mut f = opts.open(path)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            // An existing file keeps its mode on open; force 0600.
+            f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        }
+        f.write_all(self.kubeconfig_yaml().as_bytes())
+    }
+
+    fn objects(&self, group: &str, plural: &str, namespace: Option<&str>) -> Vec<Value> {
+        self.app.store.list(group, plural, namespace).0
+    }
+
+    fn put_object(&self, obj: Value) {
+        if let Err(e) = self.app.put(obj) {
+            panic!("put_object: {e}");
+        }
+    }
+
+    fn inject_failure(&self, rule: FailureRule) {
+        self.app
+            .failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(rule);
+    }
+}
+
+/// A running emulator (async API).
+pub struct Emulator {
+    shared: Shared,
+    shutdown: tokio::sync::watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+impl Emulator {
+    /// Starts serving HTTPS on 127.0.0.1 (`opts.port`, 0 = random) with the fixtures loaded.
+    pub async fn start(opts: EmulatorOptions) -> Result<Emulator, EmulatorError> {
+        let certs = tls::generate().map_err(EmulatorError::Tls)?;
+        let app = Arc::new(App::new(
+            registry::Registry::new(opts.flavor),
+            opts.import_step,
+        ));
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            app.ensure_namespace(ns);
+        }
+        for text in &opts.fixture_yaml {
+            fixtures::load(&app, text).map_err(EmulatorError::Fixture)?;
+        }
+        let listener = TcpListener::bind(("127.0.0.1", opts.port)).await?;
+        let port = listener.local_addr()?.port();
+        *app.port.lock().unwrap_or_else(|e| e.into_inner()) = port;
+        let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
+        let mut tasks = JoinSet::new();
+        tasks.spawn(controllers::run(app.clone(), shutdown_rx.clone()));
+        tasks.spawn(serve(
+            listener,
+            certs.server_config,
+            app.clone(),
+            shutdown_rx,
+        ));
+        Ok(Emulator {
+            shared: Shared {
+                app,
+                url: format!("https://127.0.0.1:{port}"),
+                ca_pem: certs.ca_pem,
+            },
+            shutdown,
+            tasks,
+        })
+    }
+
+    /// Starts an emulator on its own runtime thread, for tests that are not async.
+    pub fn start_blocking(opts: EmulatorOptions) -> Result<BlockingEmulator, EmulatorError> {
+        BlockingEmulator::start(opts)
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        self.shared.url.clone()
+    }
+
+    /// PEM of the CA that signed the serving certificate (SANs 127.0.0.1 and localhost).
+    pub fn ca_pem(&self) -> String {
+        self.shared.ca_pem.clone()
+    }
+
+    /// A kubeconfig with cluster `emulator`, users `admin`/`alice` and contexts `emulator`
+    /// (admin, namespace default; current) and `emulator-restricted` (alice, namespace dev).
+    pub fn kubeconfig_yaml(&self) -> String {
+        self.shared.kubeconfig_yaml()
+    }
+
+    /// Writes [`Self::kubeconfig_yaml`] to `path` with mode 0600.
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        self.shared.write_kubeconfig(path)
+    }
+
+    /// Adds a failure-injection rule.
+    pub fn inject_failure(&self, rule: FailureRule) {
+        self.shared.inject_failure(rule)
+    }
+
+    /// Reads the store directly (no auth): objects of `group`/`plural`, optionally in one
+    /// namespace.
+    pub fn objects(&self, group: &str, plural: &str, namespace: Option<&str>) -> Vec<Value> {
+        self.shared.objects(group, plural, namespace)
+    }
+
+    /// Writes an object directly (no validation or auth): bumps resourceVersion, emits watch
+    /// events, creates its namespace if needed; controllers leave its state alone until its
+    /// generation changes. Panics if its kind is not served.
+    pub fn put_object(&self, obj: Value) {
+        self.shared.put_object(obj)
+    }
+
+    /// Stops serving and the controllers.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+/// Accepts TLS connections and serves the router until shutdown.
+async fn serve(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    app: Arc<App>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let router = axum::Router::new()
+        .fallback(handlers::dispatch)
+        .with_state(app);
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            accepted = listener.accept() => {
+                let Ok((tcp, _)) = accepted else { continue };
+                let acceptor = acceptor.clone();
+                let router = router.clone();
+                conns.spawn(async move {
+                    let Ok(stream) = acceptor.accept(tcp).await else { return };
+                    let service = hyper_util::service::TowerToHyperService::new(router);
+                    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    // Errors here are client disconnects; nothing to report.
+                    let _ = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).await;
+                });
+            }
+            // Reap finished connections so the set does not grow forever.
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    conns.abort_all();
+    while conns.join_next().await.is_some() {}
+}
+
+/// An emulator running on its own multi-thread tokio runtime (in a background thread); the
+/// same accessors as [`Emulator`], and it stops when dropped.
+pub struct BlockingEmulator {
+    shared: Shared,
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl BlockingEmulator {
+    /// Starts the emulator; returns once it is listening.
+    pub fn start(opts: EmulatorOptions) -> Result<BlockingEmulator, EmulatorError> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("kubevm-emulator".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(EmulatorError::Io(e)));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    match Emulator::start(opts).await {
+                        Ok(emu) => {
+                            let shared = Shared {
+                                app: emu.shared.app.clone(),
+                                url: emu.url(),
+                                ca_pem: emu.ca_pem(),
+                            };
+                            let _ = ready_tx.send(Ok(shared));
+                            // Wait for Drop without blocking a runtime worker.
+                            let _ = tokio::task::spawn_blocking(move || stop_rx.recv()).await;
+                            emu.shutdown().await;
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                        }
+                    }
+                });
+            })?;
+        let shared = ready_rx
+            .recv()
+            .map_err(|_| EmulatorError::Tls("emulator thread died during start".into()))??;
+        Ok(BlockingEmulator {
+            shared,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// See [`Emulator::url`].
+    pub fn url(&self) -> String {
+        self.shared.url.clone()
+    }
+
+    /// See [`Emulator::ca_pem`].
+    pub fn ca_pem(&self) -> String {
+        self.shared.ca_pem.clone()
+    }
+
+    /// See [`Emulator::kubeconfig_yaml`].
+    pub fn kubeconfig_yaml(&self) -> String {
+        self.shared.kubeconfig_yaml()
+    }
+
+    /// See [`Emulator::write_kubeconfig`].
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+        self.shared.write_kubeconfig(path)
+    }
+
+    /// See [`Emulator::inject_failure`].
+    pub fn inject_failure(&self, rule: FailureRule) {
+        self.shared.inject_failure(rule)
+    }
+
+    /// See [`Emulator::objects`].
+    pub fn objects(&self, group: &str, plural: &str, namespace: Option<&str>) -> Vec<Value> {
+        self.shared.objects(group, plural, namespace)
+    }
+
+    /// See [`Emulator::put_object`].
+    pub fn put_object(&self, obj: Value) {
+        self.shared.put_object(obj)
+    }
+}
+
+impl Drop for BlockingEmulator {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! `kubevm-emulator`: runs the emulator until SIGINT/SIGTERM.
+//!
+//! `kubevm-emulator [--fixture FILE]... [--flavor kubevirt|deckhouse|both] [--port N] [--kubeconfig PATH]`
+
+use clap::{Parser, ValueEnum};
+use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Flavor {
+    Kubevirt,
+    Deckhouse,
+    Both,
+}
+
+/// Emulated Kubernetes API server with KubeVirt, CDI and Deckhouse virtualization APIs.
+#[derive(Parser)]
+#[command(name = "kubevm-emulator", version)]
+struct Args {
+    /// Multi-document YAML fixture to load (repeatable).
+    #[arg(long)]
+    fixture: Vec<PathBuf>,
+    /// Platform APIs to serve.
+    #[arg(long, value_enum, default_value = "kubevirt")]
+    flavor: Flavor,
+    /// Port on 127.0.0.1 (0 = random).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Where to write the kubeconfig.
+    #[arg(long, default_value = "./kubevm-emulator.kubeconfig")]
+    kubeconfig: PathBuf,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let mut fixture_yaml = vec![];
+    for f in &args.fixture {
+        match std::fs::read_to_string(f) {
+            Ok(t) => fixture_yaml.push(t),
+            Err(e) => {
+                eprintln!("kubevm-emulator: {}: {e}", f.display());
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let flavor = match args.flavor {
+        Flavor::Kubevirt => ServeFlavor::KubeVirt,
+        Flavor::Deckhouse => ServeFlavor::Deckhouse,
+        Flavor::Both => ServeFlavor::Both,
+    };
+    let emu = match Emulator::start(EmulatorOptions {
+        fixture_yaml,
+        flavor,
+        port: args.port,
+        ..Default::default()
+    })
+    .await
+    {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("kubevm-emulator: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(e) = emu.write_kubeconfig(&args.kubeconfig) {
+        eprintln!("kubevm-emulator: {}: {e}", args.kubeconfig.display());
+        return ExitCode::FAILURE;
+    }
+    println!(
+        "kubevm-emulator listening on {} (kubeconfig: {})",
+        emu.url(),
+        args.kubeconfig.display()
+    );
+    wait_for_signal().await;
+    emu.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}

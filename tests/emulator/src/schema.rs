@@ -1,0 +1,713 @@
+//! Validation of objects against their schema, like the API server's structural-schema
+//! validation of custom resources (KubeVirt, CDI and Deckhouse kinds are all CRDs on a real
+//! cluster, so the messages follow apiextensions-apiserver).
+//!
+//! Checked: `type` (also `x-kubernetes-int-or-string`, `format: int-or-string`, quantities),
+//! unknown fields (unless `additionalProperties` or `x-kubernetes-preserve-unknown-fields`),
+//! `required`, `enum`, `pattern`, `minimum`/`maximum`, `minItems`/`maxItems`,
+//! `minLength`/`maxLength`, and `metadata` (names, labels) the way Kubernetes checks it.
+//! CEL rules (`x-kubernetes-validations`) are NOT evaluated; the one CEL limit clients hit
+//! (Deckhouse `userData` size) is enforced in `admission.rs` instead.
+//!
+//! Deliberate difference: an absent `fieldValidation` parameter is treated as `Strict` (a real
+//! server's default is `Warn`, but kubectl always sends `Strict`), so tests notice typos.
+
+use crate::registry::{ResourceDef, SchemaRef, SwaggerDoc};
+use crate::status::{ApiError, Cause};
+use regex::Regex;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+
+static KUBEVIRT_SWAGGER: LazyLock<Value> = LazyLock::new(|| {
+    serde_json::from_str(include_str!("../schemas/kubevirt-swagger.json"))
+        .expect("embedded swagger")
+});
+static CDI_SWAGGER: LazyLock<Value> = LazyLock::new(|| {
+    serde_json::from_str(include_str!("../schemas/cdi-swagger.json")).expect("embedded swagger")
+});
+
+/// The `fieldValidation` query parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldValidation {
+    /// Unknown fields are an error (also the emulator's default).
+    Strict,
+    /// Unknown fields are pruned and reported in a `Warning` header.
+    Warn,
+    /// Unknown fields are pruned silently.
+    Ignore,
+}
+
+impl FieldValidation {
+    /// Parses the query value; absent means `Strict` (see the module comment).
+    pub fn parse(v: Option<&str>) -> Result<Self, ApiError> {
+        match v {
+            None | Some("") | Some("Strict") => Ok(Self::Strict),
+            Some("Warn") => Ok(Self::Warn),
+            Some("Ignore") => Ok(Self::Ignore),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "fieldValidation parameter unsupported: {other}. Valid values: Ignore, Warn, Strict"
+            ))),
+        }
+    }
+}
+
+/// The swagger document embedded for `doc`.
+pub fn swagger(doc: SwaggerDoc) -> &'static Value {
+    match doc {
+        SwaggerDoc::KubeVirt => &KUBEVIRT_SWAGGER,
+        SwaggerDoc::Cdi => &CDI_SWAGGER,
+    }
+}
+
+/// Validates `obj` (a full object of kind `def`, served at `version`) in place: unknown fields
+/// are pruned unless `mode` is Strict. Returns the warnings to send, or a 422 `Invalid`.
+pub fn validate(
+    def: &ResourceDef,
+    version: &str,
+    obj: &mut Value,
+    mode: FieldValidation,
+) -> Result<Vec<String>, ApiError> {
+    let mut v = Validator {
+        defs: None,
+        causes: vec![],
+        unknown: vec![],
+        prune: mode != FieldValidation::Strict,
+    };
+    validate_metadata(def, obj, &mut v);
+    match &def.schema {
+        SchemaRef::None => {}
+        SchemaRef::Swagger { doc, definition } => {
+            let root = swagger(*doc);
+            v.defs = root.get("definitions").and_then(Value::as_object);
+            if let Some(schema) = v.defs.and_then(|d| d.get(*definition)) {
+                v.walk_root(schema, obj);
+            }
+        }
+        SchemaRef::Crd(versions) => {
+            if let Some((_, schema)) = versions.iter().find(|(n, _)| n == version) {
+                v.walk_root(&schema.clone(), obj);
+            }
+        }
+    }
+    let mut causes = v.causes;
+    let mut warnings = vec![];
+    for (path, field, value) in v.unknown {
+        match mode {
+            FieldValidation::Strict => causes.push(Cause {
+                reason: "FieldValueInvalid",
+                field: path,
+                message: format!(
+                    "Invalid value: {}: unknown field \"{field}\"",
+                    render(&value)
+                ),
+            }),
+            FieldValidation::Warn => warnings.push(format!("unknown field \"{path}\"")),
+            FieldValidation::Ignore => {}
+        }
+    }
+    if causes.is_empty() {
+        Ok(warnings)
+    } else {
+        let name = crate::util::meta_str(obj, "name").to_string();
+        Err(ApiError::invalid(&def.group, &def.kind, &name, causes))
+    }
+}
+
+/// Renders a value the way `field.Invalid` prints it: strings quoted, scalars bare, composite
+/// values as (truncated) JSON.
+pub fn render(v: &Value) -> String {
+    let s = match v {
+        Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    };
+    if s.chars().count() > 80 {
+        format!("{}...", s.chars().take(77).collect::<String>())
+    } else {
+        s
+    }
+}
+
+struct Validator<'a> {
+    defs: Option<&'a Map<String, Value>>,
+    causes: Vec<Cause>,
+    /// (path, field name, value) of unknown fields.
+    unknown: Vec<(String, String, Value)>,
+    prune: bool,
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+static QUANTITY: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?$")
+        .expect("regex")
+});
+static PATTERNS: LazyLock<Mutex<HashMap<String, Option<Regex>>>> = LazyLock::new(Default::default);
+
+fn pattern_matches(pattern: &str, s: &str) -> bool {
+    let mut cache = PATTERNS.lock().expect("pattern cache");
+    let re = cache
+        .entry(pattern.to_string())
+        .or_insert_with(|| Regex::new(pattern).ok());
+    // A pattern the regex crate can't compile (RE2 and Rust syntax differ slightly) is skipped.
+    re.as_ref().is_none_or(|re| re.is_match(s))
+}
+
+impl<'a> Validator<'a> {
+    /// Follows `$ref`s; returns the schema and whether it is a resource.Quantity.
+    fn resolve<'s>(&self, mut schema: &'s Value) -> (&'s Value, bool)
+    where
+        'a: 's,
+    {
+        let mut quantity = false;
+        for _ in 0..32 {
+            let Some(r) = schema.get("$ref").and_then(Value::as_str) else {
+                break;
+            };
+            let name = r.trim_start_matches("#/definitions/");
+            quantity |= name.ends_with("Quantity");
+            match self.defs.and_then(|d| d.get(name)) {
+                Some(s) => schema = s,
+                None => break,
+            }
+        }
+        (schema, quantity)
+    }
+
+    fn invalid(&mut self, path: &str, value: &Value, detail: String) {
+        self.causes.push(Cause {
+            reason: "FieldValueInvalid",
+            field: path.to_string(),
+            message: format!("Invalid value: {}: {detail}", render(value)),
+        });
+    }
+
+    fn walk_root(&mut self, schema: &Value, obj: &mut Value) {
+        // apiVersion, kind and metadata are the server's business (see validate_metadata).
+        let Some(map) = obj.as_object_mut() else {
+            self.invalid("", &Value::Null, "must be an object".into());
+            return;
+        };
+        let (schema, _) = self.resolve(schema);
+        let props = schema.get("properties").and_then(Value::as_object);
+        let keys: Vec<String> = map.keys().cloned().collect();
+        for key in keys {
+            if matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
+                continue;
+            }
+            match props.and_then(|p| p.get(&key)) {
+                Some(s) => {
+                    let val = map.get_mut(&key).expect("key");
+                    self.walk(s, val, &key);
+                }
+                None => self.unknown_field(map, &key, ""),
+            }
+        }
+        self.check_required(schema, map, "", &["metadata", "apiVersion", "kind"]);
+    }
+
+    fn unknown_field(&mut self, map: &mut Map<String, Value>, key: &str, path: &str) {
+        let value = if self.prune {
+            map.remove(key)
+        } else {
+            map.get(key).cloned()
+        };
+        self.unknown.push((
+            join(path, key),
+            key.to_string(),
+            value.unwrap_or(Value::Null),
+        ));
+    }
+
+    fn check_required(
+        &mut self,
+        schema: &Value,
+        map: &Map<String, Value>,
+        path: &str,
+        skip: &[&str],
+    ) {
+        for req in schema
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let Some(req) = req.as_str() else { continue };
+            if skip.contains(&req) {
+                continue;
+            }
+            if map.get(req).is_none_or(Value::is_null) {
+                self.causes.push(Cause {
+                    reason: "FieldValueRequired",
+                    field: join(path, req),
+                    message: "Required value".into(),
+                });
+            }
+        }
+    }
+
+    fn walk(&mut self, schema: &Value, value: &mut Value, path: &str) {
+        let (schema, quantity) = self.resolve(schema);
+        if value.is_null() {
+            // null means "unset" for Kubernetes' decoders.
+            return;
+        }
+        let int_or_string = schema
+            .get("x-kubernetes-int-or-string")
+            .and_then(Value::as_bool)
+            == Some(true)
+            || schema.get("format").and_then(Value::as_str) == Some("int-or-string");
+        if quantity {
+            match value {
+                Value::String(s) if !QUANTITY.is_match(s) => self.invalid(
+                    path,
+                    &value.clone(),
+                    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'".into(),
+                ),
+                Value::String(_) | Value::Number(_) => {}
+                other => {
+                    let t = json_type(other);
+                    self.invalid(path, &Value::String(t.into()), format!("{path} in body must be of type string: \"{t}\""))
+                }
+            }
+            return;
+        }
+        if int_or_string {
+            if !(value.is_string() || json_type(value) == "integer") {
+                let t = json_type(value);
+                self.invalid(
+                    path,
+                    &Value::String(t.into()),
+                    format!("{path} in body must be of type integer,string: \"{t}\""),
+                );
+                return;
+            }
+            self.check_string_number(schema, value, path);
+            return;
+        }
+        let actual = json_type(value);
+        let types: Vec<&str> = match schema.get("type") {
+            Some(Value::String(t)) => vec![t.as_str()],
+            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => vec![],
+        };
+        if !types.is_empty()
+            && !types
+                .iter()
+                .any(|t| *t == actual || (*t == "number" && actual == "integer"))
+        {
+            let want = types
+                .iter()
+                .filter(|t| **t != "null")
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(",");
+            self.causes.push(Cause {
+                reason: "FieldValueTypeInvalid",
+                field: path.to_string(),
+                message: format!("Invalid value: \"{actual}\": {path} in body must be of type {want}: \"{actual}\""),
+            });
+            return;
+        }
+        if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+            && !allowed.contains(value)
+        {
+            let list: Vec<String> = allowed.iter().map(render).collect();
+            self.causes.push(Cause {
+                reason: "FieldValueNotSupported",
+                field: path.to_string(),
+                message: format!(
+                    "Unsupported value: {}: supported values: {}",
+                    render(value),
+                    list.join(", ")
+                ),
+            });
+            return;
+        }
+        match value {
+            Value::Object(map) => self.walk_object(schema, map, path),
+            Value::Array(items) => {
+                let n = items.len() as u64;
+                if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+                    && n > max
+                {
+                    self.causes.push(Cause {
+                        reason: "FieldValueTooMany",
+                        field: path.to_string(),
+                        message: format!("Too many: {n}: must have at most {max} items"),
+                    });
+                }
+                if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+                    && n < min
+                {
+                    self.invalid(
+                        path,
+                        &Value::from(n),
+                        format!("{path} in body should have at least {min} items"),
+                    );
+                }
+                if let Some(item_schema) = schema.get("items") {
+                    for (i, item) in items.iter_mut().enumerate() {
+                        self.walk(item_schema, item, &format!("{path}[{i}]"));
+                    }
+                }
+            }
+            _ => self.check_string_number(schema, value, path),
+        }
+    }
+
+    fn check_string_number(&mut self, schema: &Value, value: &Value, path: &str) {
+        match value {
+            Value::String(s) => {
+                let len = s.chars().count() as u64;
+                if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+                    && len > max
+                {
+                    self.causes.push(Cause {
+                        reason: "FieldValueTooLong",
+                        field: path.to_string(),
+                        message: format!("Too long: may not be more than {max} bytes"),
+                    });
+                }
+                if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+                    && len < min
+                {
+                    self.invalid(
+                        path,
+                        value,
+                        format!("{path} in body should be at least {min} chars long"),
+                    );
+                }
+                if let Some(p) = schema.get("pattern").and_then(Value::as_str)
+                    && !pattern_matches(p, s)
+                {
+                    self.invalid(path, value, format!("{path} in body should match '{p}'"));
+                }
+            }
+            Value::Number(n) => {
+                let x = n.as_f64().unwrap_or(0.0);
+                let excl_min =
+                    schema.get("exclusiveMinimum").and_then(Value::as_bool) == Some(true);
+                let excl_max =
+                    schema.get("exclusiveMaximum").and_then(Value::as_bool) == Some(true);
+                if let Some(min) = schema.get("minimum").and_then(Value::as_f64)
+                    && (x < min || (excl_min && x == min))
+                {
+                    let op = if excl_min {
+                        "greater than"
+                    } else {
+                        "greater than or equal to"
+                    };
+                    self.invalid(
+                        path,
+                        value,
+                        format!(
+                            "{path} in body should be {op} {}",
+                            Value::from(min).to_string().trim_end_matches(".0")
+                        ),
+                    );
+                }
+                if let Some(max) = schema.get("maximum").and_then(Value::as_f64)
+                    && (x > max || (excl_max && x == max))
+                {
+                    let op = if excl_max {
+                        "less than"
+                    } else {
+                        "less than or equal to"
+                    };
+                    self.invalid(
+                        path,
+                        value,
+                        format!(
+                            "{path} in body should be {op} {}",
+                            Value::from(max).to_string().trim_end_matches(".0")
+                        ),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn walk_object(&mut self, schema: &Value, map: &mut Map<String, Value>, path: &str) {
+        let props = schema.get("properties").and_then(Value::as_object);
+        let additional = schema.get("additionalProperties");
+        let preserve = schema
+            .get("x-kubernetes-preserve-unknown-fields")
+            .and_then(Value::as_bool)
+            == Some(true);
+        let keys: Vec<String> = map.keys().cloned().collect();
+        for key in keys {
+            let child = join(path, &key);
+            if let Some(s) = props.and_then(|p| p.get(&key)) {
+                self.walk(s, map.get_mut(&key).expect("key"), &child);
+            } else if let Some(add) = additional.filter(|a| a.is_object()) {
+                self.walk(add, map.get_mut(&key).expect("key"), &child);
+            } else if preserve
+                || additional == Some(&Value::Bool(true))
+                || (props.is_none() && additional.is_none())
+            {
+                // Free-form object (or an empty Go struct in the swagger): anything goes.
+            } else {
+                self.unknown_field(map, &key, path);
+            }
+        }
+        self.check_required(schema, map, path, &[]);
+    }
+}
+
+const DNS1123_SUBDOMAIN: &str =
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+const DNS1123_LABEL: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+const LABEL_VALUE: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+
+fn check_subdomain(s: &str) -> Option<String> {
+    if s.len() > 253 {
+        return Some("must be no more than 253 characters".into());
+    }
+    (!pattern_matches(DNS1123_SUBDOMAIN, s)).then(|| {
+        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".into()
+    })
+}
+
+fn check_label(s: &str) -> Option<String> {
+    if s.len() > 63 {
+        return Some("must be no more than 63 characters".into());
+    }
+    (!pattern_matches(DNS1123_LABEL, s)).then(|| {
+        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')".into()
+    })
+}
+
+fn check_qualified_name(key: &str) -> Option<String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix
+        && (p.is_empty() || check_subdomain(p).is_some())
+    {
+        return Some("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character".into());
+    }
+    if name.is_empty()
+        || name.len() > 63
+        || !pattern_matches(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$", name)
+    {
+        return Some("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')".into());
+    }
+    None
+}
+
+const META_FIELDS: &[&str] = &[
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+/// Checks `metadata` like ObjectMeta validation does (name format, labels, annotations).
+fn validate_metadata(def: &ResourceDef, obj: &mut Value, v: &mut Validator) {
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        v.causes.push(Cause {
+            reason: "FieldValueRequired",
+            field: "metadata".into(),
+            message: "Required value".into(),
+        });
+        return;
+    };
+    let keys: Vec<String> = meta.keys().cloned().collect();
+    for k in keys {
+        if !META_FIELDS.contains(&k.as_str()) {
+            v.unknown_field(meta, &k, "metadata");
+        }
+    }
+    let name = meta.get("name").and_then(Value::as_str).unwrap_or("");
+    let problem = if def.kind == "Namespace" {
+        check_label(name)
+    } else {
+        check_subdomain(name)
+    };
+    if let Some(p) = problem.filter(|_| !name.is_empty()) {
+        v.invalid("metadata.name", &Value::String(name.into()), p);
+    }
+    if let Some(labels) = meta.get("labels").and_then(Value::as_object) {
+        for (k, val) in labels {
+            if let Some(p) = check_qualified_name(k) {
+                v.invalid("metadata.labels", &Value::String(k.clone()), p);
+            }
+            match val.as_str() {
+                Some(s) if s.len() > 63 => v.invalid("metadata.labels", val, "must be no more than 63 characters".into()),
+                Some(s) if !pattern_matches(LABEL_VALUE, s) => v.invalid(
+                    "metadata.labels",
+                    val,
+                    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')".into(),
+                ),
+                Some(_) => {}
+                None => v.invalid("metadata.labels", val, "metadata.labels in body must be of type string".into()),
+            }
+        }
+    }
+    if let Some(ann) = meta.get("annotations").and_then(Value::as_object) {
+        let mut total = 0;
+        for (k, val) in ann {
+            total += k.len() + val.as_str().map(str::len).unwrap_or(0);
+            if let Some(p) = check_qualified_name(k) {
+                v.invalid("metadata.annotations", &Value::String(k.clone()), p);
+            }
+        }
+        if total > 256 * 1024 {
+            v.causes.push(Cause {
+                reason: "FieldValueTooLong",
+                field: "metadata.annotations".into(),
+                message: "Too long: may not be more than 262144 bytes".into(),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ServeFlavor;
+    use crate::registry::Registry;
+    use serde_json::json;
+
+    fn vm() -> Value {
+        json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+            "spec": {"runStrategy": "Always", "template": {"spec": {
+                "domain": {"devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]},
+                           "resources": {"requests": {"memory": "1Gi", "cpu": 1}}},
+                "volumes": [{"name": "root", "containerDisk": {"image": "quay.io/containerdisks/fedora"}}]}}}
+        })
+    }
+
+    #[test]
+    fn valid_vm_passes() {
+        let r = Registry::new(ServeFlavor::KubeVirt);
+        let def = r.find("kubevirt.io", "v1", "virtualmachines").unwrap();
+        let mut obj = vm();
+        assert_eq!(
+            validate(&def, "v1", &mut obj, FieldValidation::Strict).unwrap(),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn unknown_field_is_refused_or_pruned() {
+        let r = Registry::new(ServeFlavor::KubeVirt);
+        let def = r.find("kubevirt.io", "v1", "virtualmachines").unwrap();
+        let mut obj = vm();
+        obj["spec"]["template"]["spec"]["domain"]["foo"] = json!("bar");
+        let err = validate(&def, "v1", &mut obj.clone(), FieldValidation::Strict).unwrap_err();
+        assert_eq!(err.code, 422);
+        assert_eq!(
+            err.message,
+            "VirtualMachine.kubevirt.io \"web\" is invalid: spec.template.spec.domain.foo: Invalid value: \"bar\": unknown field \"foo\""
+        );
+        assert_eq!(
+            err.details.unwrap()["causes"][0]["field"],
+            "spec.template.spec.domain.foo"
+        );
+        let warnings = validate(&def, "v1", &mut obj, FieldValidation::Warn).unwrap();
+        assert_eq!(
+            warnings,
+            ["unknown field \"spec.template.spec.domain.foo\""]
+        );
+        assert!(
+            obj["spec"]["template"]["spec"]["domain"]
+                .get("foo")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn types_required_and_enums() {
+        let r = Registry::new(ServeFlavor::Both);
+        let def = r.find("kubevirt.io", "v1", "virtualmachines").unwrap();
+        let mut obj = vm();
+        obj["spec"]["template"]["spec"]["domain"]["devices"]["disks"][0]["name"] = json!(5);
+        obj["spec"]["template"]["spec"]["volumes"][0]["containerDisk"] = json!({});
+        let err = validate(&def, "v1", &mut obj, FieldValidation::Strict).unwrap_err();
+        let causes = err.details.unwrap()["causes"].clone();
+        let fields: Vec<&str> = causes
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["field"].as_str().unwrap())
+            .collect();
+        assert!(
+            fields.contains(&"spec.template.spec.domain.devices.disks[0].name"),
+            "{fields:?}"
+        );
+        assert!(
+            fields.contains(&"spec.template.spec.volumes[0].containerDisk.image"),
+            "{fields:?}"
+        );
+
+        let dvm = r
+            .find("virtualization.deckhouse.io", "v1alpha2", "virtualmachines")
+            .unwrap();
+        let mut obj = json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualMachine",
+            "metadata": {"name": "x", "namespace": "default"},
+            "spec": {"virtualMachineClassName": "generic", "runPolicy": "Sometimes",
+                     "cpu": {"cores": 0}, "memory": {"size": "1Gi"}, "blockDeviceRefs": []}});
+        let err = validate(&dvm, "v1alpha2", &mut obj, FieldValidation::Strict).unwrap_err();
+        assert!(
+            err.message
+                .contains("spec.runPolicy: Unsupported value: \"Sometimes\""),
+            "{}",
+            err.message
+        );
+        assert!(err.message.contains("spec.cpu.cores: Invalid value: 0: spec.cpu.cores in body should be greater than or equal to 1"), "{}", err.message);
+    }
+
+    #[test]
+    fn metadata_names_and_labels() {
+        let r = Registry::new(ServeFlavor::KubeVirt);
+        let def = r.find("kubevirt.io", "v1", "virtualmachines").unwrap();
+        let mut obj = vm();
+        obj["metadata"]["name"] = json!("db.primary");
+        assert!(validate(&def, "v1", &mut obj, FieldValidation::Strict).is_ok());
+        obj["metadata"]["name"] = json!("Web_1");
+        obj["metadata"]["labels"] = json!({"bad key!": "x"});
+        let err = validate(&def, "v1", &mut obj, FieldValidation::Strict).unwrap_err();
+        assert!(
+            err.message
+                .contains("metadata.name: Invalid value: \"Web_1\""),
+            "{}",
+            err.message
+        );
+        assert!(err.message.contains("metadata.labels"), "{}", err.message);
+    }
+}

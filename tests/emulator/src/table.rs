@@ -1,0 +1,337 @@
+//! `meta.k8s.io/v1` Table output (what `kubectl get` asks for with
+//! `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`), and the small JSONPath subset that
+//! printer columns use.
+
+use crate::registry::{Column, ResourceDef};
+use crate::util::{human_duration, now_unix, parse_rfc3339};
+use serde_json::{Value, json};
+
+/// How much of each object a row carries (`includeObject`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IncludeObject {
+    /// No object.
+    None,
+    /// `PartialObjectMetadata` (the default).
+    Metadata,
+    /// The full object.
+    Object,
+}
+
+impl IncludeObject {
+    /// From the `includeObject` query parameter.
+    pub fn parse(v: Option<&str>) -> Self {
+        match v {
+            Some("None") => Self::None,
+            Some("Object") => Self::Object,
+            _ => Self::Metadata,
+        }
+    }
+}
+
+/// One step of a JSONPath.
+#[derive(Debug, Clone, PartialEq)]
+enum Step {
+    Field(String),
+    Index(usize),
+    All,
+    /// `[?(@.a.b=='x')]` / `!=`.
+    Filter(Vec<String>, bool, String),
+}
+
+fn parse_path(path: &str) -> Vec<Step> {
+    let p = path.trim().trim_start_matches('{').trim_end_matches('}');
+    let chars: Vec<char> = p.chars().collect();
+    let mut steps = vec![];
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '.' => {
+                i += 1;
+                let mut name = String::new();
+                while i < chars.len() && chars[i] != '.' && chars[i] != '[' {
+                    if chars[i] == '\\' && i + 1 < chars.len() {
+                        i += 1;
+                    }
+                    name.push(chars[i]);
+                    i += 1;
+                }
+                if !name.is_empty() {
+                    steps.push(Step::Field(name));
+                }
+            }
+            '[' => {
+                let end = chars[i..]
+                    .iter()
+                    .position(|c| *c == ']')
+                    .map(|e| i + e)
+                    .unwrap_or(chars.len());
+                let inner: String = chars[i + 1..end].iter().collect();
+                i = end + 1;
+                let inner = inner.trim();
+                if inner == "*" {
+                    steps.push(Step::All);
+                } else if let Some(f) = inner.strip_prefix("?(").and_then(|f| f.strip_suffix(')')) {
+                    let (lhs, eq, rhs) = match f.split_once("!=") {
+                        Some((l, r)) => (l, false, r),
+                        None => match f.split_once("==") {
+                            Some((l, r)) => (l, true, r),
+                            None => (f, true, ""),
+                        },
+                    };
+                    let field: Vec<String> = lhs
+                        .trim()
+                        .trim_start_matches('@')
+                        .split('.')
+                        .filter(|s| !s.is_empty())
+                        .map(String::from)
+                        .collect();
+                    let value = rhs
+                        .trim()
+                        .trim_matches(|c| c == '\'' || c == '"')
+                        .to_string();
+                    steps.push(Step::Filter(field, eq, value));
+                } else if let Ok(n) = inner.parse() {
+                    steps.push(Step::Index(n));
+                } else {
+                    steps.push(Step::Field(
+                        inner.trim_matches(|c| c == '\'' || c == '"').to_string(),
+                    ));
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    steps
+}
+
+/// Evaluates a JSONPath and returns every match.
+pub fn eval<'a>(obj: &'a Value, path: &str) -> Vec<&'a Value> {
+    let mut cur = vec![obj];
+    for step in parse_path(path) {
+        let mut next = vec![];
+        for v in cur {
+            match &step {
+                Step::Field(f) => next.extend(v.get(f.as_str())),
+                Step::Index(n) => next.extend(v.get(*n)),
+                Step::All => match v {
+                    Value::Array(a) => next.extend(a.iter()),
+                    Value::Object(m) => next.extend(m.values()),
+                    _ => {}
+                },
+                Step::Filter(field, eq, want) => {
+                    for item in v.as_array().into_iter().flatten() {
+                        let got = field.iter().try_fold(item, |x, f| x.get(f.as_str()));
+                        let got = match got {
+                            Some(Value::String(s)) => s.clone(),
+                            Some(other) => other.to_string(),
+                            None => continue,
+                        };
+                        if (got == *want) == *eq {
+                            next.push(item);
+                        }
+                    }
+                }
+            }
+        }
+        cur = next;
+    }
+    cur
+}
+
+/// The first JSONPath match (what a printer column shows).
+pub fn eval_first<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+    eval(obj, path).into_iter().next()
+}
+
+fn builtin(obj: &Value, name: &str) -> Value {
+    let arr = |p: &str| {
+        obj.pointer(p)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    match name {
+        "@pod-ready" => {
+            let statuses = arr("/status/containerStatuses");
+            let ready = statuses
+                .iter()
+                .filter(|s| s.get("ready").and_then(Value::as_bool) == Some(true))
+                .count();
+            json!(format!("{ready}/{}", arr("/spec/containers").len()))
+        }
+        "@pod-restarts" => {
+            let n: i64 = arr("/status/containerStatuses")
+                .iter()
+                .filter_map(|s| s.get("restartCount").and_then(Value::as_i64))
+                .sum();
+            json!(n.to_string())
+        }
+        "@node-status" => {
+            let ready = eval_first(obj, ".status.conditions[?(@.type=='Ready')].status")
+                .and_then(Value::as_str)
+                == Some("True");
+            let mut s = if ready {
+                "Ready".to_string()
+            } else {
+                "NotReady".to_string()
+            };
+            if obj.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+                s.push_str(",SchedulingDisabled");
+            }
+            json!(s)
+        }
+        "@node-roles" => {
+            let roles: Vec<&str> = obj
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, _)| k.strip_prefix("node-role.kubernetes.io/"))
+                .collect();
+            json!(if roles.is_empty() {
+                "<none>".to_string()
+            } else {
+                roles.join(",")
+            })
+        }
+        "@event-object" => {
+            let kind = obj
+                .pointer("/involvedObject/kind")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_lowercase();
+            let name = obj
+                .pointer("/involvedObject/name")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            json!(format!("{kind}/{name}"))
+        }
+        "@access-modes" => {
+            let modes = if obj.pointer("/status/accessModes").is_some() {
+                arr("/status/accessModes")
+            } else {
+                arr("/spec/accessModes")
+            };
+            let short: Vec<&str> = modes
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|m| match m {
+                    "ReadWriteOnce" => "RWO",
+                    "ReadOnlyMany" => "ROX",
+                    "ReadWriteMany" => "RWX",
+                    "ReadWriteOncePod" => "RWOP",
+                    other => other,
+                })
+                .collect();
+            json!(short.join(","))
+        }
+        "@data-count" => {
+            let n = ["data", "binaryData"]
+                .iter()
+                .filter_map(|k| obj.get(*k).and_then(Value::as_object))
+                .map(|m| m.len())
+                .sum::<usize>();
+            json!(n)
+        }
+        _ => Value::Null,
+    }
+}
+
+/// The cell of `column` for `obj` (dates become ages such as `5m`, like the API server does).
+pub fn cell(obj: &Value, column: &Column) -> Value {
+    if column.json_path.starts_with('@') {
+        return builtin(obj, &column.json_path);
+    }
+    let Some(v) = eval_first(obj, &column.json_path) else {
+        return Value::Null;
+    };
+    match column.type_.as_str() {
+        "date" => match v.as_str().and_then(parse_rfc3339) {
+            Some(t) => json!(human_duration(now_unix() - t)),
+            None => Value::Null,
+        },
+        "integer" | "number" | "boolean" => v.clone(),
+        _ => match v {
+            Value::String(_) | Value::Null => v.clone(),
+            Value::Array(_) | Value::Object(_) => json!(v.to_string()),
+            other => json!(other.to_string()),
+        },
+    }
+}
+
+/// Column definitions: `Name` plus the kind's printer columns.
+pub fn column_definitions(def: &ResourceDef) -> Value {
+    let mut cols = vec![json!({
+        "name": "Name", "type": "string", "format": "name", "priority": 0,
+        "description": "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names"
+    })];
+    cols.extend(def.columns.iter().map(|c| {
+        json!({"name": c.name, "type": if c.type_ == "date" { "date" } else { c.type_.as_str() }, "format": c.format, "description": c.description, "priority": c.priority})
+    }));
+    Value::Array(cols)
+}
+
+/// One table row.
+pub fn row(def: &ResourceDef, obj: &Value, include: IncludeObject) -> Value {
+    let mut cells = vec![
+        obj.pointer("/metadata/name")
+            .cloned()
+            .unwrap_or(Value::Null),
+    ];
+    cells.extend(def.columns.iter().map(|c| cell(obj, c)));
+    let mut r = json!({"cells": cells});
+    match include {
+        IncludeObject::None => {}
+        IncludeObject::Metadata => {
+            r["object"] = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj.get("metadata").cloned().unwrap_or(json!({}))});
+        }
+        IncludeObject::Object => r["object"] = obj.clone(),
+    }
+    r
+}
+
+/// A whole Table for a list (or a single object).
+pub fn table(
+    def: &ResourceDef,
+    objs: &[Value],
+    resource_version: Option<u64>,
+    include: IncludeObject,
+) -> Value {
+    let mut t = json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {},
+        "columnDefinitions": column_definitions(def),
+        "rows": objs.iter().map(|o| row(def, o, include)).collect::<Vec<_>>(),
+    });
+    if let Some(rv) = resource_version {
+        t["metadata"]["resourceVersion"] = json!(rv.to_string());
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jsonpath_subset() {
+        let o = json!({"status": {"conditions": [{"type": "Paused", "status": "False"}, {"type": "Ready", "status": "True"}],
+                       "interfaces": [{"ipAddress": "10.0.0.1"}]},
+                       "metadata": {"annotations": {"a.b/c": "yes"}}});
+        assert_eq!(
+            eval_first(&o, ".status.conditions[?(@.type=='Ready')].status"),
+            Some(&json!("True"))
+        );
+        assert_eq!(
+            eval_first(&o, ".status.interfaces[0].ipAddress"),
+            Some(&json!("10.0.0.1"))
+        );
+        assert_eq!(
+            eval_first(&o, r".metadata.annotations.a\.b\/c"),
+            Some(&json!("yes"))
+        );
+        assert_eq!(eval(&o, ".status.conditions[*].type").len(), 2);
+        assert_eq!(eval_first(&o, ".status.missing"), None);
+    }
+}

@@ -1,0 +1,57 @@
+//! A fresh CA and a serving certificate for 127.0.0.1/localhost, generated at every start, and
+//! the rustls server configuration (HTTP/2 and HTTP/1.1 via ALPN, like kube-apiserver).
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use std::sync::Arc;
+
+/// The generated certificates.
+pub struct Certs {
+    /// PEM of the CA certificate (goes into the kubeconfig).
+    pub ca_pem: String,
+    /// TLS server configuration using the serving certificate.
+    pub server_config: Arc<rustls::ServerConfig>,
+}
+
+/// Generates the CA and serving certificate.
+pub fn generate() -> Result<Certs, String> {
+    let err = |e: rcgen::Error| e.to_string();
+    let ca_key = KeyPair::generate().map_err(err)?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "kubevm-emulator-ca");
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_cert = ca_params.self_signed(&ca_key).map_err(err)?;
+    let issuer = Issuer::from_params(&ca_params, &ca_key);
+
+    // rcgen turns "127.0.0.1" into an IP SAN.
+    let mut params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+        .map_err(err)?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "kube-apiserver");
+    let key = KeyPair::generate().map_err(err)?;
+    let cert = params.signed_by(&key, &issuer).map_err(err)?;
+
+    let chain = vec![CertificateDer::from(cert.der().to_vec())];
+    let key_der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_no_client_auth()
+    .with_single_cert(chain, key_der)
+    .map_err(|e| e.to_string())?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Certs {
+        ca_pem: ca_cert.pem(),
+        server_config: Arc::new(config),
+    })
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs beyond the Rust toolchain, idempotently:
+#   - Debian packages: cloud-init (its schema checker validates generated user data),
+#     openssh-client (ssh-keygen checks certificates);
+#   - kubectl v1.36 into <repo>/.tools/bin (Debian's kubectl is too old for plugin completion).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+
+need=()
+command -v cloud-init >/dev/null 2>&1 || need+=(cloud-init)
+command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
+command -v python3 >/dev/null 2>&1 || need+=(python3 python3-pip)
+if [ ${#need[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing Debian packages: ${need[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+bash "$root/tests/tools/get-kubectl.sh" "$root/.tools/bin"
