@@ -60,7 +60,10 @@ fn man_pages(
         .render(&mut buf)
         .expect("rendering to memory cannot fail");
     files.push((Path::new("man").join(format!("{name}.1")), buf));
-    for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+    for sub in command
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+    {
         let sub_name = sub.get_name();
         man_pages(
             sub,
