@@ -104,6 +104,12 @@ pub enum Command {
     List(commands::list::ListArgs),
     /// Show one virtual machine in detail
     Get(commands::get::GetArgs),
+    /// Create a virtual machine (disks, cloud-init, platform SSH trust)
+    Create(Box<commands::create::CreateArgs>),
+    /// Delete a virtual machine and the disks created for it
+    Delete(commands::delete::DeleteArgs),
+    /// Manage the platform SSH certificate authority (init, show, rotate)
+    Ca(commands::ca::CaArgs),
     /// Print the client version and the platform version of the cluster
     Version(commands::version::VersionArgs),
     /// Print a shell completion script, or install kubectl's plugin completion

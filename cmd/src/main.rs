@@ -7,6 +7,8 @@ mod cli;
 mod commands;
 mod complete;
 mod error;
+mod progress;
+mod prompt;
 mod render;
 
 use std::process::ExitCode;

@@ -58,7 +58,82 @@ pub const EVENT: Kind = Kind {
     namespaced: true,
 };
 
+/// CDI's DataVolume.
+pub const DATA_VOLUME: Kind = Kind {
+    group: "cdi.kubevirt.io",
+    version: "v1beta1",
+    kind: "DataVolume",
+    plural: "datavolumes",
+    namespaced: true,
+};
+
+/// CDI's cluster-wide configuration object, whose status reports the CDI version.
+pub const CDI: Kind = Kind {
+    group: "cdi.kubevirt.io",
+    version: "v1beta1",
+    kind: "CDI",
+    plural: "cdis",
+    namespaced: false,
+};
+
+/// Deckhouse's VirtualDisk.
+pub const VIRTUAL_DISK: Kind = Kind {
+    group: "virtualization.deckhouse.io",
+    version: "v1alpha2",
+    kind: "VirtualDisk",
+    plural: "virtualdisks",
+    namespaced: true,
+};
+
+/// Deckhouse's VirtualMachineClass (cluster-scoped; also served as v1alpha3).
+pub const VIRTUAL_MACHINE_CLASS: Kind = Kind {
+    group: "virtualization.deckhouse.io",
+    version: "v1alpha2",
+    kind: "VirtualMachineClass",
+    plural: "virtualmachineclasses",
+    namespaced: false,
+};
+
+/// Core Secret.
+pub const SECRET: Kind = Kind {
+    group: "",
+    version: "v1",
+    kind: "Secret",
+    plural: "secrets",
+    namespaced: true,
+};
+
+/// Core PersistentVolumeClaim.
+pub const PVC: Kind = Kind {
+    group: "",
+    version: "v1",
+    kind: "PersistentVolumeClaim",
+    plural: "persistentvolumeclaims",
+    namespaced: true,
+};
+
+/// Every kind kubectl-vm writes, for finding the kind of a generated object.
+const KNOWN: [Kind; 8] = [
+    KUBEVIRT_VM,
+    KUBEVIRT_VMI,
+    DECKHOUSE_VM,
+    DATA_VOLUME,
+    VIRTUAL_DISK,
+    VIRTUAL_MACHINE_CLASS,
+    SECRET,
+    PVC,
+];
+
 impl Kind {
+    /// The kind of an object from its `apiVersion` and `kind` fields.
+    pub fn of(object: &serde_json::Value) -> Option<Kind> {
+        let api_version = object.get("apiVersion")?.as_str()?;
+        let kind = object.get("kind")?.as_str()?;
+        KNOWN
+            .into_iter()
+            .find(|k| k.kind == kind && k.api_version() == api_version)
+    }
+
     /// The VirtualMachine kind of a platform.
     pub fn vm(flavor: Flavor) -> Kind {
         match flavor {

@@ -136,6 +136,16 @@ pub enum Error {
         /// Underlying cause, one line.
         cause: String,
     },
+    /// Creating a set of objects failed part way (and what was undone).
+    #[error("cannot create {object}: {reason}{undo}")]
+    Apply {
+        /// `kind "name"` of the object that failed.
+        object: String,
+        /// Why.
+        reason: String,
+        /// What was removed again, e.g. `; removed the 2 objects created before it`.
+        undo: String,
+    },
     /// A wait ran out of time.
     #[error("timed out waiting for {0}")]
     Timeout(String),

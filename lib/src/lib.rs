@@ -6,9 +6,11 @@
 //! `kubectl-vm` binary renders what this library returns.
 
 pub mod api;
+pub mod apply;
 pub mod ca;
 pub mod cluster;
 pub mod create;
+pub mod delete;
 pub mod error;
 pub mod flavor;
 pub mod quantity;
@@ -16,6 +18,7 @@ pub mod target;
 pub mod validate;
 pub mod version;
 pub mod vm;
+pub mod wait;
 
 pub use error::{Error, Result};
 pub use flavor::Flavor;

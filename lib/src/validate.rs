@@ -70,6 +70,14 @@ pub enum ValidationError {
         /// What is wrong.
         reason: String,
     },
+    /// A line that is not an OpenSSH public key.
+    #[error(
+        "not an OpenSSH public key ({reason}); give a line like `ssh-ed25519 AAAA... comment` from a .pub file"
+    )]
+    PublicKey {
+        /// What the parser said.
+        reason: String,
+    },
     /// A value outside a fixed set of choices.
     #[error("invalid {what} {value:?}: use one of {choices}")]
     Choice {
@@ -80,6 +88,20 @@ pub enum ValidationError {
         /// The accepted values, comma-separated.
         choices: &'static str,
     },
+}
+
+/// Check one OpenSSH public key line (`ssh-ed25519 AAAA… comment`).
+pub fn ssh_public_key(line: &str) -> Result<(), ValidationError> {
+    if line.contains("PRIVATE KEY") {
+        return Err(ValidationError::PublicKey {
+            reason: "this is a private key".into(),
+        });
+    }
+    ssh_key::PublicKey::from_openssh(line)
+        .map(|_| ())
+        .map_err(|e| ValidationError::PublicKey {
+            reason: e.to_string(),
+        })
 }
 
 /// Longest name Kubernetes accepts for a DNS-label name (VMs, disks, volumes).
@@ -467,6 +489,15 @@ impl FromStr for DataDisk {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ssh_public_keys_are_checked() {
+        let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJdD7y3aLq454yWBdwLWbieU1ebz9/cu7/QEXn9OIeZJ alice@example";
+        assert!(super::ssh_public_key(key).is_ok());
+        assert!(super::ssh_public_key("ssh-ed25519 nonsense").is_err());
+        let private = super::ssh_public_key("-----BEGIN OPENSSH PRIVATE KEY-----").unwrap_err();
+        assert!(private.to_string().contains("private key"), "{private}");
+    }
+
     use super::*;
 
     fn one_line(e: ValidationError) -> String {

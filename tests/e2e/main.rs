@@ -3,7 +3,10 @@
 
 mod common;
 
+mod ca;
 mod completion;
+mod create;
+mod delete;
 mod errors;
 mod generated;
 mod get;

@@ -1,6 +1,10 @@
 //! One module per command and the single dispatch over them.
 
+pub mod ca;
 pub mod completion;
+pub mod create;
+pub mod create_interactive;
+pub mod delete;
 pub mod generate_docs;
 pub mod get;
 pub mod list;
@@ -31,6 +35,9 @@ pub fn run() -> ExitCode {
             _ = tokio::signal::ctrl_c() => Err(CommandError::Interrupted),
         }
     });
+    // Do not wait for blocking work still running (a confirmation prompt interrupted by
+    // Ctrl-C is still reading stdin).
+    runtime.shutdown_background();
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => e.report(),
@@ -42,6 +49,9 @@ async fn dispatch(cli: Cli) -> CommandResult {
     match cli.command {
         Command::List(args) => list::cmd_list(&global, args).await,
         Command::Get(args) => get::cmd_get(&global, args).await,
+        Command::Create(args) => create::cmd_create(&global, *args).await,
+        Command::Delete(args) => delete::cmd_delete(&global, args).await,
+        Command::Ca(args) => ca::cmd_ca(&global, args).await,
         Command::Version(args) => version::cmd_version(&global, args).await,
         Command::Completion(args) => completion::cmd_completion(args),
         Command::GenerateDocs(args) => generate_docs::cmd_generate_docs(args),

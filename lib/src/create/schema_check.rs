@@ -1,5 +1,5 @@
 //! Test-only structural validation of generated objects against the real API schemas
-//! (KubeVirt and CDI swagger, Deckhouse CRDs) in `lib/tests/schemas/`.
+//! (KubeVirt and CDI swagger, Deckhouse CRDs) shared with the emulator in `tests/emulator/schemas/`.
 //!
 //! Supported keywords: `$ref` (`#/definitions/…`), `type` (also lists, and
 //! `x-kubernetes-int-or-string`), `properties` with unknown-field detection,
@@ -34,19 +34,19 @@ fn schemas() -> &'static Schemas {
     static SCHEMAS: OnceLock<Schemas> = OnceLock::new();
     SCHEMAS.get_or_init(|| Schemas {
         kubevirt: serde_json::from_str(include_str!(
-            "../../tests/schemas/kubevirt-virtualmachine.swagger.json"
+            "../../../tests/emulator/schemas/kubevirt-swagger.json"
         ))
         .unwrap(),
         cdi: serde_json::from_str(include_str!(
-            "../../tests/schemas/cdi-datavolume.swagger.json"
+            "../../../tests/emulator/schemas/cdi-swagger.json"
         ))
         .unwrap(),
         deckhouse_vm: crd_schema(
-            include_str!("../../tests/schemas/deckhouse-virtualmachines.yaml"),
+            include_str!("../../../tests/emulator/schemas/deckhouse/virtualmachines.yaml"),
             "v1alpha2",
         ),
         deckhouse_vd: crd_schema(
-            include_str!("../../tests/schemas/deckhouse-virtualdisks.yaml"),
+            include_str!("../../../tests/emulator/schemas/deckhouse/virtualdisks.yaml"),
             "v1alpha2",
         ),
     })

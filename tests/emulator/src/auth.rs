@@ -1,9 +1,13 @@
 //! Authentication (bearer tokens for the two users of the generated kubeconfig) and a tiny
 //! authorizer standing in for RBAC: `admin` may do anything; `alice` may only read
-//! (get/list/watch) in namespace `dev`. Denials carry the real API server's wording.
+//! (get/list/watch) in namespace `dev`, plus whatever stored RBAC objects grant her
+//! ([`rbac_allows`]: RoleBindings and ClusterRoleBindings to her or her groups). Denials carry
+//! the real API server's wording.
 
 use crate::status::ApiError;
+use crate::store::{Key, Store};
 use crate::util::random_token;
+use serde_json::Value;
 
 /// An authenticated user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +110,72 @@ pub fn authorize(user: &User, attrs: &Attributes) -> Result<(), ApiError> {
     ))
 }
 
+/// Whether the stored Roles/ClusterRoles, through RoleBindings in the request's namespace or
+/// ClusterRoleBindings, grant `attrs` to `user` (matching user name or group; verbs, API
+/// groups and resources with `*`; resourceNames when set).
+pub fn rbac_allows(store: &Store, user: &User, attrs: &Attributes) -> bool {
+    const RBAC: &str = "rbac.authorization.k8s.io";
+    let binds_user = |binding: &Value| {
+        binding["subjects"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| match s["kind"].as_str() {
+                Some("User") => s["name"] == user.name.as_str(),
+                Some("Group") => user.groups.iter().any(|g| s["name"] == g.as_str()),
+                _ => false,
+            })
+    };
+    let role_of = |binding: &Value, namespace: &str| {
+        let name = binding["roleRef"]["name"].as_str().unwrap_or_default();
+        match binding["roleRef"]["kind"].as_str() {
+            Some("Role") => store.get(&Key::new(RBAC, "roles", namespace, name)),
+            Some("ClusterRole") => store.get(&Key::new(RBAC, "clusterroles", "", name)),
+            _ => None,
+        }
+    };
+    let mut bindings: Vec<(Value, String)> = Vec::new();
+    if !attrs.namespace.is_empty() {
+        let (namespaced, _) = store.list(RBAC, "rolebindings", Some(&attrs.namespace));
+        bindings.extend(namespaced.into_iter().map(|b| (b, attrs.namespace.clone())));
+    }
+    let (cluster, _) = store.list(RBAC, "clusterrolebindings", None);
+    bindings.extend(cluster.into_iter().map(|b| (b, String::new())));
+    bindings
+        .iter()
+        .filter(|(binding, _)| binds_user(binding))
+        .filter_map(|(binding, namespace)| role_of(binding, namespace))
+        .any(|role| {
+            role["rules"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|rule| rule_matches(rule, attrs))
+        })
+}
+
+fn rule_matches(rule: &Value, attrs: &Attributes) -> bool {
+    let list = |field: &str| -> Vec<&str> {
+        rule[field]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect()
+    };
+    let has = |field: &str, want: &str| list(field).iter().any(|v| *v == "*" || *v == want);
+    let resource = if attrs.subresource.is_empty() {
+        attrs.resource.clone()
+    } else {
+        format!("{}/{}", attrs.resource, attrs.subresource)
+    };
+    let names = list("resourceNames");
+    has("verbs", &attrs.verb)
+        && has("apiGroups", &attrs.group)
+        && has("resources", &resource)
+        && (names.is_empty() || (!attrs.name.is_empty() && names.contains(&attrs.name.as_str())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,5 +219,48 @@ mod tests {
             ..Default::default()
         };
         assert!(authorize(&alice, &pods).unwrap_err().message.contains("pods \"p\" is forbidden: User \"alice\" cannot delete resource \"pods\" in API group \"\" in the namespace \"dev\""));
+    }
+
+    #[test]
+    fn role_bindings_grant_more() {
+        let t = Tokens::generate();
+        let alice = t
+            .authenticate(Some(&format!("Bearer {}", t.alice)))
+            .unwrap();
+        let store = Store::new();
+        let get_cm = |name: &str| Attributes {
+            verb: "get".into(),
+            resource: "configmaps".into(),
+            namespace: "kubevm-system".into(),
+            name: name.into(),
+            ..Default::default()
+        };
+        assert!(!rbac_allows(&store, &alice, &get_cm("ca")));
+        let rbac = "rbac.authorization.k8s.io";
+        store
+            .create(rbac, "roles", serde_json::json!({"metadata": {"name": "reader", "namespace": "kubevm-system"},
+                "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["ca"], "verbs": ["get"]}]}))
+            .unwrap();
+        assert!(!rbac_allows(&store, &alice, &get_cm("ca")), "not bound yet");
+        store
+            .create(
+                rbac,
+                "rolebindings",
+                serde_json::json!({"metadata": {"name": "reader", "namespace": "kubevm-system"},
+                "roleRef": {"apiGroup": rbac, "kind": "Role", "name": "reader"},
+                "subjects": [{"apiGroup": rbac, "kind": "Group", "name": "system:authenticated"}]}),
+            )
+            .unwrap();
+        assert!(rbac_allows(&store, &alice, &get_cm("ca")));
+        assert!(
+            !rbac_allows(&store, &alice, &get_cm("other")),
+            "resourceNames"
+        );
+        let mut list = get_cm("");
+        list.verb = "list".into();
+        assert!(!rbac_allows(&store, &alice, &list));
+        let mut elsewhere = get_cm("ca");
+        elsewhere.namespace = "prod".into();
+        assert!(!rbac_allows(&store, &alice, &elsewhere));
     }
 }

@@ -88,6 +88,13 @@ fn owner_ref(obj: &Value) -> Value {
     })
 }
 
+/// Whether an object has a controller owner already.
+fn has_controller(obj: &Value) -> bool {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|refs| refs.iter().any(|r| r["controller"] == true))
+}
+
 fn owned_by(obj: &Value, owner: &Value) -> bool {
     obj.pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
@@ -173,11 +180,22 @@ fn kubevirt_vm(app: &App, vm: &Value, _tick: bool) {
         if dv_name.is_empty() || !cdi {
             continue;
         }
-        if app
-            .store
-            .get(&Key::new("cdi.kubevirt.io", "datavolumes", &ns, &dv_name))
-            .is_none()
-        {
+        let dv_key = Key::new("cdi.kubevirt.io", "datavolumes", &ns, &dv_name);
+        if let Some(existing) = app.store.get(&dv_key) {
+            // Like KubeVirt, adopt an orphaned DataVolume of the template's name (one kept by
+            // `kubectl vm delete --keep-disks`) instead of failing.
+            if !has_controller(&existing) {
+                app.store.modify(&dv_key, |o| {
+                    let mut refs = o
+                        .pointer("/metadata/ownerReferences")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default();
+                    refs.push(owner_ref(vm));
+                    o["metadata"]["ownerReferences"] = json!(refs);
+                });
+            }
+        } else {
             let mut meta = t.get("metadata").cloned().unwrap_or(json!({}));
             meta["namespace"] = json!(ns);
             meta["ownerReferences"] = json!([owner_ref(vm)]);
@@ -636,4 +654,89 @@ fn deckhouse_vm(app: &App, vm: &Value, _tick: bool) {
         set_condition(&mut st, "Migratable", running, if running { "VirtualMachineMigratable" } else { "NotRunning" }, "");
         o["status"] = st;
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ServeFlavor;
+    use crate::registry::Registry;
+    use std::time::Duration;
+
+    fn vm() -> Value {
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"runStrategy": "Always",
+                "dataVolumeTemplates": [{"metadata": {"name": "web-root"},
+                    "spec": {"source": {"blank": {}}, "storage": {"resources": {"requests": {"storage": "1Gi"}}}}}],
+                "template": {"spec": {"domain": {"devices": {}},
+                    "volumes": [{"name": "rootdisk", "dataVolume": {"name": "web-root"}}]}}}})
+    }
+
+    fn get(app: &App, group: &str, plural: &str, name: &str) -> Option<Value> {
+        app.store.get(&Key::new(group, plural, "default", name))
+    }
+
+    fn settle_controllers(app: &App) {
+        for _ in 0..3 {
+            reconcile_all(app, false);
+        }
+    }
+
+    #[test]
+    fn vm_delete_collects_dependents_and_recreate_adopts_kept_disks() {
+        let app = App::new(Registry::new(ServeFlavor::KubeVirt), Duration::from_secs(1));
+        let first = app
+            .store
+            .create("kubevirt.io", "virtualmachines", vm())
+            .unwrap();
+        settle_controllers(&app);
+        let dv = get(&app, "cdi.kubevirt.io", "datavolumes", "web-root").expect("DV created");
+        assert!(owned_by(&dv, &first));
+        assert!(get(&app, "", "persistentvolumeclaims", "web-root").is_some());
+        assert!(get(&app, "kubevirt.io", "virtualmachineinstances", "web").is_some());
+
+        // Deleting the VM garbage-collects the VMI, its pod, the DataVolume and its PVC.
+        app.store.delete(
+            &Key::of("kubevirt.io", "virtualmachines", &first),
+            Propagation::Cascade,
+        );
+        assert!(get(&app, "kubevirt.io", "virtualmachineinstances", "web").is_none());
+        assert!(get(&app, "cdi.kubevirt.io", "datavolumes", "web-root").is_none());
+        assert!(get(&app, "", "persistentvolumeclaims", "web-root").is_none());
+        assert!(app.store.list("", "pods", Some("default")).0.is_empty());
+
+        // A DataVolume released from its VM (ownerReference removed) survives the VM ...
+        let second = app
+            .store
+            .create("kubevirt.io", "virtualmachines", vm())
+            .unwrap();
+        settle_controllers(&app);
+        let dv_key = Key::new("cdi.kubevirt.io", "datavolumes", "default", "web-root");
+        app.store.modify(&dv_key, |o| {
+            o["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .remove("ownerReferences");
+        });
+        app.store.delete(
+            &Key::of("kubevirt.io", "virtualmachines", &second),
+            Propagation::Cascade,
+        );
+        let kept = app.store.get(&dv_key).expect("released DV survives");
+        assert!(get(&app, "", "persistentvolumeclaims", "web-root").is_some());
+        assert!(get(&app, "kubevirt.io", "virtualmachineinstances", "web").is_none());
+
+        // ... and a VM recreated from the same declaration adopts it, data and all.
+        let third = app
+            .store
+            .create("kubevirt.io", "virtualmachines", vm())
+            .unwrap();
+        settle_controllers(&app);
+        let adopted = app.store.get(&dv_key).unwrap();
+        assert_eq!(adopted["metadata"]["uid"], kept["metadata"]["uid"]);
+        assert!(owned_by(&adopted, &third));
+        let vm = get(&app, "kubevirt.io", "virtualmachines", "web").unwrap();
+        assert_eq!(vm["status"]["printableStatus"], "Running");
+    }
 }

@@ -1,0 +1,686 @@
+//! `kubectl vm create NAME`: turn flags into a VM plan, check it (locally, then against the
+//! cluster: CA, checksum support, class sizing), and create its objects all or nothing.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use kubevm::api::{CDI, Kind, VIRTUAL_MACHINE_CLASS};
+use kubevm::apply::{self, Applied};
+use kubevm::ca::store::{self, DEFAULT_CA_NAMESPACE};
+use kubevm::ca::{DEFAULT_HOST_CERT_VALIDITY, HostKeys};
+use kubevm::cluster::{Cluster, parse_duration};
+use kubevm::create::plan::{CoreFraction, Firmware, KindRef, OsType, RunStrategy};
+use kubevm::create::{self, BootFlags, BootSource, Manifests, VmPlan, sizing};
+use kubevm::flavor::{self, Flavor, FlavorChoice, Platform};
+use kubevm::quantity::Quantity;
+use kubevm::validate::{self, Checksum, ChecksumAlgo, DataDisk, DiskBus, EnvVar, Label};
+use kubevm::wait::{self, Snapshot};
+use serde_json::Value;
+
+use crate::cli::GlobalArgs;
+use crate::commands::create_interactive;
+use crate::error::{CommandError, CommandResult};
+use crate::render::{self, OutputFormat};
+
+/// First CDI release that verifies `http.checksum`.
+const CDI_CHECKSUM_SINCE: (u64, u64) = (1, 65);
+
+/// Arguments of `create`.
+#[derive(Debug, Args, Default)]
+#[command(after_help = "Examples:
+  kubectl vm create web --image quay.io/containerdisks/ubuntu:24.04 --cpu 2 --memory 4Gi --ssh-key ~/.ssh/id_ed25519.pub
+  kubectl vm create db --url https://example.org/disk.qcow2 --checksum sha256:<hex> --disk-size 40Gi --data-disk data=100Gi
+  kubectl vm create web --image cvi/ubuntu-24-04 --class generic --core-fraction 50% --wait
+  kubectl vm create web --image quay.io/containerdisks/fedora:42 --dry-run=client -o yaml --flavor kubevirt --ca-public-key ca.pub")]
+pub struct CreateArgs {
+    /// Name of the new VM
+    #[arg(value_name = "NAME")]
+    pub name: String,
+
+    /// Boot from this container disk image (copied into a new disk unless --ephemeral); on Deckhouse also vi/NAME or cvi/NAME
+    #[arg(long, value_name = "IMAGE", help_heading = "Boot disk")]
+    pub image: Option<String>,
+    /// Boot from the --image itself, losing changes on restart (KubeVirt only)
+    #[arg(long, help_heading = "Boot disk")]
+    pub ephemeral: bool,
+    /// Boot from a disk image downloaded over HTTP(S) (qcow2, raw, vmdk, vhd(x), vdi, iso, gz/xz)
+    #[arg(long, value_name = "URL", help_heading = "Boot disk")]
+    pub url: Option<String>,
+    /// Expected digest of the --url image, ALGO:HEX (md5, sha1, sha256, sha512, streebog256, streebog512; repeatable)
+    #[arg(long, value_name = "ALGO:HEX", help_heading = "Boot disk")]
+    pub checksum: Vec<String>,
+    /// Import without verification where the cluster cannot check the --checksum
+    #[arg(long, help_heading = "Boot disk")]
+    pub allow_unverified: bool,
+    /// Boot from a copy of this PVC ([NAMESPACE/]NAME)
+    #[arg(long, value_name = "PVC", help_heading = "Boot disk")]
+    pub clone_pvc: Option<String>,
+    /// Boot from a new empty disk of this size
+    #[arg(long, value_name = "SIZE", help_heading = "Boot disk")]
+    pub blank: Option<String>,
+    /// Boot from this existing disk (PVC on KubeVirt, VirtualDisk on Deckhouse)
+    #[arg(long, value_name = "NAME", help_heading = "Boot disk")]
+    pub disk: Option<String>,
+    /// Size of the boot disk created from --image/--url (default 10Gi)
+    #[arg(long, value_name = "SIZE", help_heading = "Boot disk")]
+    pub disk_size: Option<String>,
+    /// Storage class of the disks created
+    #[arg(long, value_name = "CLASS", help_heading = "Boot disk")]
+    pub storage_class: Option<String>,
+    /// Bus of the boot disk: virtio, sata or scsi
+    #[arg(long, value_name = "BUS", help_heading = "Boot disk")]
+    pub boot_bus: Option<String>,
+    /// Extra data disk NAME=SIZE[,class=SC][,bus=virtio|sata|scsi]; the guest finds it at /dev/disk/by-id/*NAME* (repeatable)
+    #[arg(long, value_name = "SPEC", help_heading = "Boot disk")]
+    pub data_disk: Vec<String>,
+
+    /// CPU cores (whole cores, at least 1; default 1)
+    #[arg(long, value_name = "N", help_heading = "Machine")]
+    pub cpu: Option<String>,
+    /// Memory, e.g. 2Gi (default 1Gi)
+    #[arg(long, value_name = "SIZE", help_heading = "Machine")]
+    pub memory: Option<String>,
+    /// Guaranteed share of each core, e.g. 50% (Deckhouse)
+    #[arg(long, value_name = "PERCENT", help_heading = "Machine")]
+    pub core_fraction: Option<String>,
+    /// VirtualMachineClass (Deckhouse; default generic)
+    #[arg(long, value_name = "CLASS", help_heading = "Machine")]
+    pub class: Option<String>,
+    /// Instance type (KubeVirt), [virtualmachineinstancetype/]NAME or cluster one by default
+    #[arg(long, value_name = "NAME", help_heading = "Machine")]
+    pub instancetype: Option<String>,
+    /// Preference (KubeVirt)
+    #[arg(long, value_name = "NAME", help_heading = "Machine")]
+    pub preference: Option<String>,
+    /// Firmware: efi or bios
+    #[arg(long, value_name = "FIRMWARE", help_heading = "Machine")]
+    pub firmware: Option<String>,
+    /// Guest OS family: linux or windows
+    #[arg(long, value_name = "OS", help_heading = "Machine")]
+    pub os: Option<String>,
+    /// Guest time zone, e.g. Europe/Berlin
+    #[arg(long, value_name = "ZONE", help_heading = "Machine")]
+    pub timezone: Option<String>,
+    /// Guest host name (default: the VM name)
+    #[arg(long, value_name = "NAME", help_heading = "Machine")]
+    pub hostname: Option<String>,
+    /// Always, RerunOnFailure, Manual or Halted (Deckhouse run policies AlwaysOn, AlwaysOnUnlessStoppedManually, Manual, AlwaysOff)
+    #[arg(long, value_name = "STRATEGY", help_heading = "Machine")]
+    pub run_strategy: Option<String>,
+    /// Create the VM without starting it
+    #[arg(long, help_heading = "Machine")]
+    pub stopped: bool,
+    /// Label KEY=VALUE for the VM and its disks (repeatable)
+    #[arg(
+        short = 'l',
+        long = "label",
+        value_name = "KEY=VALUE",
+        help_heading = "Machine"
+    )]
+    pub labels: Vec<String>,
+
+    /// User data for cloud-init (#cloud-config, script or MIME multipart), merged with the platform's
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath, help_heading = "Guest")]
+    pub cloud_init: Option<PathBuf>,
+    /// SSH public key file for the --user (or the image's default user) (repeatable)
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath, help_heading = "Guest")]
+    pub ssh_key: Vec<PathBuf>,
+    /// Create this user (passwordless sudo) with the --ssh-key keys
+    #[arg(long, value_name = "NAME", help_heading = "Guest")]
+    pub user: Option<String>,
+    /// Environment KEY=VALUE for the guest: /etc/kubevm/environment, /etc/environment, /etc/profile.d (repeatable)
+    #[arg(long, value_name = "KEY=VALUE", help_heading = "Guest")]
+    pub env: Vec<String>,
+    /// Do not make the guest trust the platform SSH CA or create the platform user
+    #[arg(long, help_heading = "Guest")]
+    pub no_platform_ssh: bool,
+    /// Platform SSH CA public key(s) from this file instead of the cluster (for offline manifests)
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath, help_heading = "Guest")]
+    pub ca_public_key: Option<PathBuf>,
+    /// Fail instead of warning when no platform SSH CA is found
+    #[arg(long, help_heading = "Guest")]
+    pub require_ca: bool,
+    /// Namespace holding the platform SSH CA
+    #[arg(long, value_name = "NAMESPACE", default_value = DEFAULT_CA_NAMESPACE, help_heading = "Guest")]
+    pub ca_namespace: String,
+
+    /// Only show the objects (client), or have the server check them (server)
+    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "client", value_parser = ["none", "client", "server"])]
+    pub dry_run: Option<String>,
+    /// Output format of the created objects
+    #[arg(short, long, value_enum)]
+    pub output: Option<OutputFormat>,
+    /// Wait until the VM runs (or, if created stopped, until its disks are ready)
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits, e.g. 10m (0: forever)
+    #[arg(long, value_name = "DURATION", default_value = "10m")]
+    pub timeout: String,
+    /// Ask for the image, size, CPU, memory and SSH key, then show the objects before creating them
+    #[arg(short, long)]
+    pub interactive: bool,
+}
+
+/// How the objects are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DryRun {
+    None,
+    Client,
+    Server,
+}
+
+pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandResult {
+    let dry_run = match args.dry_run.as_deref() {
+        None | Some("none") => DryRun::None,
+        Some("client") => DryRun::Client,
+        _ => DryRun::Server,
+    };
+    validate::dns_label("VM", &args.name).map_err(usage)?;
+    let timeout = parse_duration(&args.timeout)
+        .map_err(|e| CommandError::usage(format!("--timeout: {e}")))?;
+    let no_boot_source = args.image.is_none()
+        && args.url.is_none()
+        && args.clone_pvc.is_none()
+        && args.blank.is_none()
+        && args.disk.is_none();
+    let interactive = args.interactive || (no_boot_source && crate::prompt::interactive());
+    if args.interactive && !crate::prompt::interactive() {
+        return Err(CommandError::usage(
+            "--interactive needs a terminal on stdin and stderr",
+        ));
+    }
+    if interactive {
+        create_interactive::ask(&mut args)?;
+    }
+    // Everything that can be checked without the cluster is checked first: files, every
+    // flag value, and (when --flavor names the platform) the flag combinations.
+    let inputs = read_inputs(&args)?;
+    let choice = global.flavor_choice();
+    let provisional = match choice {
+        FlavorChoice::Fixed(flavor) => flavor,
+        FlavorChoice::Auto => Flavor::KubeVirt,
+    };
+    let mut early = build_plan(&args, &inputs, &args.name, "default", provisional)?;
+    // The CA keys may come from the cluster later.
+    early.platform_ssh.enabled = false;
+    if matches!(choice, FlavorChoice::Fixed(_)) {
+        early.validate().map_err(usage)?;
+    }
+    create::cloudinit::build(&early).map_err(usage)?;
+    let offline = dry_run == DryRun::Client && matches!(choice, FlavorChoice::Fixed(_));
+    // Offline manifests never talk to the cluster; a kubeconfig only lends its namespace.
+    let mut context_namespace = None;
+    let (cluster, platform) = if offline {
+        context_namespace = Cluster::connect(&global.connect_options())
+            .await
+            .ok()
+            .map(|c| c.namespace);
+        (None, None)
+    } else {
+        let cluster = Cluster::connect(&global.connect_options()).await?;
+        let platform = flavor::discover(&cluster, choice).await?;
+        (Some(cluster), Some(platform))
+    };
+    let flavor = match (&platform, choice) {
+        (Some(p), _) => p.flavor,
+        (None, FlavorChoice::Fixed(f)) => f,
+        (None, FlavorChoice::Auto) => unreachable!("offline only with a fixed flavor"),
+    };
+    let namespace = match (&cluster, &global.namespace) {
+        (_, Some(ns)) => ns.clone(),
+        (Some(c), None) => c.namespace.clone(),
+        (None, None) => context_namespace.unwrap_or_else(|| "default".to_owned()),
+    };
+    kubevm::target::validate_namespace(&namespace)?;
+    let mut plan = build_plan(&args, &inputs, &args.name, &namespace, flavor)?;
+    let mut early = plan.clone();
+    early.platform_ssh.enabled = false;
+    early.validate().map_err(usage)?;
+
+    // Checks against the cluster, before anything is written.
+    if let (Some(cluster), Some(platform)) = (&cluster, &platform) {
+        ensure_absent(cluster, flavor, &plan).await?;
+        check_checksums(cluster, platform, &mut plan, args.allow_unverified).await?;
+        if flavor == Flavor::Deckhouse {
+            check_sizing(cluster, platform, &plan).await?;
+        }
+    }
+    setup_platform_ssh(cluster.as_ref(), &args, &inputs, &mut plan).await?;
+    let manifests = create::build(&plan).map_err(usage)?;
+
+    if interactive && !create_interactive::confirm(&manifests).await? {
+        return Err(CommandError::Failed("nothing created".into()));
+    }
+    let mut out = std::io::stdout().lock();
+    if dry_run == DryRun::Client {
+        let objects: Vec<Value> = manifests.objects.iter().map(|o| o.object.clone()).collect();
+        return print_objects(&mut out, &objects, args.output, " (dry run)");
+    }
+    let cluster = cluster.expect("connected unless client dry run");
+    let applied = apply::apply_all(&cluster, &manifests, dry_run == DryRun::Server, |_| {}).await?;
+    let suffix = if dry_run == DryRun::Server {
+        " (server dry run)"
+    } else {
+        ""
+    };
+    print_applied(&mut out, &applied, args.output, suffix)?;
+    out.flush()?;
+    drop(out);
+    if args.wait && dry_run == DryRun::None {
+        wait_for(&cluster, flavor, &plan, timeout).await?;
+    }
+    Ok(())
+}
+
+fn usage(err: impl std::fmt::Display) -> CommandError {
+    CommandError::usage(err.to_string())
+}
+
+/// Files the flags name, read before any request.
+struct Inputs {
+    cloud_init: Option<String>,
+    ssh_keys: Vec<String>,
+    ca_public_keys: Option<Vec<String>>,
+}
+
+fn read_file(flag: &str, path: &Path) -> CommandResult<String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| CommandError::usage(format!("{flag} {}: {e}", path.display())))
+}
+
+/// OpenSSH public key lines of a file (comments and blank lines skipped), each checked.
+fn public_keys(flag: &str, path: &Path) -> CommandResult<Vec<String>> {
+    let text = read_file(flag, path)?;
+    let keys: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect();
+    if keys.is_empty() {
+        return Err(CommandError::usage(format!(
+            "{flag} {}: no public key in the file",
+            path.display()
+        )));
+    }
+    for key in &keys {
+        validate::ssh_public_key(key)
+            .map_err(|e| CommandError::usage(format!("{flag} {}: {e}", path.display())))?;
+    }
+    Ok(keys)
+}
+
+fn read_inputs(args: &CreateArgs) -> CommandResult<Inputs> {
+    let cloud_init = args
+        .cloud_init
+        .as_deref()
+        .map(|p| read_file("--cloud-init", p))
+        .transpose()?;
+    let mut ssh_keys = Vec::new();
+    for path in &args.ssh_key {
+        ssh_keys.extend(public_keys("--ssh-key", path)?);
+    }
+    let ca_public_keys = args
+        .ca_public_key
+        .as_deref()
+        .map(|p| public_keys("--ca-public-key", p))
+        .transpose()?;
+    Ok(Inputs {
+        cloud_init,
+        ssh_keys,
+        ca_public_keys,
+    })
+}
+
+fn parse<T: std::str::FromStr>(flag: &str, value: &Option<String>) -> CommandResult<Option<T>>
+where
+    T::Err: std::fmt::Display,
+{
+    value
+        .as_deref()
+        .map(|v| {
+            v.parse::<T>()
+                .map_err(|e| CommandError::usage(format!("--{flag}: {e}")))
+        })
+        .transpose()
+}
+
+fn parse_all<T: std::str::FromStr>(flag: &str, values: &[String]) -> CommandResult<Vec<T>>
+where
+    T::Err: std::fmt::Display,
+{
+    values
+        .iter()
+        .map(|v| {
+            v.parse::<T>()
+                .map_err(|e| CommandError::usage(format!("--{flag}: {e}")))
+        })
+        .collect()
+}
+
+/// The plan the flags describe (not yet checked against the cluster).
+fn build_plan(
+    args: &CreateArgs,
+    inputs: &Inputs,
+    name: &str,
+    namespace: &str,
+    flavor: Flavor,
+) -> CommandResult<VmPlan> {
+    let boot = BootSource::from_flags(BootFlags {
+        image: args.image.clone(),
+        ephemeral: args.ephemeral,
+        url: args.url.clone(),
+        checksums: parse_all::<Checksum>("checksum", &args.checksum)?,
+        clone_pvc: args.clone_pvc.clone(),
+        blank: parse::<Quantity>("blank", &args.blank)?,
+        disk: args.disk.clone(),
+    })
+    .map_err(usage)?;
+    let mut plan = VmPlan::new(name, namespace, flavor, boot);
+    plan.disk_size = parse::<Quantity>("disk-size", &args.disk_size)?;
+    plan.storage_class = args.storage_class.clone();
+    plan.boot_bus = parse::<DiskBus>("boot-bus", &args.boot_bus)?;
+    plan.cpu = args
+        .cpu
+        .as_deref()
+        .map(|v| validate::cpu_cores(v).map_err(|e| CommandError::usage(format!("--cpu: {e}"))))
+        .transpose()?;
+    plan.memory = parse::<Quantity>("memory", &args.memory)?;
+    plan.core_fraction = parse::<CoreFraction>("core-fraction", &args.core_fraction)?;
+    plan.class = args.class.clone();
+    plan.instancetype = args
+        .instancetype
+        .as_deref()
+        .map(|v| {
+            KindRef::instancetype(v)
+                .map_err(|e| CommandError::usage(format!("--instancetype: {e}")))
+        })
+        .transpose()?;
+    plan.preference = args
+        .preference
+        .as_deref()
+        .map(|v| {
+            KindRef::preference(v).map_err(|e| CommandError::usage(format!("--preference: {e}")))
+        })
+        .transpose()?;
+    plan.firmware = parse::<Firmware>("firmware", &args.firmware)?;
+    plan.os = parse::<OsType>("os", &args.os)?.unwrap_or_default();
+    plan.timezone = args.timezone.clone();
+    plan.hostname = args.hostname.clone();
+    plan.run_strategy = parse::<RunStrategy>("run-strategy", &args.run_strategy)?;
+    plan.stopped = args.stopped;
+    plan.labels = parse_all::<Label>("label", &args.labels)?;
+    plan.data_disks = parse_all::<DataDisk>("data-disk", &args.data_disk)?;
+    plan.guest.user_data = inputs.cloud_init.clone();
+    plan.guest.ssh_keys = inputs.ssh_keys.clone();
+    plan.guest.user = args.user.clone();
+    plan.guest.env = parse_all::<EnvVar>("env", &args.env)?;
+    plan.platform_ssh.enabled = !args.no_platform_ssh;
+    Ok(plan)
+}
+
+/// `create` never replaces a VM: an existing one is an error before anything is written.
+async fn ensure_absent(cluster: &Cluster, flavor: Flavor, plan: &VmPlan) -> CommandResult {
+    let kind = Kind::vm(flavor);
+    let existing = kind
+        .api(&cluster.client, Some(&plan.namespace))
+        .get_opt(&plan.name)
+        .await
+        .map_err(|e| {
+            cluster.error(
+                e,
+                &kind.action("get", Some(&plan.namespace)).named(&plan.name),
+            )
+        })?;
+    if existing.is_some() {
+        return Err(CommandError::Failed(format!(
+            "virtualmachine {:?} already exists in namespace {:?}; delete it first or choose another name",
+            plan.name, plan.namespace
+        )));
+    }
+    Ok(())
+}
+
+/// The CDI version the cluster runs, from its CDI object.
+async fn cdi_version(cluster: &Cluster) -> Option<(u64, u64)> {
+    let list = CDI
+        .api(&cluster.client, None)
+        .list(&Default::default())
+        .await
+        .ok()?;
+    let object = serde_json::to_value(list.items.first()?).ok()?;
+    let version = object.pointer("/status/observedVersion")?.as_str()?;
+    let mut parts = version.trim_start_matches('v').split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// Keep checksums only where the platform verifies them; otherwise refuse, or with
+/// `--allow-unverified` drop them and say so.
+async fn check_checksums(
+    cluster: &Cluster,
+    platform: &Platform,
+    plan: &mut VmPlan,
+    allow: bool,
+) -> CommandResult {
+    let BootSource::Url { checksums, .. } = &mut plan.boot else {
+        return Ok(());
+    };
+    if checksums.is_empty() || platform.flavor == Flavor::Deckhouse {
+        return Ok(());
+    }
+    let why = match cdi_version(cluster).await {
+        Some(v) if v >= CDI_CHECKSUM_SINCE => {
+            let cdi_supported = |c: &Checksum| {
+                !matches!(
+                    c.algo,
+                    ChecksumAlgo::Streebog256 | ChecksumAlgo::Streebog512
+                )
+            };
+            if checksums.iter().any(cdi_supported) {
+                return Ok(());
+            }
+            "CDI verifies md5, sha1, sha256 and sha512 only, not streebog".to_owned()
+        }
+        Some((major, minor)) => {
+            format!("CDI v{major}.{minor} does not verify checksums (v1.65 and later do)")
+        }
+        None => "the cluster's CDI version is unknown, so it may not verify checksums".to_owned(),
+    };
+    if !allow {
+        return Err(CommandError::Failed(format!(
+            "{why}; refusing to import {} unverified (pass --allow-unverified to import it anyway)",
+            plan.name
+        )));
+    }
+    eprintln!(
+        "Warning: {why}; importing the image without verifying its checksum (--allow-unverified)"
+    );
+    checksums.clear();
+    Ok(())
+}
+
+/// Check a Deckhouse VM against its class's sizing policy, reporting every violation.
+async fn check_sizing(cluster: &Cluster, platform: &Platform, plan: &VmPlan) -> CommandResult {
+    let mut kind = VIRTUAL_MACHINE_CLASS;
+    if !platform.serves(kind.group, kind.version) {
+        kind.version = "v1alpha3";
+    }
+    let class = kind
+        .api(&cluster.client, None)
+        .get_opt(plan.class_name())
+        .await
+        .map_err(|e| cluster.error(e, &kind.action("get", None).named(plan.class_name())))?
+        .ok_or_else(|| {
+            CommandError::usage(format!(
+                "virtualmachineclass {:?} not found; pass an existing --class",
+                plan.class_name()
+            ))
+        })?;
+    let class = serde_json::to_value(class).unwrap_or(Value::Null);
+    sizing::check_plan(plan, &class).map_err(usage)
+}
+
+/// Fill in the platform SSH CA keys (file, else cluster) and, when the CA's private key is
+/// readable, a host key with a CA-signed certificate.
+async fn setup_platform_ssh(
+    cluster: Option<&Cluster>,
+    args: &CreateArgs,
+    inputs: &Inputs,
+    plan: &mut VmPlan,
+) -> CommandResult {
+    if args.no_platform_ssh || plan.os == OsType::Windows {
+        return Ok(());
+    }
+    let keys = match (&inputs.ca_public_keys, cluster) {
+        (Some(keys), _) => Some(keys.clone()),
+        (None, Some(cluster)) => store::read_public_keys(cluster, &args.ca_namespace).await?,
+        _ => None,
+    };
+    match keys {
+        Some(keys) => plan.platform_ssh.ca_public_keys = keys,
+        None if args.require_ca => {
+            return Err(CommandError::Failed(format!(
+                "no platform SSH CA in namespace {:?}: run `kubectl vm ca init`, or pass --ca-public-key",
+                args.ca_namespace
+            )));
+        }
+        None => {
+            eprintln!(
+                "Warning: no platform SSH CA in namespace {:?} (run `kubectl vm ca init`); the VM will not accept CA-signed SSH certificates",
+                args.ca_namespace
+            );
+            plan.platform_ssh.enabled = false;
+            return Ok(());
+        }
+    }
+    if let (Some(cluster), None) = (cluster, &inputs.ca_public_keys)
+        && let Some(bundle) = store::read_bundle(cluster, &args.ca_namespace).await?
+    {
+        let host = HostKeys::issue(
+            &bundle,
+            &plan.name,
+            &plan.namespace,
+            DEFAULT_HOST_CERT_VALIDITY,
+        )
+        .map_err(|e| CommandError::Failed(format!("signing the VM's host certificate: {e}")))?;
+        plan.platform_ssh.host = Some(host);
+    }
+    Ok(())
+}
+
+fn print_objects(
+    out: &mut dyn Write,
+    objects: &[Value],
+    format: Option<OutputFormat>,
+    suffix: &str,
+) -> CommandResult {
+    match format {
+        Some(OutputFormat::Yaml) => {
+            for (i, object) in objects.iter().enumerate() {
+                if i > 0 {
+                    writeln!(out, "---")?;
+                }
+                render::write_object(out, object, OutputFormat::Yaml)?;
+            }
+        }
+        Some(OutputFormat::Json) => render::write_object(
+            out,
+            &render::list_object(objects.to_vec()),
+            OutputFormat::Json,
+        )?,
+        Some(OutputFormat::Name) => {
+            for object in objects {
+                writeln!(out, "{}", object_ref(object))?;
+            }
+        }
+        Some(OutputFormat::Wide) | None => {
+            for object in objects {
+                writeln!(out, "{} created{suffix}", object_ref(object))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_applied(
+    out: &mut dyn Write,
+    applied: &[Applied],
+    format: Option<OutputFormat>,
+    suffix: &str,
+) -> CommandResult {
+    if format.is_some_and(|f| f != OutputFormat::Wide) {
+        let objects: Vec<Value> = applied.iter().map(|a| a.object.clone()).collect();
+        return print_objects(out, &objects, format, suffix);
+    }
+    for a in applied {
+        let verb = if a.created { "created" } else { "configured" };
+        writeln!(out, "{} {verb}{suffix}", object_ref(&a.object))?;
+    }
+    Ok(())
+}
+
+/// `kind.group/name` of an object.
+fn object_ref(object: &Value) -> String {
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    match Kind::of(object) {
+        Some(kind) => kind.object_ref(name),
+        None => format!(
+            "{}/{name}",
+            object["kind"]
+                .as_str()
+                .unwrap_or_default()
+                .to_ascii_lowercase()
+        ),
+    }
+}
+
+/// Wait for the VM, showing disk imports as progress bars on a terminal and as lines otherwise.
+async fn wait_for(
+    cluster: &Cluster,
+    flavor: Flavor,
+    plan: &VmPlan,
+    timeout: Duration,
+) -> CommandResult {
+    let want = if plan.stopped || !plan.run_strategy().starts_at_creation() {
+        "Stopped"
+    } else {
+        "Running"
+    };
+    let timeout = if timeout.is_zero() {
+        Duration::from_secs(u64::MAX / 4)
+    } else {
+        timeout
+    };
+    let mut progress = crate::progress::DiskProgress::new(std::io::stderr().is_terminal());
+    let result = wait::until_status(
+        cluster,
+        flavor,
+        &plan.name,
+        &plan.namespace,
+        want,
+        timeout,
+        |s: &Snapshot| progress.update(&plan.name, s),
+    )
+    .await;
+    progress.finish();
+    match result {
+        Ok(_) => {
+            eprintln!("virtualmachine {:?} is {want}", plan.name);
+            Ok(())
+        }
+        Err(kubevm::Error::Timeout(what)) => Err(CommandError::Failed(format!(
+            "timed out waiting for {what}"
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The manifests, for the interactive preview.
+pub fn preview(manifests: &Manifests) -> String {
+    let mut buf = Vec::new();
+    let objects: Vec<Value> = manifests.objects.iter().map(|o| o.object.clone()).collect();
+    let _ = print_objects(&mut buf, &objects, Some(OutputFormat::Yaml), "");
+    String::from_utf8_lossy(&buf).into_owned()
+}

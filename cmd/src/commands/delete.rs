@@ -1,0 +1,201 @@
+//! `kubectl vm delete NAME`: the VM, and the disks created for it unless `--keep-disks`.
+
+use std::io::Write;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, ValueEnum};
+use clap_complete::engine::ArgValueCompleter;
+use kubevm::delete::{self, DeletePlan};
+use kubevm::target::{Target, TargetKind};
+
+use crate::cli::GlobalArgs;
+use crate::complete;
+use crate::error::{CommandError, CommandResult};
+use crate::prompt;
+
+/// Arguments of `delete`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Disks kubectl vm created for the VM are deleted with it unless --keep-disks, which keeps them so\nthe VM can be recreated from the same declaration with its data. Disks you attached yourself are\nnever deleted. On a terminal it asks before deleting unless --yes.\n\nExamples:\n  kubectl vm delete web\n  kubectl vm delete web.prod --keep-disks\n  kubectl vm delete web --dry-run=server\n  kubectl vm delete web -y --wait=false"
+)]
+pub struct DeleteArgs {
+    /// The VM: NAME, NAME.NAMESPACE or vm/NAME[/NAMESPACE]
+    #[arg(value_name = "VM", add = ArgValueCompleter::new(complete::vm_names))]
+    pub target: String,
+
+    /// Keep the disks created for the VM (they are released from it, not deleted)
+    #[arg(long)]
+    pub keep_disks: bool,
+
+    /// Do not ask for confirmation
+    #[arg(short = 'y', long)]
+    pub yes: bool,
+
+    /// Wait until the VM and the deleted disks are gone
+    #[arg(long, value_name = "BOOL", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value_t = true, default_missing_value = "true")]
+    pub wait: bool,
+
+    /// How long --wait waits, e.g. 30s, 5m (0: no limit)
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = kubevm::cluster::parse_duration)]
+    pub timeout: Duration,
+
+    /// Only print what would be deleted: client (no request changes anything) or server
+    /// (the server checks the requests without persisting them)
+    #[arg(long, value_enum, value_name = "STRATEGY", num_args = 0..=1, require_equals = true, default_missing_value = "client")]
+    pub dry_run: Option<DryRun>,
+}
+
+/// `--dry-run` strategies, as kubectl names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DryRun {
+    /// Really delete
+    None,
+    /// Print what would be deleted, without sending a change
+    Client,
+    /// Send the requests with dryRun=All: validated, not persisted
+    Server,
+}
+
+pub async fn cmd_delete(global: &GlobalArgs, args: DeleteArgs) -> CommandResult {
+    let target = Target::parse(&args.target, false)?;
+    if target.kind == TargetKind::Vmi {
+        return Err(CommandError::usage(format!(
+            "target {target}: delete removes virtual machines; use vm/{} (to restart only the instance, use `kubectl delete vmi {}`)",
+            target.name, target.name
+        )));
+    }
+    let (cluster, platform) = super::connect(global).await?;
+    let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
+    let plan = delete::plan(
+        &cluster,
+        &platform,
+        &target.name,
+        &namespace,
+        args.keep_disks,
+    )
+    .await?;
+    let dry_run = args.dry_run.unwrap_or(DryRun::None);
+    if dry_run == DryRun::None && !args.yes && prompt::interactive() {
+        let question = question(&plan);
+        if !prompt::confirm(&question).await? {
+            return Err(CommandError::Failed(format!(
+                "aborted: virtual machine \"{namespace}/{}\" was not deleted (answer y to confirm, or pass --yes)",
+                plan.name
+            )));
+        }
+    }
+    if dry_run != DryRun::Client {
+        delete::execute(&cluster, &plan, dry_run == DryRun::Server).await?;
+    }
+    let suffix = match dry_run {
+        DryRun::None => "",
+        DryRun::Client => " (dry run)",
+        DryRun::Server => " (server dry run)",
+    };
+    let mut out = std::io::stdout().lock();
+    for line in report(&plan) {
+        writeln!(out, "{line}{suffix}")?;
+    }
+    out.flush()?;
+    drop(out);
+    if args.wait && dry_run == DryRun::None {
+        let timeout = if args.timeout.is_zero() {
+            Duration::from_secs(10 * 365 * 24 * 3600)
+        } else {
+            args.timeout
+        };
+        delete::wait_gone(&cluster, &platform, &plan, timeout).await?;
+    }
+    Ok(())
+}
+
+/// `Delete virtual machine "prod/web" and its 2 disks (web-root, web-data)?`
+fn question(plan: &DeletePlan) -> String {
+    let names: Vec<&str> = plan.disks.iter().map(|d| d.name.as_str()).collect();
+    let disks = match names.len() {
+        0 => String::new(),
+        1 => format!(" its disk ({})", names[0]),
+        n => format!(" its {n} disks ({})", names.join(", ")),
+    };
+    let disks = match (disks.is_empty(), plan.keep_disks) {
+        (true, _) => String::new(),
+        (false, false) => format!(" and{disks}"),
+        (false, true) => format!(", keeping{disks}"),
+    };
+    format!(
+        "Delete virtual machine \"{}/{}\"{disks}?",
+        plan.namespace, plan.name
+    )
+}
+
+/// The lines printed after the delete, like kubectl's: the VM, then each disk deleted or
+/// kept, then the owned Secrets.
+fn report(plan: &DeletePlan) -> Vec<String> {
+    let mut lines = vec![format!("{} deleted", plan.vm_display())];
+    let fate = if plan.keep_disks { "kept" } else { "deleted" };
+    lines.extend(plan.disks.iter().map(|d| format!("{} {fate}", d.display())));
+    lines.extend(
+        plan.secrets
+            .iter()
+            .map(|s| format!("{} deleted", s.display())),
+    );
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubevm::api::DECKHOUSE_VM;
+    use kubevm::delete::{Companion, SECRET, VIRTUAL_DISK};
+
+    fn plan(disks: &[&str], keep_disks: bool) -> DeletePlan {
+        DeletePlan {
+            vm_kind: DECKHOUSE_VM,
+            name: "web".into(),
+            namespace: "prod".into(),
+            uid: "u".into(),
+            disks: disks
+                .iter()
+                .map(|d| Companion {
+                    kind: VIRTUAL_DISK,
+                    name: (*d).into(),
+                    owned: false,
+                })
+                .collect(),
+            keep_disks,
+            secrets: vec![Companion {
+                kind: SECRET,
+                name: "web-cloud-init".into(),
+                owned: true,
+            }],
+        }
+    }
+
+    #[test]
+    fn question_names_the_disks() {
+        assert_eq!(
+            question(&plan(&["web-root", "web-data"], false)),
+            "Delete virtual machine \"prod/web\" and its 2 disks (web-root, web-data)?"
+        );
+        assert_eq!(
+            question(&plan(&["web-root"], true)),
+            "Delete virtual machine \"prod/web\", keeping its disk (web-root)?"
+        );
+        assert_eq!(
+            question(&plan(&[], false)),
+            "Delete virtual machine \"prod/web\"?"
+        );
+    }
+
+    #[test]
+    fn report_like_kubectl() {
+        assert_eq!(
+            report(&plan(&["web-root"], true)),
+            [
+                "virtualmachine.virtualization.deckhouse.io \"web\" deleted",
+                "virtualdisk.virtualization.deckhouse.io \"web-root\" kept",
+                "secret \"web-cloud-init\" deleted",
+            ]
+        );
+    }
+}

@@ -1,0 +1,420 @@
+//! Deleting a VM with the disks kubectl-vm created for it, or keeping those disks so the VM
+//! can be recreated from the same declaration with its data.
+//!
+//! Which disks belong to a VM:
+//! - KubeVirt: the DataVolumes of `spec.dataVolumeTemplates` (owned by the VM, so garbage
+//!   collected with it) and DataVolumes labelled with [`companion_selector`] (the standalone
+//!   boot DataVolume `create` makes for `--url` with a checksum).
+//! - Deckhouse: VirtualDisks labelled with [`companion_selector`] (not owned by the VM).
+//!
+//! Disks the user brought (not labelled, not templates) are never touched. Secrets owned by
+//! the VM always go with it. Keeping an owned DataVolume means removing the VM's
+//! ownerReference from it first (not an Orphan delete: the VMI must still go).
+
+use std::time::Duration;
+
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::api::{KUBEVIRT_VMI, Kind};
+use crate::cluster::Cluster;
+use crate::create::companion_selector;
+use crate::error::{Error, Result};
+use crate::flavor::{Flavor, Platform};
+
+/// CDI's DataVolume.
+pub const DATA_VOLUME: Kind = Kind {
+    group: "cdi.kubevirt.io",
+    version: "v1beta1",
+    kind: "DataVolume",
+    plural: "datavolumes",
+    namespaced: true,
+};
+
+/// Deckhouse's VirtualDisk.
+pub const VIRTUAL_DISK: Kind = Kind {
+    group: "virtualization.deckhouse.io",
+    version: "v1alpha2",
+    kind: "VirtualDisk",
+    plural: "virtualdisks",
+    namespaced: true,
+};
+
+/// Core Secret.
+pub const SECRET: Kind = Kind {
+    group: "",
+    version: "v1",
+    kind: "Secret",
+    plural: "secrets",
+    namespaced: true,
+};
+
+/// An object that goes (or stays) with the VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Companion {
+    /// Its kind.
+    pub kind: Kind,
+    /// Its name.
+    pub name: String,
+    /// Whether the VM owns it (an ownerReference with the VM's uid): the garbage collector
+    /// deletes it with the VM.
+    pub owned: bool,
+}
+
+impl Companion {
+    /// `kind.group "name"`, as kubectl names objects in `deleted` lines.
+    pub fn display(&self) -> String {
+        quoted_ref(&self.kind, &self.name)
+    }
+}
+
+/// `virtualmachine.kubevirt.io "web"`, `secret "web-cloudinit"`.
+pub fn quoted_ref(kind: &Kind, name: &str) -> String {
+    let kind_name = kind.kind.to_ascii_lowercase();
+    if kind.group.is_empty() {
+        format!("{kind_name} {name:?}")
+    } else {
+        format!("{kind_name}.{} {name:?}", kind.group)
+    }
+}
+
+/// What deleting one VM involves.
+#[derive(Debug, Clone)]
+pub struct DeletePlan {
+    /// The VM kind of the platform.
+    pub vm_kind: Kind,
+    /// VM name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// VM uid (guards the delete against a VM recreated meanwhile).
+    pub uid: String,
+    /// Disks created for the VM.
+    pub disks: Vec<Companion>,
+    /// Whether the disks stay.
+    pub keep_disks: bool,
+    /// Secrets owned by the VM (they always go with it).
+    pub secrets: Vec<Companion>,
+}
+
+impl DeletePlan {
+    /// The VM as kubectl names it: `virtualmachine.kubevirt.io "web"`.
+    pub fn vm_display(&self) -> String {
+        quoted_ref(&self.vm_kind, &self.name)
+    }
+}
+
+/// Whether `object` has an ownerReference with `uid`.
+fn owned_by(object: &Value, uid: &str) -> bool {
+    object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid))
+}
+
+fn to_value(object: DynamicObject) -> Value {
+    serde_json::to_value(object).unwrap_or_default()
+}
+
+/// Find the VM and what goes with it. NotFound names the VM.
+pub async fn plan(
+    cluster: &Cluster,
+    platform: &Platform,
+    name: &str,
+    namespace: &str,
+    keep_disks: bool,
+) -> Result<DeletePlan> {
+    let vm_kind = Kind::vm(platform.flavor);
+    let vm = vm_kind
+        .api(&cluster.client, Some(namespace))
+        .get(name)
+        .await
+        .map(to_value)
+        .map_err(|e| cluster.error(e, &vm_kind.action("get", Some(namespace)).named(name)))?;
+    let uid = vm["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let disk_kind = match platform.flavor {
+        Flavor::KubeVirt => DATA_VOLUME,
+        Flavor::Deckhouse => VIRTUAL_DISK,
+    };
+    let mut disks: Vec<Companion> = Vec::new();
+    let add = |disks: &mut Vec<Companion>, object: &Value| {
+        let disk_name = object["metadata"]["name"].as_str().unwrap_or_default();
+        if !disk_name.is_empty() && !disks.iter().any(|d| d.name == disk_name) {
+            disks.push(Companion {
+                kind: disk_kind,
+                name: disk_name.to_owned(),
+                owned: owned_by(object, &uid),
+            });
+        }
+    };
+    let disk_api = disk_kind.api(&cluster.client, Some(namespace));
+    if platform.flavor == Flavor::KubeVirt {
+        let templates = vm
+            .pointer("/spec/dataVolumeTemplates")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.pointer("/metadata/name").and_then(Value::as_str));
+        for dv_name in templates {
+            let found = disk_api.get_opt(dv_name).await.map_err(|e| {
+                cluster.error(e, &disk_kind.action("get", Some(namespace)).named(dv_name))
+            })?;
+            if let Some(dv) = found {
+                add(&mut disks, &to_value(dv));
+            }
+        }
+    }
+    let selector = ListParams::default().labels(&companion_selector(name));
+    // KubeVirt without CDI serves no DataVolumes: then the VM has no disks of its own.
+    let labelled = match disk_api.list(&selector).await {
+        Ok(list) => list.items,
+        Err(e) => match cluster.error(e, &disk_kind.action("list", Some(namespace))) {
+            Error::NotServed { .. } => Vec::new(),
+            other => return Err(other),
+        },
+    };
+    for disk in labelled {
+        add(&mut disks, &to_value(disk));
+    }
+    // Owned Secrets go with the VM anyway; listing them only makes the output complete, so a
+    // user who may not list Secrets still deletes the VM.
+    let secrets = match SECRET
+        .api(&cluster.client, Some(namespace))
+        .list(&selector)
+        .await
+    {
+        Ok(list) => list
+            .into_iter()
+            .map(to_value)
+            .filter(|s| owned_by(s, &uid))
+            .map(|s| Companion {
+                kind: SECRET,
+                name: s["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                owned: true,
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    Ok(DeletePlan {
+        vm_kind,
+        name: name.to_owned(),
+        namespace: namespace.to_owned(),
+        uid,
+        disks,
+        keep_disks,
+        secrets,
+    })
+}
+
+/// Carry out the plan: with `keep_disks`, release the owned disks from the VM first; delete
+/// the VM; without it, delete the disks the VM does not own (owned ones are garbage
+/// collected). `server_dry_run` sends every request with `dryRun=All`.
+pub async fn execute(cluster: &Cluster, plan: &DeletePlan, server_dry_run: bool) -> Result<()> {
+    let ns = Some(plan.namespace.as_str());
+    if plan.keep_disks {
+        for disk in plan.disks.iter().filter(|d| d.owned) {
+            release(cluster, plan, disk, server_dry_run).await?;
+        }
+    }
+    let mut params = DeleteParams::background();
+    params.dry_run = server_dry_run;
+    params.preconditions = Some(kube::api::Preconditions {
+        uid: Some(plan.uid.clone()),
+        resource_version: None,
+    });
+    plan.vm_kind
+        .api(&cluster.client, ns)
+        .delete(&plan.name, &params)
+        .await
+        .map_err(|e| {
+            cluster.error(
+                e,
+                &plan.vm_kind.action("delete", ns).named(plan.name.as_str()),
+            )
+        })?;
+    if !plan.keep_disks {
+        let mut params = DeleteParams::background();
+        params.dry_run = server_dry_run;
+        for disk in plan.disks.iter().filter(|d| !d.owned) {
+            match disk
+                .kind
+                .api(&cluster.client, ns)
+                .delete(&disk.name, &params)
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(e) => {
+                    return Err(
+                        cluster.error(e, &disk.kind.action("delete", ns).named(disk.name.as_str()))
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Remove the VM's ownerReference from a disk, so it survives the VM. The merge patch
+/// carries the resourceVersion read, so a concurrent change fails instead of being undone.
+async fn release(
+    cluster: &Cluster,
+    plan: &DeletePlan,
+    disk: &Companion,
+    server_dry_run: bool,
+) -> Result<()> {
+    let ns = Some(plan.namespace.as_str());
+    let api = disk.kind.api(&cluster.client, ns);
+    let action = |verb| disk.kind.action(verb, ns).named(disk.name.as_str());
+    let current = api
+        .get(&disk.name)
+        .await
+        .map(to_value)
+        .map_err(|e| cluster.error(e, &action("get")))?;
+    let refs = current
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let kept: Vec<Value> = refs
+        .iter()
+        .filter(|r| r["uid"] != plan.uid.as_str())
+        .cloned()
+        .collect();
+    if kept.len() == refs.len() {
+        return Ok(());
+    }
+    let patch = json!({"metadata": {
+        "resourceVersion": current["metadata"]["resourceVersion"],
+        "ownerReferences": if kept.is_empty() { Value::Null } else { Value::Array(kept) },
+    }});
+    let params = PatchParams {
+        dry_run: server_dry_run,
+        ..PatchParams::default()
+    };
+    api.patch(&disk.name, &params, &Patch::Merge(&patch))
+        .await
+        .map(drop)
+        .map_err(|e| cluster.error(e, &action("patch")))
+}
+
+/// Wait until the VM, its VMI (KubeVirt) and the deleted disks are gone, polling. On
+/// timeout the error names what is still there.
+pub async fn wait_gone(
+    cluster: &Cluster,
+    platform: &Platform,
+    plan: &DeletePlan,
+    timeout: Duration,
+) -> Result<()> {
+    let ns = plan.namespace.as_str();
+    let mut watched: Vec<(Kind, String)> = vec![(plan.vm_kind, plan.name.clone())];
+    if platform.flavor == Flavor::KubeVirt {
+        watched.push((KUBEVIRT_VMI, plan.name.clone()));
+    }
+    if !plan.keep_disks {
+        watched.extend(plan.disks.iter().map(|d| (d.kind, d.name.clone())));
+    }
+    poll_until_gone(timeout, Duration::from_millis(250), || {
+        let watched = &watched;
+        async move {
+            let mut present = Vec::new();
+            for (kind, name) in watched {
+                let found = kind
+                    .api(&cluster.client, Some(ns))
+                    .get_opt(name)
+                    .await
+                    .map_err(|e| cluster.error(e, &kind.action("get", Some(ns)).named(name)))?;
+                // A VM recreated under the same name meanwhile is not waited for.
+                let same = found.is_some_and(|o| {
+                    kind != &plan.vm_kind || o.metadata.uid.as_deref() == Some(plan.uid.as_str())
+                });
+                if same {
+                    present.push(quoted_ref(kind, name));
+                }
+            }
+            Ok(present)
+        }
+    })
+    .await
+}
+
+/// Probe every `interval` until the probe finds nothing remaining, or fail with
+/// [`Error::Timeout`] naming what remained.
+pub async fn poll_until_gone<F, Fut>(
+    timeout: Duration,
+    interval: Duration,
+    mut probe: F,
+) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<String>>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let remaining = probe().await?;
+        if remaining.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() + interval > deadline {
+            return Err(Error::Timeout(format!(
+                "{} to be deleted",
+                remaining.join(", ")
+            )));
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn polling_times_out_naming_what_remains() {
+        let err = poll_until_gone(
+            Duration::from_millis(60),
+            Duration::from_millis(20),
+            || async { Ok(vec![quoted_ref(&DATA_VOLUME, "web-root")]) },
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "timed out waiting for datavolume.cdi.kubevirt.io \"web-root\" to be deleted"
+        );
+    }
+
+    #[tokio::test]
+    async fn polling_ends_when_everything_is_gone() {
+        let mut rounds = 0;
+        poll_until_gone(Duration::from_secs(5), Duration::from_millis(1), || {
+            rounds += 1;
+            let left = if rounds < 3 {
+                vec!["x".to_owned()]
+            } else {
+                vec![]
+            };
+            async move { Ok(left) }
+        })
+        .await
+        .unwrap();
+        assert_eq!(rounds, 3);
+    }
+
+    #[test]
+    fn refs_like_kubectl() {
+        assert_eq!(quoted_ref(&SECRET, "s"), "secret \"s\"");
+        assert_eq!(
+            quoted_ref(&VIRTUAL_DISK, "web-root"),
+            "virtualdisk.virtualization.deckhouse.io \"web-root\""
+        );
+        let vm = json!({"metadata": {"ownerReferences": [{"uid": "u1"}]}});
+        assert!(owned_by(&vm, "u1") && !owned_by(&vm, "u2"));
+    }
+}

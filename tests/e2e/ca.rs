@@ -1,0 +1,224 @@
+//! `kubectl vm ca init|show|rotate`, checked against the objects in the emulator's store.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kubevm::ca::{CaBundle, fingerprint, trusted_keys_from_configmap};
+use kubevm_emulator::FailureRule;
+use serde_json::Value;
+
+use crate::common::{Env, ok, stderr, stdout};
+
+const NS: &str = "kubevm-system";
+
+/// Run, expect exit `code`, and return the single stderr line.
+#[track_caller]
+fn fails(env: &Env, args: &[&str], code: i32) -> String {
+    let output = env.vm(args);
+    let err = stderr(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "args {args:?}\nstderr: {err}"
+    );
+    assert_eq!(err.lines().count(), 1, "one line expected, got:\n{err}");
+    assert!(stdout(&output).is_empty(), "nothing on stdout for {args:?}");
+    err.trim_end().to_owned()
+}
+
+fn one(env: &Env, group: &str, plural: &str, ns: &str, name: &str) -> Option<Value> {
+    env.emulator
+        .objects(group, plural, Some(ns).filter(|ns| !ns.is_empty()))
+        .into_iter()
+        .find(|o| o["metadata"]["name"] == name)
+}
+
+/// The CA as stored: the bundle read from the Secret and the fingerprints the ConfigMap
+/// publishes, oldest first.
+fn stored(env: &Env, ns: &str) -> (CaBundle, Vec<String>) {
+    let secret: Secret =
+        serde_json::from_value(one(env, "", "secrets", ns, "kubevm-ssh-ca").expect("Secret"))
+            .unwrap();
+    let text = String::from_utf8(secret.data.as_ref().unwrap()["ca.keys"].0.clone()).unwrap();
+    assert!(
+        text.contains("-----BEGIN OPENSSH PRIVATE KEY-----"),
+        "{text}"
+    );
+    let bundle = CaBundle::from_secret(&secret).unwrap();
+    let config_map: ConfigMap =
+        serde_json::from_value(one(env, "", "configmaps", ns, "kubevm-ssh-ca").expect("ConfigMap"))
+            .unwrap();
+    let published = config_map.data.as_ref().unwrap()["ca.pub"].clone();
+    assert!(!published.contains("PRIVATE"), "{published}");
+    let fingerprints = trusted_keys_from_configmap(&config_map)
+        .unwrap()
+        .iter()
+        .map(fingerprint)
+        .collect();
+    (bundle, fingerprints)
+}
+
+#[test]
+fn init_show_rotate_and_finish() {
+    let env = Env::kubevirt();
+    assert_eq!(
+        fails(&env, &["ca", "show"], 1),
+        "Error: no SSH CA in namespace \"kubevm-system\"; create one with `kubectl vm ca init`"
+    );
+    assert!(one(&env, "", "namespaces", "", NS).is_none());
+
+    let out = ok(env.vm(&["ca", "init"]));
+    let (bundle, published) = stored(&env, NS);
+    assert_eq!(published, bundle.fingerprints());
+    assert_eq!(published.len(), 1);
+    let first = published[0].clone();
+    assert!(out.contains("namespace/kubevm-system created"), "{out}");
+    assert!(out.contains(&first), "{out}");
+    assert!(one(&env, "", "namespaces", "", NS).is_some());
+
+    // Every authenticated user may get the ConfigMap, and nothing else.
+    let role = one(
+        &env,
+        "rbac.authorization.k8s.io",
+        "roles",
+        NS,
+        "kubevm-ssh-ca-reader",
+    )
+    .expect("Role");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["configmaps"],
+            "resourceNames": ["kubevm-ssh-ca"], "verbs": ["get"]}])
+    );
+    let binding = one(
+        &env,
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        NS,
+        "kubevm-ssh-ca-reader",
+    )
+    .expect("RoleBinding");
+    assert_eq!(binding["roleRef"]["kind"], "Role");
+    assert_eq!(binding["roleRef"]["name"], "kubevm-ssh-ca-reader");
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}])
+    );
+
+    // A second init refuses and changes nothing.
+    let line = fails(&env, &["ca", "init"], 1);
+    assert!(
+        line.starts_with("Error: an SSH CA already exists in namespace \"kubevm-system\""),
+        "{line}"
+    );
+    assert!(line.contains("`kubectl vm ca rotate`"), "{line}");
+    assert_eq!(stored(&env, NS).1, [first.as_str()]);
+
+    let show = ok(env.vm(&["ca", "show"]));
+    assert!(show.contains("Rotation:   none"), "{show}");
+    // Any authenticated user may read the public keys, through the RoleBinding init made.
+    let restricted = ok(env.vm(&["ca", "show", "--context", "emulator-restricted"]));
+    assert_eq!(restricted, show);
+    assert!(
+        show.lines().any(|l| l
+            .trim_start()
+            .starts_with(&format!("signing   256 {first} kubevm-ca@"))
+            && l.ends_with("(ED25519)")),
+        "{show}"
+    );
+    assert!(
+        show.contains(&bundle.public_keys_openssh().unwrap()[0]),
+        "{show}"
+    );
+
+    // Rotation: a new signing key, the old one still trusted.
+    let out = ok(env.vm(&["ca", "rotate"]));
+    let (bundle, published) = stored(&env, NS);
+    assert_eq!(published, bundle.fingerprints());
+    assert_eq!(published.len(), 2);
+    assert_eq!(published[0], first, "old key still trusted");
+    let second = published[1].clone();
+    assert_eq!(fingerprint(bundle.signing_key().public_key()), second);
+    assert!(out.contains(&second) && out.contains(&first), "{out}");
+
+    let json: Value = serde_json::from_str(&ok(env.vm(&["ca", "show", "-o", "json"]))).unwrap();
+    assert_eq!(json["rotationInProgress"], true);
+    let roles: Vec<(&str, &str)> = json["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["role"].as_str().unwrap(),
+                k["fingerprint"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        roles,
+        [("trusted", first.as_str()), ("signing", second.as_str())]
+    );
+    let yaml: Value = serde_yaml::from_str(&ok(env.vm(&["ca", "show", "-o", "yaml"]))).unwrap();
+    assert_eq!(yaml, json);
+
+    // A second rotation before finishing the first is refused.
+    let line = fails(&env, &["ca", "rotate"], 1);
+    assert!(
+        line.contains("already in progress") && line.contains("--finish"),
+        "{line}"
+    );
+
+    let out = ok(env.vm(&["ca", "rotate", "--finish"]));
+    assert!(
+        out.contains(&format!("No longer trusted: {first}")),
+        "{out}"
+    );
+    let (bundle, published) = stored(&env, NS);
+    assert_eq!(published, [second.as_str()]);
+    assert_eq!(bundle.fingerprints(), [second.as_str()]);
+    let line = fails(&env, &["ca", "rotate", "--finish"], 1);
+    assert!(line.contains("no rotation is in progress"), "{line}");
+}
+
+#[test]
+fn restricted_user_cannot_init() {
+    let env = Env::kubevirt();
+    assert_eq!(
+        fails(&env, &["ca", "init", "--context", "emulator-restricted"], 1),
+        "Error: forbidden: user \"alice\" cannot create secrets \"kubevm-ssh-ca\" in namespace \"kubevm-system\""
+    );
+    assert!(one(&env, "", "secrets", NS, "kubevm-ssh-ca").is_none());
+}
+
+#[test]
+fn rotate_conflict_and_other_namespace() {
+    let env = Env::deckhouse();
+    let flag = ["--ca-namespace", "platform-ca"];
+    assert_eq!(
+        fails(&env, &["ca", "rotate", flag[0], flag[1]], 1),
+        "Error: no SSH CA in namespace \"platform-ca\"; create one with `kubectl vm ca init --ca-namespace platform-ca`"
+    );
+    ok(env.vm(&["ca", "init", flag[0], flag[1]]));
+    let (before, _) = stored(&env, "platform-ca");
+    assert!(one(&env, "", "secrets", NS, "kubevm-ssh-ca").is_none());
+
+    // Someone else changed the CA between our read and our write.
+    env.emulator.inject_failure(FailureRule {
+        verb: "update".into(),
+        plural: "configmaps".into(),
+        name: Some("kubevm-ssh-ca".into()),
+        code: 409,
+        message: "Operation cannot be fulfilled on configmaps \"kubevm-ssh-ca\": the object has been modified; please apply your changes to the latest version and try again".into(),
+        times: Some(1),
+    });
+    assert_eq!(
+        fails(&env, &["ca", "rotate", flag[0], flag[1]], 1),
+        "Error: conflict: the SSH CA in namespace \"platform-ca\" was changed by someone else during the rotation; run the command again"
+    );
+    assert_eq!(
+        stored(&env, "platform-ca").0.fingerprints(),
+        before.fingerprints()
+    );
+    ok(env.vm(&["ca", "rotate", flag[0], flag[1]]));
+    assert_eq!(stored(&env, "platform-ca").1.len(), 2);
+
+    assert!(fails(&env, &["ca", "show", "--ca-namespace", "Bad_NS"], 2).contains("--ca-namespace"));
+}
