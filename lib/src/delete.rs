@@ -16,38 +16,11 @@ use std::time::Duration;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::api::{KUBEVIRT_VMI, Kind};
+use crate::api::{DATA_VOLUME, KUBEVIRT_VMI, Kind, SECRET, VIRTUAL_DISK};
 use crate::cluster::Cluster;
 use crate::create::companion_selector;
 use crate::error::{Error, Result};
 use crate::flavor::{Flavor, Platform};
-
-/// CDI's DataVolume.
-pub const DATA_VOLUME: Kind = Kind {
-    group: "cdi.kubevirt.io",
-    version: "v1beta1",
-    kind: "DataVolume",
-    plural: "datavolumes",
-    namespaced: true,
-};
-
-/// Deckhouse's VirtualDisk.
-pub const VIRTUAL_DISK: Kind = Kind {
-    group: "virtualization.deckhouse.io",
-    version: "v1alpha2",
-    kind: "VirtualDisk",
-    plural: "virtualdisks",
-    namespaced: true,
-};
-
-/// Core Secret.
-pub const SECRET: Kind = Kind {
-    group: "",
-    version: "v1",
-    kind: "Secret",
-    plural: "secrets",
-    namespaced: true,
-};
 
 /// An object that goes (or stays) with the VM.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,24 +5,9 @@ use kubevm::ca::{CaBundle, fingerprint, trusted_keys_from_configmap};
 use kubevm_emulator::FailureRule;
 use serde_json::Value;
 
-use crate::common::{Env, ok, stderr, stdout};
+use crate::common::{Env, fails, ok};
 
 const NS: &str = "kubevm-system";
-
-/// Run, expect exit `code`, and return the single stderr line.
-#[track_caller]
-fn fails(env: &Env, args: &[&str], code: i32) -> String {
-    let output = env.vm(args);
-    let err = stderr(&output);
-    assert_eq!(
-        output.status.code(),
-        Some(code),
-        "args {args:?}\nstderr: {err}"
-    );
-    assert_eq!(err.lines().count(), 1, "one line expected, got:\n{err}");
-    assert!(stdout(&output).is_empty(), "nothing on stdout for {args:?}");
-    err.trim_end().to_owned()
-}
 
 fn one(env: &Env, group: &str, plural: &str, ns: &str, name: &str) -> Option<Value> {
     env.emulator

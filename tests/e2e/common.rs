@@ -128,3 +128,24 @@ pub fn table(text: &str) -> Vec<Vec<String>> {
         .map(|line| line.split_whitespace().map(str::to_owned).collect())
         .collect()
 }
+
+/// Run `kubectl-vm ARGS`, expect exit `code` with nothing on stdout, and return the single
+/// stderr line.
+#[track_caller]
+pub fn fails(env: &Env, args: &[&str], code: i32) -> String {
+    let output = env.vm(args);
+    let err = stderr(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "args {args:?}\nstderr: {err}\nstdout: {}",
+        stdout(&output)
+    );
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "one line expected for {args:?}, got:\n{err}"
+    );
+    assert!(stdout(&output).is_empty(), "nothing on stdout for {args:?}");
+    err.trim_end().to_owned()
+}

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, ok, stderr, stdout};
+use crate::common::{Env, fails, ok, stderr};
 
 const NS: &str = "team";
 const VM_UID: &str = "7a000000-0000-4000-8000-000000000001";
@@ -108,21 +108,6 @@ fn get(env: &Env, group: &str, plural: &str, name: &str) -> Option<Value> {
         .objects(group, plural, Some(NS))
         .into_iter()
         .find(|o| o["metadata"]["name"] == name)
-}
-
-/// Run, expect exit `code`, and return the single stderr line.
-#[track_caller]
-fn fails(env: &Env, args: &[&str], code: i32) -> String {
-    let output = env.vm(args);
-    let err = stderr(&output);
-    assert_eq!(
-        output.status.code(),
-        Some(code),
-        "args {args:?}\nstderr: {err}"
-    );
-    assert_eq!(err.lines().count(), 1, "one line expected, got:\n{err}");
-    assert!(stdout(&output).is_empty(), "nothing on stdout for {args:?}");
-    err.trim_end().to_owned()
 }
 
 #[test]

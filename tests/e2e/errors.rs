@@ -1,26 +1,6 @@
 //! Bad input and API failures: one `Error:` line, the right exit code, nothing else.
 
-use crate::common::{Env, stderr, stdout};
-
-/// Run, expect exit `code`, and return the single stderr line.
-#[track_caller]
-fn fails(env: &Env, args: &[&str], code: i32) -> String {
-    let output = env.vm(args);
-    let err = stderr(&output);
-    assert_eq!(
-        output.status.code(),
-        Some(code),
-        "args {args:?}\nstderr: {err}\nstdout: {}",
-        stdout(&output)
-    );
-    assert_eq!(
-        err.lines().count(),
-        1,
-        "one line expected for {args:?}, got:\n{err}"
-    );
-    assert!(stdout(&output).is_empty(), "nothing on stdout for {args:?}");
-    err.trim_end().to_owned()
-}
+use crate::common::{Env, fails, stderr};
 
 #[test]
 fn bad_targets_are_usage_errors() {

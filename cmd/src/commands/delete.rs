@@ -146,7 +146,8 @@ fn report(plan: &DeletePlan) -> Vec<String> {
 mod tests {
     use super::*;
     use kubevm::api::DECKHOUSE_VM;
-    use kubevm::delete::{Companion, SECRET, VIRTUAL_DISK};
+    use kubevm::api::{SECRET, VIRTUAL_DISK};
+    use kubevm::delete::Companion;
 
     fn plan(disks: &[&str], keep_disks: bool) -> DeletePlan {
         DeletePlan {

@@ -116,15 +116,28 @@ pub enum EmulatorError {
     Fixture(String),
 }
 
-/// State shared by [`Emulator`] and [`BlockingEmulator`] for their synchronous accessors.
-struct Shared {
+/// The synchronous accessors of a running emulator; [`Emulator`] and [`BlockingEmulator`]
+/// both dereference to it.
+pub struct Handle {
     app: Arc<App>,
     url: String,
     ca_pem: String,
 }
 
-impl Shared {
-    fn kubeconfig_yaml(&self) -> String {
+impl Handle {
+    /// `https://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// PEM of the CA that signed the serving certificate (SANs 127.0.0.1 and localhost).
+    pub fn ca_pem(&self) -> String {
+        self.ca_pem.clone()
+    }
+
+    /// A kubeconfig with cluster `emulator`, users `admin`/`alice` and contexts `emulator`
+    /// (admin, namespace default; current) and `emulator-restricted` (alice, namespace dev).
+    pub fn kubeconfig_yaml(&self) -> String {
         let ca = base64::engine::general_purpose::STANDARD.encode(self.ca_pem.as_bytes());
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\nusers:\n- name: admin\n  user:\n    token: {admin}\n- name: alice\n  user:\n    token: {alice}\ncontexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: admin\n    namespace: default\n- name: emulator-restricted\n  context:\n    cluster: emulator\n    user: alice\n    namespace: dev\ncurrent-context: emulator\npreferences: {{}}\n",
@@ -134,7 +147,8 @@ impl Shared {
         )
     }
 
-    fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
+    /// Writes [`Self::kubeconfig_yaml`] to `path` with mode 0600.
+    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
         use std::io::Write;
         #[cfg(unix)]
         use std::os::unix::fs::OpenOptionsExt;
@@ -152,17 +166,23 @@ impl Shared {
         f.write_all(self.kubeconfig_yaml().as_bytes())
     }
 
-    fn objects(&self, group: &str, plural: &str, namespace: Option<&str>) -> Vec<Value> {
+    /// Reads the store directly (no auth): objects of `group`/`plural`, optionally in one
+    /// namespace.
+    pub fn objects(&self, group: &str, plural: &str, namespace: Option<&str>) -> Vec<Value> {
         self.app.store.list(group, plural, namespace).0
     }
 
-    fn put_object(&self, obj: Value) {
+    /// Writes an object directly (no validation or auth): bumps resourceVersion, emits watch
+    /// events, creates its namespace if needed; controllers leave its state alone until its
+    /// generation changes. Panics if its kind is not served.
+    pub fn put_object(&self, obj: Value) {
         if let Err(e) = self.app.put(obj) {
             panic!("put_object: {e}");
         }
     }
 
-    fn inject_failure(&self, rule: FailureRule) {
+    /// Adds a failure-injection rule.
+    pub fn inject_failure(&self, rule: FailureRule) {
         self.app
             .failures
             .lock()
@@ -173,7 +193,7 @@ impl Shared {
 
 /// A running emulator (async API).
 pub struct Emulator {
-    shared: Shared,
+    shared: Handle,
     shutdown: tokio::sync::watch::Sender<bool>,
     tasks: JoinSet<()>,
 }
@@ -205,7 +225,7 @@ impl Emulator {
             shutdown_rx,
         ));
         Ok(Emulator {
-            shared: Shared {
+            shared: Handle {
                 app,
                 url: format!("https://127.0.0.1:{port}"),
                 ca_pem: certs.ca_pem,
@@ -218,45 +238,6 @@ impl Emulator {
     /// Starts an emulator on its own runtime thread, for tests that are not async.
     pub fn start_blocking(opts: EmulatorOptions) -> Result<BlockingEmulator, EmulatorError> {
         BlockingEmulator::start(opts)
-    }
-
-    /// `https://127.0.0.1:PORT`.
-    pub fn url(&self) -> String {
-        self.shared.url.clone()
-    }
-
-    /// PEM of the CA that signed the serving certificate (SANs 127.0.0.1 and localhost).
-    pub fn ca_pem(&self) -> String {
-        self.shared.ca_pem.clone()
-    }
-
-    /// A kubeconfig with cluster `emulator`, users `admin`/`alice` and contexts `emulator`
-    /// (admin, namespace default; current) and `emulator-restricted` (alice, namespace dev).
-    pub fn kubeconfig_yaml(&self) -> String {
-        self.shared.kubeconfig_yaml()
-    }
-
-    /// Writes [`Self::kubeconfig_yaml`] to `path` with mode 0600.
-    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
-        self.shared.write_kubeconfig(path)
-    }
-
-    /// Adds a failure-injection rule.
-    pub fn inject_failure(&self, rule: FailureRule) {
-        self.shared.inject_failure(rule)
-    }
-
-    /// Reads the store directly (no auth): objects of `group`/`plural`, optionally in one
-    /// namespace.
-    pub fn objects(&self, group: &str, plural: &str, namespace: Option<&str>) -> Vec<Value> {
-        self.shared.objects(group, plural, namespace)
-    }
-
-    /// Writes an object directly (no validation or auth): bumps resourceVersion, emits watch
-    /// events, creates its namespace if needed; controllers leave its state alone until its
-    /// generation changes. Panics if its kind is not served.
-    pub fn put_object(&self, obj: Value) {
-        self.shared.put_object(obj)
     }
 
     /// Stops serving and the controllers.
@@ -305,7 +286,7 @@ async fn serve(
 /// An emulator running on its own multi-thread tokio runtime (in a background thread); the
 /// same accessors as [`Emulator`], and it stops when dropped.
 pub struct BlockingEmulator {
-    shared: Shared,
+    shared: Handle,
     stop: Option<std::sync::mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -332,7 +313,7 @@ impl BlockingEmulator {
                 rt.block_on(async move {
                     match Emulator::start(opts).await {
                         Ok(emu) => {
-                            let shared = Shared {
+                            let shared = Handle {
                                 app: emu.shared.app.clone(),
                                 url: emu.url(),
                                 ca_pem: emu.ca_pem(),
@@ -357,40 +338,19 @@ impl BlockingEmulator {
             thread: Some(thread),
         })
     }
+}
 
-    /// See [`Emulator::url`].
-    pub fn url(&self) -> String {
-        self.shared.url.clone()
+impl std::ops::Deref for Emulator {
+    type Target = Handle;
+    fn deref(&self) -> &Handle {
+        &self.shared
     }
+}
 
-    /// See [`Emulator::ca_pem`].
-    pub fn ca_pem(&self) -> String {
-        self.shared.ca_pem.clone()
-    }
-
-    /// See [`Emulator::kubeconfig_yaml`].
-    pub fn kubeconfig_yaml(&self) -> String {
-        self.shared.kubeconfig_yaml()
-    }
-
-    /// See [`Emulator::write_kubeconfig`].
-    pub fn write_kubeconfig(&self, path: &Path) -> std::io::Result<()> {
-        self.shared.write_kubeconfig(path)
-    }
-
-    /// See [`Emulator::inject_failure`].
-    pub fn inject_failure(&self, rule: FailureRule) {
-        self.shared.inject_failure(rule)
-    }
-
-    /// See [`Emulator::objects`].
-    pub fn objects(&self, group: &str, plural: &str, namespace: Option<&str>) -> Vec<Value> {
-        self.shared.objects(group, plural, namespace)
-    }
-
-    /// See [`Emulator::put_object`].
-    pub fn put_object(&self, obj: Value) {
-        self.shared.put_object(obj)
+impl std::ops::Deref for BlockingEmulator {
+    type Target = Handle;
+    fn deref(&self) -> &Handle {
+        &self.shared
     }
 }
 
