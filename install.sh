@@ -34,13 +34,15 @@ mkdir -p "$prefix"
 prefix=$(cd "$prefix" && pwd)
 bin="$prefix/bin"
 
-echo "building kubectl-vm (release, --locked)..."
-cargo install --quiet --locked --force --path cmd --root "$prefix"
+packages=(-p kubectl-vm)
+$with_emulator && packages+=(-p kubevm-emulator)
+echo "building ${packages[*]//-p /} (release, --locked; a few minutes the first time)..."
+# One build for both binaries, so shared dependencies compile once.
+cargo build --quiet --release --locked "${packages[@]}"
+install -d "$bin"
+install -m 0755 target/release/kubectl-vm "$bin/kubectl-vm"
 ln -sfn kubectl-vm "$bin/kubectl_complete-vm"
-if $with_emulator; then
-  echo "building kubevm-emulator (release, --locked)..."
-  cargo install --quiet --locked --force --path tests/emulator --root "$prefix"
-fi
+$with_emulator && install -m 0755 target/release/kubevm-emulator "$bin/kubevm-emulator"
 
 install -d "$prefix/share/man/man1" "$prefix/share/bash-completion/completions" \
   "$prefix/share/zsh/site-functions" "$prefix/share/fish/vendor_completions.d"
@@ -75,6 +77,14 @@ if $demo; then
   echo; echo "== demo against the local emulator (KubeVirt flavour, sample VMs) =="
   run kubectl-vm version
   run kubectl-vm list -A -o wide
-  run kubectl-vm get web -n prod
-  if command -v kubectl >/dev/null; then run kubectl vm list -n prod; fi
+  run kubectl-vm get web
+  run kubectl-vm create demo --image quay.io/containerdisks/ubuntu:24.04 --cpu 2 --memory 2Gi --wait --timeout 1m
+  run kubectl-vm list
+  run kubectl-vm delete demo --yes
+  kubectl=$(command -v kubectl || true)
+  [ -x "$root/.tools/bin/kubectl" ] && kubectl="$root/.tools/bin/kubectl"
+  if [ -n "$kubectl" ]; then
+    echo; echo "\$ kubectl vm list -n prod      # through kubectl's plugin discovery"
+    "$kubectl" vm list -n prod
+  fi
 fi
