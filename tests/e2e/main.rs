@@ -3,6 +3,7 @@
 
 mod common;
 
+mod access;
 mod ca;
 mod completion;
 mod create;
