@@ -207,12 +207,22 @@ impl Error {
                 name: action.name.clone().unwrap_or_default(),
                 namespace: action.namespace.clone(),
             },
-            (403, _) | (_, "Forbidden") => Error::Forbidden {
-                user: user_in_message(message),
-                verb: action.verb.to_owned(),
-                resource: action.resource.clone(),
-                name: action.name.clone(),
-                namespace: action.namespace.clone(),
+            (403, _) | (_, "Forbidden") => match denied_in_message(message) {
+                // The server refused something other than the request itself (impersonation).
+                Some((verb, resource)) if resource != action.resource => Error::Forbidden {
+                    user: user_in_message(message),
+                    verb,
+                    resource,
+                    name: None,
+                    namespace: None,
+                },
+                _ => Error::Forbidden {
+                    user: user_in_message(message),
+                    verb: action.verb.to_owned(),
+                    resource: action.resource.clone(),
+                    name: action.name.clone(),
+                    namespace: action.namespace.clone(),
+                },
             },
             (401, _) => Error::Unauthorized {
                 server: server.to_owned(),
@@ -238,6 +248,21 @@ impl Error {
 fn user_in_message(message: &str) -> Option<String> {
     let rest = &message[message.find("User \"")? + 6..];
     Some(rest[..rest.find('"')?].to_owned())
+}
+
+/// The verb and `resource.group` of an API server's Forbidden message
+/// (`… cannot impersonate resource "users" in API group "" …`).
+fn denied_in_message(message: &str) -> Option<(String, String)> {
+    let rest = &message[message.find(" cannot ")? + 8..];
+    let (verb, rest) = rest.split_once(" resource \"")?;
+    let (resource, rest) = rest.split_once('"')?;
+    let group = rest.strip_prefix(" in API group \"")?.split('"').next()?;
+    let resource = if group.is_empty() {
+        resource.to_owned()
+    } else {
+        format!("{resource}.{group}")
+    };
+    Some((verb.to_owned(), resource))
 }
 
 /// The innermost cause of an error chain, which names the real problem
@@ -311,6 +336,18 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "forbidden: user \"alice\" cannot list virtualmachines.kubevirt.io in namespace \"prod\""
+        );
+    }
+
+    #[test]
+    fn forbidden_impersonation_names_what_was_refused() {
+        let message = "users \"admin\" is forbidden: User \"alice\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope";
+        let action = Action::new("list", "virtualmachines.kubevirt.io", "virtualmachine")
+            .in_namespace(Some("dev"));
+        let err = Error::from_status(403, "Forbidden", message, &action, "");
+        assert_eq!(
+            err.to_string(),
+            "forbidden: user \"alice\" cannot impersonate users"
         );
     }
 

@@ -66,3 +66,41 @@ fn exec_credential_plugin_supplies_the_token() {
     let text = ok(env.vm(&["list", "-n", "prod", "--kubeconfig", path.to_str().unwrap()]));
     assert!(text.contains("db.primary"), "{text}");
 }
+
+#[test]
+fn impersonation_flags_reach_the_server() {
+    let env = Env::kubevirt();
+    // bob may only read in dev (the emulator's default for non-admins).
+    assert_eq!(
+        crate::common::fails(&env, &["list", "-n", "prod", "--as", "bob"], 1),
+        "Error: forbidden: user \"bob\" cannot list virtualmachines.kubevirt.io in namespace \"prod\""
+    );
+    let text = ok(env.vm(&[
+        "list",
+        "-n",
+        "prod",
+        "--as",
+        "bob",
+        "--as-group",
+        "system:masters",
+    ]));
+    assert!(text.contains("db.primary"), "{text}");
+    // alice may not impersonate anyone.
+    let line = crate::common::fails(
+        &env,
+        &[
+            "list",
+            "-n",
+            "dev",
+            "--context",
+            "emulator-restricted",
+            "--as",
+            "admin",
+        ],
+        1,
+    );
+    assert_eq!(
+        line,
+        "Error: forbidden: user \"alice\" cannot impersonate users"
+    );
+}

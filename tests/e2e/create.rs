@@ -784,3 +784,32 @@ fn create_then_delete_leaves_nothing() {
         assert!(left.is_empty(), "{plural} left behind: {left:?}");
     }
 }
+
+#[test]
+fn wait_shows_progress_bars_on_a_terminal() {
+    let env = Env::kubevirt();
+    let mut command = env.command(BIN);
+    command.args([
+        "create",
+        "app",
+        "-n",
+        "dev",
+        "--image",
+        IMAGE,
+        "--no-platform-ssh",
+        "--wait",
+        "--timeout",
+        "60s",
+    ]);
+    command.env("TERM", "xterm");
+    let mut session = rexpect::session::spawn_command(command, Some(30_000)).unwrap();
+    session
+        .exp_string("virtualmachine.kubevirt.io/app created")
+        .unwrap();
+    // The bar: disk name, a bracketed bar with '=' fill, and the phase.
+    session.exp_regex(r"app-root \[=+").unwrap();
+    session
+        .exp_string("virtualmachine \"app\" is Running")
+        .unwrap();
+    session.exp_eof().unwrap();
+}

@@ -152,6 +152,17 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         .tokens
         .authenticate(auth)
         .ok_or_else(ApiError::unauthorized)?;
+    let as_groups = parts
+        .headers
+        .get_all("impersonate-group")
+        .iter()
+        .filter_map(|v| v.to_str().ok().map(str::to_owned))
+        .collect();
+    let as_user = parts
+        .headers
+        .get("impersonate-user")
+        .and_then(|v| v.to_str().ok());
+    let user = crate::auth::impersonate(user, as_user, as_groups)?;
     let path = parts.uri.path().to_string();
     let q = query_of(&parts.uri);
     let body = axum::body::to_bytes(body, MAX_BODY)
