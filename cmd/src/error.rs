@@ -36,7 +36,10 @@ impl CommandError {
                 eprintln!("Error: {message}");
                 ExitCode::from(1)
             }
-            CommandError::Interrupted => ExitCode::from(130),
+            CommandError::Interrupted => {
+                crate::prompt::restore_terminal();
+                ExitCode::from(130)
+            }
             CommandError::BrokenPipe => ExitCode::SUCCESS,
         }
     }

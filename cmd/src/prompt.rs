@@ -10,6 +10,17 @@ pub fn interactive() -> bool {
     std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
 }
 
+/// Undo what an interrupted prompt may have left on the terminal: a hidden cursor (menus
+/// hide it) and an unfinished line. Raw mode needs no undo here: prompts only hold it while
+/// reading a key, and in raw mode Ctrl-C arrives as a key, not as a signal.
+pub fn restore_terminal() {
+    let mut err = std::io::stderr();
+    if err.is_terminal() {
+        let _ = err.write_all(b"\x1b[?25h\n");
+        let _ = err.flush();
+    }
+}
+
 /// Whether an answer means yes (`y` or `yes`, any case); anything else, an empty line
 /// included, means no.
 pub fn is_yes(answer: &str) -> bool {

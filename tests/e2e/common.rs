@@ -149,3 +149,12 @@ pub fn fails(env: &Env, args: &[&str], code: i32) -> String {
     assert!(stdout(&output).is_empty(), "nothing on stdout for {args:?}");
     err.trim_end().to_owned()
 }
+
+/// Exit code of a program run in a pseudo-terminal, once it ended.
+#[track_caller]
+pub fn exit_code(session: &rexpect::session::PtySession) -> i32 {
+    match session.process().wait().unwrap() {
+        rexpect::process::WaitStatus::Exited(_, code) => code,
+        other => panic!("not exited: {other:?}"),
+    }
+}

@@ -813,3 +813,27 @@ fn wait_shows_progress_bars_on_a_terminal() {
         .unwrap();
     session.exp_eof().unwrap();
 }
+
+#[test]
+fn ctrl_c_at_an_interactive_prompt_exits_130() {
+    let env = Env::kubevirt();
+    let mut command = env.command(BIN);
+    command.args([
+        "create",
+        "demo",
+        "-n",
+        "dev",
+        "--dry-run=client",
+        "--flavor",
+        "kubevirt",
+        "--no-platform-ssh",
+    ]);
+    command.env("TERM", "xterm");
+    let mut session = rexpect::session::spawn_command(command, Some(20_000)).unwrap();
+    session.exp_string("Boot image").unwrap();
+    session.send_control('c').unwrap();
+    // The menu hid the cursor; it is shown again before the program ends.
+    session.exp_string("\x1b[?25h").unwrap();
+    session.exp_eof().unwrap();
+    assert_eq!(crate::common::exit_code(&session), 130);
+}

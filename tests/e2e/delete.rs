@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, fails, ok, stderr};
+use crate::common::{Env, exit_code, fails, ok, stderr};
 
 const NS: &str = "team";
 const VM_UID: &str = "7a000000-0000-4000-8000-000000000001";
@@ -310,13 +310,6 @@ fn on_tty(env: &Env, args: &[&str]) -> rexpect::session::PtySession {
     let mut command = env.command(crate::common::BIN);
     command.args(args);
     rexpect::session::spawn_command(command, Some(20_000)).unwrap()
-}
-
-fn exit_code(session: &rexpect::session::PtySession) -> i32 {
-    match session.process().wait().unwrap() {
-        rexpect::process::WaitStatus::Exited(_, code) => code,
-        other => panic!("not exited: {other:?}"),
-    }
 }
 
 #[test]

@@ -192,7 +192,11 @@ pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandRes
         ));
     }
     if interactive {
-        create_interactive::ask(&mut args)?;
+        // Prompts block; on their own thread Ctrl-C is still seen by the runtime.
+        args =
+            tokio::task::spawn_blocking(move || create_interactive::ask(&mut args).map(|()| args))
+                .await
+                .map_err(|e| CommandError::Failed(format!("prompt failed: {e}")))??;
     }
     // Everything that can be checked without the cluster is checked first: files, every
     // flag value, and (when --flavor names the platform) the flag combinations.

@@ -31,8 +31,10 @@ pub fn run() -> ExitCode {
     };
     let outcome = runtime.block_on(async {
         tokio::select! {
-            outcome = dispatch(cli) => outcome,
+            // Polled first so Ctrl-C is caught from the very start.
+            biased;
             _ = tokio::signal::ctrl_c() => Err(CommandError::Interrupted),
+            outcome = dispatch(cli) => outcome,
         }
     });
     // Do not wait for blocking work still running (a confirmation prompt interrupted by
