@@ -12,4 +12,5 @@ mod errors;
 mod generated;
 mod get;
 mod list;
+mod scripts;
 mod version;

