@@ -158,3 +158,10 @@ pub fn exit_code(session: &rexpect::session::PtySession) -> i32 {
         other => panic!("not exited: {other:?}"),
     }
 }
+
+/// `kubectl-vm ARGS` on a pseudo-terminal (TERM=xterm), answering within 30 s per step.
+pub fn on_tty(env: &Env, args: &[&str]) -> rexpect::session::PtySession {
+    let mut command = env.command(BIN);
+    command.args(args).env("TERM", "xterm");
+    rexpect::session::spawn_command(command, Some(30_000)).unwrap()
+}

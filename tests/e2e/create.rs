@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use kubevm_emulator::FailureRule;
 use serde_json::Value;
 
-use crate::common::{BIN, Env, ok, stderr, stdout};
+use crate::common::{BIN, Env, ok, on_tty, stderr, stdout};
 
 const IMAGE: &str = "quay.io/containerdisks/ubuntu:24.04";
 const SHA256: &str = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
@@ -631,21 +631,21 @@ fn interactive_create_through_a_terminal() {
     std::fs::create_dir(&ssh).unwrap();
     let (user, _) = keys(&env);
     std::fs::copy(&user, ssh.join("id_ed25519.pub")).unwrap();
-    let mut command = env.command(BIN);
-    command.args([
-        "create",
-        "demo",
-        "-n",
-        "dev",
-        "--dry-run=client",
-        "--flavor",
-        "kubevirt",
-        "-o",
-        "name",
-        "--no-platform-ssh",
-    ]);
-    command.env("TERM", "xterm");
-    let mut session = rexpect::session::spawn_command(command, Some(20_000)).unwrap();
+    let mut session = on_tty(
+        &env,
+        &[
+            "create",
+            "demo",
+            "-n",
+            "dev",
+            "--dry-run=client",
+            "--flavor",
+            "kubevirt",
+            "-o",
+            "name",
+            "--no-platform-ssh",
+        ],
+    );
     session.exp_string("Boot image").unwrap();
     session.send_line("").unwrap();
     session.exp_string("Boot disk size").unwrap();
@@ -788,21 +788,21 @@ fn create_then_delete_leaves_nothing() {
 #[test]
 fn wait_shows_progress_bars_on_a_terminal() {
     let env = Env::kubevirt();
-    let mut command = env.command(BIN);
-    command.args([
-        "create",
-        "app",
-        "-n",
-        "dev",
-        "--image",
-        IMAGE,
-        "--no-platform-ssh",
-        "--wait",
-        "--timeout",
-        "60s",
-    ]);
-    command.env("TERM", "xterm");
-    let mut session = rexpect::session::spawn_command(command, Some(30_000)).unwrap();
+    let mut session = on_tty(
+        &env,
+        &[
+            "create",
+            "app",
+            "-n",
+            "dev",
+            "--image",
+            IMAGE,
+            "--no-platform-ssh",
+            "--wait",
+            "--timeout",
+            "60s",
+        ],
+    );
     session
         .exp_string("virtualmachine.kubevirt.io/app created")
         .unwrap();
@@ -817,19 +817,19 @@ fn wait_shows_progress_bars_on_a_terminal() {
 #[test]
 fn ctrl_c_at_an_interactive_prompt_exits_130() {
     let env = Env::kubevirt();
-    let mut command = env.command(BIN);
-    command.args([
-        "create",
-        "demo",
-        "-n",
-        "dev",
-        "--dry-run=client",
-        "--flavor",
-        "kubevirt",
-        "--no-platform-ssh",
-    ]);
-    command.env("TERM", "xterm");
-    let mut session = rexpect::session::spawn_command(command, Some(20_000)).unwrap();
+    let mut session = on_tty(
+        &env,
+        &[
+            "create",
+            "demo",
+            "-n",
+            "dev",
+            "--dry-run=client",
+            "--flavor",
+            "kubevirt",
+            "--no-platform-ssh",
+        ],
+    );
     session.exp_string("Boot image").unwrap();
     session.send_control('c').unwrap();
     // The menu hid the cursor; it is shown again before the program ends.

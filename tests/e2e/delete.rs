@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, exit_code, fails, ok, stderr};
+use crate::common::{Env, exit_code, fails, ok, on_tty, stderr};
 
 const NS: &str = "team";
 const VM_UID: &str = "7a000000-0000-4000-8000-000000000001";
@@ -303,13 +303,6 @@ fn deckhouse_disks_go_or_stay() {
     );
     assert!(names(&env, DH, "virtualmachines").is_empty());
     assert_eq!(names(&env, DH, "virtualdisks"), ["shared"]);
-}
-
-/// `kubectl-vm ARGS` on a pseudo-terminal.
-fn on_tty(env: &Env, args: &[&str]) -> rexpect::session::PtySession {
-    let mut command = env.command(crate::common::BIN);
-    command.args(args);
-    rexpect::session::spawn_command(command, Some(20_000)).unwrap()
 }
 
 #[test]
