@@ -27,6 +27,8 @@ pub struct App {
     pub import_step: Duration,
     /// The port served (for discovery's `serverAddressByClientCIDRs`).
     pub port: Mutex<u16>,
+    /// Every request received, for tests.
+    pub requests: crate::requests::RequestLog,
 }
 
 impl App {
@@ -40,6 +42,7 @@ impl App {
             settled: Mutex::new(HashMap::new()),
             import_step,
             port: Mutex::new(0),
+            requests: Default::default(),
         }
     }
 

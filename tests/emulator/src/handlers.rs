@@ -85,10 +85,21 @@ pub fn parse_path(path: &str) -> Option<ResourcePath> {
 
 /// The axum fallback handler: every request comes through here.
 pub async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
-    match handle(&app, req).await {
+    let (parts, body) = req.into_parts();
+    // Read the body here so the request log holds it; an over-long body is the real
+    // server's 413 (it refuses bodies over 3 MiB).
+    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(body) => body,
+        Err(e) => return ApiError::bad_request(e.to_string()).into_response(),
+    };
+    let entry = app.requests.record(&parts, &body);
+    let req = Request::from_parts(parts, Body::from(body));
+    let response = match handle(&app, req).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
-    }
+    };
+    app.requests.set_status(entry, response.status().as_u16());
+    response
 }
 
 /// A JSON response.

@@ -30,6 +30,7 @@ pub mod handlers;
 pub mod openapi;
 pub mod patch;
 pub mod registry;
+pub mod requests;
 pub mod schema;
 pub mod selector;
 pub mod status;
@@ -179,6 +180,16 @@ impl Handle {
         if let Err(e) = self.app.put(obj) {
             panic!("put_object: {e}");
         }
+    }
+
+    /// Every request received so far, in order (see [`requests::RecordedRequest`]).
+    pub fn requests(&self) -> Vec<requests::RecordedRequest> {
+        self.app.requests.all()
+    }
+
+    /// Forgets the requests received so far (to assert on what one command sends).
+    pub fn clear_requests(&self) {
+        self.app.requests.clear()
     }
 
     /// Adds a failure-injection rule.

@@ -509,3 +509,31 @@ spec:
     ]);
     assert!(out.starts_with("10.244."), "{out}");
 }
+
+#[test]
+fn request_log_records_what_kubectl_sent() {
+    let env = Env::new(ServeFlavor::KubeVirt);
+    env.emu.clear_requests();
+    env.ok(&["label", "vm", "-n", "default", "web", "logged=yes"]);
+    let requests = env.emu.requests();
+    let patch = requests
+        .iter()
+        .find(|r| r.method == "PATCH")
+        .unwrap_or_else(|| panic!("no PATCH recorded: {requests:?}"));
+    assert_eq!(
+        patch.path,
+        "/apis/kubevirt.io/v1/namespaces/default/virtualmachines/web"
+    );
+    assert_eq!(patch.status, 200);
+    assert_eq!(
+        patch.json().unwrap()["metadata"]["labels"]["logged"],
+        json!("yes")
+    );
+    assert!(patch.header("user-agent").unwrap().starts_with("kubectl/"));
+    assert!(
+        patch.header("authorization").is_none(),
+        "tokens are not logged"
+    );
+    env.emu.clear_requests();
+    assert!(env.emu.requests().is_empty());
+}
