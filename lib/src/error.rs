@@ -100,6 +100,10 @@ pub enum Error {
         /// Namespace of the request.
         namespace: Option<String>,
     },
+    /// The server refused the request with its own explanation (a quota, an admission webhook,
+    /// a policy): its message, unchanged.
+    #[error("{0}")]
+    Refused(String),
     /// The credentials were not accepted.
     #[error(
         "unauthorized: the API server at {server} did not accept your credentials ({message}); log in again or check the user in your kubeconfig"
@@ -171,7 +175,20 @@ impl Error {
     pub fn from_kube_at(err: kube::Error, action: &Action, server: &str) -> Self {
         match err {
             kube::Error::Api(status) => {
-                Self::from_status(status.code, &status.reason, &status.message, action, server)
+                let details = status.details.as_ref();
+                let named = details.map(|d| StatusNames {
+                    kind: &d.kind,
+                    group: &d.group,
+                    name: &d.name,
+                });
+                Self::classify(
+                    status.code,
+                    &status.reason,
+                    &status.message,
+                    named,
+                    action,
+                    server,
+                )
             }
             kube::Error::Auth(e) => Error::Config(format!("cannot get credentials: {e}")),
             kube::Error::HyperError(e) => Error::Unreachable {
@@ -198,7 +215,31 @@ impl Error {
         action: &Action,
         server: &str,
     ) -> Self {
+        Self::classify(code, reason, message, None, action, server)
+    }
+
+    /// Classify a `Status` whose `details` (when present) name the object the server means.
+    fn classify(
+        code: u16,
+        reason: &str,
+        message: &str,
+        details: Option<StatusNames<'_>>,
+        action: &Action,
+        server: &str,
+    ) -> Self {
+        let other = details.filter(|d| d.names_other_than(action));
         match (code, reason) {
+            // The server names what is missing: a namespace for a create in a missing one
+            // (NamespaceLifecycle admission), or an object the request refers to.
+            (404, _) | (_, "NotFound") if other.is_some() => {
+                let d = other.expect("checked");
+                Error::NotFound {
+                    kind: singular(d.kind),
+                    name: d.name.to_owned(),
+                    // Its scope is unknown here (a StorageClass has none): name no namespace.
+                    namespace: None,
+                }
+            }
             (404, _) | (_, "NotFound") if action.name.is_none() => Error::NotServed {
                 resource: action.resource.clone(),
             },
@@ -207,6 +248,13 @@ impl Error {
                 name: action.name.clone().unwrap_or_default(),
                 namespace: action.namespace.clone(),
             },
+            // A quota, an admission webhook or a policy refused: its message says why; only
+            // the authorizer's own `User "x" cannot VERB resource …` is reworded.
+            (403, _) | (_, "Forbidden")
+                if !message.trim().is_empty() && denied_in_message(message).is_none() =>
+            {
+                Error::Refused(one_line(message))
+            }
             (403, _) | (_, "Forbidden") => match denied_in_message(message) {
                 // The server refused something other than the request itself (impersonation).
                 Some((verb, resource)) if resource != action.resource => Error::Forbidden {
@@ -244,16 +292,60 @@ impl Error {
     }
 }
 
+/// What a `Status`'s `details` name: `kind` is the plural resource (`namespaces`).
+#[derive(Clone, Copy)]
+struct StatusNames<'a> {
+    kind: &'a str,
+    group: &'a str,
+    name: &'a str,
+}
+
+impl StatusNames<'_> {
+    /// Whether the details name a resource other than the one `action` addressed.
+    fn names_other_than(&self, action: &Action) -> bool {
+        if self.kind.is_empty() || self.name.is_empty() {
+            return false;
+        }
+        let (plural, group) = action
+            .resource
+            .split_once('.')
+            .unwrap_or((action.resource.as_str(), ""));
+        let plural = plural.split('/').next().unwrap_or(plural);
+        self.kind != plural || (!self.group.is_empty() && self.group != group)
+    }
+}
+
+/// `namespaces` → `namespace`, `storageclasses` → `storageclass`, `policies` → `policy`.
+fn singular(plural: &str) -> String {
+    if let Some(stem) = plural.strip_suffix("ies") {
+        return format!("{stem}y");
+    }
+    if let Some(stem) = plural.strip_suffix("es")
+        && ["ss", "ch", "sh", "x"]
+            .iter()
+            .any(|end| stem.ends_with(end))
+    {
+        return stem.to_owned();
+    }
+    plural.strip_suffix('s').unwrap_or(plural).to_owned()
+}
+
 /// The `User "alice"` part of an API server's Forbidden message.
 fn user_in_message(message: &str) -> Option<String> {
     let rest = &message[message.find("User \"")? + 6..];
     Some(rest[..rest.find('"')?].to_owned())
 }
 
-/// The verb and `resource.group` of an API server's Forbidden message
-/// (`… cannot impersonate resource "users" in API group "" …`).
+/// The verb and `resource.group` of the authorizer's Forbidden message
+/// (`… is forbidden: User "alice" cannot impersonate resource "users" in API group "" …`,
+/// worded by k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go
+/// `forbiddenMessage`); `None` for any other 403 (quota, admission webhook, policy).
 fn denied_in_message(message: &str) -> Option<(String, String)> {
-    let rest = &message[message.find(" cannot ")? + 8..];
+    if message.contains("admission webhook") {
+        return None;
+    }
+    let rest = &message[message.find("User \"")?..];
+    let rest = &rest[rest.find("\" cannot ")? + 9..];
     let (verb, rest) = rest.split_once(" resource \"")?;
     let (resource, rest) = rest.split_once('"')?;
     let group = rest.strip_prefix(" in API group \"")?.split('"').next()?;
@@ -353,7 +445,7 @@ mod tests {
 
     #[test]
     fn forbidden_without_user_says_you() {
-        let err = Error::from_status(403, "Forbidden", "nope", &vm_get(), "");
+        let err = Error::from_status(403, "Forbidden", "", &vm_get(), "");
         assert_eq!(
             err.to_string(),
             "forbidden: you cannot get virtualmachines.kubevirt.io \"web\" in namespace \"prod\""
@@ -375,5 +467,98 @@ mod tests {
             err.to_string(),
             "the server answered 500 InternalError: boom"
         );
+    }
+
+    /// A `kube::Error` from a `Status` as the API server sends it (JSON).
+    fn api_error(status: serde_json::Value) -> kube::Error {
+        kube::Error::Api(Box::new(serde_json::from_value(status).unwrap()))
+    }
+
+    #[test]
+    fn quota_refusal_keeps_the_servers_message() {
+        // Worded by the ResourceQuota admission plugin (k8s.io/apiserver/pkg/admission/plugin/
+        // resourcequota/controller.go: "exceeded quota: %s, requested: %s, used: %s, limited: %s"
+        // wrapped by admission.NewForbidden as `<resource> "<name>" is forbidden: …`).
+        let message = "persistentvolumeclaims \"web-root\" is forbidden: exceeded quota: compute, requested: requests.storage=20Gi, used: requests.storage=90Gi, limited: requests.storage=100Gi";
+        let action = Action::new("create", "persistentvolumeclaims", "persistentvolumeclaim")
+            .named("web-root")
+            .in_namespace(Some("prod"));
+        let err = Error::from_kube(
+            api_error(serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403,
+                "reason": "Forbidden", "message": message,
+                "details": {"name": "web-root", "kind": "persistentvolumeclaims"}
+            })),
+            &action,
+        );
+        assert_eq!(err.to_string(), message);
+    }
+
+    #[test]
+    fn webhook_denial_keeps_the_servers_message() {
+        // k8s.io/apiserver/pkg/admission/plugin/webhook/errors/statuserror.go ToStatusErr:
+        // "admission webhook %q denied the request: %s"; controller-runtime webhooks answer 403.
+        let message = "admission webhook \"vm.virtualization-controller.validate.d8-virtualization\" denied the request: the virtual machine class \"generic\" does not allow 100 cores";
+        let err = Error::from_status(403, "Forbidden", message, &vm_get(), "");
+        assert_eq!(err.to_string(), message);
+        // Even when the webhook's own text quotes an RBAC-like sentence.
+        let message = "admission webhook \"policy.example.org\" denied the request: User \"alice\" cannot create resource \"virtualmachines\" in API group \"kubevirt.io\" here";
+        let err = Error::from_status(403, "Forbidden", message, &vm_get(), "");
+        assert_eq!(err.to_string(), message);
+    }
+
+    #[test]
+    fn missing_namespace_is_named_from_the_details() {
+        // NamespaceLifecycle admission (k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle)
+        // answers a create in a missing namespace with NotFound for the namespace.
+        let action = Action::new("patch", "virtualmachines.kubevirt.io", "virtualmachine")
+            .named("w")
+            .in_namespace(Some("x"));
+        let err = Error::from_kube(
+            api_error(serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
+                "reason": "NotFound", "message": "namespaces \"x\" not found",
+                "details": {"name": "x", "kind": "namespaces"}
+            })),
+            &action,
+        );
+        assert_eq!(err.to_string(), "namespace \"x\" not found");
+    }
+
+    #[test]
+    fn not_found_of_another_kind_names_that_kind() {
+        let action = Action::new("create", "virtualmachines.kubevirt.io", "virtualmachine")
+            .named("w")
+            .in_namespace(Some("prod"));
+        let err = Error::from_kube(
+            api_error(serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
+                "reason": "NotFound", "message": "storageclasses.storage.k8s.io \"fast\" not found",
+                "details": {"name": "fast", "group": "storage.k8s.io", "kind": "storageclasses"}
+            })),
+            &action,
+        );
+        assert_eq!(err.to_string(), "storageclass \"fast\" not found");
+        // Details that name the requested object itself keep the action's wording.
+        let err = Error::from_kube(
+            api_error(serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
+                "reason": "NotFound", "message": "virtualmachines.kubevirt.io \"w\" not found",
+                "details": {"name": "w", "group": "kubevirt.io", "kind": "virtualmachines"}
+            })),
+            &action,
+        );
+        assert_eq!(
+            err.to_string(),
+            "virtualmachine \"w\" not found in namespace \"prod\""
+        );
+    }
+
+    #[test]
+    fn singular_of_plurals() {
+        assert_eq!(singular("namespaces"), "namespace");
+        assert_eq!(singular("storageclasses"), "storageclass");
+        assert_eq!(singular("policies"), "policy");
+        assert_eq!(singular("virtualdisks"), "virtualdisk");
     }
 }

@@ -369,12 +369,31 @@ pub async fn get(
             } else {
                 vm_kind
             };
-            Err(Error::NotFound {
-                kind: kind.kind.to_ascii_lowercase(),
-                name: name.to_owned(),
-                namespace: Some(namespace.to_owned()),
-            })
+            Err(missing_namespace(cluster, namespace)
+                .await
+                .unwrap_or(Error::NotFound {
+                    kind: kind.kind.to_ascii_lowercase(),
+                    name: name.to_owned(),
+                    namespace: Some(namespace.to_owned()),
+                }))
         }
+    }
+}
+
+/// `namespace "x" not found` when the namespace itself is missing. A GET of an object in a
+/// missing namespace is answered NotFound for the object (the registry only looks the key up,
+/// k8s.io/apiserver/pkg/registry/generic/registry/store.go `Get`), so ask once more; any other
+/// answer (403 for users who may not read namespaces) leaves the object's NotFound standing.
+async fn missing_namespace(cluster: &Cluster, namespace: &str) -> Option<Error> {
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(cluster.client.clone());
+    match namespaces.get_opt(namespace).await {
+        Ok(None) => Some(Error::NotFound {
+            kind: "namespace".into(),
+            name: namespace.to_owned(),
+            namespace: None,
+        }),
+        _ => None,
     }
 }
 

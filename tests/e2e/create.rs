@@ -287,7 +287,8 @@ fn failure_of_an_owned_secret_removes_the_vm_too() {
         plural: "secrets".into(),
         name: None,
         code: 403,
-        message: "secrets is forbidden".into(),
+        // The authorizer's wording (k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go).
+        message: "secrets \"app-cloudinit\" is forbidden: User \"admin\" cannot patch resource \"secrets\" in API group \"\" in the namespace \"dev\"".into(),
         times: None,
     });
     let (_, ca) = keys(&env);
@@ -307,10 +308,9 @@ fn failure_of_an_owned_secret_removes_the_vm_too() {
         cloud_init.to_str().unwrap(),
     ]);
     assert_eq!(output.status.code(), Some(1));
-    assert!(
-        stderr(&output).contains("removed the 1 object created before it"),
-        "{}",
-        stderr(&output)
+    assert_eq!(
+        stderr(&output),
+        "Error: cannot create secret \"app-cloudinit\": forbidden: user \"admin\" cannot patch secrets \"app-cloudinit\" in namespace \"dev\"; removed the 1 object created before it\n"
     );
     assert!(!names(&env, "kubevirt.io", "virtualmachines", "dev").contains(&"app".to_owned()));
     assert!(!names(&env, "", "secrets", "dev").contains(&"app-cloudinit".to_owned()));
