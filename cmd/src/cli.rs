@@ -72,6 +72,17 @@ pub struct GlobalArgs {
     /// Virtualization platform: auto (detect), kubevirt or deckhouse
     #[arg(long, global = true, value_name = "FLAVOR", default_value = "auto", value_parser = ["auto", "kubevirt", "deckhouse"])]
     pub flavor: String,
+
+    /// Log API requests on stderr, as kubectl's -v: 6 method, URL, status and latency; 7 also
+    /// headers; 8 also bodies (cut at 1024 chars); 9 whole bodies. Secrets are masked
+    #[arg(
+        short = 'v',
+        long = "v",
+        global = true,
+        value_name = "N",
+        default_value_t = 0
+    )]
+    pub verbosity: u8,
 }
 
 impl GlobalArgs {
@@ -87,6 +98,10 @@ impl GlobalArgs {
             impersonate_groups: self.impersonate_groups.clone(),
             request_timeout: self.request_timeout,
             insecure_skip_tls_verify: self.insecure_skip_tls_verify,
+            http_log: (self.verbosity >= 6).then(|| kubevm::http_log::HttpLog {
+                level: self.verbosity,
+                sink: std::sync::Arc::new(|line: &str| eprintln!("{line}")),
+            }),
         }
     }
 

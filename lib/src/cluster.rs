@@ -31,6 +31,8 @@ pub struct ConnectOptions {
     pub request_timeout: Option<Duration>,
     /// `--insecure-skip-tls-verify`: do not verify the server's certificate.
     pub insecure_skip_tls_verify: bool,
+    /// `-v N`: log requests (level 6 and up) through this.
+    pub http_log: Option<crate::http_log::HttpLog>,
 }
 
 /// A connected cluster: the client plus what the user's choices resolved to.
@@ -101,8 +103,18 @@ impl Cluster {
             }
             None => (config.default_namespace.clone(), false),
         };
-        let client = Client::try_from(config)
+        config.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_str(&user_agent()).expect("a plain ASCII user agent"),
+        ));
+        let builder = kube::client::ClientBuilder::try_from(config)
             .map_err(|e| Error::Config(format!("cannot set up the API client: {e}")))?;
+        let client: Client = match options.http_log.clone().filter(|log| log.level >= 6) {
+            Some(log) => builder
+                .with_layer(&crate::http_log::HttpLogLayer::new(log, server.clone()))
+                .build(),
+            None => builder.build(),
+        };
         Ok(Cluster {
             client,
             namespace,
@@ -116,6 +128,23 @@ impl Cluster {
     pub fn error(&self, err: kube::Error, action: &Action) -> Error {
         Error::from_kube_at(err, action, &self.server)
     }
+}
+
+/// The User-Agent of every request, shaped like kubectl's: `kubectl-vm/VERSION (OS/ARCH)`,
+/// with Go's names for the platform (`linux/amd64`, `darwin/arm64`) as the API server's
+/// audit log and metrics show them for kubectl.
+pub fn user_agent() -> String {
+    let os = match std::env::consts::OS {
+        "macos" => "darwin",
+        other => other,
+    };
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        other => other,
+    };
+    format!("kubectl-vm/{} ({os}/{arch})", env!("CARGO_PKG_VERSION"))
 }
 
 /// Read the kubeconfig the way kubectl does: `--kubeconfig` (must exist), else every existing

@@ -133,6 +133,19 @@ impl Platform {
             .is_some_and(|g| g.versions.iter().any(|v| v == version))
     }
 
+    /// The other platform, when the server serves it too (detection picked `self.flavor`).
+    pub fn also_served(&self) -> Option<Flavor> {
+        let other = match self.flavor {
+            Flavor::KubeVirt => Flavor::Deckhouse,
+            Flavor::Deckhouse => Flavor::KubeVirt,
+        };
+        let (group, version) = match other {
+            Flavor::KubeVirt => (KUBEVIRT_GROUP, "v1"),
+            Flavor::Deckhouse => (DECKHOUSE_GROUP, DECKHOUSE_VERSION),
+        };
+        (!self.groups.is_empty() && self.serves(group, version)).then_some(other)
+    }
+
     /// The newest served version of KubeVirt's export group (`v1`, `v1beta1` or `v1alpha1`).
     pub fn kubevirt_export_version(&self) -> Option<&str> {
         let group = self.group(KUBEVIRT_EXPORT_GROUP)?;
@@ -225,6 +238,23 @@ mod tests {
             group("virtualization.deckhouse.io", &["v1alpha3", "v1alpha2"]),
         ];
         assert_eq!(flavor_from_groups(&groups), Some(Flavor::Deckhouse));
+    }
+
+    #[test]
+    fn the_other_platform_is_reported_when_served() {
+        let mut platform = Platform::assumed(Flavor::Deckhouse);
+        assert_eq!(
+            platform.also_served(),
+            None,
+            "no discovery data: nothing known"
+        );
+        platform.groups = vec![
+            group("kubevirt.io", &["v1"]),
+            group("virtualization.deckhouse.io", &["v1alpha2"]),
+        ];
+        assert_eq!(platform.also_served(), Some(Flavor::KubeVirt));
+        platform.groups.remove(0);
+        assert_eq!(platform.also_served(), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod delete;
 mod errors;
 mod generated;
 mod get;
+mod kubectl_like;
 mod list;
 mod scripts;
 mod server_errors;

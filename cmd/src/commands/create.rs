@@ -225,6 +225,7 @@ pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandRes
     } else {
         let cluster = Cluster::connect(&global.connect_options()).await?;
         let platform = flavor::discover(&cluster, choice).await?;
+        super::note_other_platform(global, &platform);
         (Some(cluster), Some(platform))
     };
     let flavor = match (&platform, choice) {

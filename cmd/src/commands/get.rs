@@ -10,7 +10,7 @@ use kubevm::vm::{self, VmDetails};
 
 use crate::cli::GlobalArgs;
 use crate::complete;
-use crate::error::CommandResult;
+use crate::error::{CommandError, CommandResult};
 use crate::render::{self, NONE, OutputFormat, Table, cell};
 
 /// Arguments of `get`.
@@ -26,9 +26,18 @@ pub struct GetArgs {
     /// Output format (yaml, json or name; default: a description)
     #[arg(short, long, value_enum)]
     pub output: Option<OutputFormat>,
+
+    /// With -o yaml|json, keep metadata.managedFields (hidden by default, as kubectl does)
+    #[arg(long)]
+    pub show_managed_fields: bool,
 }
 
 pub async fn cmd_get(global: &GlobalArgs, args: GetArgs) -> CommandResult {
+    if args.output == Some(OutputFormat::Wide) {
+        return Err(CommandError::usage(
+            "-o wide is a table format and get describes one VM; use `kubectl vm list -o wide` for the table, or -o yaml|json|name",
+        ));
+    }
     let target = Target::parse(&args.target, false)?;
     let (cluster, platform) = super::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
@@ -36,7 +45,11 @@ pub async fn cmd_get(global: &GlobalArgs, args: GetArgs) -> CommandResult {
     let mut out = std::io::stdout().lock();
     match args.output {
         Some(format @ (OutputFormat::Yaml | OutputFormat::Json)) => {
-            render::write_object(&mut out, &details.summary.object, format)?;
+            let mut object = details.summary.object.clone();
+            if !args.show_managed_fields {
+                without_managed_fields(&mut object);
+            }
+            render::write_object(&mut out, &object, format)?;
         }
         Some(OutputFormat::Name) => {
             writeln!(
@@ -48,6 +61,17 @@ pub async fn cmd_get(global: &GlobalArgs, args: GetArgs) -> CommandResult {
         Some(OutputFormat::Wide) | None => describe(&mut out, &details, jiff::Timestamp::now())?,
     }
     Ok(())
+}
+
+/// Drops `metadata.managedFields`, as kubectl's printers do unless --show-managed-fields
+/// (k8s.io/cli-runtime/pkg/printers/managedfields.go).
+fn without_managed_fields(object: &mut serde_json::Value) {
+    if let Some(meta) = object
+        .get_mut("metadata")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        meta.remove("managedFields");
+    }
 }
 
 fn describe(out: &mut dyn Write, d: &VmDetails, now: jiff::Timestamp) -> std::io::Result<()> {

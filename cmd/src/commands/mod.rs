@@ -64,5 +64,21 @@ async fn dispatch(cli: Cli) -> CommandResult {
 pub async fn connect(global: &GlobalArgs) -> CommandResult<(Cluster, Platform)> {
     let cluster = Cluster::connect(&global.connect_options()).await?;
     let platform = flavor::discover(&cluster, global.flavor_choice()).await?;
+    note_other_platform(global, &platform);
     Ok((cluster, platform))
+}
+
+/// When detection picked one of two served platforms, say so once on stderr and how to pick
+/// the other.
+pub fn note_other_platform(global: &GlobalArgs, platform: &Platform) {
+    if global.flavor_choice() == flavor::FlavorChoice::Auto
+        && let Some(other) = platform.also_served()
+    {
+        eprintln!(
+            "Note: this cluster serves both {} and {}; using {} (pass --flavor {other} for the other)",
+            platform.flavor.display_name(),
+            other.display_name(),
+            platform.flavor.display_name(),
+        );
+    }
 }
