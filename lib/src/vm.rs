@@ -53,6 +53,10 @@ pub struct VmSummary {
     pub cpu: Option<String>,
     /// Memory size.
     pub memory: Option<String>,
+    /// Deckhouse: the guaranteed share of CPU time, as applied (`.status.resources.cpu.coreFraction`,
+    /// the CRD's CoreFraction column) or else as asked (`.spec.cpu.coreFraction`); `None` on
+    /// KubeVirt, or when neither says (the class default then applies).
+    pub core_fraction: Option<String>,
     /// Whether the guest agent is connected (`None`: not running or unknown).
     pub agent: Option<bool>,
     /// Whether the VM can be live-migrated (`None`: not running or unknown).
@@ -222,6 +226,7 @@ pub fn summarize_kubevirt(vm: &Value, vmi: Option<&Value>) -> VmSummary {
         created: timestamp(vm, "/metadata/creationTimestamp"),
         cpu,
         memory,
+        core_fraction: None,
         agent: vmi.map(|i| condition_status(i, "AgentConnected").unwrap_or(false)),
         migratable: vmi.map(|i| condition_status(i, "LiveMigratable").unwrap_or(false)),
         run_strategy,
@@ -244,6 +249,8 @@ pub fn summarize_deckhouse(vm: &Value) -> VmSummary {
         created: timestamp(vm, "/metadata/creationTimestamp"),
         cpu: text(vm, "/status/resources/cpu/cores").or_else(|| text(vm, "/spec/cpu/cores")),
         memory: text(vm, "/status/resources/memory/size").or_else(|| text(vm, "/spec/memory/size")),
+        core_fraction: text(vm, "/status/resources/cpu/coreFraction")
+            .or_else(|| text(vm, "/spec/cpu/coreFraction")),
         agent: running.then(|| condition_status(vm, "AgentReady").unwrap_or(false)),
         migratable: running.then(|| condition_status(vm, "Migratable").unwrap_or(false)),
         run_strategy: text(vm, "/spec/runPolicy"),

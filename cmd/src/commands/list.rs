@@ -109,6 +109,9 @@ impl Printer {
         headers.extend(["NAME", "STATUS", "NODE", "IP", "AGE"]);
         if self.format == Some(OutputFormat::Wide) {
             headers.extend(["CPU", "MEMORY", "AGENT", "MIGRATABLE", "RUN-STRATEGY"]);
+            if self.kind.group == kubevm::flavor::DECKHOUSE_GROUP {
+                headers.push("CORE-FRACTION");
+            }
         }
         headers
     }
@@ -133,6 +136,9 @@ impl Printer {
                 flag(vm.migratable),
                 cell(vm.run_strategy.as_ref()),
             ]);
+            if self.kind.group == kubevm::flavor::DECKHOUSE_GROUP {
+                row.push(cell(vm.core_fraction.as_ref()));
+            }
         }
         row
     }
