@@ -63,7 +63,7 @@ impl Cluster {
                 };
                 let config = Config::from_custom_kubeconfig(kubeconfig, &kube_options)
                     .await
-                    .map_err(|e| Error::Config(format!("kubeconfig: {e}")))?;
+                    .map_err(config_error)?;
                 (config, Some(context))
             }
             None => {
@@ -127,6 +127,27 @@ impl Cluster {
     /// Classify a client error, naming this cluster's server when it was unreachable.
     pub fn error(&self, err: kube::Error, action: &Action) -> Error {
         Error::from_kube_at(err, action, &self.server)
+    }
+}
+
+/// A kubeconfig that names unusable files, worded with the path once (kube's own message
+/// quotes it twice: `failed to read file '"/x/ca.crt"'`).
+fn config_error(err: kube::config::KubeconfigError) -> Error {
+    use kube::config::{KubeconfigError as K, LoadDataError as D};
+    let (what, data) = match &err {
+        K::LoadCertificateAuthority(d) => ("certificate authority", d),
+        K::LoadClientCertificate(d) => ("client certificate", d),
+        K::LoadClientKey(d) => ("client key", d),
+        _ => return Error::Config(crate::error::one_line(&format!("kubeconfig: {err}"))),
+    };
+    match data {
+        D::ReadFile(io, path) => Error::Config(format!(
+            "kubeconfig: cannot read the {what} file {}: {io}",
+            path.display()
+        )),
+        other => Error::Config(crate::error::one_line(&format!(
+            "kubeconfig: cannot load the {what}: {other}"
+        ))),
     }
 }
 

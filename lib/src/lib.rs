@@ -15,6 +15,7 @@ pub mod error;
 pub mod flavor;
 pub mod http_log;
 pub mod quantity;
+pub mod selector;
 pub mod target;
 pub mod validate;
 pub mod version;

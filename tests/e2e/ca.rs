@@ -55,7 +55,19 @@ fn init_show_rotate_and_finish() {
     assert_eq!(published, bundle.fingerprints());
     assert_eq!(published.len(), 1);
     let first = published[0].clone();
-    assert!(out.contains("namespace/kubevm-system created"), "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[..5],
+        [
+            "namespace/kubevm-system created",
+            "secret/kubevm-ssh-ca created",
+            "configmap/kubevm-ssh-ca created",
+            "role.rbac.authorization.k8s.io/kubevm-ssh-ca-reader created",
+            "rolebinding.rbac.authorization.k8s.io/kubevm-ssh-ca-reader created",
+        ],
+        "{out}"
+    );
+    assert_eq!(lines.len(), 6, "{out}");
     assert!(out.contains(&first), "{out}");
     assert!(one(&env, "", "namespaces", "", NS).is_some());
 
@@ -206,4 +218,27 @@ fn rotate_conflict_and_other_namespace() {
     assert_eq!(stored(&env, "platform-ca").1.len(), 2);
 
     assert!(fails(&env, &["ca", "show", "--ca-namespace", "Bad_NS"], 2).contains("--ca-namespace"));
+}
+
+#[test]
+fn init_says_configured_for_a_leftover_it_overwrote() {
+    let env = Env::kubevirt();
+    // A ConfigMap left from an earlier, half-finished CA.
+    env.emulator.put_object(serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "kubevm-ssh-ca", "namespace": NS},
+        "data": {"ca.pub": "stale"}
+    }));
+    let out = ok(env.vm(&["ca", "init"]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[..4],
+        [
+            "secret/kubevm-ssh-ca created",
+            "configmap/kubevm-ssh-ca configured",
+            "role.rbac.authorization.k8s.io/kubevm-ssh-ca-reader created",
+            "rolebinding.rbac.authorization.k8s.io/kubevm-ssh-ca-reader created",
+        ],
+        "{out}"
+    );
 }

@@ -173,3 +173,39 @@ fn closed_stdout_exits_quietly() {
     assert_eq!(output.status.code(), Some(0));
     assert_eq!(stderr(&output), "");
 }
+
+#[test]
+fn unreadable_ca_file_is_named_once() {
+    let env = Env::kubevirt();
+    let missing = env.dir.path().join("no-such-ca.crt");
+    let config = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: \"{}\", certificate-authority: {}}}\nusers:\n- name: u\n  user: {{token: abc}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n",
+        env.emulator.url(),
+        missing.display()
+    );
+    let path = env.dir.path().join("ca-kubeconfig");
+    std::fs::write(&path, config).unwrap();
+    assert_eq!(
+        fails(&env, &["list", "--kubeconfig", path.to_str().unwrap()], 1),
+        format!(
+            "Error: kubeconfig: cannot read the certificate authority file {}: No such file or directory (os error 2)",
+            missing.display()
+        )
+    );
+}
+
+#[test]
+fn huge_selector_is_refused_before_any_request() {
+    let env = Env::kubevirt();
+    env.emulator.clear_requests();
+    // 100 000 bytes: the emulator's URI parser would answer "uri too long".
+    let selector = format!("app in ({})", vec!["web"; 20_000].join(","));
+    assert_eq!(
+        fails(&env, &["list", "-l", &selector], 2),
+        format!(
+            "Error: label selector is {} bytes long; at most 8192 fit in a request (select by fewer or shorter labels)",
+            selector.len()
+        )
+    );
+    assert!(env.emulator.requests().is_empty());
+}

@@ -109,20 +109,31 @@ async fn init(cluster: &Cluster, ns: &str) -> CommandResult {
         InitOutcome::Created {
             bundle,
             namespace_created,
+            configmap_created,
+            role_created,
+            binding_created,
         } => {
             let mut out = std::io::stdout().lock();
+            // kubectl's words: `created` for a new object, `configured` for one updated.
+            let done = |created: bool| if created { "created" } else { "configured" };
             if namespace_created {
                 writeln!(out, "namespace/{ns} created")?;
             }
             writeln!(out, "secret/{SECRET_NAME} created")?;
-            writeln!(out, "configmap/{CONFIGMAP_NAME} created")?;
             writeln!(
                 out,
-                "role.rbac.authorization.k8s.io/{READER_NAME} configured"
+                "configmap/{CONFIGMAP_NAME} {}",
+                done(configmap_created)
             )?;
             writeln!(
                 out,
-                "rolebinding.rbac.authorization.k8s.io/{READER_NAME} configured"
+                "role.rbac.authorization.k8s.io/{READER_NAME} {}",
+                done(role_created)
+            )?;
+            writeln!(
+                out,
+                "rolebinding.rbac.authorization.k8s.io/{READER_NAME} {}",
+                done(binding_created)
             )?;
             writeln!(
                 out,

@@ -43,6 +43,9 @@ pub async fn cmd_list(global: &GlobalArgs, args: ListArgs) -> CommandResult {
             "-A/--all-namespaces and -n/--namespace cannot be used together",
         ));
     }
+    if let Some(selector) = &args.selector {
+        kubevm::selector::check_length(selector)?;
+    }
     let (cluster, platform) = super::connect(global).await?;
     let scope = if args.all_namespaces {
         Scope::AllNamespaces

@@ -132,6 +132,12 @@ pub enum InitOutcome {
         bundle: CaBundle,
         /// Whether the namespace had to be created.
         namespace_created: bool,
+        /// Whether the ConfigMap was new (else a leftover was overwritten).
+        configmap_created: bool,
+        /// Whether the reader Role was new (else an existing one was updated).
+        role_created: bool,
+        /// Whether the reader RoleBinding was new (else an existing one was updated).
+        binding_created: bool,
     },
     /// A CA Secret exists already; nothing was changed.
     Exists,
@@ -151,7 +157,7 @@ pub async fn init(cluster: &Cluster, ca_namespace: &str) -> Result<InitOutcome> 
     }
     // A ConfigMap left from an earlier, half-finished CA is overwritten: the new Secret rules.
     let config_map = bundle.to_configmap(ca_namespace).map_err(ca_error)?;
-    apply(
+    let configmap_created = apply(
         cluster,
         ca_namespace,
         &config_map,
@@ -162,7 +168,7 @@ pub async fn init(cluster: &Cluster, ca_namespace: &str) -> Result<InitOutcome> 
     let role_action = Action::new("patch", "roles.rbac.authorization.k8s.io", "role")
         .named(READER_NAME)
         .in_namespace(Some(ca_namespace));
-    apply(cluster, ca_namespace, &role, role_action).await?;
+    let role_created = apply(cluster, ca_namespace, &role, role_action).await?;
     let binding = objects::reader_role_binding(ca_namespace);
     let binding_action = Action::new(
         "patch",
@@ -171,15 +177,19 @@ pub async fn init(cluster: &Cluster, ca_namespace: &str) -> Result<InitOutcome> 
     )
     .named(READER_NAME)
     .in_namespace(Some(ca_namespace));
-    apply(cluster, ca_namespace, &binding, binding_action).await?;
+    let binding_created = apply(cluster, ca_namespace, &binding, binding_action).await?;
     Ok(InitOutcome::Created {
         bundle,
         namespace_created,
+        configmap_created,
+        role_created,
+        binding_created,
     })
 }
 
-/// Server-side apply of one namespaced object that kubectl-vm owns entirely.
-async fn apply<K>(cluster: &Cluster, namespace: &str, object: &K, action: Action) -> Result<()>
+/// Server-side apply of one namespaced object that kubectl-vm owns entirely. Returns whether
+/// the object was new (looked up first, as `kubectl apply` does to say created/configured).
+async fn apply<K>(cluster: &Cluster, namespace: &str, object: &K, action: Action) -> Result<bool>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -195,13 +205,23 @@ where
         .map_err(|e| Error::Internal(format!("cannot encode {name}: {e}")))?;
     body["apiVersion"] = K::api_version(&Default::default()).into_owned().into();
     body["kind"] = K::kind(&Default::default()).into_owned().into();
+    let mut get = action.clone();
+    get.verb = "get";
+    let existed = match api.get_opt(&name).await {
+        Ok(found) => found.is_some(),
+        // A user who may apply but not read: the apply still says what is wrong.
+        Err(e) => match cluster.error(e, &get) {
+            Error::Forbidden { .. } => false,
+            other => return Err(other),
+        },
+    };
     api.patch(
         &name,
         &PatchParams::apply(FIELD_MANAGER).force(),
         &Patch::Apply(&body),
     )
     .await
-    .map(drop)
+    .map(|_| !existed)
     .map_err(|e| cluster.error(e, &action))
 }
 
