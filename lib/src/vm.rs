@@ -92,7 +92,7 @@ pub struct Condition {
 }
 
 /// A disk of the VM.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Disk {
     /// Disk (volume or block device) name.
     pub name: String,
@@ -100,6 +100,9 @@ pub struct Disk {
     pub source: String,
     /// Size, when known.
     pub size: Option<String>,
+    /// The import of a disk the platform provisions (DataVolume, VirtualDisk): its phase and
+    /// progress, as `create --wait` reports them.
+    pub import: Option<crate::wait::DiskProgress>,
 }
 
 /// A network interface of a running VM.
@@ -364,11 +367,11 @@ pub async fn get(
             (events, vmi.map(to_value))
         }
     };
-    match (platform.flavor, vm, vmi) {
-        (Flavor::Deckhouse, Some(vm), _) => Ok(deckhouse_details(&vm, events)),
-        (Flavor::KubeVirt, Some(vm), vmi) => Ok(kubevirt_details(&vm, vmi, events)),
+    let mut details = match (platform.flavor, vm, vmi) {
+        (Flavor::Deckhouse, Some(vm), _) => deckhouse_details(&vm, events),
+        (Flavor::KubeVirt, Some(vm), vmi) => kubevirt_details(&vm, vmi, events),
         (Flavor::KubeVirt, None, Some(vmi)) if target.kind == TargetKind::Vmi => {
-            Ok(kubevirt_details(&vmi, Some(vmi.clone()), events))
+            kubevirt_details(&vmi, Some(vmi.clone()), events)
         }
         (_, None, _) => {
             let kind = if target.kind == TargetKind::Vmi {
@@ -376,14 +379,39 @@ pub async fn get(
             } else {
                 vm_kind
             };
-            Err(missing_namespace(cluster, namespace)
+            return Err(missing_namespace(cluster, namespace)
                 .await
                 .unwrap_or(Error::NotFound {
                     kind: kind.kind.to_ascii_lowercase(),
                     name: name.to_owned(),
                     namespace: Some(namespace.to_owned()),
-                }))
+                }));
         }
+    };
+    disk_imports(cluster, platform.flavor, namespace, &mut details.disks).await;
+    Ok(details)
+}
+
+/// Reads the import state of the disks the platform provisions (DataVolumes, VirtualDisks),
+/// the way `create --wait` follows them. Best effort: a disk that cannot be read keeps none.
+async fn disk_imports(cluster: &Cluster, flavor: Flavor, namespace: &str, disks: &mut [Disk]) {
+    let (kind, prefix) = match flavor {
+        Flavor::KubeVirt => (crate::api::DATA_VOLUME, "DataVolume "),
+        Flavor::Deckhouse => (crate::api::VIRTUAL_DISK, "VirtualDisk "),
+    };
+    let api = kind.api(&cluster.client, Some(namespace));
+    let reads = disks.iter().map(|disk| {
+        let api = api.clone();
+        let name = disk.source.strip_prefix(prefix).map(str::to_owned);
+        async move {
+            let name = name?;
+            let object = api.get_opt(&name).await.ok()??;
+            Some(crate::wait::disk_progress(flavor, &to_value(object)))
+        }
+    });
+    let imports = futures::future::join_all(reads).await;
+    for (disk, import) in disks.iter_mut().zip(imports) {
+        disk.import = import;
     }
 }
 
@@ -489,6 +517,7 @@ fn kubevirt_disk(volume: &Value) -> Disk {
         name,
         source,
         size: None,
+        import: None,
     }
 }
 
@@ -519,6 +548,7 @@ pub fn deckhouse_details(vm: &Value, events: Vec<EventLine>) -> VmDetails {
                         source: format!("{kind} {name}"),
                         name,
                         size,
+                        import: None,
                     }
                 })
                 .collect()

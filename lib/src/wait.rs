@@ -119,7 +119,8 @@ pub async fn read(
     Ok(Snapshot { vm_status, disks })
 }
 
-fn disk_progress(flavor: Flavor, disk: &Value) -> DiskProgress {
+/// The progress of one DataVolume (KubeVirt) or VirtualDisk (Deckhouse) object.
+pub(crate) fn disk_progress(flavor: Flavor, disk: &Value) -> DiskProgress {
     let phase = disk
         .pointer("/status/phase")
         .and_then(Value::as_str)

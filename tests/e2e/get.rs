@@ -96,3 +96,70 @@ fn deckhouse_details() {
         format!("virtualmachine.virtualization.deckhouse.io/{name}\n")
     );
 }
+
+/// The cells of the row of the Disks section that starts with `disk`.
+fn disk_row(text: &str, disk: &str) -> Vec<String> {
+    let section = text
+        .split("\nDisks:\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no Disks section:\n{text}"));
+    section
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .find(|cells| cells.first().map(String::as_str) == Some(disk))
+        .unwrap_or_else(|| panic!("no disk {disk}:\n{text}"))
+}
+
+#[test]
+fn provisioning_vm_shows_import_progress() {
+    // tests/fixtures/kubevirt.yaml: DataVolume fedora-dv-root is ImportInProgress at 45.0%.
+    let env = Env::kubevirt();
+    let text = ok(env.vm(&["get", "fedora-dv"]));
+    assert!(text.contains("Status:       Provisioning\n"), "{text}");
+    assert_eq!(disk_row(&text, "NAME"), ["NAME", "SOURCE", "SIZE", "IMPORT"]);
+    assert_eq!(
+        disk_row(&text, "rootdisk"),
+        [
+            "rootdisk",
+            "DataVolume",
+            "fedora-dv-root",
+            "<none>",
+            "ImportInProgress",
+            "45%"
+        ]
+    );
+    // A disk the platform does not import has no import state.
+    let text = ok(env.vm(&["get", "web"]));
+    assert_eq!(
+        disk_row(&text, "cloudinitdisk"),
+        ["cloudinitdisk", "cloud-init", "NoCloud", "<none>", "<none>"]
+    );
+
+    // tests/fixtures/deckhouse.yaml: VirtualDisk new-disk is Provisioning at 37%, and
+    // builder-disk is Ready (progress 100%).
+    let env = Env::deckhouse();
+    let text = ok(env.vm(&["get", "waiting-vm.dev"]));
+    assert_eq!(
+        disk_row(&text, "new-disk"),
+        [
+            "new-disk",
+            "VirtualDisk",
+            "new-disk",
+            "<none>",
+            "Provisioning",
+            "37%"
+        ]
+    );
+    let text = ok(env.vm(&["get", "builder.dev"]));
+    assert_eq!(
+        disk_row(&text, "builder-disk"),
+        [
+            "builder-disk",
+            "VirtualDisk",
+            "builder-disk",
+            "20Gi",
+            "Ready",
+            "100%"
+        ]
+    );
+}

@@ -122,12 +122,18 @@ fn describe(out: &mut dyn Write, d: &VmDetails, now: jiff::Timestamp) -> std::io
     section(
         out,
         "Disks",
-        &["NAME", "SOURCE", "SIZE"],
+        &["NAME", "SOURCE", "SIZE", "IMPORT"],
         d.disks.iter().map(|disk| {
+            // The import as `create --wait` shows it: phase and percent.
+            let import = disk.import.as_ref().map(|i| match i.percent {
+                Some(p) => format!("{} {p:.0}%", i.phase),
+                None => i.phase.clone(),
+            });
             vec![
                 disk.name.clone(),
                 disk.source.clone(),
                 cell(disk.size.as_ref()),
+                cell(import.as_ref()),
             ]
         }),
     )?;
