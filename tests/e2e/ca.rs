@@ -1,7 +1,7 @@
 //! `kubectl vm ca init|show|rotate`, checked against the objects in the emulator's store.
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kubevm::ca::{CaBundle, fingerprint, trusted_keys_from_configmap};
+use kubevm::ca::CaBundle;
 use kubevm_emulator::FailureRule;
 use serde_json::Value;
 
@@ -16,9 +16,53 @@ fn one(env: &Env, group: &str, plural: &str, ns: &str, name: &str) -> Option<Val
         .find(|o| o["metadata"]["name"] == name)
 }
 
-/// The CA as stored: the bundle read from the Secret and the fingerprints the ConfigMap
-/// publishes, oldest first.
-fn stored(env: &Env, ns: &str) -> (CaBundle, Vec<String>) {
+/// `ssh-keygen ARGS` (fails, never skips, when it is missing: CI installs openssh-client).
+fn ssh_keygen(args: &[&std::ffi::OsStr]) -> String {
+    let out = std::process::Command::new("ssh-keygen")
+        .args(args)
+        .output()
+        .expect("ssh-keygen not found: install openssh-client (tests/tools/install-test-deps.sh)");
+    assert!(
+        out.status.success(),
+        "ssh-keygen {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The SHA256 fingerprints `ssh-keygen -l` prints for the key files `texts`, in order: an
+/// independent check of what the tool computes itself.
+fn keygen_fingerprints(texts: &[String]) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    texts
+        .iter()
+        .enumerate()
+        .flat_map(|(i, text)| {
+            let path = dir.path().join(format!("key{i}"));
+            std::fs::write(&path, text).unwrap();
+            // ssh-keygen refuses private key files others may read.
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+            let printed = ssh_keygen(&[
+                "-l".as_ref(),
+                "-E".as_ref(),
+                "sha256".as_ref(),
+                "-f".as_ref(),
+                path.as_os_str(),
+            ]);
+            // `256 SHA256:… comment (ED25519)`, one line per key.
+            printed
+                .lines()
+                .map(|l| l.split_whitespace().nth(1).unwrap().to_owned())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The CA as stored: the bundle read from the Secret, then the fingerprints (by ssh-keygen)
+/// of the private keys in the Secret and of the public keys the ConfigMap publishes, oldest
+/// first.
+fn stored(env: &Env, ns: &str) -> (CaBundle, Vec<String>, Vec<String>) {
     let secret: Secret =
         serde_json::from_value(one(env, "", "secrets", ns, "kubevm-ssh-ca").expect("Secret"))
             .unwrap();
@@ -27,18 +71,23 @@ fn stored(env: &Env, ns: &str) -> (CaBundle, Vec<String>) {
         text.contains("-----BEGIN OPENSSH PRIVATE KEY-----"),
         "{text}"
     );
+    let end = "-----END OPENSSH PRIVATE KEY-----";
+    let private_keys: Vec<String> = text
+        .split_inclusive(end)
+        .filter(|block| block.contains(end))
+        .map(|block| format!("{}\n", block.trim()))
+        .collect();
     let bundle = CaBundle::from_secret(&secret).unwrap();
     let config_map: ConfigMap =
         serde_json::from_value(one(env, "", "configmaps", ns, "kubevm-ssh-ca").expect("ConfigMap"))
             .unwrap();
     let published = config_map.data.as_ref().unwrap()["ca.pub"].clone();
     assert!(!published.contains("PRIVATE"), "{published}");
-    let fingerprints = trusted_keys_from_configmap(&config_map)
-        .unwrap()
-        .iter()
-        .map(fingerprint)
-        .collect();
-    (bundle, fingerprints)
+    (
+        bundle,
+        keygen_fingerprints(&private_keys),
+        keygen_fingerprints(&[published]),
+    )
 }
 
 #[test]
@@ -51,8 +100,8 @@ fn init_show_rotate_and_finish() {
     assert!(one(&env, "", "namespaces", "", NS).is_none());
 
     let out = ok(env.vm(&["ca", "init"]));
-    let (bundle, published) = stored(&env, NS);
-    assert_eq!(published, bundle.fingerprints());
+    let (bundle, secret_keys, published) = stored(&env, NS);
+    assert_eq!(published, secret_keys);
     assert_eq!(published.len(), 1);
     let first = published[0].clone();
     let lines: Vec<&str> = out.lines().collect();
@@ -107,7 +156,7 @@ fn init_show_rotate_and_finish() {
         "{line}"
     );
     assert!(line.contains("`kubectl vm ca rotate`"), "{line}");
-    assert_eq!(stored(&env, NS).1, [first.as_str()]);
+    assert_eq!(stored(&env, NS).2, [first.as_str()]);
 
     let show = ok(env.vm(&["ca", "show"]));
     assert!(show.contains("Rotation:   none"), "{show}");
@@ -128,12 +177,13 @@ fn init_show_rotate_and_finish() {
 
     // Rotation: a new signing key, the old one still trusted.
     let out = ok(env.vm(&["ca", "rotate"]));
-    let (bundle, published) = stored(&env, NS);
-    assert_eq!(published, bundle.fingerprints());
+    let (bundle, secret_keys, published) = stored(&env, NS);
+    assert_eq!(published, secret_keys);
     assert_eq!(published.len(), 2);
     assert_eq!(published[0], first, "old key still trusted");
     let second = published[1].clone();
-    assert_eq!(fingerprint(bundle.signing_key().public_key()), second);
+    let signing = bundle.signing_key().public_key().to_openssh().unwrap();
+    assert_eq!(keygen_fingerprints(&[signing]), [second.as_str()]);
     assert!(out.contains(&second) && out.contains(&first), "{out}");
 
     let json: Value = serde_json::from_str(&ok(env.vm(&["ca", "show", "-o", "json"]))).unwrap();
@@ -168,9 +218,9 @@ fn init_show_rotate_and_finish() {
         out.contains(&format!("No longer trusted: {first}")),
         "{out}"
     );
-    let (bundle, published) = stored(&env, NS);
+    let (_, secret_keys, published) = stored(&env, NS);
     assert_eq!(published, [second.as_str()]);
-    assert_eq!(bundle.fingerprints(), [second.as_str()]);
+    assert_eq!(secret_keys, [second.as_str()]);
     let line = fails(&env, &["ca", "rotate", "--finish"], 1);
     assert!(line.contains("no rotation is in progress"), "{line}");
 }
@@ -194,7 +244,7 @@ fn rotate_conflict_and_other_namespace() {
         "Error: no SSH CA in namespace \"platform-ca\"; create one with `kubectl vm ca init --ca-namespace platform-ca`"
     );
     ok(env.vm(&["ca", "init", flag[0], flag[1]]));
-    let (before, _) = stored(&env, "platform-ca");
+    let (_, before, _) = stored(&env, "platform-ca");
     assert!(one(&env, "", "secrets", NS, "kubevm-ssh-ca").is_none());
 
     // Someone else changed the CA between our read and our write.
@@ -210,12 +260,9 @@ fn rotate_conflict_and_other_namespace() {
         fails(&env, &["ca", "rotate", flag[0], flag[1]], 1),
         "Error: conflict: the SSH CA in namespace \"platform-ca\" was changed by someone else during the rotation; run the command again"
     );
-    assert_eq!(
-        stored(&env, "platform-ca").0.fingerprints(),
-        before.fingerprints()
-    );
+    assert_eq!(stored(&env, "platform-ca").1, before);
     ok(env.vm(&["ca", "rotate", flag[0], flag[1]]));
-    assert_eq!(stored(&env, "platform-ca").1.len(), 2);
+    assert_eq!(stored(&env, "platform-ca").2.len(), 2);
 
     assert!(fails(&env, &["ca", "show", "--ca-namespace", "Bad_NS"], 2).contains("--ca-namespace"));
 }

@@ -46,20 +46,62 @@ fn committed_man_pages_and_completions_are_current() {
     }
 }
 
+/// The visible commands below `path`, as the binary's own `--help` lists them (the command
+/// tree a user sees), each as the path of names from the root.
+fn visible_commands(path: &[String]) -> Vec<Vec<String>> {
+    let help = ok(std::process::Command::new(BIN)
+        .args(path)
+        .arg("--help")
+        .output()
+        .unwrap());
+    let mut found = Vec::new();
+    let Some(section) = help.split("\nCommands:\n").nth(1) else {
+        return found;
+    };
+    for line in section.lines().take_while(|l| !l.trim().is_empty()) {
+        let name = line.split_whitespace().next().unwrap().to_owned();
+        if name == "help" {
+            continue;
+        }
+        let mut sub = path.to_vec();
+        sub.push(name);
+        found.extend(visible_commands(&sub));
+        found.push(sub);
+    }
+    found
+}
+
 #[test]
 fn every_visible_command_has_a_man_page() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    for command in [
-        "list",
-        "get",
-        "version",
-        "completion",
-        "completion-bash",
-        "completion-install",
+    let commands = visible_commands(&[]);
+    // The tree really was walked: top-level commands and nested ones alike.
+    for must in [
+        &["create"][..],
+        &["delete"],
+        &["ca", "rotate"],
+        &["completion", "bash"],
     ] {
-        let page = repo.join(format!("man/kubectl-vm-{command}.1"));
-        assert!(page.exists(), "missing {}", page.display());
+        assert!(
+            commands.iter().any(|c| c == must),
+            "{must:?} not in {commands:?}"
+        );
     }
+    let mut expected: Vec<String> = commands
+        .iter()
+        .map(|c| format!("kubectl-vm-{}.1", c.join("-")))
+        .collect();
+    expected.push("kubectl-vm.1".into());
+    expected.sort();
+    let mut pages: Vec<String> = std::fs::read_dir(repo.join("man"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    pages.sort();
+    assert_eq!(
+        pages, expected,
+        "one man page per visible command, no others"
+    );
     let root = std::fs::read_to_string(repo.join("man/kubectl-vm.1")).unwrap();
     assert!(
         root.contains("kubectl vm"),

@@ -116,7 +116,10 @@ fn provisioning_vm_shows_import_progress() {
     let env = Env::kubevirt();
     let text = ok(env.vm(&["get", "fedora-dv"]));
     assert!(text.contains("Status:       Provisioning\n"), "{text}");
-    assert_eq!(disk_row(&text, "NAME"), ["NAME", "SOURCE", "SIZE", "IMPORT"]);
+    assert_eq!(
+        disk_row(&text, "NAME"),
+        ["NAME", "SOURCE", "SIZE", "IMPORT"]
+    );
     assert_eq!(
         disk_row(&text, "rootdisk"),
         [

@@ -242,21 +242,24 @@ mod tests {
 
     #[test]
     fn fingerprint_matches_ssh_keygen() {
-        let Ok(out) = std::process::Command::new("ssh-keygen").arg("-?").output() else {
-            return; // ssh-keygen is optional here; the format test above still runs.
-        };
-        drop(out);
         let ca = CaBundle::generate().unwrap();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ca.pub");
         std::fs::write(&path, &ca.public_keys_openssh().unwrap()[0]).unwrap();
+        // Fails (never skips) without ssh-keygen: CI installs openssh-client.
         let out = std::process::Command::new("ssh-keygen")
             .args(["-l", "-E", "sha256", "-f"])
             .arg(&path)
             .output()
-            .unwrap();
+            .expect("ssh-keygen not found: install openssh-client");
+        assert!(out.status.success());
         let printed = String::from_utf8_lossy(&out.stdout);
-        assert!(printed.contains(&ca.fingerprints()[0]), "{printed}");
+        // `256 SHA256:… comment (ED25519)`: the whole fingerprint field, not a substring.
+        assert_eq!(
+            printed.split_whitespace().nth(1),
+            Some(ca.fingerprints()[0].as_str()),
+            "{printed}"
+        );
     }
 
     #[test]

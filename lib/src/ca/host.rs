@@ -99,28 +99,35 @@ mod tests {
 
     #[test]
     fn ssh_keygen_reads_the_certificate() {
-        if std::process::Command::new("ssh-keygen")
-            .arg("-?")
-            .output()
-            .is_err()
-        {
-            return; // openssh-client is not installed; the test above covers the content.
-        }
         let ca = CaBundle::generate().unwrap();
         let host = HostKeys::issue(&ca, "db", "team-a", Duration::from_secs(3600)).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ssh_host_ed25519_key-cert.pub");
         std::fs::write(&path, &host.certificate).unwrap();
+        // Fails (never skips) without ssh-keygen: CI installs openssh-client.
         let out = std::process::Command::new("ssh-keygen")
             .arg("-L")
             .arg("-f")
             .arg(&path)
             .output()
-            .unwrap();
+            .expect("ssh-keygen not found: install openssh-client");
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{text}");
         assert!(text.contains("host certificate"), "{text}");
-        assert!(text.contains(&ca.fingerprints()[0]), "{text}");
+        // The signing CA, fingerprinted by ssh-keygen itself.
+        let ca_pub = dir.path().join("ca.pub");
+        std::fs::write(&ca_pub, &ca.public_keys_openssh().unwrap()[0]).unwrap();
+        let listed = std::process::Command::new("ssh-keygen")
+            .args(["-l", "-E", "sha256", "-f"])
+            .arg(&ca_pub)
+            .output()
+            .expect("ssh-keygen not found: install openssh-client");
+        let listed = String::from_utf8_lossy(&listed.stdout);
+        let ca_fingerprint = listed.split_whitespace().nth(1).expect("a fingerprint");
+        assert!(
+            text.contains(&format!("Signing CA: ED25519 {ca_fingerprint}")),
+            "{text}"
+        );
         assert!(text.contains("db.team-a") && text.contains("Key ID: \"kubevm-host:team-a/db\""));
     }
 }
