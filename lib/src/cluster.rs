@@ -124,6 +124,27 @@ impl Cluster {
         })
     }
 
+    /// Turns an object's NotFound into `namespace "x" not found` when the namespace itself is
+    /// missing. A GET of an object in a missing namespace is answered NotFound for the object
+    /// (the registry only looks its key up, k8s.io/apiserver/pkg/registry/generic/registry/
+    /// store.go `Get`), so ask once more; any other answer (403 for users who may not read
+    /// namespaces) leaves `err` as it is.
+    pub async fn explain_not_found(&self, err: Error, namespace: &str) -> Error {
+        if !err.is_not_found() {
+            return err;
+        }
+        let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+            kube::Api::all(self.client.clone());
+        match namespaces.get_opt(namespace).await {
+            Ok(None) => Error::NotFound {
+                kind: "namespace".into(),
+                name: namespace.to_owned(),
+                namespace: None,
+            },
+            _ => err,
+        }
+    }
+
     /// Classify a client error, naming this cluster's server when it was unreachable.
     pub fn error(&self, err: kube::Error, action: &Action) -> Error {
         Error::from_kube_at(err, action, &self.server)

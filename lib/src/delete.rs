@@ -98,12 +98,17 @@ pub async fn plan(
     keep_disks: bool,
 ) -> Result<DeletePlan> {
     let vm_kind = Kind::vm(platform.flavor);
-    let vm = vm_kind
+    let vm = match vm_kind
         .api(&cluster.client, Some(namespace))
         .get(name)
         .await
-        .map(to_value)
-        .map_err(|e| cluster.error(e, &vm_kind.action("get", Some(namespace)).named(name)))?;
+    {
+        Ok(vm) => to_value(vm),
+        Err(e) => {
+            let err = cluster.error(e, &vm_kind.action("get", Some(namespace)).named(name));
+            return Err(cluster.explain_not_found(err, namespace).await);
+        }
+    };
     let uid = vm["metadata"]["uid"]
         .as_str()
         .unwrap_or_default()

@@ -379,13 +379,12 @@ pub async fn get(
             } else {
                 vm_kind
             };
-            return Err(missing_namespace(cluster, namespace)
-                .await
-                .unwrap_or(Error::NotFound {
-                    kind: kind.kind.to_ascii_lowercase(),
-                    name: name.to_owned(),
-                    namespace: Some(namespace.to_owned()),
-                }));
+            let missing = Error::NotFound {
+                kind: kind.kind.to_ascii_lowercase(),
+                name: name.to_owned(),
+                namespace: Some(namespace.to_owned()),
+            };
+            return Err(cluster.explain_not_found(missing, namespace).await);
         }
     };
     disk_imports(cluster, platform.flavor, namespace, &mut details.disks).await;
@@ -412,23 +411,6 @@ async fn disk_imports(cluster: &Cluster, flavor: Flavor, namespace: &str, disks:
     let imports = futures::future::join_all(reads).await;
     for (disk, import) in disks.iter_mut().zip(imports) {
         disk.import = import;
-    }
-}
-
-/// `namespace "x" not found` when the namespace itself is missing. A GET of an object in a
-/// missing namespace is answered NotFound for the object (the registry only looks the key up,
-/// k8s.io/apiserver/pkg/registry/generic/registry/store.go `Get`), so ask once more; any other
-/// answer (403 for users who may not read namespaces) leaves the object's NotFound standing.
-async fn missing_namespace(cluster: &Cluster, namespace: &str) -> Option<Error> {
-    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
-        kube::Api::all(cluster.client.clone());
-    match namespaces.get_opt(namespace).await {
-        Ok(None) => Some(Error::NotFound {
-            kind: "namespace".into(),
-            name: namespace.to_owned(),
-            namespace: None,
-        }),
-        _ => None,
     }
 }
 

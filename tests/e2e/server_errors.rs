@@ -116,3 +116,16 @@ fn get_in_a_missing_namespace_names_the_namespace() {
         "Error: virtualmachine \"w\" not found in namespace \"prod\""
     );
 }
+
+#[test]
+fn delete_in_a_missing_namespace_names_the_namespace() {
+    let env = Env::kubevirt();
+    assert_eq!(
+        fails(&env, &["delete", "w", "-n", "nosuch", "--yes"], 1),
+        "Error: namespace \"nosuch\" not found"
+    );
+    assert_eq!(
+        fails(&env, &["delete", "w", "-n", "prod", "--yes"], 1),
+        "Error: virtualmachine \"w\" not found in namespace \"prod\""
+    );
+}
