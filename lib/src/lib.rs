@@ -13,6 +13,7 @@ pub mod create;
 pub mod delete;
 pub mod error;
 pub mod flavor;
+pub mod lifecycle;
 pub mod quantity;
 pub mod target;
 pub mod validate;
