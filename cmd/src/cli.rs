@@ -111,13 +111,19 @@ pub enum Command {
     /// Start virtual machines
     Start(commands::lifecycle::StartArgs),
     /// Stop virtual machines
-    #[command(after_help = "KubeVirt: PUT …/virtualmachines/NAME/stop (runStrategy Always becomes Halted). Deckhouse: a Stop\nVirtualMachineOperation.\n\nExamples:\n  kubectl vm stop web\n  kubectl vm stop web --force\n  kubectl vm stop --all -n dev -y")]
+    #[command(
+        after_help = "KubeVirt: PUT …/virtualmachines/NAME/stop (runStrategy Always becomes Halted). Deckhouse: a Stop\nVirtualMachineOperation.\n\nExamples:\n  kubectl vm stop web\n  kubectl vm stop web --force\n  kubectl vm stop --all -n dev -y"
+    )]
     Stop(commands::lifecycle::StopArgs),
     /// Restart virtual machines
-    #[command(after_help = "KubeVirt: PUT …/virtualmachines/NAME/restart; waits for the new instance. Deckhouse: a Restart\nVirtualMachineOperation.\n\nExamples:\n  kubectl vm restart web\n  kubectl vm restart web --force\n  kubectl vm restart -l app=web -y --wait")]
+    #[command(
+        after_help = "KubeVirt: PUT …/virtualmachines/NAME/restart; waits for the new instance. Deckhouse: a Restart\nVirtualMachineOperation.\n\nExamples:\n  kubectl vm restart web\n  kubectl vm restart web --force\n  kubectl vm restart -l app=web -y --wait"
+    )]
     Restart(commands::lifecycle::StopArgs),
     /// Pause the guests of virtual machines (KubeVirt)
-    #[command(after_help = "Examples:\n  kubectl vm pause web\n  kubectl vm pause -l tier=batch -y")]
+    #[command(
+        after_help = "Examples:\n  kubectl vm pause web\n  kubectl vm pause -l tier=batch -y"
+    )]
     Pause(commands::lifecycle::VmiArgs),
     /// Resume paused virtual machines (KubeVirt)
     #[command(after_help = "Examples:\n  kubectl vm unpause web")]

@@ -11,6 +11,8 @@ mod delete;
 mod errors;
 mod generated;
 mod get;
+mod lifecycle;
+mod lifecycle_deckhouse;
 mod list;
 mod scripts;
 mod version;

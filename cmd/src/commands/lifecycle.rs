@@ -204,7 +204,9 @@ pub async fn cmd_power(global: &GlobalArgs, command: Power) -> CommandResult {
         ),
         Power::Restart(a) => {
             match a.grace_period {
-                Some(g) if g < 0 => return Err(CommandError::usage("--grace-period must be 0 or more")),
+                Some(g) if g < 0 => {
+                    return Err(CommandError::usage("--grace-period must be 0 or more"));
+                }
                 Some(g) if g > 0 => {
                     return Err(CommandError::usage(
                         "restart only takes --grace-period 0 (a forced restart; KubeVirt supports no other); use --force",
@@ -252,7 +254,9 @@ pub async fn cmd_power(global: &GlobalArgs, command: Power) -> CommandResult {
     if let Some(s) = &bulk.selector
         && s.trim().is_empty()
     {
-        return Err(CommandError::usage("-l needs a label selector, e.g. -l app=web"));
+        return Err(CommandError::usage(
+            "-l needs a label selector, e.g. -l app=web",
+        ));
     }
     let (cluster, platform) = super::connect(global).await?;
     let dry_run = lib_dry_run(bulk.dry_run);
@@ -271,7 +275,8 @@ pub async fn cmd_power(global: &GlobalArgs, command: Power) -> CommandResult {
                 .iter()
                 .map(|t| {
                     Ok(VmRef {
-                        namespace: t.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?,
+                        namespace: t
+                            .namespace_in(&cluster.namespace, cluster.namespace_from_flag)?,
                         name: t.name.clone(),
                     })
                 })
@@ -300,7 +305,16 @@ pub async fn cmd_power(global: &GlobalArgs, command: Power) -> CommandResult {
         timeout: bulk.wait.timeout,
         want_object: bulk.output == Some(ResultFormat::Json),
     };
-    execute(&cluster, &platform, &action, vms, &options, bulk.output, is_bulk).await
+    execute(
+        &cluster,
+        &platform,
+        &action,
+        vms,
+        &options,
+        bulk.output,
+        is_bulk,
+    )
+    .await
 }
 
 pub async fn cmd_migrate(global: &GlobalArgs, args: MigrateArgs) -> CommandResult {
@@ -335,7 +349,16 @@ pub async fn cmd_migrate(global: &GlobalArgs, args: MigrateArgs) -> CommandResul
         timeout: args.wait.timeout,
         want_object: args.output == Some(ResultFormat::Json),
     };
-    execute(&cluster, &platform, &action, vec![vm], &options, args.output, false).await
+    execute(
+        &cluster,
+        &platform,
+        &action,
+        vec![vm],
+        &options,
+        args.output,
+        false,
+    )
+    .await
 }
 
 fn lib_dry_run(d: Option<DryRun>) -> LibDryRun {
@@ -387,14 +410,18 @@ async fn execute(
         is_bulk,
     ));
     for vm in &vms {
-        renderer.lock().expect("renderer").begin(vm, action, options);
+        renderer
+            .lock()
+            .expect("renderer")
+            .begin(vm, action, options);
     }
     let on_event = |event: lifecycle::Event| renderer.lock().expect("renderer").event(event);
     let results: Vec<(VmRef, kubevm::Result<Done>)> = futures::stream::iter(vms.iter().cloned())
         .map(|vm| {
             let on_event = &on_event;
             async move {
-                let result = lifecycle::run(cluster, platform, action, &vm, options, on_event).await;
+                let result =
+                    lifecycle::run(cluster, platform, action, &vm, options, on_event).await;
                 (vm, result)
             }
         })
@@ -434,7 +461,11 @@ async fn execute(
         } else {
             json!({"apiVersion": "v1", "kind": "List", "items": objects, "metadata": {"resourceVersion": ""}})
         };
-        writeln!(out, "{}", serde_json::to_string_pretty(&doc).unwrap_or_default())?;
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&doc).unwrap_or_default()
+        )?;
     }
     out.flush()?;
     drop(out);
@@ -447,7 +478,8 @@ async fn execute(
     for (vm, e) in &failed {
         eprintln!("Error: {vm}: {e}");
     }
-    eprintln!("{}", summary(action, ok, failed.len()));
+    let finished = options.wait || options.dry_run != LibDryRun::None;
+    eprintln!("{}", summary(action, ok, failed.len(), finished));
     if failed.is_empty() {
         Ok(())
     } else {
@@ -474,9 +506,13 @@ fn result_line(kind: &Kind, action: &Action, done: &Done, options: &Options) -> 
     format!("{} {what}{suffix}", kind.object_ref(&done.vm.name))
 }
 
-/// `3 started, 1 failed`.
-fn summary(action: &Action, ok: usize, failed: usize) -> String {
-    let mut s = format!("{ok} {}", action.past());
+/// `3 started, 1 failed` (`2 stop requested` without waiting).
+fn summary(action: &Action, ok: usize, failed: usize, finished: bool) -> String {
+    let mut s = if finished {
+        format!("{ok} {}", action.past())
+    } else {
+        format!("{ok} {} requested", action.verb())
+    };
     if failed > 0 {
         s.push_str(&format!(", {failed} failed"));
     }
@@ -490,8 +526,23 @@ mod tests {
 
     #[test]
     fn summary_and_result_lines() {
-        assert_eq!(summary(&Action::Start { paused: false }, 3, 1), "3 started, 1 failed");
-        assert_eq!(summary(&Action::Pause, 2, 0), "2 paused");
+        assert_eq!(
+            summary(&Action::Start { paused: false }, 3, 1, true),
+            "3 started, 1 failed"
+        );
+        assert_eq!(summary(&Action::Pause, 2, 0, true), "2 paused");
+        assert_eq!(
+            summary(
+                &Action::Stop {
+                    grace_period: None,
+                    force: false
+                },
+                2,
+                0,
+                false
+            ),
+            "2 stop requested"
+        );
         let done = Done {
             vm: VmRef {
                 namespace: "default".into(),
@@ -508,7 +559,15 @@ mod tests {
             want_object: false,
         };
         assert_eq!(
-            result_line(&KUBEVIRT_VM, &Action::Stop { grace_period: None, force: false }, &done, &options),
+            result_line(
+                &KUBEVIRT_VM,
+                &Action::Stop {
+                    grace_period: None,
+                    force: false
+                },
+                &done,
+                &options
+            ),
             "virtualmachine.kubevirt.io/web stop requested"
         );
     }

@@ -143,7 +143,11 @@ impl Renderer {
             bar.finish_and_clear();
         }
         if let Some((from, to, took)) = &done.migrated {
-            let line = format!("migrated {}: {from} → {to} in {}", done.vm.name, human(*took));
+            let line = format!(
+                "migrated {}: {from} → {to} in {}",
+                done.vm.name,
+                human(*took)
+            );
             match &self.multi {
                 Some(multi) => {
                     let _ = multi.println(line);

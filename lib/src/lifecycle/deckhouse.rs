@@ -64,7 +64,10 @@ pub fn operation(action: &Action, vm: &VmRef) -> Option<Value> {
 }
 
 fn is_terminal(op: &Value) -> bool {
-    matches!(text(op, "/status/phase"), "Completed" | "Failed" | "Superseded")
+    matches!(
+        text(op, "/status/phase"),
+        "Completed" | "Failed" | "Superseded"
+    )
 }
 
 /// `operation web-x7k2p (Start) failed: NotApplicableForVirtualMachinePhase: …`.
@@ -80,18 +83,29 @@ fn op_failure(op: &Value, vm: &str) -> String {
         .unwrap_or_default();
     let mut why = reason;
     if !message.is_empty() {
-        why = if why.is_empty() { message } else { format!("{why}: {message}") };
+        why = if why.is_empty() {
+            message
+        } else {
+            format!("{why}: {message}")
+        };
     }
     format!(
         "virtualmachineoperation {} ({} of {vm}) {phase}{}",
         text(op, "/metadata/name"),
         text(op, "/spec/type"),
-        if why.is_empty() { String::new() } else { format!(": {why}") }
+        if why.is_empty() {
+            String::new()
+        } else {
+            format!(": {why}")
+        }
     )
 }
 
 fn progress(op: &Value) -> Option<f64> {
-    text(op, "/status/progress").trim_end_matches('%').parse().ok()
+    text(op, "/status/progress")
+        .trim_end_matches('%')
+        .parse()
+        .ok()
 }
 
 pub(crate) async fn run(
@@ -214,7 +228,10 @@ pub(crate) async fn run(
             && let Some(v) = objs.get(1).and_then(|v| v.as_ref())
             && let Some(c) = condition(v, "Running")
             && c["status"] == "False"
-            && !matches!(c["reason"].as_str(), Some("" | "NotRunning" | "Running") | None)
+            && !matches!(
+                c["reason"].as_str(),
+                Some("" | "NotRunning" | "Running") | None
+            )
             && c["message"].as_str().is_some_and(|m| !m.is_empty())
         {
             return Some(Err(Error::Platform(format!(
@@ -316,13 +333,33 @@ mod tests {
 
     #[test]
     fn force_only_when_asked_and_migrate_node_selector() {
-        let op = operation(&Action::Stop { grace_period: None, force: false }, &vm()).unwrap();
-        assert_eq!(op["spec"], json!({"type": "Stop", "virtualMachineName": "web"}));
-        assert_eq!(op["metadata"], json!({"generateName": "web-", "namespace": "prod"}));
+        let op = operation(
+            &Action::Stop {
+                grace_period: None,
+                force: false,
+            },
+            &vm(),
+        )
+        .unwrap();
+        assert_eq!(
+            op["spec"],
+            json!({"type": "Stop", "virtualMachineName": "web"})
+        );
+        assert_eq!(
+            op["metadata"],
+            json!({"generateName": "web-", "namespace": "prod"})
+        );
         let op = operation(&Action::Restart { force: true }, &vm()).unwrap();
         assert_eq!(op["spec"]["force"], true);
         let sel = BTreeMap::from([("kubernetes.io/hostname".to_owned(), "node-2".to_owned())]);
-        let op = operation(&Action::Migrate { node_selector: sel, force: false }, &vm()).unwrap();
+        let op = operation(
+            &Action::Migrate {
+                node_selector: sel,
+                force: false,
+            },
+            &vm(),
+        )
+        .unwrap();
         assert_eq!(
             op["spec"]["migrate"],
             json!({"nodeSelector": {"kubernetes.io/hostname": "node-2"}})

@@ -135,7 +135,14 @@ pub fn explain(action: &Action, name: &str, run_strategy: &str, message: &str) -
     format!("{sentence} (KubeVirt: {message})")
 }
 
-fn refused(cluster: &Cluster, err: kube::Error, action: &Action, vm: &VmRef, rs: &str, path: &str) -> Error {
+fn refused(
+    cluster: &Cluster,
+    err: kube::Error,
+    action: &Action,
+    vm: &VmRef,
+    rs: &str,
+    path: &str,
+) -> Error {
     match err {
         kube::Error::Api(s) if matches!(s.code, 400 | 409) => {
             Error::Platform(explain(action, &vm.name, rs, &s.message))
@@ -148,9 +155,13 @@ fn refused(cluster: &Cluster, err: kube::Error, action: &Action, vm: &VmRef, rs:
         }
         other => cluster.error(
             other,
-            &crate::error::Action::new("update", "virtualmachines.subresources.kubevirt.io", "virtualmachine")
-                .named(&vm.name)
-                .in_namespace(Some(&vm.namespace)),
+            &crate::error::Action::new(
+                "update",
+                "virtualmachines.subresources.kubevirt.io",
+                "virtualmachine",
+            )
+            .named(&vm.name)
+            .in_namespace(Some(&vm.namespace)),
         ),
     }
 }
@@ -162,7 +173,8 @@ fn failure_reason(obj: &Value) -> String {
         .into_iter()
         .flatten()
         .filter(|c| {
-            c["status"] == "False" && matches!(c["type"].as_str(), Some("PodScheduled" | "Synchronized"))
+            c["status"] == "False"
+                && matches!(c["type"].as_str(), Some("PodScheduled" | "Synchronized"))
                 || c["status"] == "True" && c["type"] == "Failure"
         })
         .filter_map(|c| c["message"].as_str().filter(|m| !m.is_empty()))
@@ -196,7 +208,12 @@ pub(crate) async fn run(
     let vmi = match vmi_api.get_opt(&vm.name).await {
         Ok(v) => v.map(|v| serde_json::to_value(v).unwrap_or_default()),
         Err(e) => {
-            return Err(cluster.error(e, &KUBEVIRT_VMI.action("get", Some(&vm.namespace)).named(&vm.name)));
+            return Err(cluster.error(
+                e,
+                &KUBEVIRT_VMI
+                    .action("get", Some(&vm.namespace))
+                    .named(&vm.name),
+            ));
         }
     };
     if let Action::CancelMigration = action {
@@ -214,7 +231,10 @@ pub(crate) async fn run(
     };
     let mut source_node = String::new();
     if action.is_migration() {
-        let Some(vmi) = vmi.as_ref().filter(|v| text(v, "/status/phase") == "Running") else {
+        let Some(vmi) = vmi
+            .as_ref()
+            .filter(|v| text(v, "/status/phase") == "Running")
+        else {
             return Err(Error::Platform(format!(
                 "{} is not running, so it cannot be migrated; start it with `kubectl vm start {}`",
                 vm.name, vm.name
@@ -310,7 +330,11 @@ pub(crate) async fn run(
                     return Some(Err(Error::Platform(format!(
                         "{} cannot start: {status}{}",
                         vm.name,
-                        if why.is_empty() { String::new() } else { format!(": {why}") }
+                        if why.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {why}")
+                        }
                     ))));
                 }
                 None
@@ -360,7 +384,10 @@ pub(crate) async fn run(
                     ))));
                 };
                 let phase = text(m, "/status/phase");
-                let state = m.pointer("/status/migrationState").cloned().unwrap_or_default();
+                let state = m
+                    .pointer("/status/migrationState")
+                    .cloned()
+                    .unwrap_or_default();
                 let target = text(&state, "/targetNode").to_owned();
                 let source = match text(&state, "/sourceNode") {
                     "" => source_node.clone(),
@@ -379,7 +406,10 @@ pub(crate) async fn run(
                         vm.name
                     ))));
                 }
-                let index = MIGRATION_PHASES.iter().position(|p| *p == phase).unwrap_or(0);
+                let index = MIGRATION_PHASES
+                    .iter()
+                    .position(|p| *p == phase)
+                    .unwrap_or(0);
                 let mode = text(&state, "/mode");
                 let mut detail = source.clone();
                 if !target.is_empty() {
@@ -390,7 +420,11 @@ pub(crate) async fn run(
                 }
                 on_event(Event::Migration {
                     vm: vm.clone(),
-                    phase: if phase.is_empty() { "Pending".into() } else { phase.to_owned() },
+                    phase: if phase.is_empty() {
+                        "Pending".into()
+                    } else {
+                        phase.to_owned()
+                    },
                     percent: 100.0 * index as f64 / (MIGRATION_PHASES.len() - 1) as f64,
                     detail,
                 });
@@ -455,7 +489,12 @@ async fn cancel(
         ..DeleteParams::default()
     };
     api.delete(&name, &params).await.map_err(|e| {
-        cluster.error(e, &KUBEVIRT_VMIM.action("delete", Some(&vm.namespace)).named(&name))
+        cluster.error(
+            e,
+            &KUBEVIRT_VMIM
+                .action("delete", Some(&vm.namespace))
+                .named(&name),
+        )
     })?;
     if options.dry_run == DryRun::Server {
         return Ok(done);
@@ -479,13 +518,22 @@ mod tests {
 
     #[test]
     fn bodies_follow_the_option_types() {
-        assert_eq!(body(&Action::Start { paused: false }, false), Some(json!({})));
+        assert_eq!(
+            body(&Action::Start { paused: false }, false),
+            Some(json!({}))
+        );
         assert_eq!(
             body(&Action::Start { paused: true }, true),
             Some(json!({"paused": true, "dryRun": ["All"]}))
         );
         assert_eq!(
-            body(&Action::Stop { grace_period: None, force: true }, false),
+            body(
+                &Action::Stop {
+                    grace_period: None,
+                    force: true
+                },
+                false
+            ),
             Some(json!({"gracePeriod": 0}))
         );
         assert_eq!(
@@ -494,7 +542,13 @@ mod tests {
         );
         let sel = BTreeMap::from([("kubernetes.io/hostname".to_owned(), "node-2".to_owned())]);
         assert_eq!(
-            body(&Action::Migrate { node_selector: sel, force: false }, false),
+            body(
+                &Action::Migrate {
+                    node_selector: sel,
+                    force: false
+                },
+                false
+            ),
             Some(json!({"addedNodeSelector": {"kubernetes.io/hostname": "node-2"}}))
         );
         assert_eq!(body(&Action::SoftReboot, false), None);
@@ -508,7 +562,10 @@ mod tests {
             "Always",
             "Always does not support manual start requests",
         );
-        assert!(m.starts_with("web has runStrategy Always: KubeVirt starts it by itself"), "{m}");
+        assert!(
+            m.starts_with("web has runStrategy Always: KubeVirt starts it by itself"),
+            "{m}"
+        );
         assert!(m.contains("sets runStrategy to Halted"), "{m}");
         assert!(m.ends_with("(KubeVirt: Always does not support manual start requests)"));
     }

@@ -238,7 +238,11 @@ pub enum Selection {
 
 /// The VMs a selection names, sorted. Named VMs are taken as given (a missing one fails
 /// when acted on); selectors and `--all` list the VMs.
-pub async fn select(cluster: &Cluster, flavor: Flavor, selection: &Selection) -> Result<Vec<VmRef>> {
+pub async fn select(
+    cluster: &Cluster,
+    flavor: Flavor,
+    selection: &Selection,
+) -> Result<Vec<VmRef>> {
     let (selector, namespace) = match selection {
         Selection::Names(names) => return Ok(names.clone()),
         Selection::Selector {
@@ -302,12 +306,7 @@ pub(crate) async fn get_vm(cluster: &Cluster, flavor: Flavor, vm: &VmRef) -> Res
         .get(&vm.name)
         .await
         .map(|o| serde_json::to_value(o).unwrap_or_default())
-        .map_err(|e| {
-            cluster.error(
-                e,
-                &kind.action("get", Some(&vm.namespace)).named(&vm.name),
-            )
-        })
+        .map_err(|e| cluster.error(e, &kind.action("get", Some(&vm.namespace)).named(&vm.name)))
 }
 
 /// A string at `pointer`, or "".

@@ -52,7 +52,11 @@ pub(crate) async fn until<T>(
         );
         let rv = list.metadata.resource_version.unwrap_or_default();
         let params = WatchParams::default().fields(&field).timeout(290);
-        feeds.push(restartable_watch(api, params, rv).map(move |e| (i, e)).boxed());
+        feeds.push(
+            restartable_watch(api, params, rv)
+                .map(move |e| (i, e))
+                .boxed(),
+        );
     }
     if let Some(done) = check(&state) {
         return done;
@@ -60,8 +64,8 @@ pub(crate) async fn until<T>(
     let mut feeds = futures::stream::select_all(feeds);
     while let Some((i, event)) = feeds.next().await {
         let w = &objects[i];
-        let event = event
-            .map_err(|e| cluster.error(e, &w.kind.action("watch", Some(&w.namespace))))?;
+        let event =
+            event.map_err(|e| cluster.error(e, &w.kind.action("watch", Some(&w.namespace))))?;
         match event {
             WatchEvent::Added(o) | WatchEvent::Modified(o) => {
                 state[i] = Some(serde_json::to_value(o).unwrap_or_default());
@@ -73,5 +77,7 @@ pub(crate) async fn until<T>(
             return done;
         }
     }
-    Err(crate::Error::Internal("the watch ended unexpectedly".into()))
+    Err(crate::Error::Internal(
+        "the watch ended unexpectedly".into(),
+    ))
 }

@@ -573,6 +573,7 @@ pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
     }
     let key = Key::of(KV, "virtualmachineinstances", vmi);
     if annotation(vmi, STOPPING).is_some() {
+        delete_launcher_pods(app, vmi);
         app.store.delete(&key, Propagation::Cascade);
         return;
     }
@@ -847,6 +848,22 @@ fn pick_target(app: &App, source: &str, selector: Option<&Value>) -> Option<Stri
         })
         .map(|n| meta_str(n, "name").to_string())
         .next()
+}
+
+/// Deletes the VMI's virt-launcher pods: those it owns, and (for fixtures written without
+/// ownerReferences) those labelled `kubevirt.io: virt-launcher` with its name.
+fn delete_launcher_pods(app: &App, vmi: &Value) {
+    let ns = meta_str(vmi, "namespace");
+    let name = meta_str(vmi, "name");
+    let (pods, _) = app.store.list("", "pods", Some(ns));
+    for p in pods.iter().filter(|p| {
+        owned(p, vmi)
+            || (p.pointer("/metadata/labels/kubevirt.io") == Some(&json!("virt-launcher"))
+                && p.pointer("/metadata/labels/vm.kubevirt.io~1name") == Some(&json!(name)))
+    }) {
+        app.store
+            .delete(&Key::of("", "pods", p), Propagation::Cascade);
+    }
 }
 
 /// After a migration the VMI runs in a new virt-launcher pod on the target node.
