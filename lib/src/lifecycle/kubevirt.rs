@@ -96,9 +96,10 @@ pub fn explain(action: &Action, name: &str, run_strategy: &str, message: &str) -
         )
     } else if message == "VM is already running" {
         format!("{name} is already running")
-    } else if message == "VM is not running" || message == "VMI is not running" {
-        format!("{name} is not running; start it with `kubectl vm start {name}`")
-    } else if message.starts_with("VM is not running:") {
+    } else if message == "VM is not running"
+        || message == "VMI is not running"
+        || message.starts_with("VM is not running:")
+    {
         format!("{name} is not running; start it with `kubectl vm start {name}`")
     } else if message.contains("Halted only supports manual stop requests") {
         format!(
@@ -428,7 +429,7 @@ pub(crate) async fn run(
                     percent: 100.0 * index as f64 / (MIGRATION_PHASES.len() - 1) as f64,
                     detail,
                 });
-                (phase == "Succeeded").then(|| Ok((source, target)))
+                (phase == "Succeeded").then_some(Ok((source, target)))
             })
             .await?;
             done.migrated = Some((source, target, started.elapsed()));
