@@ -419,6 +419,15 @@ fn failing_migration_and_unschedulable_start_exit_1_with_the_reason() {
         "{err}"
     );
 
+    // No node matches the selector: the migration fails with the scheduler's reason.
+    let out = env.vm(&["migrate", "slow.lab", "--node-selector", "zone=nowhere"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.lines().last().unwrap().contains("failed: target pod is unschedulable: 0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector"),
+        "{err}"
+    );
+
     let out = env.vm(&["start", "big.lab"]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);

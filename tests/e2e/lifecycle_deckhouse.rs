@@ -199,6 +199,14 @@ fn failures_and_refusals_carry_the_platform_reason() {
         last.contains("(Migrate of slow) failed: NotConverging: Live migration is not completed"),
         "{last}"
     );
+    // Migratable=False: refused before any operation, with the VM's own reason.
+    env.emulator.clear_requests();
+    let err = fails(&env, &["evict", "db.primary.prod"], 1);
+    assert_eq!(
+        err,
+        "Error: db.primary cannot be live-migrated: NonMigratable: Live migration requires that all PVCs must be shared (using ReadWriteMany access mode)"
+    );
+    assert!(changes(&env).is_empty());
     let out = env.vm(&["start", "big.dev"]);
     assert_eq!(out.status.code(), Some(1));
     let last = stderr(&out).lines().last().unwrap().to_owned();

@@ -136,6 +136,21 @@ pub(crate) async fn run(
             vm.name
         )));
     }
+    // The platform says up front when the VM cannot be live-migrated.
+    if action.is_migration()
+        && let Some(c) = condition(&vm_obj, "Migratable").filter(|c| c["status"] == "False")
+    {
+        return Err(Error::Platform(format!(
+            "{} cannot be live-migrated: {}{}",
+            vm.name,
+            c["reason"].as_str().unwrap_or("Migratable=False"),
+            c["message"]
+                .as_str()
+                .filter(|m| !m.is_empty())
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        )));
+    }
     let Some(body) = operation(action, vm) else {
         return Err(Error::InvalidTarget(format!(
             "{} is not supported by Deckhouse virtualization",
