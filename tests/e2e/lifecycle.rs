@@ -126,6 +126,9 @@ fn power_cycle_reaches_each_end_state_with_exact_requests() {
         err.contains("runStrategy Always; KubeVirt set it to Halted"),
         "{err}"
     );
+    // Off a terminal: plain lines, no spinner frames or cursor movement.
+    assert!(!err.contains('\x1b') && !err.contains('\r'), "{err:?}");
+    assert!(err.lines().all(|l| l.starts_with("web: ")), "{err}");
     assert_eq!(
         wire(&env),
         [(
@@ -299,6 +302,14 @@ fn migrate_moves_the_vm_and_reports_the_nodes() {
         vmi(&env, "default", "web").unwrap()["status"]["nodeName"],
         "node-1"
     );
+    // No such node: said before anything is changed.
+    env.emulator.clear_requests();
+    let err = fails(&env, &["migrate", "web", "--target-node", "node-9"], 1);
+    assert_eq!(
+        err,
+        "Error: there is no node named \"node-9\" in the cluster; `kubectl get nodes` lists them"
+    );
+    assert!(changes(&env).is_empty());
     // Already there: refused before any request.
     let err = fails(&env, &["migrate", "web", "--target-node", "node-1"], 2);
     assert!(err.contains("already runs on node node-1"), "{err}");
@@ -378,6 +389,15 @@ fn cancel_stops_a_running_migration_and_no_wait_returns_before() {
     eventually("web running", || {
         printable(&env, "default", "web") == "Running"
     });
+
+    // --timeout bounds the wait.
+    let out = env.vm(&["migrate", "web", "--timeout", "1s"]);
+    assert_eq!(out.status.code(), Some(1));
+    let last = stderr(&out).lines().last().unwrap().to_owned();
+    assert!(
+        last.starts_with("Error: timed out waiting for virtual machine default/web to be migrated"),
+        "{last}"
+    );
 }
 
 #[test]

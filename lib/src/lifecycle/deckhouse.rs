@@ -157,6 +157,7 @@ pub(crate) async fn run(
             action.verb()
         )));
     };
+    super::check_target_node(cluster, action).await?;
     if options.dry_run == DryRun::Client {
         return Ok(done);
     }

@@ -259,6 +259,7 @@ pub(crate) async fn run(
             )));
         }
     }
+    super::check_target_node(cluster, action).await?;
     if options.dry_run == DryRun::Client {
         return Ok(done);
     }

@@ -309,6 +309,29 @@ pub(crate) async fn get_vm(cluster: &Cluster, flavor: Flavor, vm: &VmRef) -> Res
         .map_err(|e| cluster.error(e, &kind.action("get", Some(&vm.namespace)).named(&vm.name)))
 }
 
+/// `--target-node NODE` must name a node (d8 checks this too). Users who may not read nodes
+/// (a 403) are not stopped: the migration then fails with the platform's reason.
+pub(crate) async fn check_target_node(cluster: &Cluster, action: &Action) -> Result<()> {
+    let Action::Migrate { node_selector, .. } = action else {
+        return Ok(());
+    };
+    let Some(node) = node_selector.get("kubernetes.io/hostname") else {
+        return Ok(());
+    };
+    let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(cluster.client.clone());
+    match api.get_metadata_opt(node).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(Error::Platform(format!(
+            "there is no node named {node:?} in the cluster; `kubectl get nodes` lists them"
+        ))),
+        Err(kube::Error::Api(s)) if s.code == 403 => Ok(()),
+        Err(e) => Err(cluster.error(
+            e,
+            &crate::error::Action::new("get", "nodes", "node").named(node),
+        )),
+    }
+}
+
 /// A string at `pointer`, or "".
 pub(crate) fn text<'a>(obj: &'a Value, pointer: &str) -> &'a str {
     obj.pointer(pointer).and_then(Value::as_str).unwrap_or("")
