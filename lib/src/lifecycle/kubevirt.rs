@@ -302,7 +302,8 @@ pub(crate) async fn run(
     }
     let vm_watch = Watched::new(KUBEVIRT_VM, &vm.namespace, &vm.name);
     let vmi_watch = Watched::new(KUBEVIRT_VMI, &vm.namespace, &vm.name);
-    let mut last_phase = String::new();
+    // The state before the request is not news: report changes from it.
+    let mut last_phase = text(&vm_obj, "/status/printableStatus").to_owned();
     let mut phase_event = |phase: &str| {
         if phase != last_phase && !phase.is_empty() {
             last_phase = phase.to_owned();
