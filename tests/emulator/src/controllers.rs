@@ -20,7 +20,7 @@ type Reconciler = fn(&App, &Value, bool);
 /// Which reconciler runs for which `(group, plural)`.
 const RECONCILERS: &[(&str, &str, Reconciler)] = &[
     ("kubevirt.io", "virtualmachines", kubevirt_vm),
-    // Lifecycle (lifecycle.rs): VMI phases, migrations, Deckhouse operations.
+    // Lifecycle (lifecycle/): VMI phases, migrations, Deckhouse operations.
     (
         "kubevirt.io",
         "virtualmachineinstances",
@@ -239,7 +239,7 @@ fn kubevirt_vm(app: &App, vm: &Value, _tick: bool) {
                 })
                 .unwrap_or(true)
         });
-    // Run strategies and state change requests: lifecycle.rs.
+    // Run strategies and state change requests: lifecycle/.
     let vmi = crate::lifecycle::kubevirt_run(app, vm, provisioning);
     let run = vmi.is_some();
     let vmi_ready = vmi.as_ref().and_then(|v| {
@@ -623,7 +623,7 @@ fn deckhouse_vm(app: &App, vm: &Value, _tick: bool) {
             .unwrap_or(json!(""));
         ref_status.push(json!({"kind": kind, "name": name, "size": size, "target": format!("vd{}", (b'a' + i as u8) as char), "attached": ready}));
     }
-    // Power state from runPolicy and operations: lifecycle.rs.
+    // Power state from runPolicy and operations: lifecycle/.
     let (power_phase, node) = crate::lifecycle::deckhouse_power(vm);
     let phase = if !devices_ready {
         "Pending"
