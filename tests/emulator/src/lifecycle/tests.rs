@@ -127,9 +127,26 @@ fn always_stop_sets_halted_and_start_is_refused_while_running() {
         .modify(&Key::new(KV, "virtualmachines", "default", "web"), |o| {
             o["spec"]["runStrategy"] = json!("Halted")
         });
-    let _ = app.store.modify(
-        &Key::new(KV, "virtualmachineinstances", "default", "web"),
-        |o| set_annotation(o, STOPPING, None),
+    assert_eq!(
+        put(&app, "virtualmachines", "web", "stop", json!({})),
+        Err((
+            409,
+            "Halted only supports manual stop requests with a shorter graceperiod".into()
+        ))
+    );
+    assert_eq!(
+        put(
+            &app,
+            "virtualmachines",
+            "web",
+            "stop",
+            json!({"gracePeriod": 1})
+        ),
+        Ok(202)
+    );
+    assert_eq!(
+        get(&app, "virtualmachineinstances", "web").unwrap()["spec"]["terminationGracePeriodSeconds"],
+        1
     );
 }
 
