@@ -123,6 +123,33 @@ pub enum Command {
     Create(Box<commands::create::CreateArgs>),
     /// Delete a virtual machine and the disks created for it
     Delete(commands::delete::DeleteArgs),
+    /// Start virtual machines
+    Start(commands::lifecycle::StartArgs),
+    /// Stop virtual machines
+    #[command(
+        after_help = "KubeVirt: PUT …/virtualmachines/NAME/stop (runStrategy Always becomes Halted). Deckhouse: a Stop\nVirtualMachineOperation.\n\nExamples:\n  kubectl vm stop web\n  kubectl vm stop web --force\n  kubectl vm stop --all -n dev -y"
+    )]
+    Stop(commands::lifecycle::StopArgs),
+    /// Restart virtual machines
+    #[command(
+        after_help = "KubeVirt: PUT …/virtualmachines/NAME/restart; waits for the new instance. Deckhouse: a Restart\nVirtualMachineOperation.\n\nExamples:\n  kubectl vm restart web\n  kubectl vm restart web --force\n  kubectl vm restart -l app=web -y --wait"
+    )]
+    Restart(commands::lifecycle::StopArgs),
+    /// Pause the guests of virtual machines (KubeVirt)
+    #[command(
+        after_help = "Examples:\n  kubectl vm pause web\n  kubectl vm pause -l tier=batch -y"
+    )]
+    Pause(commands::lifecycle::VmiArgs),
+    /// Resume paused virtual machines (KubeVirt)
+    #[command(after_help = "Examples:\n  kubectl vm unpause web")]
+    Unpause(commands::lifecycle::VmiArgs),
+    /// Ask the guests of virtual machines to reboot (KubeVirt; needs the guest agent or ACPI)
+    #[command(after_help = "Examples:\n  kubectl vm soft-reboot web")]
+    SoftReboot(commands::lifecycle::VmiArgs),
+    /// Move virtual machines off their nodes (live migration)
+    Evict(commands::lifecycle::EvictArgs),
+    /// Live-migrate a virtual machine, or cancel its migration
+    Migrate(commands::lifecycle::MigrateArgs),
     /// Manage the platform SSH certificate authority (init, show, rotate)
     Ca(commands::ca::CaArgs),
     /// Print the client version and the platform version of the cluster

@@ -150,6 +150,10 @@ pub enum Error {
         /// What was removed again, e.g. `; removed the 2 objects created before it`.
         undo: String,
     },
+    /// The platform refused an action or could not complete it; the message says why and,
+    /// where it can, what to do.
+    #[error("{0}")]
+    Platform(String),
     /// A wait ran out of time.
     #[error("timed out waiting for {0}")]
     Timeout(String),

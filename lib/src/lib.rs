@@ -14,6 +14,7 @@ pub mod delete;
 pub mod error;
 pub mod flavor;
 pub mod http_log;
+pub mod lifecycle;
 pub mod quantity;
 pub mod selector;
 pub mod target;

@@ -725,7 +725,7 @@ fn summarize(flavor: Flavor, vm: &Value, vmi: Option<&Value>) -> VmSummary {
 
 /// A watch that resumes where it stopped when the server ends it (watch timeouts), so the
 /// caller sees one endless stream.
-fn restartable_watch(
+pub(crate) fn restartable_watch(
     api: kube::Api<DynamicObject>,
     params: WatchParams,
     resource_version: String,

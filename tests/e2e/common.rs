@@ -37,9 +37,16 @@ impl Env {
     }
 
     fn start(flavor: ServeFlavor, fixture_name: &str) -> Env {
+        Env::with_step(flavor, fixture_name, EmulatorOptions::default().import_step)
+    }
+
+    /// Like [`Env::kubevirt`]/[`Env::deckhouse`] with another controller step (slower
+    /// controllers leave time to look at intermediate states).
+    pub fn with_step(flavor: ServeFlavor, fixture_name: &str, step: std::time::Duration) -> Env {
         let options = EmulatorOptions {
             fixture_yaml: vec![fixture(fixture_name)],
             flavor,
+            import_step: step,
             ..Default::default()
         };
         let emulator = Emulator::start_blocking(options).expect("emulator starts");

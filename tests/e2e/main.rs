@@ -12,6 +12,8 @@ mod errors;
 mod generated;
 mod get;
 mod kubectl_like;
+mod lifecycle;
+mod lifecycle_deckhouse;
 mod list;
 mod scripts;
 mod server_errors;

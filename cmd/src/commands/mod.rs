@@ -7,6 +7,8 @@ pub mod create_interactive;
 pub mod delete;
 pub mod generate_docs;
 pub mod get;
+pub mod lifecycle;
+pub mod lifecycle_render;
 pub mod list;
 pub mod version;
 
@@ -57,6 +59,20 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Version(args) => version::cmd_version(&global, args).await,
         Command::Completion(args) => completion::cmd_completion(args),
         Command::GenerateDocs(args) => generate_docs::cmd_generate_docs(args),
+        Command::Start(args) => lifecycle::cmd_power(&global, lifecycle::Power::Start(args)).await,
+        Command::Stop(args) => lifecycle::cmd_power(&global, lifecycle::Power::Stop(args)).await,
+        Command::Restart(args) => {
+            lifecycle::cmd_power(&global, lifecycle::Power::Restart(args)).await
+        }
+        Command::Pause(args) => lifecycle::cmd_power(&global, lifecycle::Power::Pause(args)).await,
+        Command::Unpause(args) => {
+            lifecycle::cmd_power(&global, lifecycle::Power::Unpause(args)).await
+        }
+        Command::SoftReboot(args) => {
+            lifecycle::cmd_power(&global, lifecycle::Power::SoftReboot(args)).await
+        }
+        Command::Evict(args) => lifecycle::cmd_power(&global, lifecycle::Power::Evict(args)).await,
+        Command::Migrate(args) => lifecycle::cmd_migrate(&global, args).await,
     }
 }
 

@@ -6,7 +6,9 @@
 //! Add a reconciler: write `fn reconcile_x(app, obj, tick)` and list it in [`RECONCILERS`].
 
 use crate::app::App;
-use crate::store::{Key, Propagation};
+use crate::store::Key;
+#[cfg(test)]
+use crate::store::Propagation;
 use crate::util::{meta_str, now_rfc3339};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -18,6 +20,22 @@ type Reconciler = fn(&App, &Value, bool);
 /// Which reconciler runs for which `(group, plural)`.
 const RECONCILERS: &[(&str, &str, Reconciler)] = &[
     ("kubevirt.io", "virtualmachines", kubevirt_vm),
+    // Lifecycle (lifecycle/): VMI phases, migrations, Deckhouse operations.
+    (
+        "kubevirt.io",
+        "virtualmachineinstances",
+        crate::lifecycle::kubevirt_vmi,
+    ),
+    (
+        "kubevirt.io",
+        "virtualmachineinstancemigrations",
+        crate::lifecycle::migration,
+    ),
+    (
+        "virtualization.deckhouse.io",
+        "virtualmachineoperations",
+        crate::lifecycle::vmop,
+    ),
     ("cdi.kubevirt.io", "datavolumes", data_volume),
     ("virtualization.deckhouse.io", "virtualdisks", virtual_disk),
     (
@@ -45,7 +63,7 @@ const RECONCILERS: &[(&str, &str, Reconciler)] = &[
 /// Progress made per tick, in percent.
 const STEP_PERCENT: f64 = 10.0;
 /// The node every emulated VM lands on.
-const NODE: &str = "node-1";
+pub(crate) const NODE: &str = "node-1";
 
 /// Runs the controllers until `shutdown` flips.
 pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
@@ -81,7 +99,7 @@ pub fn reconcile_all(app: &App, tick: bool) {
     }
 }
 
-fn owner_ref(obj: &Value) -> Value {
+pub(crate) fn owner_ref(obj: &Value) -> Value {
     json!({
         "apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
         "uid": obj["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true
@@ -95,6 +113,7 @@ fn has_controller(obj: &Value) -> bool {
         .is_some_and(|refs| refs.iter().any(|r| r["controller"] == true))
 }
 
+#[cfg(test)]
 fn owned_by(obj: &Value, owner: &Value) -> bool {
     obj.pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
@@ -102,7 +121,13 @@ fn owned_by(obj: &Value, owner: &Value) -> bool {
 }
 
 /// Sets a condition, keeping `lastTransitionTime` when the status does not change.
-fn set_condition(status: &mut Value, type_: &str, state: bool, reason: &str, message: &str) {
+pub(crate) fn set_condition(
+    status: &mut Value,
+    type_: &str,
+    state: bool,
+    reason: &str,
+    message: &str,
+) {
     if !status["conditions"].is_array() {
         status["conditions"] = json!([]);
     }
@@ -146,21 +171,8 @@ fn percent(progress: &Value) -> f64 {
 // ---------------------------------------------------------------------------------------------
 // KubeVirt
 
-/// Whether a KubeVirt VM should run: runStrategy Always/RerunOnFailure/Once, legacy
-/// `spec.running: true`, or Manual with a VMI already present.
-fn kubevirt_should_run(vm: &Value, vmi_exists: bool) -> bool {
-    let strategy = vm.pointer("/spec/runStrategy").and_then(Value::as_str);
-    match strategy {
-        Some("Always") | Some("RerunOnFailure") | Some("Once") => true,
-        Some("Manual") => vmi_exists,
-        Some(_) => false,
-        None => vm.pointer("/spec/running").and_then(Value::as_bool) == Some(true),
-    }
-}
-
 fn kubevirt_vm(app: &App, vm: &Value, _tick: bool) {
     let ns = meta_str(vm, "namespace").to_string();
-    let name = meta_str(vm, "name").to_string();
     let cdi = app
         .registry
         .find_plural("cdi.kubevirt.io", "datavolumes")
@@ -227,43 +239,33 @@ fn kubevirt_vm(app: &App, vm: &Value, _tick: bool) {
                 })
                 .unwrap_or(true)
         });
-    let vmi_key = Key::new("kubevirt.io", "virtualmachineinstances", &ns, &name);
-    let mut vmi = app.store.get(&vmi_key);
-    let run = kubevirt_should_run(vm, vmi.is_some());
-    if run && !provisioning && vmi.is_none() {
-        vmi = app
-            .store
-            .create("kubevirt.io", "virtualmachineinstances", new_vmi(vm))
-            .ok();
-        if let Some(v) = &vmi {
-            let _ = app.store.create("", "pods", launcher_pod(v));
-        }
-    } else if !run && vmi.as_ref().is_some_and(|v| owned_by(v, vm)) {
-        app.store.delete(&vmi_key, Propagation::Cascade);
-        vmi = None;
-    }
+    // Run strategies and state change requests: lifecycle/.
+    let vmi = crate::lifecycle::kubevirt_run(app, vm, provisioning);
+    let run = vmi.is_some();
     let vmi_ready = vmi.as_ref().and_then(|v| {
         crate::table::eval_first(v, ".status.conditions[?(@.type=='Ready')].status").cloned()
     }) == Some(json!("True"));
     let printable = if provisioning {
         "Provisioning"
-    } else if let Some(v) = &vmi {
-        match v.pointer("/status/phase").and_then(Value::as_str) {
-            Some("Running") => "Running",
-            Some("Succeeded") | Some("Failed") => "Stopped",
-            _ => "Starting",
-        }
     } else {
-        "Stopped"
+        crate::lifecycle::kubevirt_printable(vm, vmi.as_ref())
     };
     let generation = vm
         .pointer("/metadata/generation")
         .cloned()
         .unwrap_or(json!(1));
-    let run_strategy = vm
-        .pointer("/spec/runStrategy")
-        .cloned()
-        .unwrap_or_else(|| json!(if run { "Always" } else { "Halted" }));
+    let _ = run;
+    let run_strategy = json!(crate::lifecycle::run_strategy(vm));
+    // The VM mirrors its VMI's scheduling failure (virt-controller copies the condition).
+    let unschedulable = vmi.as_ref().and_then(|v| {
+        v.pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|c| {
+                c.iter()
+                    .find(|c| c["type"] == "PodScheduled" && c["status"] == "False")
+            })
+            .cloned()
+    });
     app.store
         .modify(&key_of("kubevirt.io", "virtualmachines", vm), |o| {
             let mut st = o.get("status").cloned().unwrap_or(json!({}));
@@ -288,11 +290,25 @@ fn kubevirt_vm(app: &App, vm: &Value, _tick: bool) {
                 (Some(_), true) => ("", ""),
             };
             set_condition(&mut st, "Ready", vmi_ready, reason, message);
+            match &unschedulable {
+                Some(c) => set_condition(
+                    &mut st,
+                    "PodScheduled",
+                    false,
+                    c["reason"].as_str().unwrap_or(""),
+                    c["message"].as_str().unwrap_or(""),
+                ),
+                None => {
+                    if let Some(c) = st["conditions"].as_array_mut() {
+                        c.retain(|c| c["type"] != "PodScheduled");
+                    }
+                }
+            }
             o["status"] = st;
         });
 }
 
-fn new_vmi(vm: &Value) -> Value {
+pub(crate) fn new_vmi(vm: &Value) -> Value {
     let [a, b, c, d] = uid_bytes(vm);
     let ip = format!("10.244.{}.{}", a, b % 254 + 1);
     let mac = format!("02:{c:02x}:{d:02x}:{a:02x}:{b:02x}:01");
@@ -333,7 +349,7 @@ fn new_vmi(vm: &Value) -> Value {
     })
 }
 
-fn launcher_pod(vmi: &Value) -> Value {
+pub(crate) fn launcher_pod(vmi: &Value) -> Value {
     let name = meta_str(vmi, "name");
     let uid = meta_str(vmi, "uid");
     let ip = vmi
@@ -607,18 +623,18 @@ fn deckhouse_vm(app: &App, vm: &Value, _tick: bool) {
             .unwrap_or(json!(""));
         ref_status.push(json!({"kind": kind, "name": name, "size": size, "target": format!("vd{}", (b'a' + i as u8) as char), "attached": ready}));
     }
-    let policy = vm
-        .pointer("/spec/runPolicy")
-        .and_then(Value::as_str)
-        .unwrap_or("AlwaysOnUnlessStoppedManually");
-    let run = matches!(policy, "AlwaysOn" | "AlwaysOnUnlessStoppedManually");
+    // Power state from runPolicy and operations: lifecycle/.
+    let (power_phase, node) = crate::lifecycle::deckhouse_power(vm);
     let phase = if !devices_ready {
         "Pending"
-    } else if run {
-        "Running"
     } else {
-        "Stopped"
+        power_phase
     };
+    let unschedulable = phase == "Starting"
+        && vm
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(crate::lifecycle::UNSCHEDULABLE))
+            == Some(&json!("true"));
     let [a, b, ..] = uid_bytes(vm);
     let ip = format!("10.66.{}.{}", a, b % 254 + 1);
     let name = meta_str(vm, "name").to_string();
@@ -633,10 +649,10 @@ fn deckhouse_vm(app: &App, vm: &Value, _tick: bool) {
                     "coreFraction": o.pointer("/spec/cpu/coreFraction").cloned().unwrap_or(json!("100%"))},
             "memory": {"size": o.pointer("/spec/memory/size").cloned().unwrap_or(json!("1Gi"))}
         });
-        let running = phase == "Running";
+        let running = matches!(phase, "Running" | "Migrating" | "Stopping");
         let m = st.as_object_mut().expect("object");
         if running {
-            m.insert("nodeName".into(), json!(NODE));
+            m.insert("nodeName".into(), json!(node));
             m.insert("ipAddress".into(), json!(ip));
             m.insert("virtualMachinePods".into(), json!([{"name": format!("virt-launcher-{name}-{uid5}"), "active": true}]));
             m.insert("versions".into(), json!({"qemu": "9.2.0", "libvirt": "10.9.0"}));
@@ -649,7 +665,11 @@ fn deckhouse_vm(app: &App, vm: &Value, _tick: bool) {
             }
         }
         set_condition(&mut st, "BlockDevicesReady", devices_ready, if devices_ready { "BlockDevicesReady" } else { "BlockDevicesNotReady" }, "");
-        set_condition(&mut st, "Running", running, if running { "Running" } else { "NotRunning" }, "");
+        if unschedulable {
+            set_condition(&mut st, "Running", false, "PodNotStarted", crate::lifecycle::UNSCHEDULABLE_MESSAGE);
+        } else {
+            set_condition(&mut st, "Running", running, if running { "Running" } else { "NotRunning" }, "");
+        }
         set_condition(&mut st, "AgentReady", running, if running { "AgentReady" } else { "AgentNotReady" }, "");
         set_condition(&mut st, "Migratable", running, if running { "VirtualMachineMigratable" } else { "NotRunning" }, "");
         o["status"] = st;
@@ -678,8 +698,8 @@ mod tests {
     }
 
     fn settle_controllers(app: &App) {
-        for _ in 0..3 {
-            reconcile_all(app, false);
+        for _ in 0..6 {
+            reconcile_all(app, true);
         }
     }
 

@@ -27,6 +27,7 @@ pub mod controllers;
 pub mod discovery;
 pub mod fixtures;
 pub mod handlers;
+pub mod lifecycle;
 pub mod openapi;
 pub mod patch;
 pub mod registry;

@@ -1,6 +1,6 @@
 //! `kubevm-emulator`: runs the emulator until SIGINT/SIGTERM.
 //!
-//! `kubevm-emulator [--fixture FILE]... [--flavor kubevirt|deckhouse|both] [--port N] [--kubeconfig PATH]`
+//! `kubevm-emulator [--fixture FILE]... [--flavor kubevirt|deckhouse|both] [--port N] [--kubeconfig PATH] [--step-ms N]`
 
 use clap::{Parser, ValueEnum};
 use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
@@ -30,6 +30,10 @@ struct Args {
     /// Where to write the kubeconfig.
     #[arg(long, default_value = "./kubevm-emulator.kubeconfig")]
     kubeconfig: PathBuf,
+    /// Controller step in milliseconds: each import step, VM phase and migration phase takes
+    /// one (realistic by default; tests use 200 through the library).
+    #[arg(long, default_value_t = 1000)]
+    step_ms: u64,
 }
 
 #[tokio::main]
@@ -54,7 +58,7 @@ async fn main() -> ExitCode {
         fixture_yaml,
         flavor,
         port: args.port,
-        ..Default::default()
+        import_step: std::time::Duration::from_millis(args.step_ms.max(1)),
     })
     .await
     {

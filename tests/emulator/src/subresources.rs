@@ -94,14 +94,18 @@ pub async fn handle(
     action(app, rp, sub, q, body).await
 }
 
-/// Dispatches one subresource action on an existing object. Nothing is implemented yet.
+/// Dispatches one subresource action on an existing object.
 async fn action(
-    _app: &Arc<App>,
+    app: &Arc<App>,
     rp: &ResourcePath,
     sub: &str,
-    _q: &Query,
-    _body: &Bytes,
+    q: &Query,
+    body: &Bytes,
 ) -> Result<Response, ApiError> {
+    // start/stop/restart/migrate, pause/unpause/softreboot.
+    if let Some(result) = crate::lifecycle::action(app, rp, sub, q, body) {
+        return result;
+    }
     Err(ApiError::new(
         501,
         "NotImplemented",

@@ -1,0 +1,392 @@
+//! Power actions and live migration: `start`, `stop`, `restart`, `pause`, `unpause`,
+//! `soft-reboot`, `evict`, `migrate` (and cancelling a migration), for one VM at a time.
+//!
+//! KubeVirt: PUTs on `subresources.kubevirt.io/v1` (see [`kubevirt`]); Deckhouse: a
+//! VirtualMachineOperation (see [`deckhouse`]). Waiting watches the objects involved (never
+//! polls) and ends early with the platform's reason when the VM cannot get there. Progress
+//! is reported as [`Event`]s; the caller renders them.
+
+pub mod deckhouse;
+pub mod kubevirt;
+mod watch;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kube::api::ListParams;
+use serde_json::Value;
+
+use crate::api::Kind;
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+use crate::flavor::{Flavor, Platform};
+
+/// What to do to a VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Start it (KubeVirt: optionally paused).
+    Start {
+        /// Start with the guest paused (KubeVirt only).
+        paused: bool,
+    },
+    /// Stop it.
+    Stop {
+        /// Shutdown grace period in seconds (KubeVirt).
+        grace_period: Option<i64>,
+        /// Stop at once.
+        force: bool,
+    },
+    /// Restart it.
+    Restart {
+        /// Restart at once (KubeVirt: `gracePeriodSeconds: 0`; Deckhouse: `spec.force`).
+        force: bool,
+    },
+    /// Pause the guest (KubeVirt only).
+    Pause,
+    /// Resume a paused guest (KubeVirt only).
+    Unpause,
+    /// Ask the guest to reboot (KubeVirt only).
+    SoftReboot,
+    /// Move it off its node (Deckhouse: Evict; KubeVirt: a migration to any other node).
+    Evict {
+        /// Deckhouse: allow AutoConverge (CPU throttling).
+        force: bool,
+    },
+    /// Live-migrate it.
+    Migrate {
+        /// Node labels the target must have (`--target-node` becomes
+        /// `kubernetes.io/hostname`).
+        node_selector: BTreeMap<String, String>,
+        /// Deckhouse: allow AutoConverge (CPU throttling).
+        force: bool,
+    },
+    /// Cancel its running migration.
+    CancelMigration,
+}
+
+impl Action {
+    /// The command's name: `start`, `soft-reboot`, …
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Action::Start { .. } => "start",
+            Action::Stop { .. } => "stop",
+            Action::Restart { .. } => "restart",
+            Action::Pause => "pause",
+            Action::Unpause => "unpause",
+            Action::SoftReboot => "soft-reboot",
+            Action::Evict { .. } => "evict",
+            Action::Migrate { .. } => "migrate",
+            Action::CancelMigration => "cancel the migration of",
+        }
+    }
+
+    /// The word in result lines: `started`, `migration cancelled`, …
+    pub fn past(&self) -> &'static str {
+        match self {
+            Action::Start { .. } => "started",
+            Action::Stop { .. } => "stopped",
+            Action::Restart { .. } => "restarted",
+            Action::Pause => "paused",
+            Action::Unpause => "unpaused",
+            Action::SoftReboot => "soft-rebooted",
+            Action::Evict { .. } => "evicted",
+            Action::Migrate { .. } => "migrated",
+            Action::CancelMigration => "migration cancelled",
+        }
+    }
+
+    /// Whether progress is a migration (a bar rather than a spinner).
+    pub fn is_migration(&self) -> bool {
+        matches!(self, Action::Evict { .. } | Action::Migrate { .. })
+    }
+
+    /// Check the action against the platform before any request; the error is a usage
+    /// error (one line, exit 2).
+    pub fn check(&self, flavor: Flavor, dry_run: DryRun) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidTarget(m));
+        match (flavor, self) {
+            (Flavor::Deckhouse, Action::Pause | Action::Unpause | Action::SoftReboot) => bad(
+                format!(
+                    "{} is not supported by Deckhouse virtualization (it has no such VirtualMachineOperation); it works on KubeVirt",
+                    self.verb()
+                ),
+            ),
+            (Flavor::Deckhouse, Action::Start { paused: true }) => {
+                bad("--paused is not supported by Deckhouse virtualization".into())
+            }
+            (Flavor::Deckhouse, Action::Stop { grace_period: Some(_), .. }) => bad(
+                "--grace-period is not supported by Deckhouse virtualization; use --force to stop at once".into(),
+            ),
+            (Flavor::KubeVirt, Action::Migrate { force: true, .. } | Action::Evict { force: true }) => {
+                bad("--force (AutoConverge) applies to Deckhouse virtualization only; KubeVirt takes it from the migration policy".into())
+            }
+            (Flavor::KubeVirt, Action::SoftReboot) if dry_run == DryRun::Server => bad(
+                "KubeVirt's softreboot takes no options, so it has no server-side dry run; use --dry-run=client".into(),
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `--dry-run`, as kubectl names the strategies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DryRun {
+    /// Really act.
+    None,
+    /// Send nothing that changes anything.
+    Client,
+    /// Send the request marked dry run: checked by the server, not persisted.
+    Server,
+}
+
+/// How to run an action.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Dry run strategy.
+    pub dry_run: DryRun,
+    /// Wait for the end state.
+    pub wait: bool,
+    /// How long to wait.
+    pub timeout: Duration,
+    /// Read the VM once more at the end (for `-o json`).
+    pub want_object: bool,
+}
+
+/// One VM.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct VmRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl std::fmt::Display for VmRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Progress of one action.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// The platform accepted the request (`detail` names what it created, if anything).
+    Accepted {
+        /// The VM.
+        vm: VmRef,
+        /// e.g. `virtualmachineoperation web-x7k2p`.
+        detail: Option<String>,
+    },
+    /// Something worth telling (a runStrategy change, …).
+    Notice {
+        /// The VM.
+        vm: VmRef,
+        /// One sentence.
+        message: String,
+    },
+    /// The VM (or its operation) is in a new phase.
+    Phase {
+        /// The VM.
+        vm: VmRef,
+        /// Phase as the platform names it.
+        phase: String,
+    },
+    /// A migration moved on.
+    Migration {
+        /// The VM.
+        vm: VmRef,
+        /// Phase (KubeVirt migration phase, Deckhouse operation phase).
+        phase: String,
+        /// Percent done: Deckhouse `progress`; KubeVirt: how far through its phases.
+        percent: f64,
+        /// Mode, nodes, … (one line).
+        detail: String,
+    },
+}
+
+/// How an action ended.
+#[derive(Debug, Clone)]
+pub struct Done {
+    /// The VM.
+    pub vm: VmRef,
+    /// Whether it waited for the end state.
+    pub waited: bool,
+    /// For a migration that ended: source node, target node, duration.
+    pub migrated: Option<(String, String, Duration)>,
+    /// The VM after the action (when [`Options::want_object`]).
+    pub object: Option<Value>,
+}
+
+/// Which VMs a bulk action works on.
+#[derive(Debug, Clone)]
+pub enum Selection {
+    /// Named VMs.
+    Names(Vec<VmRef>),
+    /// VMs matching a label selector in `namespace` (all namespaces when `None`).
+    Selector {
+        /// Label selector.
+        selector: String,
+        /// Namespace, or all.
+        namespace: Option<String>,
+    },
+    /// Every VM in `namespace` (all namespaces when `None`).
+    All {
+        /// Namespace, or all.
+        namespace: Option<String>,
+    },
+}
+
+/// The VMs a selection names, sorted. Named VMs are taken as given (a missing one fails
+/// when acted on); selectors and `--all` list the VMs.
+pub async fn select(
+    cluster: &Cluster,
+    flavor: Flavor,
+    selection: &Selection,
+) -> Result<Vec<VmRef>> {
+    let (selector, namespace) = match selection {
+        Selection::Names(names) => return Ok(names.clone()),
+        Selection::Selector {
+            selector,
+            namespace,
+        } => (Some(selector.as_str()), namespace.as_deref()),
+        Selection::All { namespace } => (None, namespace.as_deref()),
+    };
+    let kind = Kind::vm(flavor);
+    let mut params = ListParams::default();
+    if let Some(s) = selector {
+        params = params.labels(s);
+    }
+    let list = kind
+        .api(&cluster.client, namespace)
+        .list(&params)
+        .await
+        .map_err(|e| cluster.error(e, &kind.action("list", namespace)))?;
+    let mut vms: Vec<VmRef> = list
+        .items
+        .into_iter()
+        .map(|o| VmRef {
+            namespace: o.metadata.namespace.unwrap_or_default(),
+            name: o.metadata.name.unwrap_or_default(),
+        })
+        .collect();
+    vms.sort();
+    Ok(vms)
+}
+
+/// Run `action` on one VM, reporting progress through `on_event`.
+pub async fn run(
+    cluster: &Cluster,
+    platform: &Platform,
+    action: &Action,
+    vm: &VmRef,
+    options: &Options,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<Done> {
+    let work = async {
+        match platform.flavor {
+            Flavor::KubeVirt => kubevirt::run(cluster, action, vm, options, on_event).await,
+            Flavor::Deckhouse => deckhouse::run(cluster, action, vm, options, on_event).await,
+        }
+    };
+    // The timeout bounds the whole action; without --wait it only guards the requests.
+    match tokio::time::timeout(options.timeout, work).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::Timeout(format!(
+            "virtual machine {vm} to be {} (after {}s; raise --timeout, or pass --no-wait)",
+            action.past(),
+            options.timeout.as_secs()
+        ))),
+    }
+}
+
+/// Read VM `vm` (NotFound names it).
+pub(crate) async fn get_vm(cluster: &Cluster, flavor: Flavor, vm: &VmRef) -> Result<Value> {
+    let kind = Kind::vm(flavor);
+    kind.api(&cluster.client, Some(&vm.namespace))
+        .get(&vm.name)
+        .await
+        .map(|o| serde_json::to_value(o).unwrap_or_default())
+        .map_err(|e| cluster.error(e, &kind.action("get", Some(&vm.namespace)).named(&vm.name)))
+}
+
+/// `--target-node NODE` must name a node (d8 checks this too). Users who may not read nodes
+/// (a 403) are not stopped: the migration then fails with the platform's reason.
+pub(crate) async fn check_target_node(cluster: &Cluster, action: &Action) -> Result<()> {
+    let Action::Migrate { node_selector, .. } = action else {
+        return Ok(());
+    };
+    let Some(node) = node_selector.get("kubernetes.io/hostname") else {
+        return Ok(());
+    };
+    let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(cluster.client.clone());
+    match api.get_metadata_opt(node).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(Error::Platform(format!(
+            "there is no node named {node:?} in the cluster; `kubectl get nodes` lists them"
+        ))),
+        Err(kube::Error::Api(s)) if s.code == 403 => Ok(()),
+        Err(e) => Err(cluster.error(
+            e,
+            &crate::error::Action::new("get", "nodes", "node").named(node),
+        )),
+    }
+}
+
+/// A string at `pointer`, or "".
+pub(crate) fn text<'a>(obj: &'a Value, pointer: &str) -> &'a str {
+    obj.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+/// The condition `type_` of an object, if present.
+pub(crate) fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
+    obj.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().find(|c| c["type"] == type_))
+}
+
+/// Parse `k=v,k2=v2` (a node selector) locally; the error is a usage error.
+pub fn parse_node_selector(text: &str) -> Result<BTreeMap<String, String>> {
+    let mut map = BTreeMap::new();
+    for pair in text.split(',').filter(|p| !p.is_empty()) {
+        let Some((k, v)) = pair.split_once('=') else {
+            return Err(Error::InvalidTarget(format!(
+                "invalid --node-selector {text:?}: expected key=value[,key=value...]"
+            )));
+        };
+        if k.is_empty() {
+            return Err(Error::InvalidTarget(format!(
+                "invalid --node-selector {text:?}: empty label key"
+            )));
+        }
+        map.insert(k.to_owned(), v.to_owned());
+    }
+    Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_selectors_parse() {
+        let m = parse_node_selector("a=1,kubernetes.io/hostname=node-2").unwrap();
+        assert_eq!(m["kubernetes.io/hostname"], "node-2");
+        assert_eq!(m.len(), 2);
+        assert!(parse_node_selector("a").is_err());
+        assert!(parse_node_selector("=1").is_err());
+    }
+
+    #[test]
+    fn deckhouse_refuses_kubevirt_only_actions() {
+        for a in [Action::Pause, Action::Unpause, Action::SoftReboot] {
+            let e = a.check(Flavor::Deckhouse, DryRun::None).unwrap_err();
+            assert!(e.to_string().contains("not supported by Deckhouse"), "{e}");
+            assert!(a.check(Flavor::KubeVirt, DryRun::None).is_ok());
+        }
+        assert!(
+            Action::SoftReboot
+                .check(Flavor::KubeVirt, DryRun::Server)
+                .is_err()
+        );
+    }
+}

@@ -1,0 +1,425 @@
+//! KubeVirt controllers: run strategies and `status.stateChangeRequests` (virt-controller
+//! `vm.go`), VMI phases with virt-launcher pods, VirtualMachineInstanceMigrations.
+
+use super::*;
+
+/// What the VM controller does with the VMI (virt-controller `vm.go` `syncRunStrategy`):
+/// handles `status.stateChangeRequests` first, then the run strategy. Returns the VMI after.
+pub fn kubevirt_run(app: &App, vm: &Value, provisioning: bool) -> Option<Value> {
+    let ns = meta_str(vm, "namespace");
+    let name = meta_str(vm, "name");
+    let vm_key = Key::of(KV, "virtualmachines", vm);
+    let vmi_key = Key::new(KV, "virtualmachineinstances", ns, name);
+    let vmi = app.store.get(&vmi_key);
+    let rs = run_strategy(vm);
+    let requests = state_requests(vm);
+    if let Some(first) = requests.first() {
+        match first["action"].as_str() {
+            Some("Stop") => {
+                match &vmi {
+                    Some(v) if first["uid"].is_null() || first["uid"] == v["metadata"]["uid"] => {
+                        shut_down(app, &vmi_key, v);
+                    }
+                    _ => {
+                        pop_request(app, &vm_key);
+                    }
+                }
+                return app.store.get(&vmi_key);
+            }
+            Some("Start") => {
+                if vmi.is_none() && !provisioning {
+                    let paused =
+                        first.pointer("/data/paused").and_then(Value::as_str) == Some("true");
+                    let created = create_vmi(app, vm, paused);
+                    pop_request(app, &vm_key);
+                    return created;
+                }
+                if vmi.as_ref().is_some_and(|v| !is_final(v)) {
+                    pop_request(app, &vm_key);
+                }
+                return vmi;
+            }
+            _ => pop_request(app, &vm_key),
+        }
+    }
+    let once_done = annotation(vm, "emulator.kubevm.io/ran-once").is_some();
+    let want = match rs.as_str() {
+        "Always" => true,
+        "RerunOnFailure" => vmi.as_ref().is_none_or(|v| phase(v) != "Succeeded"),
+        "Once" => vmi.as_ref().map_or(!once_done, |v| !is_final(v)),
+        "Manual" => vmi.is_some(),
+        _ => false,
+    };
+    match &vmi {
+        None if want && !provisioning => {
+            if rs == "Once" {
+                app.store.modify(&vm_key, |o| {
+                    set_annotation(o, "emulator.kubevm.io/ran-once", Some("true"))
+                });
+            }
+            create_vmi(app, vm, false)
+        }
+        Some(v) if !want && owned(v, vm) && !is_final(v) => {
+            shut_down(app, &vmi_key, v);
+            app.store.get(&vmi_key)
+        }
+        // A failed VMI is replaced under Always and RerunOnFailure.
+        Some(v)
+            if want
+                && phase(v) == "Failed"
+                && matches!(rs.as_str(), "Always" | "RerunOnFailure") =>
+        {
+            app.store.delete(&vmi_key, Propagation::Cascade);
+            None
+        }
+        _ => vmi,
+    }
+}
+
+fn owned(vmi: &Value, vm: &Value) -> bool {
+    vmi.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|r| r.iter().any(|r| r["uid"] == vm["metadata"]["uid"]))
+}
+
+fn pop_request(app: &App, vm_key: &Key) {
+    app.store.modify(vm_key, |o| {
+        if let Some(reqs) = o["status"]["stateChangeRequests"].as_array_mut() {
+            if !reqs.is_empty() {
+                reqs.remove(0);
+            }
+            if reqs.is_empty() {
+                o["status"]
+                    .as_object_mut()
+                    .expect("object")
+                    .remove("stateChangeRequests");
+            }
+        }
+    });
+}
+
+/// Begins a graceful shutdown: the VMI keeps running for one more tick, then goes.
+fn shut_down(app: &App, vmi_key: &Key, vmi: &Value) {
+    if annotation(vmi, STOPPING).is_none() {
+        unsettle(app, vmi);
+        app.store.modify(vmi_key, |o| {
+            set_annotation(o, STOPPING, Some(&now_rfc3339()))
+        });
+    }
+}
+
+fn create_vmi(app: &App, vm: &Value, paused: bool) -> Option<Value> {
+    let mut vmi = new_vmi(vm);
+    vmi["status"] = json!({"phase": "Pending",
+        "phaseTransitionTimestamps": [{"phase": "Pending", "phaseTransitionTimestamp": now_rfc3339()}]});
+    if paused {
+        vmi["spec"]["startStrategy"] = json!("Paused");
+    }
+    if annotation(vm, UNSCHEDULABLE) == Some("true") {
+        set_annotation(&mut vmi, UNSCHEDULABLE, Some("true"));
+    }
+    app.store.create(KV, "virtualmachineinstances", vmi).ok()
+}
+
+/// VMI phases, one per tick: Pending → Scheduling (virt-launcher pod Pending) → Scheduled →
+/// Running (pod Running). A VMI being stopped goes at the next tick, pod and all.
+pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
+    if !tick {
+        return;
+    }
+    let key = Key::of(KV, "virtualmachineinstances", vmi);
+    if annotation(vmi, STOPPING).is_some() {
+        delete_launcher_pods(app, vmi);
+        app.store.delete(&key, Propagation::Cascade);
+        return;
+    }
+    let next = match phase(vmi) {
+        "Pending" => "Scheduling",
+        "Scheduling" if annotation(vmi, UNSCHEDULABLE) == Some("true") => {
+            app.store.modify(&key, |o| {
+                let mut st = o["status"].clone();
+                set_condition(
+                    &mut st,
+                    "PodScheduled",
+                    false,
+                    "Unschedulable",
+                    UNSCHEDULABLE_MESSAGE,
+                );
+                o["status"] = st;
+            });
+            return;
+        }
+        "Scheduling" => "Scheduled",
+        "Scheduled" => "Running",
+        _ => return,
+    };
+    if next == "Scheduling" {
+        let mut pod = launcher_pod(vmi);
+        pod["status"] = json!({"phase": "Pending"});
+        let _ = app.store.create("", "pods", pod);
+    }
+    let template = new_vmi_status_running(vmi);
+    app.store.modify(&key, |o| {
+        let mut st = if next == "Running" {
+            template
+        } else {
+            o["status"].clone()
+        };
+        st["phase"] = json!(next);
+        let mut ts = o["status"]["phaseTransitionTimestamps"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        ts.push(json!({"phase": next, "phaseTransitionTimestamp": now_rfc3339()}));
+        st["phaseTransitionTimestamps"] = json!(ts);
+        if next == "Running"
+            && o.pointer("/spec/startStrategy").and_then(Value::as_str) == Some("Paused")
+        {
+            set_condition(
+                &mut st,
+                "Paused",
+                true,
+                "PausedStartStrategy",
+                "VMI was paused by user",
+            );
+        }
+        o["status"] = st;
+    });
+    if next == "Running" {
+        let (pods, _) = app.store.list("", "pods", Some(meta_str(vmi, "namespace")));
+        for p in pods.iter().filter(|p| owned(p, vmi)) {
+            app.store.modify(&Key::of("", "pods", p), |o| {
+                let ip = vmi
+                    .pointer("/status/interfaces/0/ipAddress")
+                    .cloned()
+                    .unwrap_or(json!(""));
+                o["status"] = json!({"phase": "Running", "podIP": ip, "hostIP": "192.168.0.11",
+                    "containerStatuses": [{"name": "compute", "ready": true, "restartCount": 0,
+                        "image": "quay.io/kubevirt/virt-launcher:v1.9.0"}]});
+            });
+        }
+    }
+}
+
+/// The status of a running VMI as `new_vmi` builds it.
+fn new_vmi_status_running(vmi: &Value) -> Value {
+    let vm_like = json!({"metadata": {"name": vmi["metadata"]["name"], "namespace": vmi["metadata"]["namespace"],
+        "uid": vmi["metadata"]["uid"]}, "spec": {"template": {"spec": vmi["spec"]}}});
+    new_vmi(&vm_like)["status"].clone()
+}
+
+/// The printable status of a VM from its VMI (virt-controller `vm.go` `setPrintableStatus`).
+pub fn kubevirt_printable(vm: &Value, vmi: Option<&Value>) -> &'static str {
+    let rs = run_strategy(vm);
+    match vmi {
+        None => "Stopped",
+        Some(v) if annotation(v, STOPPING).is_some() => "Stopping",
+        Some(v) if is_paused(v) => "Paused",
+        Some(v) => match phase(v) {
+            "Running" => "Running",
+            "Succeeded" | "Failed" if rs == "Halted" || rs == "Manual" => "Stopped",
+            "Failed" => "CrashLoopBackOff",
+            "Succeeded" => "Stopped",
+            "Scheduling" | "Pending"
+                if crate::table::eval_first(
+                    v,
+                    ".status.conditions[?(@.type=='PodScheduled')].reason",
+                ) == Some(&json!("Unschedulable")) =>
+            {
+                "ErrorUnschedulable"
+            }
+            _ => "Starting",
+        },
+    }
+}
+
+/// VirtualMachineInstanceMigration, one phase per tick: Pending → Scheduling → Scheduled →
+/// PreparingTarget → TargetReady → Running (a few ticks) → Succeeded, moving the VMI's
+/// `status.nodeName` and launcher pod, with `status.migrationState` on the VMI and the VMIM.
+pub fn migration(app: &App, vmim: &Value, tick: bool) {
+    let key = Key::of(KV, "virtualmachineinstancemigrations", vmim);
+    let ns = meta_str(vmim, "namespace");
+    let vmi_name = vmim
+        .pointer("/spec/vmiName")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let vmi_key = Key::new(KV, "virtualmachineinstances", ns, vmi_name);
+    let current = phase(vmim).to_string();
+    if current.is_empty() {
+        // The mutating webhook's label, if the client created the VMIM itself.
+        app.store.modify(&key, |o| {
+            o["metadata"]["labels"]["kubevirt.io/vmi-name"] = json!(vmi_name);
+            o["status"] = json!({"phase": "Pending", "phaseTransitionTimestamps":
+                [{"phase": "Pending", "phaseTransitionTimestamp": now_rfc3339()}]});
+        });
+        return;
+    }
+    if !tick || matches!(current.as_str(), "Succeeded" | "Failed") {
+        return;
+    }
+    let Some(vmi) = app.store.get(&vmi_key) else {
+        fail_migration(app, &key, &vmi_key, "VMI does not exist");
+        return;
+    };
+    let vm = app
+        .store
+        .get(&Key::new(KV, "virtualmachines", ns, vmi_name));
+    let fail_mode = vm
+        .as_ref()
+        .and_then(|v| annotation(v, MIGRATION_FAIL))
+        .unwrap_or("")
+        .to_string();
+    let source = vmi
+        .pointer("/status/nodeName")
+        .and_then(Value::as_str)
+        .unwrap_or(NODE)
+        .to_string();
+    let target = pick_target(app, &source, vmim.pointer("/spec/addedNodeSelector"));
+    let step = vmim
+        .pointer("/status/migrationState/emulatorStep")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let next = match current.as_str() {
+        "Pending" => "Scheduling",
+        "Scheduling" if target.is_none() || fail_mode == "no-target" => {
+            fail_migration(app, &key, &vmi_key, NO_TARGET_MESSAGE);
+            return;
+        }
+        "Scheduling" => "Scheduled",
+        "Scheduled" => "PreparingTarget",
+        "PreparingTarget" => "TargetReady",
+        "TargetReady" => "Running",
+        "Running" if fail_mode == "timeout" && step >= 2 => {
+            fail_migration(app, &key, &vmi_key, TIMEOUT_MESSAGE);
+            return;
+        }
+        "Running" if step < 3 => "Running",
+        "Running" => "Succeeded",
+        _ => return,
+    };
+    let target = target.unwrap_or_default();
+    let uid = meta_str(vmim, "uid").to_string();
+    let now = now_rfc3339();
+    let mut state = vmi
+        .pointer("/status/migrationState")
+        .filter(|s| s["migrationUid"] == json!(uid))
+        .cloned()
+        .unwrap_or_else(|| {
+            json!({"migrationUid": uid, "sourceNode": source, "startTimestamp": now,
+            "mode": "PreCopy", "sourcePod": format!("virt-launcher-{vmi_name}")})
+        });
+    if matches!(
+        next,
+        "Scheduled" | "PreparingTarget" | "TargetReady" | "Running" | "Succeeded"
+    ) {
+        state["targetNode"] = json!(target);
+        state["targetPod"] = json!(format!("virt-launcher-{vmi_name}-target"));
+    }
+    if next == "Succeeded" {
+        state["completed"] = json!(true);
+        state["endTimestamp"] = json!(now);
+    }
+    unsettle(app, &vmi);
+    app.store.modify(&vmi_key, |o| {
+        o["status"]["migrationState"] = state.clone();
+        if next == "Succeeded" {
+            o["status"]["nodeName"] = json!(target);
+            o["metadata"]["labels"]["kubevirt.io/nodeName"] = json!(target);
+        }
+    });
+    if next == "Succeeded" {
+        move_launcher_pod(app, &vmi, &target);
+    }
+    app.store.modify(&key, |o| {
+        let mut st = o["status"].clone();
+        if st["phase"] != json!(next) {
+            let mut ts = st["phaseTransitionTimestamps"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            ts.push(json!({"phase": next, "phaseTransitionTimestamp": now}));
+            st["phaseTransitionTimestamps"] = json!(ts);
+        }
+        st["phase"] = json!(next);
+        let mut s = state.clone();
+        if next == "Running" {
+            s["emulatorStep"] = json!(step + 1);
+        }
+        st["migrationState"] = s;
+        o["status"] = st;
+    });
+}
+
+fn fail_migration(app: &App, key: &Key, vmi_key: &Key, reason: &str) {
+    let now = now_rfc3339();
+    let uid = app
+        .store
+        .get(key)
+        .map(|m| meta_str(&m, "uid").to_string())
+        .unwrap_or_default();
+    app.store.modify(vmi_key, |o| {
+        let mut state = o["status"]["migrationState"].clone();
+        if state["migrationUid"] != json!(uid) {
+            state = json!({"migrationUid": uid, "startTimestamp": now,
+                "sourceNode": o["status"]["nodeName"]});
+        }
+        state["failed"] = json!(true);
+        state["completed"] = json!(true);
+        state["failureReason"] = json!(reason);
+        state["endTimestamp"] = json!(now);
+        o["status"]["migrationState"] = state;
+    });
+    app.store.modify(key, |o| {
+        let mut st = o["status"].clone();
+        let mut ts = st["phaseTransitionTimestamps"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        ts.push(json!({"phase": "Failed", "phaseTransitionTimestamp": now}));
+        st["phaseTransitionTimestamps"] = json!(ts);
+        st["phase"] = json!("Failed");
+        let mut state = st["migrationState"].clone();
+        if !state.is_object() {
+            state = json!({"migrationUid": uid});
+        }
+        state["failed"] = json!(true);
+        state["failureReason"] = json!(reason);
+        st["migrationState"] = state;
+        set_condition(&mut st, "Failed", true, "MigrationFailed", reason);
+        o["status"] = st;
+    });
+}
+
+/// Deletes the VMI's virt-launcher pods: those it owns, and (for fixtures written without
+/// ownerReferences) those labelled `kubevirt.io: virt-launcher` with its name.
+fn delete_launcher_pods(app: &App, vmi: &Value) {
+    let ns = meta_str(vmi, "namespace");
+    let name = meta_str(vmi, "name");
+    let (pods, _) = app.store.list("", "pods", Some(ns));
+    for p in pods.iter().filter(|p| {
+        owned(p, vmi)
+            || (p.pointer("/metadata/labels/kubevirt.io") == Some(&json!("virt-launcher"))
+                && p.pointer("/metadata/labels/vm.kubevirt.io~1name") == Some(&json!(name)))
+    }) {
+        app.store
+            .delete(&Key::of("", "pods", p), Propagation::Cascade);
+    }
+}
+
+/// After a migration the VMI runs in a new virt-launcher pod on the target node.
+fn move_launcher_pod(app: &App, vmi: &Value, target: &str) {
+    let ns = meta_str(vmi, "namespace");
+    let (pods, _) = app.store.list("", "pods", Some(ns));
+    for p in pods.iter().filter(|p| owned(p, vmi)) {
+        app.store
+            .delete(&Key::of("", "pods", p), Propagation::Cascade);
+    }
+    let mut pod = launcher_pod(vmi);
+    pod["metadata"]["name"] = json!(format!(
+        "virt-launcher-{}-{}",
+        meta_str(vmi, "name"),
+        random_suffix(5)
+    ));
+    pod["spec"]["nodeName"] = json!(target);
+    let _ = app.store.create("", "pods", pod);
+}

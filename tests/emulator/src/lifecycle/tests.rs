@@ -1,0 +1,633 @@
+//! Tests of the lifecycle emulation.
+
+use super::*;
+use crate::ServeFlavor;
+use crate::controllers::reconcile_all;
+use crate::handlers::parse_path;
+use crate::registry::Registry;
+use std::time::Duration;
+
+fn kubevirt() -> App {
+    let app = App::new(Registry::new(ServeFlavor::KubeVirt), Duration::from_secs(1));
+    for (n, labels) in [
+        ("node-1", json!({"kubernetes.io/hostname": "node-1"})),
+        ("node-2", json!({"kubernetes.io/hostname": "node-2"})),
+    ] {
+        app.store
+                .create("", "nodes", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": labels}}))
+                .unwrap();
+    }
+    app
+}
+
+fn vm(app: &App, name: &str, rs: &str, annotations: Value) -> Value {
+    app.store
+        .create(
+            KV,
+            "virtualmachines",
+            json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+                "spec": {"runStrategy": rs, "template": {"spec": {"domain": {"devices": {}}}}}}),
+        )
+        .unwrap()
+}
+
+fn put(app: &App, plural: &str, name: &str, sub: &str, body: Value) -> Result<u16, (u16, String)> {
+    let path =
+        format!("/apis/subresources.kubevirt.io/v1/namespaces/default/{plural}/{name}/{sub}");
+    let rp = parse_path(&path).unwrap();
+    let body = Bytes::from(body.to_string());
+    match action(app, &rp, sub, &Query::new(), &body).unwrap() {
+        Ok(r) => Ok(r.status().as_u16()),
+        Err(e) => Err((e.code, e.message)),
+    }
+}
+
+fn ticks(app: &App, n: usize) {
+    for _ in 0..n {
+        reconcile_all(app, true);
+    }
+}
+
+fn get(app: &App, plural: &str, name: &str) -> Option<Value> {
+    app.store.get(&Key::new(KV, plural, "default", name))
+}
+
+fn printable(app: &App, name: &str) -> String {
+    get(app, "virtualmachines", name).unwrap()["status"]["printableStatus"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+#[test]
+fn start_goes_through_vmi_phases_with_a_launcher_pod() {
+    let app = kubevirt();
+    vm(&app, "web", "Always", json!({}));
+    reconcile_all(&app, false);
+    assert_eq!(
+        phase(&get(&app, "virtualmachineinstances", "web").unwrap()),
+        "Pending"
+    );
+    assert_eq!(printable(&app, "web"), "Starting");
+    ticks(&app, 1);
+    assert_eq!(
+        phase(&get(&app, "virtualmachineinstances", "web").unwrap()),
+        "Scheduling"
+    );
+    let pods = app.store.list("", "pods", Some("default")).0;
+    assert_eq!(pods.len(), 1);
+    assert_eq!(pods[0]["status"]["phase"], "Pending");
+    ticks(&app, 3);
+    assert_eq!(printable(&app, "web"), "Running");
+    let pods = app.store.list("", "pods", Some("default")).0;
+    assert_eq!(pods[0]["status"]["phase"], "Running");
+}
+
+#[test]
+fn always_stop_sets_halted_and_start_is_refused_while_running() {
+    let app = kubevirt();
+    vm(&app, "web", "Always", json!({}));
+    ticks(&app, 5);
+    assert_eq!(
+        put(&app, "virtualmachines", "web", "start", json!({})),
+        Err((409, "VM is already running".into()))
+    );
+    assert_eq!(
+        put(&app, "virtualmachines", "web", "stop", json!({})),
+        Ok(202)
+    );
+    assert_eq!(
+        get(&app, "virtualmachines", "web").unwrap()["spec"]["runStrategy"],
+        "Halted"
+    );
+    ticks(&app, 1);
+    assert_eq!(printable(&app, "web"), "Stopping");
+    ticks(&app, 2);
+    assert_eq!(printable(&app, "web"), "Stopped");
+    assert!(get(&app, "virtualmachineinstances", "web").is_none());
+    assert!(app.store.list("", "pods", Some("default")).0.is_empty());
+    assert_eq!(
+        put(&app, "virtualmachines", "web", "stop", json!({})),
+        Err((409, "VM is not running".into()))
+    );
+    // Halted + start: runStrategy back to Always.
+    assert_eq!(
+        put(&app, "virtualmachines", "web", "start", json!({})),
+        Ok(202)
+    );
+    assert_eq!(
+        get(&app, "virtualmachines", "web").unwrap()["spec"]["runStrategy"],
+        "Always"
+    );
+    ticks(&app, 5);
+    assert_eq!(printable(&app, "web"), "Running");
+    // Halted with a live VMI: only a shorter grace period is accepted.
+    app.store
+        .modify(&Key::new(KV, "virtualmachines", "default", "web"), |o| {
+            o["spec"]["runStrategy"] = json!("Halted")
+        });
+    assert_eq!(
+        put(&app, "virtualmachines", "web", "stop", json!({})),
+        Err((
+            409,
+            "Halted only supports manual stop requests with a shorter graceperiod".into()
+        ))
+    );
+    assert_eq!(
+        put(
+            &app,
+            "virtualmachines",
+            "web",
+            "stop",
+            json!({"gracePeriod": 1})
+        ),
+        Ok(202)
+    );
+    assert_eq!(
+        get(&app, "virtualmachineinstances", "web").unwrap()["spec"]["terminationGracePeriodSeconds"],
+        1
+    );
+}
+
+#[test]
+fn manual_uses_state_change_requests() {
+    let app = kubevirt();
+    vm(&app, "m", "Manual", json!({}));
+    ticks(&app, 2);
+    assert!(get(&app, "virtualmachineinstances", "m").is_none());
+    assert_eq!(
+        put(
+            &app,
+            "virtualmachines",
+            "m",
+            "start",
+            json!({"paused": true})
+        ),
+        Ok(202)
+    );
+    let reqs = state_requests(&get(&app, "virtualmachines", "m").unwrap());
+    assert_eq!(
+        reqs,
+        vec![json!({"action": "Start", "data": {"paused": "true"}})]
+    );
+    assert_eq!(
+        put(&app, "virtualmachines", "m", "start", json!({})),
+        Err((
+            409,
+            "unable to complete request: stop/start already underway".into()
+        ))
+    );
+    ticks(&app, 5);
+    assert_eq!(printable(&app, "m"), "Paused");
+    assert!(state_requests(&get(&app, "virtualmachines", "m").unwrap()).is_empty());
+    let uid = get(&app, "virtualmachineinstances", "m").unwrap()["metadata"]["uid"].clone();
+    assert_eq!(
+        put(
+            &app,
+            "virtualmachines",
+            "m",
+            "stop",
+            json!({"gracePeriod": 0})
+        ),
+        Ok(202)
+    );
+    assert_eq!(
+        state_requests(&get(&app, "virtualmachines", "m").unwrap()),
+        vec![json!({"action": "Stop", "uid": uid})]
+    );
+    assert_eq!(
+        get(&app, "virtualmachineinstances", "m").unwrap()["spec"]["terminationGracePeriodSeconds"],
+        0
+    );
+    ticks(&app, 3);
+    assert_eq!(printable(&app, "m"), "Stopped");
+    assert_eq!(
+        put(&app, "virtualmachines", "m", "restart", json!({})),
+        Err((409, "VM is not running: Stopped".into()))
+    );
+}
+
+#[test]
+fn restart_makes_a_new_vmi_and_refuses_halted_once_and_grace() {
+    let app = kubevirt();
+    vm(&app, "web", "Always", json!({}));
+    vm(&app, "h", "Halted", json!({}));
+    vm(&app, "o", "Once", json!({}));
+    ticks(&app, 5);
+    let old = get(&app, "virtualmachineinstances", "web").unwrap()["metadata"]["uid"].clone();
+    assert_eq!(
+        put(
+            &app,
+            "virtualmachines",
+            "web",
+            "restart",
+            json!({"gracePeriodSeconds": 5})
+        ),
+        Err((
+            400,
+            "For force restart, only gracePeriod=0 is supported for now".into()
+        ))
+    );
+    assert_eq!(
+        put(
+            &app,
+            "virtualmachines",
+            "web",
+            "restart",
+            json!({"gracePeriodSeconds": 0})
+        ),
+        Ok(202)
+    );
+    assert_eq!(
+        get(&app, "virtualmachineinstances", "web").unwrap()["spec"]["terminationGracePeriodSeconds"],
+        1
+    );
+    ticks(&app, 8);
+    let new = get(&app, "virtualmachineinstances", "web").unwrap();
+    assert_ne!(new["metadata"]["uid"], old);
+    assert_eq!(printable(&app, "web"), "Running");
+    for (name, rs) in [("h", "Halted"), ("o", "Once")] {
+        assert_eq!(
+            put(&app, "virtualmachines", name, "restart", json!({})),
+            Err((
+                409,
+                format!("RunStategy {rs} does not support manual restart requests")
+            ))
+        );
+    }
+    assert_eq!(
+        put(&app, "virtualmachines", "o", "start", json!({})),
+        Err((409, "VM is already running".into()))
+    );
+    assert_eq!(
+        put(&app, "virtualmachines", "h", "stop", json!({})),
+        Err((409, "VM is not running".into()))
+    );
+}
+
+#[test]
+fn dry_run_changes_nothing() {
+    let app = kubevirt();
+    vm(&app, "web", "Always", json!({}));
+    ticks(&app, 5);
+    let before = get(&app, "virtualmachines", "web").unwrap();
+    assert_eq!(
+        put(
+            &app,
+            "virtualmachines",
+            "web",
+            "stop",
+            json!({"dryRun": ["All"]})
+        ),
+        Ok(202)
+    );
+    assert_eq!(
+        put(
+            &app,
+            "virtualmachines",
+            "web",
+            "migrate",
+            json!({"dryRun": ["All"]})
+        ),
+        Ok(202)
+    );
+    assert_eq!(
+        put(
+            &app,
+            "virtualmachineinstances",
+            "web",
+            "pause",
+            json!({"dryRun": ["All"]})
+        ),
+        Ok(200)
+    );
+    assert_eq!(get(&app, "virtualmachines", "web").unwrap(), before);
+    assert!(
+        app.store
+            .list(KV, "virtualmachineinstancemigrations", None)
+            .0
+            .is_empty()
+    );
+}
+
+#[test]
+fn pause_unpause_and_soft_reboot() {
+    let app = kubevirt();
+    vm(&app, "web", "Always", json!({}));
+    ticks(&app, 5);
+    assert_eq!(
+        put(&app, "virtualmachineinstances", "web", "unpause", json!({})),
+        Err((409, "VMI is not paused".into()))
+    );
+    assert_eq!(
+        put(&app, "virtualmachineinstances", "web", "pause", json!({})),
+        Ok(200)
+    );
+    reconcile_all(&app, false);
+    assert_eq!(printable(&app, "web"), "Paused");
+    assert_eq!(
+        put(&app, "virtualmachineinstances", "web", "pause", json!({})),
+        Err((409, "VMI is already paused".into()))
+    );
+    assert_eq!(
+        put(
+            &app,
+            "virtualmachineinstances",
+            "web",
+            "softreboot",
+            json!({})
+        ),
+        Err((409, "VMI is paused".into()))
+    );
+    assert_eq!(
+        put(&app, "virtualmachineinstances", "web", "unpause", json!({})),
+        Ok(200)
+    );
+    reconcile_all(&app, false);
+    assert_eq!(printable(&app, "web"), "Running");
+    assert_eq!(
+        put(
+            &app,
+            "virtualmachineinstances",
+            "web",
+            "softreboot",
+            json!({})
+        ),
+        Ok(200)
+    );
+}
+
+#[test]
+fn unschedulable_switch_gives_error_unschedulable() {
+    let app = kubevirt();
+    vm(&app, "big", "Always", json!({UNSCHEDULABLE: "true"}));
+    ticks(&app, 6);
+    assert_eq!(printable(&app, "big"), "ErrorUnschedulable");
+    let vm = get(&app, "virtualmachines", "big").unwrap();
+    let cond =
+        crate::table::eval_first(&vm, ".status.conditions[?(@.type=='PodScheduled')].message");
+    assert_eq!(cond, Some(&json!(UNSCHEDULABLE_MESSAGE)));
+}
+
+fn migrations(app: &App) -> Vec<Value> {
+    app.store
+        .list(KV, "virtualmachineinstancemigrations", None)
+        .0
+}
+
+#[test]
+fn migration_moves_the_vmi_through_phases() {
+    let app = kubevirt();
+    vm(&app, "web", "Always", json!({}));
+    ticks(&app, 5);
+    assert_eq!(
+        put(&app, "virtualmachines", "web", "migrate", json!({})),
+        Ok(202)
+    );
+    let m = &migrations(&app)[0];
+    assert!(meta_str(m, "name").starts_with("kubevirt-migrate-vm-"));
+    assert_eq!(m["metadata"]["labels"]["kubevirt.io/vmi-name"], "web");
+    // A second one while the first is active is refused by admission.
+    let (code, msg) = put(&app, "virtualmachines", "web", "migrate", json!({})).unwrap_err();
+    assert_eq!(code, 400);
+    assert!(msg.contains("in-flight migration detected"), "{msg}");
+    let mut seen = vec![];
+    for _ in 0..15 {
+        reconcile_all(&app, true);
+        let p = phase(&migrations(&app)[0]).to_string();
+        if seen.last() != Some(&p) {
+            seen.push(p);
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            "Pending",
+            "Scheduling",
+            "Scheduled",
+            "PreparingTarget",
+            "TargetReady",
+            "Running",
+            "Succeeded"
+        ]
+    );
+    let vmi = get(&app, "virtualmachineinstances", "web").unwrap();
+    assert_eq!(vmi["status"]["nodeName"], "node-2");
+    assert_eq!(vmi["status"]["migrationState"]["sourceNode"], "node-1");
+    assert_eq!(vmi["status"]["migrationState"]["targetNode"], "node-2");
+    assert_eq!(vmi["status"]["migrationState"]["completed"], true);
+    let pods = app.store.list("", "pods", Some("default")).0;
+    assert_eq!(pods.len(), 1);
+    assert_eq!(pods[0]["spec"]["nodeName"], "node-2");
+}
+
+#[test]
+fn migrations_fail_without_a_target_or_on_timeout() {
+    let app = kubevirt();
+    vm(&app, "a", "Always", json!({}));
+    vm(&app, "b", "Always", json!({MIGRATION_FAIL: "timeout"}));
+    ticks(&app, 5);
+    assert_eq!(
+        put(
+            &app,
+            "virtualmachines",
+            "a",
+            "migrate",
+            json!({"addedNodeSelector": {"kubernetes.io/hostname": "node-9"}})
+        ),
+        Ok(202)
+    );
+    assert_eq!(
+        put(&app, "virtualmachines", "b", "migrate", json!({})),
+        Ok(202)
+    );
+    ticks(&app, 15);
+    for (vmi, why) in [("a", NO_TARGET_MESSAGE), ("b", TIMEOUT_MESSAGE)] {
+        let m = migrations(&app)
+            .into_iter()
+            .find(|m| m["spec"]["vmiName"] == vmi)
+            .unwrap();
+        assert_eq!(phase(&m), "Failed");
+        assert_eq!(m["status"]["migrationState"]["failureReason"], why);
+        let v = get(&app, "virtualmachineinstances", vmi).unwrap();
+        assert_eq!(v["status"]["nodeName"], "node-1", "{vmi} stays");
+        assert_eq!(v["status"]["migrationState"]["failed"], true);
+    }
+}
+
+fn deckhouse() -> App {
+    let app = App::new(
+        Registry::new(ServeFlavor::Deckhouse),
+        Duration::from_secs(1),
+    );
+    for n in ["node-1", "node-2"] {
+        app.store
+                .create("", "nodes", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {"kubernetes.io/hostname": n}}}))
+                .unwrap();
+    }
+    app.store
+            .create(DH, "virtualmachines", json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualMachine",
+                "metadata": {"name": "linux", "namespace": "default"},
+                "spec": {"runPolicy": "Manual", "virtualMachineClassName": "generic", "cpu": {"cores": 1},
+                         "memory": {"size": "1Gi"}, "blockDeviceRefs": []}}))
+            .unwrap();
+    app
+}
+
+fn op(app: &App, ty: &str, extra: Value) -> String {
+    let mut spec = json!({"type": ty, "virtualMachineName": "linux"});
+    for (k, v) in extra.as_object().unwrap() {
+        spec[k] = v.clone();
+    }
+    let name = format!("linux-{}", random_suffix(5));
+    app.store
+            .create(DH, "virtualmachineoperations", json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+                "kind": "VirtualMachineOperation", "metadata": {"name": name, "namespace": "default"}, "spec": spec}))
+            .unwrap();
+    name
+}
+
+fn dh(app: &App, plural: &str, name: &str) -> Value {
+    app.store
+        .get(&Key::new(DH, plural, "default", name))
+        .unwrap()
+}
+
+#[test]
+fn operations_start_stop_and_migrate_with_progress() {
+    let app = deckhouse();
+    ticks(&app, 1);
+    assert_eq!(phase(&dh(&app, "virtualmachines", "linux")), "Stopped");
+    let start = op(&app, "Start", json!({}));
+    reconcile_all(&app, false);
+    assert_eq!(
+        phase(&dh(&app, "virtualmachineoperations", &start)),
+        "Pending"
+    );
+    ticks(&app, 1);
+    assert_eq!(
+        phase(&dh(&app, "virtualmachineoperations", &start)),
+        "InProgress"
+    );
+    assert_eq!(phase(&dh(&app, "virtualmachines", "linux")), "Starting");
+    ticks(&app, 1);
+    assert_eq!(
+        phase(&dh(&app, "virtualmachineoperations", &start)),
+        "Completed"
+    );
+    assert_eq!(phase(&dh(&app, "virtualmachines", "linux")), "Running");
+    let migrate = op(
+        &app,
+        "Migrate",
+        json!({"migrate": {"nodeSelector": {"kubernetes.io/hostname": "node-2"}}}),
+    );
+    let mut progress = vec![];
+    for _ in 0..8 {
+        reconcile_all(&app, true);
+        let o = dh(&app, "virtualmachineoperations", &migrate);
+        if let Some(p) = o["status"]["progress"].as_str()
+            && progress.last().map(String::as_str) != Some(p)
+        {
+            progress.push(p.to_string());
+        }
+    }
+    assert_eq!(progress, ["0%", "25%", "50%", "75%", "100%"]);
+    assert_eq!(
+        phase(&dh(&app, "virtualmachineoperations", &migrate)),
+        "Completed"
+    );
+    assert_eq!(
+        dh(&app, "virtualmachines", "linux")["status"]["nodeName"],
+        "node-2"
+    );
+    let stop = op(&app, "Stop", json!({}));
+    ticks(&app, 3);
+    assert_eq!(
+        phase(&dh(&app, "virtualmachineoperations", &stop)),
+        "Completed"
+    );
+    assert_eq!(phase(&dh(&app, "virtualmachines", "linux")), "Stopped");
+    // Stopping a stopped VM fails with the platform's reason.
+    let again = op(&app, "Stop", json!({}));
+    reconcile_all(&app, false);
+    let o = dh(&app, "virtualmachineoperations", &again);
+    assert_eq!(phase(&o), "Failed");
+    assert_eq!(
+        o["status"]["conditions"][0]["reason"],
+        "NotApplicableForVirtualMachinePhase"
+    );
+}
+
+#[test]
+fn operations_supersede_or_fail_and_migrations_fail() {
+    let app = deckhouse();
+    ticks(&app, 1);
+    // Stop supersedes an active Start.
+    let start = op(&app, "Start", json!({}));
+    reconcile_all(&app, false);
+    let stop = op(&app, "Stop", json!({}));
+    reconcile_all(&app, false);
+    let s = dh(&app, "virtualmachineoperations", &start);
+    assert_eq!(phase(&s), "Superseded");
+    assert_eq!(s["status"]["conditions"][0]["reason"], "Superseded");
+    assert_eq!(
+        phase(&dh(&app, "virtualmachineoperations", &stop)),
+        "Failed"
+    );
+    let start = op(&app, "Start", json!({}));
+    ticks(&app, 3);
+    assert_eq!(
+        phase(&dh(&app, "virtualmachineoperations", &start)),
+        "Completed"
+    );
+    // A forced Stop supersedes a Stop; a Start does not supersede it and fails.
+    let stop = op(&app, "Stop", json!({}));
+    reconcile_all(&app, false);
+    let forced = op(&app, "Stop", json!({"force": true}));
+    reconcile_all(&app, false);
+    assert_eq!(
+        phase(&dh(&app, "virtualmachineoperations", &stop)),
+        "Superseded"
+    );
+    let start2 = op(&app, "Start", json!({}));
+    reconcile_all(&app, false);
+    let o = dh(&app, "virtualmachineoperations", &start2);
+    assert_eq!(phase(&o), "Failed");
+    assert_eq!(
+        o["status"]["conditions"][0]["reason"],
+        "NotReadyToBeExecuted"
+    );
+    ticks(&app, 3);
+    assert_eq!(
+        phase(&dh(&app, "virtualmachineoperations", &forced)),
+        "Completed"
+    );
+    let start3 = op(&app, "Start", json!({}));
+    ticks(&app, 3);
+    assert_eq!(
+        phase(&dh(&app, "virtualmachineoperations", &start3)),
+        "Completed"
+    );
+    app.store
+        .modify(&Key::new(DH, "virtualmachines", "default", "linux"), |o| {
+            set_annotation(o, MIGRATION_FAIL, Some("timeout"))
+        });
+    let m = op(&app, "Evict", json!({}));
+    ticks(&app, 6);
+    let o = dh(&app, "virtualmachineoperations", &m);
+    assert_eq!(phase(&o), "Failed");
+    assert_eq!(o["status"]["conditions"][0]["reason"], "NotConverging");
+    assert_eq!(o["status"]["conditions"][0]["message"], TIMEOUT_MESSAGE);
+    let m = op(
+        &app,
+        "Migrate",
+        json!({"migrate": {"nodeSelector": {"kubernetes.io/hostname": "node-1"}}}),
+    );
+    ticks(&app, 3);
+    let o = dh(&app, "virtualmachineoperations", &m);
+    assert_eq!(
+        o["status"]["conditions"][0]["reason"],
+        "TargetUnschedulable"
+    );
+}
