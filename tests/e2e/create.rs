@@ -248,9 +248,10 @@ fn deckhouse_create_and_wait() {
 fn failure_after_the_first_object_leaves_nothing_behind() {
     let env = Env::kubevirt();
     env.emulator.inject_failure(FailureRule {
-        verb: "patch".into(),
+        verb: "create".into(),
         plural: "virtualmachines".into(),
-        name: Some("app".into()),
+        // A POST names no object in its path.
+        name: None,
         code: 500,
         message: "etcdserver: request timed out".into(),
         times: None,
@@ -283,7 +284,7 @@ fn failure_after_the_first_object_leaves_nothing_behind() {
 fn failure_of_an_owned_secret_removes_the_vm_too() {
     let env = Env::kubevirt();
     env.emulator.inject_failure(FailureRule {
-        verb: "patch".into(),
+        verb: "create".into(),
         plural: "secrets".into(),
         name: None,
         code: 403,

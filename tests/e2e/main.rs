@@ -7,6 +7,7 @@ mod access;
 mod ca;
 mod completion;
 mod create;
+mod create_safety;
 mod delete;
 mod errors;
 mod generated;

@@ -6,8 +6,10 @@
 //! [`PlannedObject::set_owner`] with the VM it has just created, so Kubernetes deletes that
 //! object with the VM.
 
+pub mod checks;
 pub mod cloudinit;
 pub mod deckhouse;
+pub mod execute;
 pub mod kubevirt;
 pub mod plan;
 pub mod sizing;

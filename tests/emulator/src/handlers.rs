@@ -759,10 +759,12 @@ impl Ctx<'_> {
         if let Some(uid) = uid
             && uid != meta_str(&current, "uid")
         {
-            return Err(ApiError::conflict(
+            return Err(ApiError::uid_precondition(
                 &self.def.group,
                 &self.def.plural,
                 self.name,
+                &uid,
+                meta_str(&current, "uid"),
             ));
         }
         if dry {
