@@ -8,6 +8,7 @@ mod ca;
 mod completion;
 mod create;
 mod create_safety;
+mod create_validation;
 mod delete;
 mod errors;
 mod generated;

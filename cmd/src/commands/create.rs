@@ -211,8 +211,13 @@ pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandRes
     let mut early = build_plan(&args, &inputs, &args.name, "default", provisional)?;
     // The CA keys may come from the cluster later.
     early.platform_ssh.enabled = false;
-    if matches!(choice, FlavorChoice::Fixed(_)) {
-        early.validate().map_err(usage)?;
+    if let Err(e) = early.validate() {
+        // Without --flavor, refuse before any request what neither platform accepts.
+        let mut other = early.clone();
+        other.flavor = Flavor::Deckhouse;
+        if matches!(choice, FlavorChoice::Fixed(_)) || other.validate().is_err() {
+            return Err(usage(e));
+        }
     }
     create::cloudinit::build(&early).map_err(usage)?;
     let offline = dry_run == DryRun::Client && matches!(choice, FlavorChoice::Fixed(_));

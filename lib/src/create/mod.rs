@@ -11,6 +11,7 @@ pub mod cloudinit;
 pub mod deckhouse;
 pub mod execute;
 pub mod kubevirt;
+pub mod limits;
 pub mod plan;
 pub mod sizing;
 

@@ -599,6 +599,7 @@ impl VmPlan {
     pub fn validate(&self) -> Result<(), PlanError> {
         validate::dns_label("VM", &self.name)?;
         validate::dns_label("namespace", &self.namespace)?;
+        self.validate_limits()?;
         self.validate_boot()?;
         self.validate_sizing()?;
         self.validate_disks()?;
@@ -1078,7 +1079,14 @@ mod tests {
 
         let mut p = image(Flavor::KubeVirt);
         p.timezone = Some("Europe/Berlin; rm".into());
-        assert!(err(&p).contains("IANA"));
+        assert!(err(&p).contains("not in the time zone database"));
+        // Names from the tz database (tzdata's zone1970.tab) pass; made-up ones do not.
+        for zone in ["Europe/Berlin", "America/Argentina/Buenos_Aires", "UTC"] {
+            p.timezone = Some(zone.into());
+            assert!(p.validate().is_ok(), "{zone}");
+        }
+        p.timezone = Some("Mars/Olympus".into());
+        assert!(err(&p).contains("not in the time zone database"));
     }
 
     #[test]
