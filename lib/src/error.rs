@@ -159,6 +159,9 @@ pub enum Error {
     /// Refused to change objects kubectl-vm did not make (e.g. `create` over an existing one).
     #[error("{0}")]
     Refused(String),
+    /// A wait that cannot succeed: a disk or the VM is stuck in an error state.
+    #[error("{0}")]
+    Stuck(String),
 }
 
 fn in_ns(namespace: &Option<String>) -> String {

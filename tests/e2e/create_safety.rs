@@ -358,3 +358,67 @@ fn user_is_the_kubeconfig_user_and_guest_user_the_guest_one() {
     let user_data = offline(&["--user", "admin"]);
     assert!(!user_data.contains("admin"), "{user_data}");
 }
+
+/// `--wait` ends early with the platform's reason when an import keeps failing (the
+/// emulator's CDI fails imports from the never-resolving `.invalid` domain, restarting the
+/// importer like CDI), and `--stopped --wait` does not wait for disks on
+/// WaitForFirstConsumer storage (the fixtures' default class).
+#[test]
+fn wait_ends_early_on_a_failing_import_and_skips_first_consumer_disks() {
+    let env = Env::kubevirt();
+    let started = std::time::Instant::now();
+    let output = env.vm(&[
+        "create",
+        "bad",
+        "-n",
+        NS,
+        "--url",
+        "https://images.example.invalid/d.qcow2",
+        "--no-platform-ssh",
+        "--wait",
+        "--timeout",
+        "120s",
+    ]);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(
+        err.lines().last().unwrap().starts_with(
+            "Error: disk \"bad-root\" of virtual machine \"bad\" cannot be provisioned: Unable to connect to http data source: Get \"https://images.example.invalid/d.qcow2\": dial tcp: lookup images.example.invalid: no such host (import restarted "
+        ),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "ended early"
+    );
+
+    for (env, flavor) in [
+        (Env::kubevirt(), "kubevirt"),
+        (Env::deckhouse(), "deckhouse"),
+    ] {
+        let started = std::time::Instant::now();
+        let output = env.vm(&[
+            "create",
+            "idle",
+            "-n",
+            NS,
+            "--image",
+            IMAGE,
+            "--no-platform-ssh",
+            "--stopped",
+            "--wait",
+            "--timeout",
+            "60s",
+        ]);
+        let err = stderr(&output);
+        assert_eq!(output.status.code(), Some(0), "{flavor}: {err}");
+        assert!(
+            err.ends_with("virtualmachine \"idle\" is created stopped; disks pending-first-consumer (their storage binds them when the VM first starts): idle-root\n"),
+            "{flavor}: {err}"
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "{flavor}"
+        );
+    }
+}

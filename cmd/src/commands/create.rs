@@ -581,8 +581,23 @@ async fn wait_for(
     .await;
     progress.finish();
     match result {
-        Ok(_) => {
-            eprintln!("virtualmachine {:?} is {want}", plan.name);
+        Ok(snapshot) => {
+            let pending: Vec<&str> = snapshot
+                .disks
+                .iter()
+                .filter(|d| d.pending_first_consumer)
+                .map(|d| d.name.as_str())
+                .collect();
+            if pending.is_empty() || snapshot.vm_status == want {
+                eprintln!("virtualmachine {:?} is {want}", plan.name);
+            } else {
+                // WaitForFirstConsumer storage binds these only when the VM first starts.
+                eprintln!(
+                    "virtualmachine {:?} is created stopped; disks pending-first-consumer (their storage binds them when the VM first starts): {}",
+                    plan.name,
+                    pending.join(", ")
+                );
+            }
             Ok(())
         }
         Err(kubevm::Error::Timeout(what)) => Err(CommandError::Failed(format!(

@@ -34,6 +34,7 @@ pub mod requests;
 pub mod schema;
 pub mod selector;
 pub mod status;
+pub mod storage;
 pub mod store;
 pub mod subresources;
 pub mod table;
