@@ -422,3 +422,79 @@ fn wait_ends_early_on_a_failing_import_and_skips_first_consumer_disks() {
         );
     }
 }
+
+/// Send SIGINT (what Ctrl-C sends) to a process.
+fn interrupt(child: &std::process::Child) {
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Wait until the emulator holds `n` requests.
+fn until_held(env: &Env, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while env.emulator.held() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never held {n} requests"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn ctrl_c_during_create_rolls_back_and_a_second_one_abandons_the_rollback() {
+    let spawn = |env: &Env| {
+        env.command(crate::common::BIN)
+            .args([
+                "create",
+                "web",
+                "-n",
+                NS,
+                "--image",
+                IMAGE,
+                "--no-platform-ssh",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // Ctrl-C while the VM is being created: the disk this run made is removed again.
+    let env = Env::deckhouse();
+    env.emulator.hold("create", "virtualmachines");
+    let child = spawn(&env);
+    until_held(&env, 1);
+    interrupt(&child);
+    let output = child.wait_with_output().unwrap();
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(130), "{err}");
+    assert!(
+        err.starts_with(
+            "Error: cannot create virtualmachine \"web\": interrupted while waiting for the server"
+        ) && err.ends_with("; removed the 1 object created before it\n"),
+        "{err}"
+    );
+    assert!(get(&env, DVD, "virtualdisks", "web-root").is_none());
+    env.emulator.release_held();
+
+    // A second Ctrl-C while the rollback waits: it stops and names what is left.
+    let env = Env::deckhouse();
+    env.emulator.hold("create", "virtualmachines");
+    env.emulator.hold("delete", "virtualdisks");
+    let child = spawn(&env);
+    until_held(&env, 1);
+    interrupt(&child);
+    until_held(&env, 2);
+    interrupt(&child);
+    let output = child.wait_with_output().unwrap();
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(130), "{err}");
+    assert!(
+        err.ends_with("; rollback interrupted: removed 0 of the 1 objects created before it; left behind: virtualdisk.virtualization.deckhouse.io/web-root (virtualdisk.virtualization.deckhouse.io/web-root: not removed); remove them with: kubectl delete -n dev virtualdisk.virtualization.deckhouse.io/web-root\n"),
+        "{err}"
+    );
+    env.emulator.release_held();
+}

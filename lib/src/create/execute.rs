@@ -175,7 +175,13 @@ pub async fn create_all(
                 continue;
             }
             Some(Err(err)) => err.to_string(),
-            None => "interrupted".to_owned(),
+            None => format!(
+                "interrupted while waiting for the server (check that it was not created anyway: kubectl get -n {} {})",
+                planned.object["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default(),
+                kind.object_ref(planned.name())
+            ),
         };
         let undo = if dry_run {
             String::new()

@@ -256,6 +256,7 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
     {
         return Err(denied);
     }
+    app.holds.pass(verb, &def.plural).await;
     if let Some(rule) = app.take_failure(verb, &def.plural, &name) {
         return Err(ApiError::from_code(rule.code, rule.message));
     }
