@@ -9,7 +9,7 @@ use clap::Args;
 use kubevm::api::Kind;
 use kubevm::ca::store::DEFAULT_CA_NAMESPACE;
 use kubevm::cluster::{Cluster, parse_duration};
-use kubevm::create::checks::{self, CaSource};
+use kubevm::create::checks::{self, CaSource, PrepareOptions, Prepared};
 use kubevm::create::execute::{self, Applied};
 use kubevm::create::plan::{CoreFraction, Firmware, KindRef, OsType, RunStrategy};
 use kubevm::create::{self, BootFlags, BootSource, Manifests, VmPlan};
@@ -247,37 +247,29 @@ pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandRes
         (None, None) => context_namespace.unwrap_or_else(|| "default".to_owned()),
     };
     kubevm::target::validate_namespace(&namespace)?;
-    let mut plan = build_plan(&args, &inputs, &args.name, &namespace, flavor)?;
+    let plan = build_plan(&args, &inputs, &args.name, &namespace, flavor)?;
     let mut early = plan.clone();
     early.platform_ssh.enabled = false;
     early.validate().map_err(usage)?;
 
     // Checks against the cluster, before anything is written.
-    let mut warn = |w: String| eprintln!("Warning: {w}");
-    if let (Some(cluster), Some(platform)) = (&cluster, &platform) {
-        checks::check_checksums(
-            cluster,
-            platform,
-            &mut plan,
-            args.allow_unverified,
-            &mut warn,
-        )
-        .await?;
-        if flavor == Flavor::Deckhouse {
-            checks::check_sizing(cluster, platform, &plan).await?;
-        }
-    }
-    let ca = CaSource {
-        public_keys: inputs.ca_public_keys.clone(),
-        namespace: args.ca_namespace.clone(),
-        require: args.require_ca,
+    let options = PrepareOptions {
+        allow_unverified: args.allow_unverified,
+        ca: CaSource {
+            public_keys: inputs.ca_public_keys.clone(),
+            namespace: args.ca_namespace.clone(),
+            require: args.require_ca,
+        },
     };
-    checks::setup_platform_ssh(cluster.as_ref(), &ca, &mut plan, &mut warn).await?;
-    let manifests = create::build(&plan).map_err(usage)?;
-    let existing = match &cluster {
-        Some(cluster) => execute::check_existing(cluster, &manifests).await?,
-        None => Default::default(),
-    };
+    let connected = cluster.as_ref().zip(platform.as_ref());
+    let Prepared {
+        plan,
+        manifests,
+        existing,
+    } = checks::prepare(connected, plan, &options, &mut |w| {
+        eprintln!("Warning: {w}")
+    })
+    .await?;
 
     if interactive && !create_interactive::confirm(&manifests).await? {
         return Err(CommandError::Failed("nothing created".into()));

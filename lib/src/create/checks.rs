@@ -181,6 +181,55 @@ pub async fn setup_platform_ssh(
     Ok(())
 }
 
+/// Options of [`prepare`].
+#[derive(Debug, Clone, Default)]
+pub struct PrepareOptions {
+    /// `--allow-unverified`: import without a checksum the platform cannot verify.
+    pub allow_unverified: bool,
+    /// Where the platform SSH CA comes from.
+    pub ca: CaSource,
+}
+
+/// A plan checked against the cluster: the objects to create and what already exists.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The plan as adjusted by the checks (CA keys, host key, dropped checksums).
+    pub plan: VmPlan,
+    /// The objects to create, in order.
+    pub manifests: crate::create::Manifests,
+    /// Kept disks that will be reused.
+    pub existing: crate::create::execute::Existing,
+}
+
+/// The whole pre-write phase of `create`: checksum support and (Deckhouse) sizing against
+/// the cluster, the platform SSH CA, the manifests, and the existence check of every object.
+/// Without a cluster (client dry run) only the CA from `options.ca` and the manifests.
+/// Warnings go to `warn`; nothing is written.
+pub async fn prepare(
+    cluster: Option<(&Cluster, &Platform)>,
+    mut plan: VmPlan,
+    options: &PrepareOptions,
+    warn: &mut dyn FnMut(String),
+) -> Result<Prepared> {
+    if let Some((cluster, platform)) = cluster {
+        check_checksums(cluster, platform, &mut plan, options.allow_unverified, warn).await?;
+        if plan.flavor == Flavor::Deckhouse {
+            check_sizing(cluster, platform, &plan).await?;
+        }
+    }
+    setup_platform_ssh(cluster.map(|(c, _)| c), &options.ca, &mut plan, warn).await?;
+    let manifests = crate::create::build(&plan).map_err(|e| Error::Usage(e.to_string()))?;
+    let existing = match cluster {
+        Some((cluster, _)) => crate::create::execute::check_existing(cluster, &manifests).await?,
+        None => Default::default(),
+    };
+    Ok(Prepared {
+        plan,
+        manifests,
+        existing,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
