@@ -498,3 +498,43 @@ fn ctrl_c_during_create_rolls_back_and_a_second_one_abandons_the_rollback() {
     );
     env.emulator.release_held();
 }
+
+#[test]
+fn delete_sends_the_uid_of_every_object_it_deletes() {
+    let env = Env::kubevirt();
+    // --url with a checksum makes a standalone boot DataVolume, which delete removes itself.
+    let mut args = vec![
+        "create",
+        "web",
+        "-n",
+        NS,
+        "--no-platform-ssh",
+        "--allow-unverified",
+    ];
+    args.extend(["--url", "https://images.example.org/d.qcow2", "--checksum"]);
+    args.push("sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08");
+    ok(env.vm(&args));
+    env.emulator.clear_requests();
+    ok(env.vm(&["delete", "web", "-n", NS, "-y", "--wait=false"]));
+    let deletes: Vec<_> = env
+        .emulator
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "DELETE")
+        .collect();
+    assert!(
+        deletes.iter().any(|d| d.path.contains("/datavolumes/")),
+        "the boot DataVolume is deleted too: {:?}",
+        deletes.iter().map(|d| &d.path).collect::<Vec<_>>()
+    );
+    for d in &deletes {
+        let body = d.json().unwrap_or_default();
+        assert!(
+            body["preconditions"]["uid"]
+                .as_str()
+                .is_some_and(|u| !u.is_empty()),
+            "{} {body}",
+            d.path
+        );
+    }
+}
