@@ -1,5 +1,6 @@
-//! `kubectl vm create NAME`: turn flags into a VM plan, check it (locally, then against the
-//! cluster: CA, checksum support, class sizing), and create its objects all or nothing.
+//! `kubectl vm create NAME`: turn flags into a VM plan, check it locally (before any request),
+//! have the library check it against the cluster (`checks::prepare`) and create its objects all
+//! or nothing (`execute::create_all`), and render what happened.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
