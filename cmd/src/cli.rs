@@ -172,4 +172,72 @@ mod tests {
     fn cli_definition_is_consistent() {
         super::command().debug_assert();
     }
+
+    /// Every (long, short) spelling of a flag of `cmd` that is not inherited from the root.
+    fn own_flags(cmd: &clap::Command) -> Vec<(Option<String>, Option<char>)> {
+        cmd.get_arguments()
+            .filter(|a| !a.is_global_set())
+            .flat_map(|a| {
+                let mut longs: Vec<Option<String>> = vec![a.get_long().map(str::to_owned)];
+                longs.extend(
+                    a.get_all_aliases()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|l| Some(l.to_owned())),
+                );
+                let shorts: Vec<char> = a
+                    .get_short()
+                    .into_iter()
+                    .chain(a.get_all_short_aliases().unwrap_or_default())
+                    .collect();
+                longs
+                    .into_iter()
+                    .map(|l| (l, None))
+                    .chain(shorts.into_iter().map(|c| (None, Some(c))))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn walk(
+        cmd: &clap::Command,
+        path: &str,
+        global: &[(Option<String>, Option<char>)],
+        found: &mut Vec<String>,
+    ) {
+        for (long, short) in own_flags(cmd) {
+            if global.iter().any(|(gl, gs)| {
+                (long.is_some() && *gl == long) || (short.is_some() && *gs == short)
+            }) {
+                found.push(format!("{path}: {long:?} {short:?}"));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            walk(sub, &format!("{path} {}", sub.get_name()), global, found);
+        }
+    }
+
+    /// A subcommand flag spelled like a global one silently shadows it (`create --user`
+    /// was both the guest user and the kubeconfig user); clap's debug_assert misses this.
+    #[test]
+    fn no_command_flag_shadows_a_global_flag() {
+        let root = super::command();
+        let global: Vec<(Option<String>, Option<char>)> = root
+            .get_arguments()
+            .filter(|a| a.is_global_set())
+            .flat_map(|a| {
+                let mut v = vec![(a.get_long().map(str::to_owned), None)];
+                if let Some(c) = a.get_short() {
+                    v.push((None, Some(c)));
+                }
+                v
+            })
+            .collect();
+        assert!(global.iter().any(|(l, _)| l.as_deref() == Some("user")));
+        let mut found = Vec::new();
+        for sub in root.get_subcommands() {
+            walk(sub, sub.get_name(), &global, &mut found);
+        }
+        assert!(found.is_empty(), "flags shadowing global ones: {found:?}");
+    }
 }

@@ -58,7 +58,9 @@ impl fmt::Display for CommandError {
 impl From<kubevm::Error> for CommandError {
     fn from(err: kubevm::Error) -> Self {
         match err {
-            kubevm::Error::InvalidTarget(_) => CommandError::Usage(err.to_string()),
+            kubevm::Error::InvalidTarget(_) | kubevm::Error::Usage(_) => {
+                CommandError::Usage(err.to_string())
+            }
             other => CommandError::Failed(other.to_string()),
         }
     }

@@ -7,6 +7,7 @@ mod cli;
 mod commands;
 mod complete;
 mod error;
+mod interrupt;
 mod progress;
 mod prompt;
 mod render;

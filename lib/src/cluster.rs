@@ -68,10 +68,16 @@ impl Cluster {
             }
             None => {
                 let config = Config::incluster().map_err(|_| {
-                    Error::Config(
-                        "no kubeconfig found: pass --kubeconfig, set KUBECONFIG, or create ~/.kube/config"
-                            .into(),
-                    )
+                    match std::env::var("KUBECONFIG").ok().filter(|v| !v.is_empty()) {
+                        // Every file KUBECONFIG lists is missing: name them.
+                        Some(list) => Error::Usage(format!(
+                            "no kubeconfig found: KUBECONFIG names {list}, which does not exist; fix KUBECONFIG or pass --kubeconfig"
+                        )),
+                        None => Error::Config(
+                            "no kubeconfig found: pass --kubeconfig, set KUBECONFIG, or create ~/.kube/config"
+                                .into(),
+                        ),
+                    }
                 })?;
                 (config, None)
             }
@@ -195,7 +201,7 @@ pub fn user_agent() -> String {
 pub fn load_kubeconfig(explicit: Option<&Path>) -> Result<Option<Kubeconfig>> {
     if let Some(path) = explicit {
         if !path.exists() {
-            return Err(Error::Config(format!(
+            return Err(Error::Usage(format!(
                 "kubeconfig file {} does not exist",
                 path.display()
             )));

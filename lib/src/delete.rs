@@ -8,13 +8,14 @@
 //! - Deckhouse: VirtualDisks labelled with [`companion_selector`] (not owned by the VM).
 //!
 //! Disks the user brought (not labelled, not templates) are never touched. Secrets owned by
-//! the VM always go with it. Keeping an owned DataVolume means removing the VM's
-//! ownerReference from it first (not an Orphan delete: the VMI must still go).
+//! the VM always go with it. Keeping owned DataVolumes means an Orphan delete of the VM (the
+//! garbage collector removes just the VM's ownerReference) followed by deleting the VMI and
+//! Secrets the collector would otherwise have taken.
 
 use std::time::Duration;
 
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
-use serde_json::{Value, json};
+use kube::api::{DeleteParams, DynamicObject, ListParams};
+use serde_json::Value;
 
 use crate::api::{DATA_VOLUME, KUBEVIRT_VMI, Kind, SECRET, VIRTUAL_DISK};
 use crate::cluster::Cluster;
@@ -32,6 +33,8 @@ pub struct Companion {
     /// Whether the VM owns it (an ownerReference with the VM's uid): the garbage collector
     /// deletes it with the VM.
     pub owned: bool,
+    /// Its uid as read (deletes carry it as a precondition); empty when unknown.
+    pub uid: String,
 }
 
 impl Companion {
@@ -125,6 +128,10 @@ pub async fn plan(
                 kind: disk_kind,
                 name: disk_name.to_owned(),
                 owned: owned_by(object, &uid),
+                uid: object["metadata"]["uid"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
             });
         }
     };
@@ -175,6 +182,7 @@ pub async fn plan(
                     .unwrap_or_default()
                     .to_owned(),
                 owned: true,
+                uid: s["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
             })
             .collect(),
         Err(_) => Vec::new(),
@@ -190,25 +198,61 @@ pub async fn plan(
     })
 }
 
-/// Carry out the plan: with `keep_disks`, release the owned disks from the VM first; delete
-/// the VM; without it, delete the disks the VM does not own (owned ones are garbage
-/// collected). `server_dry_run` sends every request with `dryRun=All`.
-pub async fn execute(cluster: &Cluster, plan: &DeletePlan, server_dry_run: bool) -> Result<()> {
-    let ns = Some(plan.namespace.as_str());
-    if plan.keep_disks {
-        for disk in plan.disks.iter().filter(|d| d.owned) {
-            release(cluster, plan, disk, server_dry_run).await?;
-        }
-    }
-    let mut params = DeleteParams::background();
+/// Delete parameters with a uid precondition (none when `uid` is empty).
+fn guarded(mut params: DeleteParams, uid: &str, server_dry_run: bool) -> DeleteParams {
     params.dry_run = server_dry_run;
-    params.preconditions = Some(kube::api::Preconditions {
-        uid: Some(plan.uid.clone()),
+    params.preconditions = (!uid.is_empty()).then(|| kube::api::Preconditions {
+        uid: Some(uid.to_owned()),
         resource_version: None,
     });
+    params
+}
+
+/// Carry out the plan: delete the VM; without `keep_disks`, then the disks the VM does not
+/// own (owned ones are garbage collected). Every delete carries the uid read by [`plan`], so
+/// an object replaced meanwhile is never removed. `server_dry_run` sends `dryRun=All`.
+///
+/// With `keep_disks` and disks the VM owns, the VM is deleted with propagationPolicy
+/// Orphan: the garbage collector then removes only the VM's ownerReference from its
+/// dependents (other owners stay), and while the VM is being deleted KubeVirt no longer
+/// adopts the disks (releasing them before the delete raced with that adoption). What the
+/// collector would have taken (the VMI, the owned Secrets) is deleted here instead.
+pub async fn execute(cluster: &Cluster, plan: &DeletePlan, server_dry_run: bool) -> Result<()> {
+    let ns = Some(plan.namespace.as_str());
+    let orphan = plan.keep_disks && plan.disks.iter().any(|d| d.owned);
+    let mut dependents: Vec<Companion> = Vec::new();
+    if orphan {
+        if plan.vm_kind == crate::api::KUBEVIRT_VM {
+            let vmi = KUBEVIRT_VMI
+                .api(&cluster.client, ns)
+                .get_opt(&plan.name)
+                .await
+                .map_err(|e| {
+                    cluster.error(e, &KUBEVIRT_VMI.action("get", ns).named(plan.name.as_str()))
+                })?
+                .map(to_value);
+            if let Some(vmi) = vmi.filter(|v| owned_by(v, &plan.uid)) {
+                dependents.push(Companion {
+                    kind: KUBEVIRT_VMI,
+                    name: plan.name.clone(),
+                    owned: true,
+                    uid: vmi["metadata"]["uid"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                });
+            }
+        }
+        dependents.extend(plan.secrets.iter().cloned());
+    }
+    let propagation = if orphan {
+        DeleteParams::orphan()
+    } else {
+        DeleteParams::background()
+    };
     plan.vm_kind
         .api(&cluster.client, ns)
-        .delete(&plan.name, &params)
+        .delete(&plan.name, &guarded(propagation, &plan.uid, server_dry_run))
         .await
         .map_err(|e| {
             cluster.error(
@@ -216,70 +260,30 @@ pub async fn execute(cluster: &Cluster, plan: &DeletePlan, server_dry_run: bool)
                 &plan.vm_kind.action("delete", ns).named(plan.name.as_str()),
             )
         })?;
+    let mut rest: Vec<&Companion> = dependents.iter().collect();
     if !plan.keep_disks {
-        let mut params = DeleteParams::background();
-        params.dry_run = server_dry_run;
-        for disk in plan.disks.iter().filter(|d| !d.owned) {
-            match disk
-                .kind
-                .api(&cluster.client, ns)
-                .delete(&disk.name, &params)
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(e) => {
-                    return Err(
-                        cluster.error(e, &disk.kind.action("delete", ns).named(disk.name.as_str()))
-                    );
-                }
+        rest.extend(plan.disks.iter().filter(|d| !d.owned));
+    }
+    for object in rest {
+        let params = guarded(DeleteParams::background(), &object.uid, server_dry_run);
+        match object
+            .kind
+            .api(&cluster.client, ns)
+            .delete(&object.name, &params)
+            .await
+        {
+            Ok(_) => {}
+            // Gone already, or replaced by an object that is not ours.
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
+            Err(e) => {
+                return Err(cluster.error(
+                    e,
+                    &object.kind.action("delete", ns).named(object.name.as_str()),
+                ));
             }
         }
     }
     Ok(())
-}
-
-/// Remove the VM's ownerReference from a disk, so it survives the VM. The merge patch
-/// carries the resourceVersion read, so a concurrent change fails instead of being undone.
-async fn release(
-    cluster: &Cluster,
-    plan: &DeletePlan,
-    disk: &Companion,
-    server_dry_run: bool,
-) -> Result<()> {
-    let ns = Some(plan.namespace.as_str());
-    let api = disk.kind.api(&cluster.client, ns);
-    let action = |verb| disk.kind.action(verb, ns).named(disk.name.as_str());
-    let current = api
-        .get(&disk.name)
-        .await
-        .map(to_value)
-        .map_err(|e| cluster.error(e, &action("get")))?;
-    let refs = current
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let kept: Vec<Value> = refs
-        .iter()
-        .filter(|r| r["uid"] != plan.uid.as_str())
-        .cloned()
-        .collect();
-    if kept.len() == refs.len() {
-        return Ok(());
-    }
-    let patch = json!({"metadata": {
-        "resourceVersion": current["metadata"]["resourceVersion"],
-        "ownerReferences": if kept.is_empty() { Value::Null } else { Value::Array(kept) },
-    }});
-    let params = PatchParams {
-        dry_run: server_dry_run,
-        ..PatchParams::default()
-    };
-    api.patch(&disk.name, &params, &Patch::Merge(&patch))
-        .await
-        .map(drop)
-        .map_err(|e| cluster.error(e, &action("patch")))
 }
 
 /// Wait until the VM, its VMI (KubeVirt) and the deleted disks are gone, polling. On
@@ -352,6 +356,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[tokio::test]
     async fn polling_times_out_naming_what_remains() {

@@ -160,6 +160,16 @@ pub enum Error {
     /// A bug or an unexpected answer.
     #[error("{0}")]
     Internal(String),
+    /// Input that the cluster showed to be unusable (a class that does not exist, sizes its
+    /// policy refuses): a usage error, like a bad flag.
+    #[error("{0}")]
+    Usage(String),
+    /// Refused to change objects kubectl-vm did not make (e.g. `create` over an existing one).
+    #[error("{0}")]
+    NotOurs(String),
+    /// A wait that cannot succeed: a disk or the VM is stuck in an error state.
+    #[error("{0}")]
+    Stuck(String),
 }
 
 fn in_ns(namespace: &Option<String>) -> String {

@@ -6,7 +6,6 @@
 //! `kubectl-vm` binary renders what this library returns.
 
 pub mod api;
-pub mod apply;
 pub mod ca;
 pub mod cluster;
 pub mod create;

@@ -77,6 +77,13 @@ impl Target {
             },
         };
         validate_name(name).map_err(|why| bad(&why))?;
+        // KubeVirt and Deckhouse VM names are DNS labels: a longer name names no VM.
+        if name.len() > 63 {
+            return Err(bad(&format!(
+                "the name is {} characters long; a VM name is at most 63",
+                name.len()
+            )));
+        }
         if let Some(namespace) = namespace {
             validate_namespace(namespace).map_err(|e| bad(&e.to_string()))?;
         }

@@ -43,7 +43,7 @@ fn kubeconfig_problems() {
     let line = fails(
         &env,
         &["list", "--kubeconfig", missing.to_str().unwrap()],
-        1,
+        2,
     );
     assert_eq!(
         line,

@@ -59,6 +59,10 @@ fn visible_commands(path: &[String]) -> Vec<Vec<String>> {
         return found;
     };
     for line in section.lines().take_while(|l| !l.trim().is_empty()) {
+        // A command's line is indented two spaces; a wrapped description line more.
+        if line.starts_with("   ") {
+            continue;
+        }
         let name = line.split_whitespace().next().unwrap().to_owned();
         if name == "help" {
             continue;

@@ -7,6 +7,8 @@ mod access;
 mod ca;
 mod completion;
 mod create;
+mod create_safety;
+mod create_validation;
 mod delete;
 mod errors;
 mod generated;

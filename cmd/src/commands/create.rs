@@ -1,21 +1,22 @@
-//! `kubectl vm create NAME`: turn flags into a VM plan, check it (locally, then against the
-//! cluster: CA, checksum support, class sizing), and create its objects all or nothing.
+//! `kubectl vm create NAME`: turn flags into a VM plan, check it locally (before any request),
+//! have the library check it against the cluster (`checks::prepare`) and create its objects all
+//! or nothing (`execute::create_all`), and render what happened.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use kubevm::api::{CDI, Kind, VIRTUAL_MACHINE_CLASS};
-use kubevm::apply::{self, Applied};
-use kubevm::ca::store::{self, DEFAULT_CA_NAMESPACE};
-use kubevm::ca::{DEFAULT_HOST_CERT_VALIDITY, HostKeys};
+use kubevm::api::Kind;
+use kubevm::ca::store::DEFAULT_CA_NAMESPACE;
 use kubevm::cluster::{Cluster, parse_duration};
+use kubevm::create::checks::{self, CaSource, PrepareOptions, Prepared};
+use kubevm::create::execute::{self, Applied};
 use kubevm::create::plan::{CoreFraction, Firmware, KindRef, OsType, RunStrategy};
-use kubevm::create::{self, BootFlags, BootSource, Manifests, VmPlan, sizing};
-use kubevm::flavor::{self, Flavor, FlavorChoice, Platform};
+use kubevm::create::{self, BootFlags, BootSource, Manifests, VmPlan};
+use kubevm::flavor::{self, Flavor, FlavorChoice};
 use kubevm::quantity::Quantity;
-use kubevm::validate::{self, Checksum, ChecksumAlgo, DataDisk, DiskBus, EnvVar, Label};
+use kubevm::validate::{self, Checksum, DataDisk, DiskBus, EnvVar, Label};
 use kubevm::wait::{self, Snapshot};
 use serde_json::Value;
 
@@ -23,9 +24,6 @@ use crate::cli::GlobalArgs;
 use crate::commands::create_interactive;
 use crate::error::{CommandError, CommandResult};
 use crate::render::{self, OutputFormat};
-
-/// First CDI release that verifies `http.checksum`.
-const CDI_CHECKSUM_SINCE: (u64, u64) = (1, 65);
 
 /// Arguments of `create`.
 #[derive(Debug, Args, Default)]
@@ -124,12 +122,17 @@ pub struct CreateArgs {
     /// User data for cloud-init (#cloud-config, script or MIME multipart), merged with the platform's
     #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath, help_heading = "Guest")]
     pub cloud_init: Option<PathBuf>,
-    /// SSH public key file for the --user (or the image's default user) (repeatable)
+    /// SSH public key file for the --guest-user (or the image's default user) (repeatable)
     #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath, help_heading = "Guest")]
     pub ssh_key: Vec<PathBuf>,
-    /// Create this user (passwordless sudo) with the --ssh-key keys
-    #[arg(long, value_name = "NAME", help_heading = "Guest")]
-    pub user: Option<String>,
+    /// Create this guest user (passwordless sudo) with the --ssh-key keys (the global --user is the kubeconfig user)
+    #[arg(
+        long = "guest-user",
+        visible_alias = "login",
+        value_name = "NAME",
+        help_heading = "Guest"
+    )]
+    pub guest_user: Option<String>,
     /// Environment KEY=VALUE for the guest: /etc/kubevm/environment, /etc/environment, /etc/profile.d (repeatable)
     #[arg(long, value_name = "KEY=VALUE", help_heading = "Guest")]
     pub env: Vec<String>,
@@ -209,8 +212,13 @@ pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandRes
     let mut early = build_plan(&args, &inputs, &args.name, "default", provisional)?;
     // The CA keys may come from the cluster later.
     early.platform_ssh.enabled = false;
-    if matches!(choice, FlavorChoice::Fixed(_)) {
-        early.validate().map_err(usage)?;
+    if let Err(e) = early.validate() {
+        // Without --flavor, refuse before any request what neither platform accepts.
+        let mut other = early.clone();
+        other.flavor = Flavor::Deckhouse;
+        if matches!(choice, FlavorChoice::Fixed(_)) || other.validate().is_err() {
+            return Err(usage(e));
+        }
     }
     create::cloudinit::build(&early).map_err(usage)?;
     let offline = dry_run == DryRun::Client && matches!(choice, FlavorChoice::Fixed(_));
@@ -223,7 +231,9 @@ pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandRes
             .map(|c| c.namespace);
         (None, None)
     } else {
-        let cluster = Cluster::connect(&global.connect_options()).await?;
+        let cluster = Cluster::connect(&global.connect_options())
+            .await
+            .map_err(|e| hint_guest_user(global, e))?;
         let platform = flavor::discover(&cluster, choice).await?;
         super::note_other_platform(global, &platform);
         (Some(cluster), Some(platform))
@@ -239,21 +249,29 @@ pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandRes
         (None, None) => context_namespace.unwrap_or_else(|| "default".to_owned()),
     };
     kubevm::target::validate_namespace(&namespace)?;
-    let mut plan = build_plan(&args, &inputs, &args.name, &namespace, flavor)?;
+    let plan = build_plan(&args, &inputs, &args.name, &namespace, flavor)?;
     let mut early = plan.clone();
     early.platform_ssh.enabled = false;
     early.validate().map_err(usage)?;
 
     // Checks against the cluster, before anything is written.
-    if let (Some(cluster), Some(platform)) = (&cluster, &platform) {
-        ensure_absent(cluster, flavor, &plan).await?;
-        check_checksums(cluster, platform, &mut plan, args.allow_unverified).await?;
-        if flavor == Flavor::Deckhouse {
-            check_sizing(cluster, platform, &plan).await?;
-        }
-    }
-    setup_platform_ssh(cluster.as_ref(), &args, &inputs, &mut plan).await?;
-    let manifests = create::build(&plan).map_err(usage)?;
+    let options = PrepareOptions {
+        allow_unverified: args.allow_unverified,
+        ca: CaSource {
+            public_keys: inputs.ca_public_keys.clone(),
+            namespace: args.ca_namespace.clone(),
+            require: args.require_ca,
+        },
+    };
+    let connected = cluster.as_ref().zip(platform.as_ref());
+    let Prepared {
+        plan,
+        manifests,
+        existing,
+    } = checks::prepare(connected, plan, &options, &mut |w| {
+        eprintln!("Warning: {w}")
+    })
+    .await?;
 
     if interactive && !create_interactive::confirm(&manifests).await? {
         return Err(CommandError::Failed("nothing created".into()));
@@ -264,7 +282,26 @@ pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandRes
         return print_objects(&mut out, &objects, args.output, " (dry run)");
     }
     let cluster = cluster.expect("connected unless client dry run");
-    let applied = apply::apply_all(&cluster, &manifests, dry_run == DryRun::Server, |_| {}).await?;
+    // Ctrl-C now rolls back what this run created (a second press abandons the rollback).
+    let (taken, interrupts) = crate::interrupt::take_over();
+    let created = execute::create_all(
+        &cluster,
+        &manifests,
+        &existing,
+        dry_run == DryRun::Server,
+        Some(interrupts.clone()),
+        |_| {},
+    )
+    .await;
+    drop(taken);
+    let applied = match created {
+        Ok(applied) => applied,
+        Err(e) if *interrupts.borrow() > 0 => {
+            eprintln!("Error: {e}");
+            return Err(CommandError::Interrupted);
+        }
+        Err(e) => return Err(e.into()),
+    };
     let suffix = if dry_run == DryRun::Server {
         " (server dry run)"
     } else {
@@ -277,6 +314,21 @@ pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandRes
         wait_for(&cluster, flavor, &plan, timeout).await?;
     }
     Ok(())
+}
+
+/// `create --user NAME` once named the guest user; the global `--user` is kubectl's
+/// kubeconfig user, so a name the kubeconfig lacks gets a pointer to `--guest-user`.
+fn hint_guest_user(global: &GlobalArgs, err: kubevm::Error) -> CommandError {
+    match (&global.user, &err) {
+        (Some(user), kubevm::Error::Config(message))
+            if message.starts_with(&format!("user {user:?} not found")) =>
+        {
+            CommandError::Failed(format!(
+                "{message}; --user is the kubeconfig user: to create a user in the guest pass --guest-user {user}"
+            ))
+        }
+        _ => err.into(),
+    }
 }
 
 fn usage(err: impl std::fmt::Display) -> CommandError {
@@ -420,159 +472,10 @@ fn build_plan(
     plan.data_disks = parse_all::<DataDisk>("data-disk", &args.data_disk)?;
     plan.guest.user_data = inputs.cloud_init.clone();
     plan.guest.ssh_keys = inputs.ssh_keys.clone();
-    plan.guest.user = args.user.clone();
+    plan.guest.user = args.guest_user.clone();
     plan.guest.env = parse_all::<EnvVar>("env", &args.env)?;
     plan.platform_ssh.enabled = !args.no_platform_ssh;
     Ok(plan)
-}
-
-/// `create` never replaces a VM: an existing one is an error before anything is written.
-async fn ensure_absent(cluster: &Cluster, flavor: Flavor, plan: &VmPlan) -> CommandResult {
-    let kind = Kind::vm(flavor);
-    let existing = kind
-        .api(&cluster.client, Some(&plan.namespace))
-        .get_opt(&plan.name)
-        .await
-        .map_err(|e| {
-            cluster.error(
-                e,
-                &kind.action("get", Some(&plan.namespace)).named(&plan.name),
-            )
-        })?;
-    if existing.is_some() {
-        return Err(CommandError::Failed(format!(
-            "virtualmachine {:?} already exists in namespace {:?}; delete it first or choose another name",
-            plan.name, plan.namespace
-        )));
-    }
-    Ok(())
-}
-
-/// The CDI version the cluster runs, from its CDI object.
-async fn cdi_version(cluster: &Cluster) -> Option<(u64, u64)> {
-    let list = CDI
-        .api(&cluster.client, None)
-        .list(&Default::default())
-        .await
-        .ok()?;
-    let object = serde_json::to_value(list.items.first()?).ok()?;
-    let version = object.pointer("/status/observedVersion")?.as_str()?;
-    let mut parts = version.trim_start_matches('v').split('.');
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
-}
-
-/// Keep checksums only where the platform verifies them; otherwise refuse, or with
-/// `--allow-unverified` drop them and say so.
-async fn check_checksums(
-    cluster: &Cluster,
-    platform: &Platform,
-    plan: &mut VmPlan,
-    allow: bool,
-) -> CommandResult {
-    let BootSource::Url { checksums, .. } = &mut plan.boot else {
-        return Ok(());
-    };
-    if checksums.is_empty() || platform.flavor == Flavor::Deckhouse {
-        return Ok(());
-    }
-    let why = match cdi_version(cluster).await {
-        Some(v) if v >= CDI_CHECKSUM_SINCE => {
-            let cdi_supported = |c: &Checksum| {
-                !matches!(
-                    c.algo,
-                    ChecksumAlgo::Streebog256 | ChecksumAlgo::Streebog512
-                )
-            };
-            if checksums.iter().any(cdi_supported) {
-                return Ok(());
-            }
-            "CDI verifies md5, sha1, sha256 and sha512 only, not streebog".to_owned()
-        }
-        Some((major, minor)) => {
-            format!("CDI v{major}.{minor} does not verify checksums (v1.65 and later do)")
-        }
-        None => "the cluster's CDI version is unknown, so it may not verify checksums".to_owned(),
-    };
-    if !allow {
-        return Err(CommandError::Failed(format!(
-            "{why}; refusing to import {} unverified (pass --allow-unverified to import it anyway)",
-            plan.name
-        )));
-    }
-    eprintln!(
-        "Warning: {why}; importing the image without verifying its checksum (--allow-unverified)"
-    );
-    checksums.clear();
-    Ok(())
-}
-
-/// Check a Deckhouse VM against its class's sizing policy, reporting every violation.
-async fn check_sizing(cluster: &Cluster, platform: &Platform, plan: &VmPlan) -> CommandResult {
-    let mut kind = VIRTUAL_MACHINE_CLASS;
-    if !platform.serves(kind.group, kind.version) {
-        kind.version = "v1alpha3";
-    }
-    let class = kind
-        .api(&cluster.client, None)
-        .get_opt(plan.class_name())
-        .await
-        .map_err(|e| cluster.error(e, &kind.action("get", None).named(plan.class_name())))?
-        .ok_or_else(|| {
-            CommandError::usage(format!(
-                "virtualmachineclass {:?} not found; pass an existing --class",
-                plan.class_name()
-            ))
-        })?;
-    let class = serde_json::to_value(class).unwrap_or(Value::Null);
-    sizing::check_plan(plan, &class).map_err(usage)
-}
-
-/// Fill in the platform SSH CA keys (file, else cluster) and, when the CA's private key is
-/// readable, a host key with a CA-signed certificate.
-async fn setup_platform_ssh(
-    cluster: Option<&Cluster>,
-    args: &CreateArgs,
-    inputs: &Inputs,
-    plan: &mut VmPlan,
-) -> CommandResult {
-    if args.no_platform_ssh || plan.os == OsType::Windows {
-        return Ok(());
-    }
-    let keys = match (&inputs.ca_public_keys, cluster) {
-        (Some(keys), _) => Some(keys.clone()),
-        (None, Some(cluster)) => store::read_public_keys(cluster, &args.ca_namespace).await?,
-        _ => None,
-    };
-    match keys {
-        Some(keys) => plan.platform_ssh.ca_public_keys = keys,
-        None if args.require_ca => {
-            return Err(CommandError::Failed(format!(
-                "no platform SSH CA in namespace {:?}: run `kubectl vm ca init`, or pass --ca-public-key",
-                args.ca_namespace
-            )));
-        }
-        None => {
-            eprintln!(
-                "Warning: no platform SSH CA in namespace {:?} (run `kubectl vm ca init`); the VM will not accept CA-signed SSH certificates",
-                args.ca_namespace
-            );
-            plan.platform_ssh.enabled = false;
-            return Ok(());
-        }
-    }
-    if let (Some(cluster), None) = (cluster, &inputs.ca_public_keys)
-        && let Some(bundle) = store::read_bundle(cluster, &args.ca_namespace).await?
-    {
-        let host = HostKeys::issue(
-            &bundle,
-            &plan.name,
-            &plan.namespace,
-            DEFAULT_HOST_CERT_VALIDITY,
-        )
-        .map_err(|e| CommandError::Failed(format!("signing the VM's host certificate: {e}")))?;
-        plan.platform_ssh.host = Some(host);
-    }
-    Ok(())
 }
 
 fn print_objects(
@@ -620,7 +523,8 @@ fn print_applied(
         return print_objects(out, &objects, format, suffix);
     }
     for a in applied {
-        let verb = if a.created { "created" } else { "configured" };
+        // A disk kept by `delete --keep-disks` is reused as it is.
+        let verb = if a.created { "created" } else { "reused" };
         writeln!(out, "{} {verb}{suffix}", object_ref(&a.object))?;
     }
     Ok(())
@@ -671,8 +575,23 @@ async fn wait_for(
     .await;
     progress.finish();
     match result {
-        Ok(_) => {
-            eprintln!("virtualmachine {:?} is {want}", plan.name);
+        Ok(snapshot) => {
+            let pending: Vec<&str> = snapshot
+                .disks
+                .iter()
+                .filter(|d| d.pending_first_consumer)
+                .map(|d| d.name.as_str())
+                .collect();
+            if pending.is_empty() || snapshot.vm_status == want {
+                eprintln!("virtualmachine {:?} is {want}", plan.name);
+            } else {
+                // WaitForFirstConsumer storage binds these only when the VM first starts.
+                eprintln!(
+                    "virtualmachine {:?} is created stopped; disks pending-first-consumer (their storage binds them when the VM first starts): {}",
+                    plan.name,
+                    pending.join(", ")
+                );
+            }
             Ok(())
         }
         Err(kubevm::Error::Timeout(what)) => Err(CommandError::Failed(format!(

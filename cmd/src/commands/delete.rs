@@ -161,6 +161,7 @@ mod tests {
                     kind: VIRTUAL_DISK,
                     name: (*d).into(),
                     owned: false,
+                    uid: String::new(),
                 })
                 .collect(),
             keep_disks,
@@ -168,6 +169,7 @@ mod tests {
                 kind: SECRET,
                 name: "web-cloud-init".into(),
                 owned: true,
+                uid: String::new(),
             }],
         }
     }

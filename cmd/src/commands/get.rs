@@ -39,8 +39,10 @@ pub async fn cmd_get(global: &GlobalArgs, args: GetArgs) -> CommandResult {
         ));
     }
     let target = Target::parse(&args.target, false)?;
-    let (cluster, platform) = super::connect(global).await?;
+    // Connecting reads only local files: the target is checked against -n before any request.
+    let cluster = kubevm::cluster::Cluster::connect(&global.connect_options()).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
+    let platform = kubevm::flavor::discover(&cluster, global.flavor_choice()).await?;
     let details = vm::get(&cluster, &platform, &target, &namespace).await?;
     let mut out = std::io::stdout().lock();
     match args.output {

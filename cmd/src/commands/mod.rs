@@ -35,7 +35,7 @@ pub fn run() -> ExitCode {
         tokio::select! {
             // Polled first so Ctrl-C is caught from the very start.
             biased;
-            _ = tokio::signal::ctrl_c() => Err(CommandError::Interrupted),
+            _ = crate::interrupt::ends_program() => Err(CommandError::Interrupted),
             outcome = dispatch(cli) => outcome,
         }
     });

@@ -1,14 +1,18 @@
 //! `kubectl vm create` without the cluster: a [`VmPlan`] becomes the Kubernetes objects to
 //! apply, in order, for KubeVirt ([`kubevirt`]) or Deckhouse ([`deckhouse`]).
 //!
-//! The command validates and builds with [`build`], creates [`Manifests::objects`] in order,
-//! and before creating an object whose [`PlannedObject::owner`] is [`Owner::Vm`] it calls
-//! [`PlannedObject::set_owner`] with the VM it has just created, so Kubernetes deletes that
-//! object with the VM.
+//! The command validates and builds with [`build`] (no cluster), checks the plan against the
+//! cluster and builds its manifests with [`checks::prepare`], then creates
+//! [`Manifests::objects`] in order with [`execute::create_all`]: before creating an object
+//! whose [`PlannedObject::owner`] is [`Owner::Vm`] it calls [`PlannedObject::set_owner`] with
+//! the VM it has just created, so Kubernetes deletes that object with the VM.
 
+pub mod checks;
 pub mod cloudinit;
 pub mod deckhouse;
+pub mod execute;
 pub mod kubevirt;
+pub mod limits;
 pub mod plan;
 pub mod sizing;
 

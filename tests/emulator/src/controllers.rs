@@ -171,6 +171,18 @@ fn percent(progress: &Value) -> f64 {
 // ---------------------------------------------------------------------------------------------
 // KubeVirt
 
+/// Whether a KubeVirt VM should run: runStrategy Always/RerunOnFailure/Once, legacy
+/// `spec.running: true`, or Manual with a VMI already present.
+pub(crate) fn kubevirt_should_run(vm: &Value, vmi_exists: bool) -> bool {
+    let strategy = vm.pointer("/spec/runStrategy").and_then(Value::as_str);
+    match strategy {
+        Some("Always") | Some("RerunOnFailure") | Some("Once") => true,
+        Some("Manual") => vmi_exists,
+        Some(_) => false,
+        None => vm.pointer("/spec/running").and_then(Value::as_bool) == Some(true),
+    }
+}
+
 fn kubevirt_vm(app: &App, vm: &Value, _tick: bool) {
     let ns = meta_str(vm, "namespace").to_string();
     let cdi = app
@@ -380,9 +392,42 @@ fn data_volume(app: &App, dv: &Value, tick: bool) {
         .and_then(Value::as_str)
         .unwrap_or("");
     let blank = dv.pointer("/spec/source/blank").is_some();
+    // Unbound WaitForFirstConsumer storage: CDI waits in PendingPopulation for a consumer.
+    let waiting = matches!(phase, "" | "PendingPopulation")
+        && crate::storage::waits_for_first_consumer(app, dv_storage_class(dv).as_deref())
+        && !crate::storage::kubevirt_consumer(app, dv);
+    if waiting {
+        if phase.is_empty() {
+            app.store
+                .modify(&key_of("cdi.kubevirt.io", "datavolumes", dv), |o| {
+                    let mut st = o.get("status").cloned().unwrap_or(json!({}));
+                    st["phase"] = json!("PendingPopulation");
+                    st["progress"] = json!("N/A");
+                    set_condition(&mut st, "Bound", false, "Pending", "PVC is pending");
+                    set_condition(&mut st, "Ready", false, "PendingPopulation", "");
+                    o["status"] = st;
+                });
+        }
+        return;
+    }
+    if phase == "ImportInProgress"
+        && tick
+        && let Some(message) = crate::storage::import_error(dv)
+    {
+        // The importer pod fails and is restarted, again and again.
+        app.store
+            .modify(&key_of("cdi.kubevirt.io", "datavolumes", dv), |o| {
+                let mut st = o.get("status").cloned().unwrap_or(json!({}));
+                let restarts = st["restartCount"].as_i64().unwrap_or(0) + 1;
+                st["restartCount"] = json!(restarts);
+                set_condition(&mut st, "Running", false, "Error", &message);
+                o["status"] = st;
+            });
+        return;
+    }
     let (next_phase, progress) = match phase {
         "" if blank => ("Succeeded", "100.0%".to_string()),
-        "" => ("ImportScheduled", "N/A".to_string()),
+        "" | "PendingPopulation" => ("ImportScheduled", "N/A".to_string()),
         "ImportScheduled" if tick => ("ImportInProgress", "0.0%".to_string()),
         "ImportInProgress" if tick => {
             let p = (percent(&dv["status"]["progress"]) + STEP_PERCENT).min(100.0);
@@ -486,8 +531,37 @@ fn virtual_disk(app: &App, vd: &Value, tick: bool) {
         .and_then(Value::as_str)
         .unwrap_or("");
     let has_source = vd.pointer("/spec/dataSource").is_some_and(|s| !s.is_null());
+    let class_name = vd
+        .pointer("/spec/persistentVolumeClaim/storageClassName")
+        .and_then(Value::as_str);
+    let waiting = matches!(phase, "" | "Pending" | "WaitForFirstConsumer")
+        && crate::storage::waits_for_first_consumer(app, class_name)
+        && !crate::storage::deckhouse_consumer(app, vd);
+    if waiting || (phase == "Provisioning" && tick && crate::storage::import_error(vd).is_some()) {
+        let failure = crate::storage::import_error(vd).filter(|_| !waiting);
+        if phase == "WaitForFirstConsumer" && failure.is_none() {
+            return;
+        }
+        app.store.modify(&key_of(DH, "virtualdisks", vd), |o| {
+            let mut st = o.get("status").cloned().unwrap_or(json!({}));
+            match &failure {
+                Some(message) => {
+                    st["phase"] = json!("Failed");
+                    set_condition(&mut st, "Ready", false, "ProvisioningFailed", message);
+                }
+                None => {
+                    st["phase"] = json!("WaitForFirstConsumer");
+                    st["progress"] = json!("0%");
+                    set_condition(&mut st, "Ready", false, "WaitingForFirstConsumer", "");
+                }
+            }
+            st["observedGeneration"] = o["metadata"]["generation"].clone();
+            o["status"] = st;
+        });
+        return;
+    }
     let (next, progress) = match phase {
-        "" => ("Pending", "0%".to_string()),
+        "" | "WaitForFirstConsumer" => ("Pending", "0%".to_string()),
         "Pending" if tick && !has_source => ("Ready", "100%".to_string()),
         "Pending" if tick => ("Provisioning", "0%".to_string()),
         "Provisioning" if tick => {

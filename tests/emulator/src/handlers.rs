@@ -256,7 +256,17 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
     {
         return Err(denied);
     }
-    if let Some(rule) = app.take_failure(verb, &def.plural, &name) {
+    app.holds.pass(verb, &def.plural).await;
+    // A create names its object in the body, not the URL: rules for one object match it there.
+    let failure_name = if verb == "create" {
+        parse_yaml_or_json(&body)
+            .ok()
+            .map(|obj| meta_str(&obj, "name").to_string())
+            .unwrap_or_default()
+    } else {
+        name.clone()
+    };
+    if let Some(rule) = app.take_failure(verb, &def.plural, &failure_name) {
         return Err(ApiError::from_code(rule.code, rule.message));
     }
     let ctx = Ctx {
@@ -759,10 +769,12 @@ impl Ctx<'_> {
         if let Some(uid) = uid
             && uid != meta_str(&current, "uid")
         {
-            return Err(ApiError::conflict(
+            return Err(ApiError::uid_precondition(
                 &self.def.group,
                 &self.def.plural,
                 self.name,
+                &uid,
+                meta_str(&current, "uid"),
             ));
         }
         if dry {

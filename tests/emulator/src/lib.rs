@@ -27,6 +27,7 @@ pub mod controllers;
 pub mod discovery;
 pub mod fixtures;
 pub mod handlers;
+pub mod hold;
 pub mod lifecycle;
 pub mod openapi;
 pub mod patch;
@@ -35,6 +36,7 @@ pub mod requests;
 pub mod schema;
 pub mod selector;
 pub mod status;
+pub mod storage;
 pub mod store;
 pub mod subresources;
 pub mod table;
@@ -186,6 +188,21 @@ impl Handle {
     /// Every request received so far, in order (see [`requests::RecordedRequest`]).
     pub fn requests(&self) -> Vec<requests::RecordedRequest> {
         self.app.requests.all()
+    }
+
+    /// Holds requests with `verb` on `plural` until [`Handle::release_held`] (see [`hold`]).
+    pub fn hold(&self, verb: &str, plural: &str) {
+        self.app.holds.add(verb, plural)
+    }
+
+    /// How many requests are being held right now.
+    pub fn held(&self) -> usize {
+        self.app.holds.waiting()
+    }
+
+    /// Lets every held request go on and stops holding.
+    pub fn release_held(&self) {
+        self.app.holds.release_all()
     }
 
     /// Forgets the requests received so far (to assert on what one command sends).

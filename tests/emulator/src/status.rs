@@ -148,6 +148,22 @@ impl ApiError {
         e
     }
 
+    /// 409 `Conflict` of a delete whose uid precondition does not match, worded as the API
+    /// server's `storage.Preconditions.Check` (k8s.io/apiserver/pkg/storage/interfaces.go)
+    /// wrapped by `errors.NewConflict` (storeerr.InterpretDeleteError).
+    pub fn uid_precondition(group: &str, plural: &str, name: &str, want: &str, have: &str) -> Self {
+        let mut e = Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: UID in precondition: {want}, UID in object meta: {have}",
+                qualified(group, plural)
+            ),
+        );
+        e.details = Some(details(group, plural, Some(name)));
+        e
+    }
+
     /// 422 `Invalid`: `Kind.group "name" is invalid: cause[, cause…]`.
     pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Self {
         let qkind = if group.is_empty() {

@@ -421,6 +421,15 @@ impl Store {
                     {
                         refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()));
                     }
+                    // ObjectMeta round-trips through Go's typed struct (omitempty): an empty
+                    // list is not stored (apiextensions-apiserver schemaobjectmeta.Coerce).
+                    if obj
+                        .pointer("/metadata/ownerReferences")
+                        .and_then(Value::as_array)
+                        .is_some_and(Vec::is_empty)
+                    {
+                        meta_mut(&mut obj).remove("ownerReferences");
+                    }
                     Self::bump(&mut inner, &mut obj);
                     inner.objects.insert(dk.clone(), obj.clone());
                     Self::emit(

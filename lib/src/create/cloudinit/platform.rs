@@ -1,5 +1,5 @@
 //! The cloud-config that kubectl-vm injects into Linux guests: platform SSH trust, the
-//! platform user, `--user`/`--ssh-key`, `--env` files, qemu-guest-agent, time zone and host
+//! platform user, `--guest-user`/`--ssh-key`, `--env` files, qemu-guest-agent, time zone and host
 //! keys.
 //!
 //! Whatever must survive a CA rotation or a host-certificate renewal is written by `bootcmd`,

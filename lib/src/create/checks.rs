@@ -1,0 +1,266 @@
+//! What `create` checks against the cluster before writing anything: whether CDI verifies
+//! the `--checksum`, a Deckhouse VM's class sizing policy, and the platform SSH CA (whose
+//! public keys go into the guest, and whose private key signs the VM's host key).
+
+use serde_json::Value;
+
+use crate::api::{CDI, VIRTUAL_MACHINE_CLASS};
+use crate::ca::store;
+use crate::ca::{DEFAULT_HOST_CERT_VALIDITY, HostKeys};
+use crate::cluster::Cluster;
+use crate::create::plan::OsType;
+use crate::create::{BootSource, VmPlan, sizing};
+use crate::error::{Error, Result};
+use crate::flavor::{Flavor, Platform};
+use crate::validate::{Checksum, ChecksumAlgo};
+
+/// First CDI release that verifies `http.checksum`.
+pub const CDI_CHECKSUM_SINCE: (u64, u64) = (1, 65);
+
+/// The CDI version the cluster runs, from its CDI object (`status.observedVersion`).
+pub async fn cdi_version(cluster: &Cluster) -> Option<(u64, u64)> {
+    let list = CDI
+        .api(&cluster.client, None)
+        .list(&Default::default())
+        .await
+        .ok()?;
+    let object = serde_json::to_value(list.items.first()?).ok()?;
+    parse_cdi_version(object.pointer("/status/observedVersion")?.as_str()?)
+}
+
+fn parse_cdi_version(version: &str) -> Option<(u64, u64)> {
+    let mut parts = version.trim_start_matches('v').split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// Why CDI of version `cdi` would not verify `checksums`, or `None` when it does.
+pub fn checksum_gap(cdi: Option<(u64, u64)>, checksums: &[Checksum]) -> Option<String> {
+    match cdi {
+        Some(v) if v >= CDI_CHECKSUM_SINCE => {
+            let cdi_supported = |c: &Checksum| {
+                !matches!(
+                    c.algo,
+                    ChecksumAlgo::Streebog256 | ChecksumAlgo::Streebog512
+                )
+            };
+            if checksums.iter().any(cdi_supported) {
+                None
+            } else {
+                Some("CDI verifies md5, sha1, sha256 and sha512 only, not streebog".to_owned())
+            }
+        }
+        Some((major, minor)) => Some(format!(
+            "CDI v{major}.{minor} does not verify checksums (v1.65 and later do)"
+        )),
+        None => {
+            Some("the cluster's CDI version is unknown, so it may not verify checksums".to_owned())
+        }
+    }
+}
+
+/// Keep checksums only where the platform verifies them; otherwise refuse, or with
+/// `allow_unverified` drop them and warn.
+pub async fn check_checksums(
+    cluster: &Cluster,
+    platform: &Platform,
+    plan: &mut VmPlan,
+    allow_unverified: bool,
+    warn: &mut dyn FnMut(String),
+) -> Result<()> {
+    let BootSource::Url { checksums, .. } = &mut plan.boot else {
+        return Ok(());
+    };
+    if checksums.is_empty() || platform.flavor == Flavor::Deckhouse {
+        return Ok(());
+    }
+    let Some(why) = checksum_gap(cdi_version(cluster).await, checksums) else {
+        return Ok(());
+    };
+    if !allow_unverified {
+        return Err(Error::Internal(format!(
+            "{why}; refusing to import {} unverified (pass --allow-unverified to import it anyway)",
+            plan.name
+        )));
+    }
+    warn(format!(
+        "{why}; importing the image without verifying its checksum (--allow-unverified)"
+    ));
+    checksums.clear();
+    Ok(())
+}
+
+/// Check a Deckhouse VM against its class's sizing policy, reporting every violation.
+pub async fn check_sizing(cluster: &Cluster, platform: &Platform, plan: &VmPlan) -> Result<()> {
+    let mut kind = VIRTUAL_MACHINE_CLASS;
+    if !platform.serves(kind.group, kind.version) {
+        kind.version = "v1alpha3";
+    }
+    let class = kind
+        .api(&cluster.client, None)
+        .get_opt(plan.class_name())
+        .await
+        .map_err(|e| cluster.error(e, &kind.action("get", None).named(plan.class_name())))?
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "virtualmachineclass {:?} not found; pass an existing --class",
+                plan.class_name()
+            ))
+        })?;
+    let class = serde_json::to_value(class).unwrap_or(Value::Null);
+    sizing::check_plan(plan, &class).map_err(|e| Error::Usage(e.to_string()))
+}
+
+/// Where the platform SSH CA comes from.
+#[derive(Debug, Clone, Default)]
+pub struct CaSource {
+    /// Public keys from `--ca-public-key` (then the cluster is not asked).
+    pub public_keys: Option<Vec<String>>,
+    /// Namespace of the CA in the cluster.
+    pub namespace: String,
+    /// `--require-ca`: fail instead of warning when there is none.
+    pub require: bool,
+}
+
+/// Fill in the platform SSH CA keys (file, else cluster) and, when the CA's private key is
+/// readable, a host key with a CA-signed certificate. Without a CA the platform SSH part is
+/// switched off with a warning (or an error with `require`). Nothing is looked up when the
+/// plan does not use platform SSH (`--no-platform-ssh`, Windows).
+pub async fn setup_platform_ssh(
+    cluster: Option<&Cluster>,
+    ca: &CaSource,
+    plan: &mut VmPlan,
+    warn: &mut dyn FnMut(String),
+) -> Result<()> {
+    if !plan.platform_ssh.enabled || plan.os == OsType::Windows {
+        return Ok(());
+    }
+    let keys = match (&ca.public_keys, cluster) {
+        (Some(keys), _) => Some(keys.clone()),
+        (None, Some(cluster)) => store::read_public_keys(cluster, &ca.namespace).await?,
+        (None, None) if ca.require => {
+            return Err(Error::Usage(
+                "--require-ca without a cluster (--dry-run=client) needs --ca-public-key".into(),
+            ));
+        }
+        // Offline (client dry run) without --ca-public-key: no CA was looked for, so there
+        // is nothing to warn about.
+        (None, None) => {
+            plan.platform_ssh.enabled = false;
+            return Ok(());
+        }
+    };
+    match keys {
+        Some(keys) => plan.platform_ssh.ca_public_keys = keys,
+        None if ca.require => {
+            return Err(Error::Internal(format!(
+                "no platform SSH CA in namespace {:?}: run `kubectl vm ca init`, or pass --ca-public-key",
+                ca.namespace
+            )));
+        }
+        None => {
+            warn(format!(
+                "no platform SSH CA in namespace {:?} (run `kubectl vm ca init`); the VM will not accept CA-signed SSH certificates",
+                ca.namespace
+            ));
+            plan.platform_ssh.enabled = false;
+            return Ok(());
+        }
+    }
+    if let (Some(cluster), None) = (cluster, &ca.public_keys)
+        && let Some(bundle) = store::read_bundle(cluster, &ca.namespace).await?
+    {
+        let host = HostKeys::issue(
+            &bundle,
+            &plan.name,
+            &plan.namespace,
+            DEFAULT_HOST_CERT_VALIDITY,
+        )
+        .map_err(|e| Error::Internal(format!("signing the VM's host certificate: {e}")))?;
+        plan.platform_ssh.host = Some(host);
+    }
+    Ok(())
+}
+
+/// Options of [`prepare`].
+#[derive(Debug, Clone, Default)]
+pub struct PrepareOptions {
+    /// `--allow-unverified`: import without a checksum the platform cannot verify.
+    pub allow_unverified: bool,
+    /// Where the platform SSH CA comes from.
+    pub ca: CaSource,
+}
+
+/// A plan checked against the cluster: the objects to create and what already exists.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The plan as adjusted by the checks (CA keys, host key, dropped checksums).
+    pub plan: VmPlan,
+    /// The objects to create, in order.
+    pub manifests: crate::create::Manifests,
+    /// Kept disks that will be reused.
+    pub existing: crate::create::execute::Existing,
+}
+
+/// The whole pre-write phase of `create`: checksum support and (Deckhouse) sizing against
+/// the cluster, the platform SSH CA, the manifests, and the existence check of every object.
+/// Without a cluster (client dry run) only the CA from `options.ca` and the manifests.
+/// Warnings go to `warn`; nothing is written.
+pub async fn prepare(
+    cluster: Option<(&Cluster, &Platform)>,
+    mut plan: VmPlan,
+    options: &PrepareOptions,
+    warn: &mut dyn FnMut(String),
+) -> Result<Prepared> {
+    if let Some((cluster, platform)) = cluster {
+        check_checksums(cluster, platform, &mut plan, options.allow_unverified, warn).await?;
+        if plan.flavor == Flavor::Deckhouse {
+            check_sizing(cluster, platform, &plan).await?;
+        }
+    }
+    setup_platform_ssh(cluster.map(|(c, _)| c), &options.ca, &mut plan, warn).await?;
+    let manifests = crate::create::build(&plan).map_err(|e| Error::Usage(e.to_string()))?;
+    let existing = match cluster {
+        Some((cluster, _)) => crate::create::execute::check_existing(cluster, &manifests).await?,
+        None => Default::default(),
+    };
+    Ok(Prepared {
+        plan,
+        manifests,
+        existing,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sum(algo: &str) -> Checksum {
+        let hex = match algo {
+            "sha256" | "streebog256" => "0".repeat(64),
+            _ => "0".repeat(128),
+        };
+        format!("{algo}:{hex}").parse().unwrap()
+    }
+
+    #[test]
+    fn checksums_are_verified_from_cdi_1_65() {
+        assert_eq!(parse_cdi_version("v1.65.0"), Some((1, 65)));
+        assert_eq!(parse_cdi_version("garbage"), None);
+        assert_eq!(checksum_gap(Some((1, 65)), &[sum("sha256")]), None);
+        assert!(
+            checksum_gap(Some((1, 64)), &[sum("sha256")])
+                .unwrap()
+                .contains("v1.64 does not verify")
+        );
+        assert!(
+            checksum_gap(Some((1, 70)), &[sum("streebog256")])
+                .unwrap()
+                .contains("not streebog")
+        );
+        assert!(
+            checksum_gap(None, &[sum("sha256")])
+                .unwrap()
+                .contains("unknown")
+        );
+    }
+}

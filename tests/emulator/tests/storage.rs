@@ -1,0 +1,223 @@
+//! The emulated CDI and Deckhouse disk controllers against storage as the real ones see it:
+//! WaitForFirstConsumer classes hold an import until a running VM uses the disk (CDI phase
+//! `PendingPopulation`, Deckhouse `WaitForFirstConsumer`), and a failing import is retried with
+//! a growing `restartCount` and a `Running` condition `False`/`Error` (CDI), or ends `Failed`
+//! (Deckhouse). The fixtures' default class `local-path` is WaitForFirstConsumer.
+
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kubevm_emulator::storage::IMPORT_ERROR_ANNOTATION;
+use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
+use serde_json::{Value, json};
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(format!("{}/../fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+async fn start(flavor: ServeFlavor, fixture_name: &str) -> (Emulator, kube::Client) {
+    let emu = Emulator::start(EmulatorOptions {
+        fixture_yaml: vec![fixture(fixture_name)],
+        flavor,
+        import_step: Duration::from_millis(20),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let kc = kube::config::Kubeconfig::from_yaml(&emu.kubeconfig_yaml()).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    (emu, kube::Client::try_from(cfg).unwrap())
+}
+
+fn api(
+    client: &kube::Client,
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> Api<DynamicObject> {
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    Api::namespaced_with(client.clone(), "default", &ar)
+}
+
+async fn create(api: &Api<DynamicObject>, object: Value) {
+    let object: DynamicObject = serde_json::from_value(object).unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+}
+
+/// Poll `name` until `done` holds for it (10 s at most); returns the object.
+async fn until(api: &Api<DynamicObject>, name: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let object = serde_json::to_value(api.get(name).await.unwrap()).unwrap();
+        if done(&object) {
+            return object;
+        }
+        assert!(Instant::now() < deadline, "never reached: {object}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn http_dv(name: &str, annotations: Value) -> Value {
+    json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"source": {"http": {"url": "https://images.example.org/d.qcow2"}},
+                 "storage": {"resources": {"requests": {"storage": "1Gi"}}}}})
+}
+
+#[tokio::test]
+async fn cdi_waits_for_a_consumer_on_wait_for_first_consumer_storage() {
+    let (emu, client) = start(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
+    let dvs = api(
+        &client,
+        "cdi.kubevirt.io",
+        "v1beta1",
+        "DataVolume",
+        "datavolumes",
+    );
+    create(&dvs, http_dv("disk", json!({}))).await;
+    let phase = |v: &Value| v["status"]["phase"].as_str().unwrap_or("").to_owned();
+    let dv = until(&dvs, "disk", |v| !phase(v).is_empty()).await;
+    assert_eq!(phase(&dv), "PendingPopulation");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        phase(&serde_json::to_value(dvs.get("disk").await.unwrap()).unwrap()),
+        "PendingPopulation",
+        "no consumer, no import"
+    );
+
+    // A VM that is to run consumes it: the import goes on to the end.
+    let vms = api(
+        &client,
+        "kubevirt.io",
+        "v1",
+        "VirtualMachine",
+        "virtualmachines",
+    );
+    create(
+        &vms,
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {"name": "vm"},
+        "spec": {"runStrategy": "Always", "template": {"spec": {
+            "domain": {"devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}},
+            "volumes": [{"name": "root", "dataVolume": {"name": "disk"}}]}}}}),
+    )
+    .await;
+    until(&dvs, "disk", |v| phase(v) == "Succeeded").await;
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_failing_cdi_import_is_retried_with_a_growing_restart_count() {
+    let (emu, client) = start(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
+    let dvs = api(
+        &client,
+        "cdi.kubevirt.io",
+        "v1beta1",
+        "DataVolume",
+        "datavolumes",
+    );
+    let message = "Unable to connect to http data source: expected status code 200, got 404. Status: 404 Not Found";
+    create(
+        &dvs,
+        http_dv("bad", json!({IMPORT_ERROR_ANNOTATION: message})),
+    )
+    .await;
+    // The default class waits for a consumer: a running VM makes the import start.
+    let vms = api(
+        &client,
+        "kubevirt.io",
+        "v1",
+        "VirtualMachine",
+        "virtualmachines",
+    );
+    create(
+        &vms,
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {"name": "vm"},
+        "spec": {"runStrategy": "Always", "template": {"spec": {
+            "domain": {"devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}},
+            "volumes": [{"name": "root", "dataVolume": {"name": "bad"}}]}}}}),
+    )
+    .await;
+    let dv = until(&dvs, "bad", |v| {
+        v["status"]["restartCount"].as_i64().unwrap_or(0) >= 3
+    })
+    .await;
+    assert_eq!(dv["status"]["phase"], "ImportInProgress");
+    let running = dv["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Running")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (running["status"].as_str(), running["reason"].as_str()),
+        (Some("False"), Some("Error"))
+    );
+    assert_eq!(running["message"], message);
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn deckhouse_disks_wait_for_first_consumer_or_fail() {
+    let (emu, client) = start(ServeFlavor::Deckhouse, "deckhouse.yaml").await;
+    let vds = api(
+        &client,
+        "virtualization.deckhouse.io",
+        "v1alpha2",
+        "VirtualDisk",
+        "virtualdisks",
+    );
+    let disk = |name: &str, annotations: Value| {
+        json!({
+        "apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDisk",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"persistentVolumeClaim": {"size": "1Gi"},
+                 "dataSource": {"type": "HTTP", "http": {"url": "https://images.example.org/d.qcow2"}}}})
+    };
+    create(&vds, disk("idle", json!({}))).await;
+    let phase = |v: &Value| v["status"]["phase"].as_str().unwrap_or("").to_owned();
+    until(&vds, "idle", |v| phase(v) == "WaitForFirstConsumer").await;
+
+    create(
+        &vds,
+        disk("broken", json!({IMPORT_ERROR_ANNOTATION: "404 Not Found"})),
+    )
+    .await;
+    let vms = api(
+        &client,
+        "virtualization.deckhouse.io",
+        "v1alpha2",
+        "VirtualMachine",
+        "virtualmachines",
+    );
+    create(
+        &vms,
+        json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualMachine",
+        "metadata": {"name": "vm"},
+        "spec": {"virtualMachineClassName": "generic", "runPolicy": "AlwaysOn",
+                 "cpu": {"cores": 1}, "memory": {"size": "1Gi"},
+                 "blockDeviceRefs": [{"kind": "VirtualDisk", "name": "broken"}]}}),
+    )
+    .await;
+    let broken = until(&vds, "broken", |v| phase(v) == "Failed").await;
+    let ready = broken["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready["reason"], "ProvisioningFailed");
+    assert_eq!(ready["message"], "404 Not Found");
+    assert_eq!(
+        phase(&serde_json::to_value(vds.get("idle").await.unwrap()).unwrap()),
+        "WaitForFirstConsumer"
+    );
+    emu.shutdown().await;
+}
