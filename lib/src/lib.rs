@@ -10,6 +10,7 @@ pub mod apply;
 pub mod ca;
 pub mod cluster;
 pub mod create;
+pub mod debug_info;
 pub mod delete;
 pub mod error;
 pub mod flavor;
