@@ -5,6 +5,7 @@ mod common;
 
 mod access;
 mod ca;
+mod debug_info;
 mod completion;
 mod create;
 mod delete;
