@@ -18,8 +18,12 @@ const SECRETS: [&str; 4] = [
 ];
 
 fn fixture(name: &str) -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(name))
-        .unwrap()
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures")
+            .join(name),
+    )
+    .unwrap()
 }
 
 fn env(flavor: ServeFlavor) -> Env {
@@ -49,7 +53,10 @@ fn env(flavor: ServeFlavor) -> Env {
 
 /// Run collect-debug-info into a file; return (archive path, stderr).
 fn collect(env: &Env, args: &[&str]) -> (PathBuf, String) {
-    let out = env.dir.path().join(format!("bundle-{}.tar.gz", args.join("-").replace('/', "_")));
+    let out = env.dir.path().join(format!(
+        "bundle-{}.tar.gz",
+        args.join("-").replace('/', "_")
+    ));
     let mut all = vec!["collect-debug-info"];
     all.extend_from_slice(args);
     all.extend_from_slice(&["-o", out.to_str().unwrap()]);
@@ -60,21 +67,43 @@ fn collect(env: &Env, args: &[&str]) -> (PathBuf, String) {
 
 /// File names in the archive, from the system tar (prefix dropped).
 fn listing(archive: &Path) -> Vec<String> {
-    let out = Command::new("tar").arg("tzf").arg(archive).output().unwrap();
+    let out = Command::new("tar")
+        .arg("tzf")
+        .arg(archive)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "tar tzf failed");
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .map(|l| l.split_once('/').map(|(_, rest)| rest.to_owned()).unwrap_or_default())
+        .map(|l| {
+            l.split_once('/')
+                .map(|(_, rest)| rest.to_owned())
+                .unwrap_or_default()
+        })
         .collect()
 }
 
 /// Extract with the system tar; return the folder.
 fn extract(env: &Env, archive: &Path) -> PathBuf {
-    let dir = env.dir.path().join(format!("x-{}", archive.file_name().unwrap().to_string_lossy()));
+    let dir = env.dir.path().join(format!(
+        "x-{}",
+        archive.file_name().unwrap().to_string_lossy()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
-    let st = Command::new("tar").arg("xzf").arg(archive).arg("-C").arg(&dir).status().unwrap();
+    let st = Command::new("tar")
+        .arg("xzf")
+        .arg(archive)
+        .arg("-C")
+        .arg(&dir)
+        .status()
+        .unwrap();
     assert!(st.success());
-    let top = std::fs::read_dir(&dir).unwrap().next().unwrap().unwrap().path();
+    let top = std::fs::read_dir(&dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
     top
 }
 
@@ -84,13 +113,24 @@ fn read(top: &Path, file: &str) -> String {
 
 /// `grep -rl VALUE DIR`: files holding the value.
 fn grep(dir: &Path, value: &str) -> Vec<String> {
-    let out = Command::new("grep").args(["-rlF", value]).arg(dir).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect()
+    let out = Command::new("grep")
+        .args(["-rlF", value])
+        .arg(dir)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
 }
 
 fn assert_has(files: &[String], expected: &[&str]) {
     for want in expected {
-        assert!(files.iter().any(|f| f == want), "{want} missing from the archive:\n{}", files.join("\n"));
+        assert!(
+            files.iter().any(|f| f == want),
+            "{want} missing from the archive:\n{}",
+            files.join("\n")
+        );
     }
 }
 
@@ -99,57 +139,80 @@ fn kubevirt_archive_lists_everything() {
     let env = env(ServeFlavor::KubeVirt);
     let (archive, _) = collect(&env, &["app", "-n", "dev"]);
     let mode = std::fs::metadata(&archive).unwrap().permissions();
-    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o600);
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600
+    );
     assert!(!archive.with_extension("gz.partial").exists());
     let files = listing(&archive);
-    assert_has(&files, &[
-        "virtualmachine/app.yaml",
-        "virtualmachineinstance/app.yaml",
-        "virtualmachineinstancemigration/app-migration-q7w2e.yaml",
-        "datavolume/app-root.yaml",
-        "datavolume/app-data.yaml",
-        "persistentvolumeclaim/app-root.yaml",
-        "persistentvolumeclaim/app-data.yaml",
-        "persistentvolumeclaim/app-hot.yaml",
-        "persistentvolume/pvc-app-root.yaml",
-        "persistentvolume/pvc-app-hot.yaml",
-        "storageclass/local-path.yaml",
-        "pod/virt-launcher-app-old11.yaml",
-        "pod/virt-launcher-app-new22.yaml",
-        "pod/hp-volume-app-k2x9d.yaml",
-        "log/virt-launcher-app-new22/compute.log",
-        "log/virt-launcher-app-new22/guest-console-log.log",
-        "log/virt-launcher-app-old11/compute.log",
-        "log/hp-volume-app-k2x9d/hotplug-disk.log",
-        "event/virtualmachineinstance-app.yaml",
-        "event/datavolume-app-root.yaml",
-        "domain/virt-launcher-app-new22.xml",
-        "guest/guestosinfo.json",
-        "guest/userlist.json",
-        "guest/filesystemlist.json",
-        "node/node-1.yaml",
-        "node/node-2.yaml",
-        "platform/version.yaml",
-        "summary.txt",
-        "errors.txt",
-        "manifest.json",
-    ]);
+    assert_has(
+        &files,
+        &[
+            "virtualmachine/app.yaml",
+            "virtualmachineinstance/app.yaml",
+            "virtualmachineinstancemigration/app-migration-q7w2e.yaml",
+            "datavolume/app-root.yaml",
+            "datavolume/app-data.yaml",
+            "persistentvolumeclaim/app-root.yaml",
+            "persistentvolumeclaim/app-data.yaml",
+            "persistentvolumeclaim/app-hot.yaml",
+            "persistentvolume/pvc-app-root.yaml",
+            "persistentvolume/pvc-app-hot.yaml",
+            "storageclass/local-path.yaml",
+            "pod/virt-launcher-app-old11.yaml",
+            "pod/virt-launcher-app-new22.yaml",
+            "pod/hp-volume-app-k2x9d.yaml",
+            "log/virt-launcher-app-new22/compute.log",
+            "log/virt-launcher-app-new22/guest-console-log.log",
+            "log/virt-launcher-app-old11/compute.log",
+            "log/hp-volume-app-k2x9d/hotplug-disk.log",
+            "event/virtualmachineinstance-app.yaml",
+            "event/datavolume-app-root.yaml",
+            "domain/virt-launcher-app-new22.xml",
+            "guest/guestosinfo.json",
+            "guest/userlist.json",
+            "guest/filesystemlist.json",
+            "node/node-1.yaml",
+            "node/node-2.yaml",
+            "platform/version.yaml",
+            "summary.txt",
+            "errors.txt",
+            "manifest.json",
+        ],
+    );
     // No Secret objects, ever; no other VM's objects.
     assert!(!files.iter().any(|f| f.starts_with("secret/")), "{files:?}");
     assert!(!files.iter().any(|f| f.contains("broken")), "{files:?}");
     let top = extract(&env, &archive);
     // The manifest lists every other file.
     let manifest: serde_json::Value = serde_json::from_str(&read(&top, "manifest.json")).unwrap();
-    let listed: Vec<&str> = manifest["files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
-    for f in files.iter().filter(|f| !f.is_empty() && *f != "manifest.json") {
+    let listed: Vec<&str> = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    for f in files
+        .iter()
+        .filter(|f| !f.is_empty() && *f != "manifest.json")
+    {
         assert!(listed.contains(&f.as_str()), "{f} not in manifest");
     }
     // Domain XML from virsh in compute, guest agent data, events by kind and name.
     let xml = read(&top, "domain/virt-launcher-app-new22.xml");
-    assert!(xml.contains("<name>dev_app</name>") && xml.contains("<vcpu placement='static'>2</vcpu>"), "{xml}");
+    assert!(
+        xml.contains("<name>dev_app</name>") && xml.contains("<vcpu placement='static'>2</vcpu>"),
+        "{xml}"
+    );
     assert!(read(&top, "guest/userlist.json").contains("\"userName\": \"fedora\""));
-    assert!(!files.contains(&"event/virtualmachine-app.yaml".to_string()) || !read(&top, "event/virtualmachine-app.yaml").contains("unrelated service event"));
-    assert!(!grep(&top, "unrelated service event").iter().any(|_| true), "a Service event of the same name was taken");
+    assert!(
+        !files.contains(&"event/virtualmachine-app.yaml".to_string())
+            || !read(&top, "event/virtualmachine-app.yaml").contains("unrelated service event")
+    );
+    assert!(
+        !grep(&top, "unrelated service event").iter().any(|_| true),
+        "a Service event of the same name was taken"
+    );
     assert_eq!(read(&top, "errors.txt"), "", "admin may read everything");
     let summary = read(&top, "summary.txt");
     assert!(summary.contains("Phase:           Running"), "{summary}");
@@ -174,7 +237,10 @@ fn kubevirt_summary_names_what_is_broken() {
         assert!(summary.contains(want), "{want:?} missing from:\n{summary}");
     }
     // The crashed container's previous log is there.
-    assert!(read(&top, "log/virt-launcher-broken-c4sh1/compute.previous.log").contains("unsupported configuration"));
+    assert!(
+        read(&top, "log/virt-launcher-broken-c4sh1/compute.previous.log")
+            .contains("unsupported configuration")
+    );
 }
 
 #[test]
@@ -182,32 +248,37 @@ fn deckhouse_archive_and_summary() {
     let env = env(ServeFlavor::Deckhouse);
     let (archive, _) = collect(&env, &["app", "-n", "dev"]);
     let files = listing(&archive);
-    assert_has(&files, &[
-        "virtualmachine/app.yaml",
-        "virtualdisk/app-root.yaml",
-        "virtualdisk/app-data.yaml",
-        "virtualdisk/app-hot.yaml",
-        "virtualmachineblockdeviceattachment/app-hot.yaml",
-        "virtualmachineoperation/migrate-app-x1c2v.yaml",
-        "persistentvolumeclaim/vd-app-root-8b000000.yaml",
-        "persistentvolumeclaim/vd-app-hot-8b000000.yaml",
-        "persistentvolume/pvc-vd-app-data.yaml",
-        "storageclass/local-path.yaml",
-        "pod/virt-launcher-app-old11.yaml",
-        "pod/virt-launcher-app-new22.yaml",
-        "pod/hp-volume-app-k2x9d.yaml",
-        "log/virt-launcher-app-new22/compute.log",
-        "log/hp-volume-app-k2x9d/hotplug-disk.log",
-        "event/virtualdisk-app-root.yaml",
-        "domain/virt-launcher-app-new22.xml",
-        "guest/guestosinfo.json",
-        "node/node-2.yaml",
-        "summary.txt",
-        "errors.txt",
-        "manifest.json",
-    ]);
+    assert_has(
+        &files,
+        &[
+            "virtualmachine/app.yaml",
+            "virtualdisk/app-root.yaml",
+            "virtualdisk/app-data.yaml",
+            "virtualdisk/app-hot.yaml",
+            "virtualmachineblockdeviceattachment/app-hot.yaml",
+            "virtualmachineoperation/migrate-app-x1c2v.yaml",
+            "persistentvolumeclaim/vd-app-root-8b000000.yaml",
+            "persistentvolumeclaim/vd-app-hot-8b000000.yaml",
+            "persistentvolume/pvc-vd-app-data.yaml",
+            "storageclass/local-path.yaml",
+            "pod/virt-launcher-app-old11.yaml",
+            "pod/virt-launcher-app-new22.yaml",
+            "pod/hp-volume-app-k2x9d.yaml",
+            "log/virt-launcher-app-new22/compute.log",
+            "log/hp-volume-app-k2x9d/hotplug-disk.log",
+            "event/virtualdisk-app-root.yaml",
+            "domain/virt-launcher-app-new22.xml",
+            "guest/guestosinfo.json",
+            "node/node-2.yaml",
+            "summary.txt",
+            "errors.txt",
+            "manifest.json",
+        ],
+    );
     let top = extract(&env, &archive);
-    assert!(read(&top, "domain/virt-launcher-app-new22.xml").contains("<alias name='ua-vd-app-root'/>"));
+    assert!(
+        read(&top, "domain/virt-launcher-app-new22.xml").contains("<alias name='ua-vd-app-root'/>")
+    );
 
     let (archive, _) = collect(&env, &["broken", "-n", "dev"]);
     let top = extract(&env, &archive);
@@ -239,7 +310,10 @@ fn secrets_masked_then_included(flavor: ServeFlavor) {
     assert!(err.contains("Warning: --include-secrets"), "{err}");
     let top = extract(&env, &archive);
     for secret in &SECRETS[..3] {
-        assert!(!grep(&top, secret).is_empty(), "{secret} should be in the archive");
+        assert!(
+            !grep(&top, secret).is_empty(),
+            "{secret} should be in the archive"
+        );
     }
     // Secret objects are never read, even then.
     assert!(grep(&top, SECRETS[3]).is_empty());
@@ -257,48 +331,86 @@ fn deckhouse_secrets_masked_unless_included() {
 
 fn restricted(flavor: ServeFlavor, denied: &[&str]) {
     let env = env(flavor);
-    let (archive, err) = collect(&env, &["app", "-n", "dev", "--context", "emulator-restricted"]);
+    let (archive, err) = collect(
+        &env,
+        &["app", "-n", "dev", "--context", "emulator-restricted"],
+    );
     let top = extract(&env, &archive);
     let errors = read(&top, "errors.txt");
     for want in denied {
-        assert!(errors.contains(want), "{want:?} missing from errors.txt:\n{errors}");
-        assert!(err.contains(want), "{want:?} missing from the warnings:\n{err}");
+        assert!(
+            errors.contains(want),
+            "{want:?} missing from errors.txt:\n{errors}"
+        );
+        assert!(
+            err.contains(want),
+            "{want:?} missing from the warnings:\n{err}"
+        );
     }
-    assert!(errors.lines().all(|l| l.contains("forbidden") || l.contains("not found") || l.contains("does not serve")), "{errors}");
+    assert!(
+        errors.lines().all(|l| l.contains("forbidden")
+            || l.contains("not found")
+            || l.contains("does not serve")),
+        "{errors}"
+    );
     // One warning line per error.
-    assert_eq!(err.lines().filter(|l| l.starts_with("Warning: ")).count(), errors.lines().count(), "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("Warning: ")).count(),
+        errors.lines().count(),
+        "{err}"
+    );
     assert!(listing(&archive).contains(&"virtualmachine/app.yaml".to_string()));
 }
 
 #[test]
 fn kubevirt_restricted_user_gets_errors_txt() {
-    restricted(ServeFlavor::KubeVirt, &[
-        "persistentvolume/pvc-app-root: forbidden: user \"alice\" cannot get persistentvolumes",
-        "storageclass/local-path: forbidden",
-        "node/node-2: forbidden",
-        "domain XML",
-    ]);
+    restricted(
+        ServeFlavor::KubeVirt,
+        &[
+            "persistentvolume/pvc-app-root: forbidden: user \"alice\" cannot get persistentvolumes",
+            "storageclass/local-path: forbidden",
+            "node/node-2: forbidden",
+            "domain XML",
+        ],
+    );
 }
 
 #[test]
 fn deckhouse_restricted_user_gets_errors_txt() {
-    restricted(ServeFlavor::Deckhouse, &[
-        "persistentvolume/pvc-vd-app-root: forbidden",
-        "node/node-2: forbidden",
-        "domain XML",
-    ]);
+    restricted(
+        ServeFlavor::Deckhouse,
+        &[
+            "persistentvolume/pvc-vd-app-root: forbidden",
+            "node/node-2: forbidden",
+            "domain XML",
+        ],
+    );
 }
 
 #[test]
 fn missing_vm_fails_and_terminal_is_refused() {
     let env = env(ServeFlavor::KubeVirt);
-    let out = env.vm(&["collect-debug-info", "nope", "-n", "dev", "-o", env.dir.path().join("x.tgz").to_str().unwrap()]);
+    let out = env.vm(&[
+        "collect-debug-info",
+        "nope",
+        "-n",
+        "dev",
+        "-o",
+        env.dir.path().join("x.tgz").to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
-    assert_eq!(stderr(&out).trim(), "Error: virtualmachine \"nope\" not found in namespace \"dev\"");
-    assert!(!env.dir.path().join("x.tgz.partial").exists() && !env.dir.path().join("x.tgz").exists());
+    assert_eq!(
+        stderr(&out).trim(),
+        "Error: virtualmachine \"nope\" not found in namespace \"dev\""
+    );
+    assert!(
+        !env.dir.path().join("x.tgz.partial").exists() && !env.dir.path().join("x.tgz").exists()
+    );
 
     let mut session = on_tty(&env, &["collect-debug-info", "app", "-n", "dev"]);
-    session.exp_string("refusing to write a binary archive to the terminal").unwrap();
+    session
+        .exp_string("refusing to write a binary archive to the terminal")
+        .unwrap();
     session.exp_eof().unwrap();
     assert_eq!(exit_code(&session), 2);
 }

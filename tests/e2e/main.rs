@@ -5,9 +5,9 @@ mod common;
 
 mod access;
 mod ca;
-mod debug_info;
 mod completion;
 mod create;
+mod debug_info;
 mod delete;
 mod errors;
 mod generated;

@@ -35,7 +35,12 @@ pub struct CollectDebugInfoArgs {
     pub since: Option<Duration>,
 
     /// Last lines of each container log (-1: all)
-    #[arg(long, value_name = "LINES", default_value_t = 10_000, allow_negative_numbers = true)]
+    #[arg(
+        long,
+        value_name = "LINES",
+        default_value_t = 10_000,
+        allow_negative_numbers = true
+    )]
     pub tail: i64,
 
     /// Do not mask cloud-init user data, env values, passwords, tokens and keys
@@ -69,7 +74,10 @@ fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
-pub async fn cmd_collect_debug_info(global: &GlobalArgs, args: CollectDebugInfoArgs) -> CommandResult {
+pub async fn cmd_collect_debug_info(
+    global: &GlobalArgs,
+    args: CollectDebugInfoArgs,
+) -> CommandResult {
     let target = Target::parse(&args.target, false)?;
     if target.kind == TargetKind::Vmi {
         return Err(CommandError::usage(format!(
@@ -153,8 +161,9 @@ pub async fn cmd_collect_debug_info(global: &GlobalArgs, args: CollectDebugInfoA
             .await
         }
         Destination::File { partial, .. } => {
-            let file = open_private(partial)
-                .map_err(|e| CommandError::Failed(format!("cannot create {}: {e}", partial.display())))?;
+            let file = open_private(partial).map_err(|e| {
+                CommandError::Failed(format!("cannot create {}: {e}", partial.display()))
+            })?;
             debug_info::collect(
                 &cluster,
                 &platform,
@@ -183,7 +192,11 @@ pub async fn cmd_collect_debug_info(global: &GlobalArgs, args: CollectDebugInfoA
         Destination::Stdout => "stdout".to_owned(),
         Destination::File { path, partial } => {
             std::fs::rename(partial, path).map_err(|e| {
-                CommandError::Failed(format!("cannot rename {} to {}: {e}", partial.display(), path.display()))
+                CommandError::Failed(format!(
+                    "cannot rename {} to {}: {e}",
+                    partial.display(),
+                    path.display()
+                ))
             })?;
             path.display().to_string()
         }
@@ -191,7 +204,10 @@ pub async fn cmd_collect_debug_info(global: &GlobalArgs, args: CollectDebugInfoA
     let skipped = if outcome.errors.is_empty() {
         String::new()
     } else {
-        format!("; {} item(s) not collected, see errors.txt", outcome.errors.len())
+        format!(
+            "; {} item(s) not collected, see errors.txt",
+            outcome.errors.len()
+        )
     };
     eprintln!(
         "Wrote {} files ({} KiB) for {}/{} to {where_to}{skipped}",

@@ -88,7 +88,13 @@ pub fn start<W: Write + Send + 'static>(out: W, top: String) -> (Sink, Writer) {
     // A few entries in flight at most: producers wait rather than pile up memory.
     let (tx, mut rx) = mpsc::channel::<Entry>(8);
     let handle = std::thread::spawn(move || -> std::io::Result<Written> {
-        let gz = GzEncoder::new(Counting { inner: out, bytes: 0 }, Compression::default());
+        let gz = GzEncoder::new(
+            Counting {
+                inner: out,
+                bytes: 0,
+            },
+            Compression::default(),
+        );
         let mut tar = tar::Builder::new(gz);
         let mtime = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -106,7 +112,12 @@ pub fn start<W: Write + Send + 'static>(out: W, top: String) -> (Sink, Writer) {
         while let Some(entry) = rx.blocking_recv() {
             let size = match entry.content {
                 Content::Bytes(bytes) => {
-                    append(&mut tar, &entry.path, bytes.len() as u64, &mut bytes.as_slice())?;
+                    append(
+                        &mut tar,
+                        &entry.path,
+                        bytes.len() as u64,
+                        &mut bytes.as_slice(),
+                    )?;
                     bytes.len() as u64
                 }
                 Content::File(mut file) => {
@@ -129,7 +140,12 @@ pub fn start<W: Write + Send + 'static>(out: W, top: String) -> (Sink, Writer) {
             "files": manifest_files,
         }))
         .map_err(std::io::Error::other)?;
-        append(&mut tar, "manifest.json", manifest.len() as u64, &mut manifest.as_slice())?;
+        append(
+            &mut tar,
+            "manifest.json",
+            manifest.len() as u64,
+            &mut manifest.as_slice(),
+        )?;
         let gz = tar.into_inner()?;
         let mut counting = gz.finish()?;
         counting.flush()?;

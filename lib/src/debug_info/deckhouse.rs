@@ -10,7 +10,13 @@ use crate::api::{Kind, VIRTUAL_DISK};
 
 const GROUP: &str = "virtualization.deckhouse.io";
 const INTERNAL: &str = "internal.virtualization.deckhouse.io";
-const VMOP: Kind = kind(GROUP, "v1alpha2", "VirtualMachineOperation", "virtualmachineoperations", true);
+const VMOP: Kind = kind(
+    GROUP,
+    "v1alpha2",
+    "VirtualMachineOperation",
+    "virtualmachineoperations",
+    true,
+);
 const VMBDA: Kind = kind(
     GROUP,
     "v1alpha2",
@@ -19,8 +25,13 @@ const VMBDA: Kind = kind(
     true,
 );
 const VIRTUAL_IMAGE: Kind = kind(GROUP, "v1alpha2", "VirtualImage", "virtualimages", true);
-const CLUSTER_VIRTUAL_IMAGE: Kind =
-    kind(GROUP, "v1alpha2", "ClusterVirtualImage", "clustervirtualimages", false);
+const CLUSTER_VIRTUAL_IMAGE: Kind = kind(
+    GROUP,
+    "v1alpha2",
+    "ClusterVirtualImage",
+    "clustervirtualimages",
+    false,
+);
 const INTERNAL_VM: Kind = kind(
     INTERNAL,
     "v1",
@@ -68,12 +79,20 @@ async fn block_device(c: &Collector, kind: &str, name: &str) -> (Option<Value>, 
 }
 
 pub(crate) async fn collect(c: &Collector, vm: &Value) {
-    let name = vm["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    let name = vm["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     let refs: Vec<(String, String)> = vm["spec"]["blockDeviceRefs"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|r| Some((r["kind"].as_str()?.to_owned(), r["name"].as_str()?.to_owned())))
+        .filter_map(|r| {
+            Some((
+                r["kind"].as_str()?.to_owned(),
+                r["name"].as_str()?.to_owned(),
+            ))
+        })
         .collect();
     let (_, _, operations, vmbdas, mut devices, all_pods) = futures::join!(
         c.events("VirtualMachine", &name),
@@ -81,12 +100,15 @@ pub(crate) async fn collect(c: &Collector, vm: &Value) {
             futures::join!(
                 c.get(&INTERNAL_VM, &name),
                 c.get(&INTERNAL_VMI, &name),
-                c.list(&INTERNAL_VMIM, None, |m| m["spec"]["vmiName"] == name.as_str()),
+                c.list(&INTERNAL_VMIM, None, |m| m["spec"]["vmiName"]
+                    == name.as_str()),
             );
         },
         async {
             let ops = c
-                .list(&VMOP, None, |o| o["spec"]["virtualMachineName"] == name.as_str())
+                .list(&VMOP, None, |o| {
+                    o["spec"]["virtualMachineName"] == name.as_str()
+                })
                 .await;
             futures::future::join_all(ops.iter().map(|o| {
                 c.events(
@@ -97,7 +119,8 @@ pub(crate) async fn collect(c: &Collector, vm: &Value) {
             .await;
             ops
         },
-        c.list(&VMBDA, None, |b| b["spec"]["virtualMachineName"] == name.as_str()),
+        c.list(&VMBDA, None, |b| b["spec"]["virtualMachineName"]
+            == name.as_str()),
         futures::future::join_all(refs.iter().map(|(k, n)| block_device(c, k, n))),
         c.list_raw(&POD, None),
     );
@@ -106,7 +129,10 @@ pub(crate) async fn collect(c: &Collector, vm: &Value) {
         .iter()
         .filter_map(|b| {
             let r = &b["spec"]["blockDeviceRef"];
-            Some((r["kind"].as_str()?.to_owned(), r["name"].as_str()?.to_owned()))
+            Some((
+                r["kind"].as_str()?.to_owned(),
+                r["name"].as_str()?.to_owned(),
+            ))
         })
         .filter(|r| !refs.contains(r))
         .collect();
@@ -148,7 +174,10 @@ pub(crate) async fn collect(c: &Collector, vm: &Value) {
         c.storage(pvcs),
         c.nodes(nodes),
         futures::future::join_all(running.iter().map(|pod| {
-            c.domain_xml(pod, vec!["vlctl".into(), "domain".into(), "-o".into(), "xml".into()])
+            c.domain_xml(
+                pod,
+                vec!["vlctl".into(), "domain".into(), "-o".into(), "xml".into()],
+            )
         })),
         async {
             // Deckhouse reports the guest agent's view in the VM status.

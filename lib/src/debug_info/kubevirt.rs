@@ -30,8 +30,14 @@ fn strings<'a>(values: impl Iterator<Item = &'a Value>) -> Vec<String> {
 pub fn volume_claims(spec: &Value) -> (Vec<String>, Vec<String>) {
     let volumes = spec["volumes"].as_array().cloned().unwrap_or_default();
     let mut dvs = strings(volumes.iter().map(|v| &v["dataVolume"]["name"]));
-    let mut pvcs = strings(volumes.iter().map(|v| &v["persistentVolumeClaim"]["claimName"]));
-    pvcs.extend(strings(volumes.iter().map(|v| &v["memoryDump"]["claimName"])));
+    let mut pvcs = strings(
+        volumes
+            .iter()
+            .map(|v| &v["persistentVolumeClaim"]["claimName"]),
+    );
+    pvcs.extend(strings(
+        volumes.iter().map(|v| &v["memoryDump"]["claimName"]),
+    ));
     dvs.sort();
     dvs.dedup();
     // A DataVolume's PVC has its name.
@@ -48,7 +54,10 @@ fn has_condition(object: &Value, kind: &str) -> bool {
 }
 
 pub(crate) async fn collect(c: &Collector, vm: &Value) {
-    let name = vm["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    let name = vm["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     let ns = c.ns.clone();
     let wants_vmi = vm["status"]["created"].as_bool() == Some(true)
         || !matches!(
@@ -144,8 +153,11 @@ pub(crate) async fn collect(c: &Collector, vm: &Value) {
     if let Some(node) = vmi.as_ref().and_then(|v| v["status"]["nodeName"].as_str()) {
         nodes.push(node.to_owned());
     }
-    let agent = vmi.as_ref().is_some_and(|v| has_condition(v, "AgentConnected"));
-    let base = format!("/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/{name}");
+    let agent = vmi
+        .as_ref()
+        .is_some_and(|v| has_condition(v, "AgentConnected"));
+    let base =
+        format!("/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/{name}");
     futures::join!(
         c.pods(&pods),
         c.storage(pvcs),
@@ -170,8 +182,16 @@ pub(crate) async fn collect(c: &Collector, vm: &Value) {
                     format!("{base}/filesystemlist"),
                 );
                 futures::join!(
-                    c.raw_json(&os, "guest/guestosinfo.json", "guest agent: OS, hostname, time zone"),
-                    c.raw_json(&users, "guest/userlist.json", "guest agent: logged-in users"),
+                    c.raw_json(
+                        &os,
+                        "guest/guestosinfo.json",
+                        "guest agent: OS, hostname, time zone"
+                    ),
+                    c.raw_json(
+                        &users,
+                        "guest/userlist.json",
+                        "guest agent: logged-in users"
+                    ),
                     c.raw_json(&fs, "guest/filesystemlist.json", "guest agent: filesystems"),
                 );
             }

@@ -116,11 +116,22 @@ pub(crate) const fn kind(
 }
 
 pub(crate) const POD: Kind = kind("", "v1", "Pod", "pods", true);
-pub(crate) const PVC: Kind = kind("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", true);
+pub(crate) const PVC: Kind = kind(
+    "",
+    "v1",
+    "PersistentVolumeClaim",
+    "persistentvolumeclaims",
+    true,
+);
 pub(crate) const PV: Kind = kind("", "v1", "PersistentVolume", "persistentvolumes", false);
 pub(crate) const NODE: Kind = kind("", "v1", "Node", "nodes", false);
-pub(crate) const STORAGE_CLASS: Kind =
-    kind("storage.k8s.io", "v1", "StorageClass", "storageclasses", false);
+pub(crate) const STORAGE_CLASS: Kind = kind(
+    "storage.k8s.io",
+    "v1",
+    "StorageClass",
+    "storageclasses",
+    false,
+);
 
 fn folder(kind: &Kind) -> String {
     kind.kind.to_ascii_lowercase()
@@ -162,7 +173,10 @@ impl Collector {
             object["apiVersion"] = Value::from(kind.api_version());
         }
         self.redactor.object(&mut object);
-        let name = object["metadata"]["name"].as_str().unwrap_or("unnamed").to_owned();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or("unnamed")
+            .to_owned();
         let yaml = serde_yaml::to_string(&object).unwrap_or_default();
         let text = self.redactor.text(&yaml);
         self.put(
@@ -252,8 +266,9 @@ impl Collector {
             return;
         };
         let api = crate::api::EVENT.api(&self.cluster.client, Some(&self.ns));
-        let params = ListParams::default()
-            .fields(&format!("involvedObject.kind={kind},involvedObject.name={name}"));
+        let params = ListParams::default().fields(&format!(
+            "involvedObject.kind={kind},involvedObject.name={name}"
+        ));
         let items: Vec<Value> = match api.list(&params).await {
             Ok(list) => list
                 .items
@@ -264,7 +279,8 @@ impl Collector {
                 self.error(format!(
                     "events of {}/{name}: {}",
                     kind.to_ascii_lowercase(),
-                    self.cluster.error(e, &crate::api::EVENT.action("list", Some(&self.ns)))
+                    self.cluster
+                        .error(e, &crate::api::EVENT.action("list", Some(&self.ns)))
                 ));
                 return;
             }
@@ -284,7 +300,9 @@ impl Collector {
                 self.redactor.object(item);
             }
         }
-        let yaml = self.redactor.text(&serde_yaml::to_string(&list).unwrap_or_default());
+        let yaml = self
+            .redactor
+            .text(&serde_yaml::to_string(&list).unwrap_or_default());
         self.put(
             format!("event/{}-{name}.yaml", kind.to_ascii_lowercase()),
             format!("events of {kind} {name}"),
@@ -347,14 +365,19 @@ impl Collector {
 
     /// Logs of every container of a pod: current, and previous where a container restarted.
     pub async fn pod_logs(&self, pod: &Value) {
-        let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let name = pod["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let mut jobs = Vec::new();
         for (spec_field, status_field) in [
             ("initContainers", "initContainerStatuses"),
             ("containers", "containerStatuses"),
         ] {
             for c in pod["spec"][spec_field].as_array().into_iter().flatten() {
-                let Some(container) = c["name"].as_str() else { continue };
+                let Some(container) = c["name"].as_str() else {
+                    continue;
+                };
                 jobs.push((container.to_owned(), false));
                 let restarted = pod["status"][status_field]
                     .as_array()
@@ -438,12 +461,17 @@ impl Collector {
                 let text = self
                     .redactor
                     .text(&serde_json::to_string_pretty(&masked).unwrap_or_default());
-                self.put(file.to_owned(), description.to_owned(), Content::Bytes(text.into_bytes()))
-                    .await;
+                self.put(
+                    file.to_owned(),
+                    description.to_owned(),
+                    Content::Bytes(text.into_bytes()),
+                )
+                .await;
                 Some(value)
             }
             Err(e) => {
-                let action = crate::error::Action::new("get", path.to_owned(), description.to_owned());
+                let action =
+                    crate::error::Action::new("get", path.to_owned(), description.to_owned());
                 self.error(format!("{description}: {}", self.cluster.error(e, &action)));
                 None
             }

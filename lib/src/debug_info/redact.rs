@@ -87,7 +87,8 @@ impl Redactor {
                 && is_env_name(name)
             {
                 self.add_literal(&unquote(value).replace(r"'\''", "'"));
-            } else if in_env_block && let Some((name, value)) = t.split_once('=')
+            } else if in_env_block
+                && let Some((name, value)) = t.split_once('=')
                 && is_env_name(name)
             {
                 self.add_literal(&unquote(value));
@@ -99,7 +100,9 @@ impl Redactor {
             }
             // chpasswd's `user:password` list entries.
             if let Some((user, pass)) = t.trim_start_matches("- ").split_once(':')
-                && user.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                && user
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
                 && !pass.trim().is_empty()
                 && !pass.contains(' ')
                 && user_data.contains("chpasswd")
@@ -127,7 +130,11 @@ impl Redactor {
         if self.inline_key.is_match(&text) {
             text = Cow::Owned(
                 self.inline_key
-                    .replace_all(&text, format!("-----BEGIN PRIVATE KEY-----{MASK}-----END PRIVATE KEY-----").as_str())
+                    .replace_all(
+                        &text,
+                        format!("-----BEGIN PRIVATE KEY-----{MASK}-----END PRIVATE KEY-----")
+                            .as_str(),
+                    )
                     .into_owned(),
             );
         } else if let Some(m) = self.key_begin.find(&text) {
@@ -234,7 +241,10 @@ fn mask_value(value: &mut Value, key: Option<&str>) {
         Value::Array(items) => items.iter_mut().for_each(|v| mask_value(v, key)),
         Value::String(s) => {
             let Some(key) = key else { return };
-            if matches!(key, "userData" | "userDataBase64" | "networkData" | "networkDataBase64") {
+            if matches!(
+                key,
+                "userData" | "userDataBase64" | "networkData" | "networkDataBase64"
+            ) {
                 *s = format!("{MASK} (cloud-init data, {} bytes)", s.len());
             } else if is_secret_key(key) && !s.is_empty() {
                 *s = MASK.to_owned();
@@ -247,9 +257,19 @@ fn mask_value(value: &mut Value, key: Option<&str>) {
 fn is_secret_key(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
     !is_reference_key(key)
-        && ["password", "passwd", "passphrase", "secret", "token", "apikey", "api_key", "privatekey", "private_key"]
-            .iter()
-            .any(|w| k.contains(w))
+        && [
+            "password",
+            "passwd",
+            "passphrase",
+            "secret",
+            "token",
+            "apikey",
+            "api_key",
+            "privatekey",
+            "private_key",
+        ]
+        .iter()
+        .any(|w| k.contains(w))
 }
 
 /// `secretName`, `userDataSecretRef`, `tokenRefs`: names of things, not secrets.
@@ -288,7 +308,10 @@ mod tests {
             r.line(r#"{"db_password":"p4ss","user":"x"}"#, &mut s),
             r#"{"db_password":"[REDACTED]","user":"x"}"#
         );
-        assert_eq!(r.line("ACCESS_KEY=AKIA1234", &mut s), "ACCESS_KEY=[REDACTED]");
+        assert_eq!(
+            r.line("ACCESS_KEY=AKIA1234", &mut s),
+            "ACCESS_KEY=[REDACTED]"
+        );
         assert_eq!(
             r.line("Authorization: Bearer abcdef123456", &mut s),
             "Authorization: Bearer [REDACTED]"
@@ -297,8 +320,14 @@ mod tests {
             r.line("https://user:pw1234@host/x", &mut s),
             "https://user:[REDACTED]@host/x"
         );
-        assert_eq!(r.line("secretName: app-credentials", &mut s), "secretName: app-credentials");
-        assert_eq!(r.line("tokens issued: 4 of 5", &mut s), "tokens issued: 4 of 5");
+        assert_eq!(
+            r.line("secretName: app-credentials", &mut s),
+            "secretName: app-credentials"
+        );
+        assert_eq!(
+            r.line("tokens issued: 4 of 5", &mut s),
+            "tokens issued: 4 of 5"
+        );
     }
 
     #[test]
@@ -306,9 +335,14 @@ mod tests {
         let r = Redactor::new(true);
         let text = "a\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\nAAAA\n-----END OPENSSH PRIVATE KEY-----\nz\n";
         let out = r.text(text);
-        assert!(!out.contains("b3BlbnNzaC1rZXk") && !out.contains("AAAA"), "{out}");
+        assert!(
+            !out.contains("b3BlbnNzaC1rZXk") && !out.contains("AAAA"),
+            "{out}"
+        );
         assert!(out.starts_with("a\n") && out.ends_with("z\n"), "{out}");
-        let inline = r.text(r#"key: "-----BEGIN RSA PRIVATE KEY-----\nMIIEsecret\n-----END RSA PRIVATE KEY-----""#);
+        let inline = r.text(
+            r#"key: "-----BEGIN RSA PRIVATE KEY-----\nMIIEsecret\n-----END RSA PRIVATE KEY-----""#,
+        );
         assert!(!inline.contains("MIIEsecret"), "{inline}");
     }
 
@@ -317,7 +351,10 @@ mod tests {
         let mut r = Redactor::new(true);
         r.learn_user_data("#cloud-config\nruncmd:\n- |\n  export ROLE='db-primary-9'\n  # BEGIN kubevm\n  MODE=\"fast lane\"\n  # END kubevm\nchpasswd:\n  list: |\n    root:Sup3rS3cret\n");
         let out = r.text("role db-primary-9 in fast lane as root with Sup3rS3cret\n");
-        assert_eq!(out, "role [REDACTED] in [REDACTED] as root with [REDACTED]\n");
+        assert_eq!(
+            out,
+            "role [REDACTED] in [REDACTED] as root with [REDACTED]\n"
+        );
     }
 
     #[test]

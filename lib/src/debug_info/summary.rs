@@ -50,7 +50,11 @@ fn s(v: &Value) -> &str {
 }
 
 fn conditions(object: &Value) -> Vec<&Value> {
-    object["status"]["conditions"].as_array().into_iter().flatten().collect()
+    object["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 /// Whether a condition says something is wrong, given the object's phase.
@@ -96,13 +100,22 @@ pub fn problems(facts: &Facts, flavor: Flavor) -> Vec<String> {
             .as_array()
             .into_iter()
             .flatten()
-            .chain(pod["status"]["initContainerStatuses"].as_array().into_iter().flatten())
+            .chain(
+                pod["status"]["initContainerStatuses"]
+                    .as_array()
+                    .into_iter()
+                    .flatten(),
+            )
         {
             let waiting = &st["state"]["waiting"];
             let reason = s(&waiting["reason"]);
             if matches!(
                 reason,
-                "CrashLoopBackOff" | "ImagePullBackOff" | "ErrImagePull" | "CreateContainerError" | "CreateContainerConfigError"
+                "CrashLoopBackOff"
+                    | "ImagePullBackOff"
+                    | "ErrImagePull"
+                    | "CreateContainerError"
+                    | "CreateContainerConfigError"
             ) {
                 out.push(format!(
                     "pod {name}: container {} is in {reason} (restarted {} times): {}",
@@ -170,7 +183,11 @@ pub fn problems(facts: &Facts, flavor: Flavor) -> Vec<String> {
                 "{} {} failed{}",
                 kind.to_ascii_lowercase(),
                 s(&m["metadata"]["name"]),
-                if why.is_empty() { String::new() } else { format!(": {why}") }
+                if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {why}")
+                }
             ));
         }
     }
@@ -261,7 +278,11 @@ pub fn render(facts: &Facts, flavor: Flavor, errors: &[String], now: jiff::Times
         .collect();
     let when = |e: &Value| {
         let t = s(&e["lastTimestamp"]);
-        if t.is_empty() { s(&e["eventTime"]).to_owned() } else { t.to_owned() }
+        if t.is_empty() {
+            s(&e["eventTime"]).to_owned()
+        } else {
+            t.to_owned()
+        }
     };
     warnings.sort_by_key(|e| when(e));
     if warnings.is_empty() {
@@ -300,10 +321,22 @@ mod tests {
 
     #[test]
     fn condition_polarity() {
-        assert!(failing(&json!({"type": "Ready", "status": "False"}), "Running"));
-        assert!(!failing(&json!({"type": "Ready", "status": "False"}), "Stopped"));
-        assert!(failing(&json!({"type": "Failure", "status": "True"}), "Running"));
-        assert!(!failing(&json!({"type": "LiveMigratable", "status": "False"}), "Running"));
+        assert!(failing(
+            &json!({"type": "Ready", "status": "False"}),
+            "Running"
+        ));
+        assert!(!failing(
+            &json!({"type": "Ready", "status": "False"}),
+            "Stopped"
+        ));
+        assert!(failing(
+            &json!({"type": "Failure", "status": "True"}),
+            "Running"
+        ));
+        assert!(!failing(
+            &json!({"type": "LiveMigratable", "status": "False"}),
+            "Running"
+        ));
     }
 
     #[test]
@@ -311,11 +344,17 @@ mod tests {
         let facts = Facts {
             vm: json!({"metadata": {"name": "b"}, "status": {"printableStatus": "CrashLoopBackOff",
                 "conditions": [{"type": "Failure", "status": "True", "reason": "FailedCreate", "message": "boom"}]}}),
-            pods: vec![json!({"metadata": {"name": "p"}, "status": {"phase": "Running", "containerStatuses": [
-                {"name": "compute", "restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}}]}})],
-            disks: vec![json!({"kind": "DataVolume", "metadata": {"name": "d"}, "status": {"phase": "ImportInProgress", "restartCount": 3}})],
+            pods: vec![
+                json!({"metadata": {"name": "p"}, "status": {"phase": "Running", "containerStatuses": [
+                {"name": "compute", "restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}}]}}),
+            ],
+            disks: vec![
+                json!({"kind": "DataVolume", "metadata": {"name": "d"}, "status": {"phase": "ImportInProgress", "restartCount": 3}}),
+            ],
             pvcs: vec![json!({"metadata": {"name": "c"}, "status": {"phase": "Pending"}})],
-            migrations: vec![json!({"kind": "VirtualMachineInstanceMigration", "metadata": {"name": "m"}, "status": {"phase": "Failed"}})],
+            migrations: vec![
+                json!({"kind": "VirtualMachineInstanceMigration", "metadata": {"name": "m"}, "status": {"phase": "Failed"}}),
+            ],
             ..Facts::default()
         };
         let p = problems(&facts, Flavor::KubeVirt).join("\n");

@@ -15,11 +15,24 @@ use crate::store::Key;
 use serde_json::{Value, json};
 
 /// The answer to `sub` on VMI `ns/name`, or `None` when `sub` is not a guest-agent subresource.
-pub fn answer(app: &App, plural: &str, ns: &str, name: &str, sub: &str) -> Option<Result<Value, ApiError>> {
-    if plural != "virtualmachineinstances" || !matches!(sub, "guestosinfo" | "userlist" | "filesystemlist") {
+pub fn answer(
+    app: &App,
+    plural: &str,
+    ns: &str,
+    name: &str,
+    sub: &str,
+) -> Option<Result<Value, ApiError>> {
+    if plural != "virtualmachineinstances"
+        || !matches!(sub, "guestosinfo" | "userlist" | "filesystemlist")
+    {
         return None;
     }
-    let vmi = app.store.get(&Key::new("kubevirt.io", "virtualmachineinstances", ns, name))?;
+    let vmi = app.store.get(&Key::new(
+        "kubevirt.io",
+        "virtualmachineinstances",
+        ns,
+        name,
+    ))?;
     Some(answer_for(&vmi, sub))
 }
 
@@ -27,7 +40,9 @@ fn conflict(name: &str, why: &str) -> ApiError {
     ApiError::new(
         409,
         "Conflict",
-        format!("Operation cannot be fulfilled on virtualmachineinstance.kubevirt.io \"{name}\": {why}"),
+        format!(
+            "Operation cannot be fulfilled on virtualmachineinstance.kubevirt.io \"{name}\": {why}"
+        ),
     )
 }
 
@@ -83,12 +98,28 @@ mod tests {
         let mut vmi = json!({"metadata": {"name": "web", "annotations": {
             "emulator.kubevm.io/guest-users": "[{\"userName\":\"fedora\",\"loginTime\":1767000000.5}]"}},
             "status": {"phase": "Scheduled"}});
-        assert!(answer_for(&vmi, "userlist").unwrap_err().message.ends_with("VMI is not running"));
+        assert!(
+            answer_for(&vmi, "userlist")
+                .unwrap_err()
+                .message
+                .ends_with("VMI is not running")
+        );
         vmi["status"]["phase"] = json!("Running");
-        assert!(answer_for(&vmi, "userlist").unwrap_err().message.ends_with("VMI does not have guest agent connected"));
+        assert!(
+            answer_for(&vmi, "userlist")
+                .unwrap_err()
+                .message
+                .ends_with("VMI does not have guest agent connected")
+        );
         vmi["status"]["conditions"] = json!([{"type": "AgentConnected", "status": "True"}]);
-        assert_eq!(answer_for(&vmi, "userlist").unwrap()["items"][0]["userName"], "fedora");
-        assert_eq!(answer_for(&vmi, "filesystemlist").unwrap()["items"], json!([]));
+        assert_eq!(
+            answer_for(&vmi, "userlist").unwrap()["items"][0]["userName"],
+            "fedora"
+        );
+        assert_eq!(
+            answer_for(&vmi, "filesystemlist").unwrap()["items"],
+            json!([])
+        );
         assert_eq!(answer_for(&vmi, "guestosinfo").unwrap()["hostname"], "web");
     }
 }

@@ -91,11 +91,13 @@ pub async fn serve(
         }
     };
     if command.is_empty() {
-        return Err(ApiError::bad_request(
-            "you must specify at least 1 command",
-        ));
+        return Err(ApiError::bad_request("you must specify at least 1 command"));
     }
-    if pod["spec"]["nodeName"].as_str().unwrap_or_default().is_empty() {
+    if pod["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .is_empty()
+    {
         return Err(ApiError::bad_request(format!(
             "pod {name} does not have a host assigned"
         )));
@@ -117,7 +119,11 @@ pub async fn serve(
     let (stdout, stderr, code) = run(app, &pod, &container, &command);
     Ok(upgrade.on_upgrade(move |mut socket| async move {
         for channel in [1u8, 2, 3] {
-            if socket.send(Message::Binary(vec![channel].into())).await.is_err() {
+            if socket
+                .send(Message::Binary(vec![channel].into()))
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -179,11 +185,16 @@ pub fn run(app: &App, pod: &Value, container: &str, command: &[String]) -> (Stri
     match command[0].as_str() {
         "virsh" if command.iter().any(|a| a == "dumpxml") => {
             let wanted = command.last().map(String::as_str).unwrap_or_default();
-            let vmi = app
-                .store
-                .get(&Key::new("kubevirt.io", "virtualmachineinstances", ns, vm_name));
+            let vmi = app.store.get(&Key::new(
+                "kubevirt.io",
+                "virtualmachineinstances",
+                ns,
+                vm_name,
+            ));
             match vmi {
-                Some(vmi) if wanted == domain => (kubevirt_domain_xml(&domain, &vmi), String::new(), 0),
+                Some(vmi) if wanted == domain => {
+                    (kubevirt_domain_xml(&domain, &vmi), String::new(), 0)
+                }
                 _ => (
                     String::new(),
                     format!("error: failed to get domain '{wanted}'\n"),
@@ -354,8 +365,14 @@ mod tests {
 
     #[test]
     fn query_pairs_keep_repeats() {
-        let p = url_pairs("command=virsh&command=dumpxml&command=default_web&container=compute&x=a%2Fb%20c");
-        let cmds: Vec<_> = p.iter().filter(|(k, _)| k == "command").map(|(_, v)| v.as_str()).collect();
+        let p = url_pairs(
+            "command=virsh&command=dumpxml&command=default_web&container=compute&x=a%2Fb%20c",
+        );
+        let cmds: Vec<_> = p
+            .iter()
+            .filter(|(k, _)| k == "command")
+            .map(|(_, v)| v.as_str())
+            .collect();
         assert_eq!(cmds, ["virsh", "dumpxml", "default_web"]);
         assert_eq!(p.last().unwrap().1, "a/b c");
     }

@@ -50,7 +50,12 @@ pub fn log_text(pod: &Value, q: &Query) -> Result<String, ApiError> {
         .as_array()
         .into_iter()
         .flatten()
-        .chain(pod["spec"]["initContainers"].as_array().into_iter().flatten())
+        .chain(
+            pod["spec"]["initContainers"]
+                .as_array()
+                .into_iter()
+                .flatten(),
+        )
         .filter_map(|c| c["name"].as_str())
         .collect();
     let main_count = pod["spec"]["containers"].as_array().map_or(0, Vec::len);
@@ -216,7 +221,11 @@ mod tests {
         assert_eq!(since, "undated\nnew\n");
         let stamped = log_text(
             &pod(),
-            &q(&[("container", "a"), ("timestamps", "true"), ("tailLines", "1")]),
+            &q(&[
+                ("container", "a"),
+                ("timestamps", "true"),
+                ("tailLines", "1"),
+            ]),
         )
         .unwrap();
         assert_eq!(stamped, "2999-01-01T00:00:00Z new\n");

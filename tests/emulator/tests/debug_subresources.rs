@@ -11,7 +11,10 @@ use tokio::io::AsyncReadExt;
 fn fixtures() -> Vec<String> {
     ["kubevirt.yaml", "debug-kubevirt.yaml"]
         .iter()
-        .map(|f| std::fs::read_to_string(format!("{}/../fixtures/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap())
+        .map(|f| {
+            std::fs::read_to_string(format!("{}/../fixtures/{f}", env!("CARGO_MANIFEST_DIR")))
+                .unwrap()
+        })
         .collect()
 }
 
@@ -21,7 +24,9 @@ async fn client(emu: &Emulator, context: &str) -> kube::Client {
         context: Some(context.into()),
         ..Default::default()
     };
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &options).await.unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &options)
+        .await
+        .unwrap();
     kube::Client::try_from(cfg).unwrap()
 }
 
@@ -37,9 +42,17 @@ async fn exec_logs_and_guest_agent() {
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "dev");
 
     // virsh dumpxml in compute: stdout carries the XML, the status channel says Success.
-    let params = AttachParams::default().container("compute").stdin(false).stdout(true).stderr(true);
+    let params = AttachParams::default()
+        .container("compute")
+        .stdin(false)
+        .stdout(true)
+        .stderr(true);
     let mut p = pods
-        .exec("virt-launcher-app-new22", ["virsh", "dumpxml", "dev_app"], &params)
+        .exec(
+            "virt-launcher-app-new22",
+            ["virsh", "dumpxml", "dev_app"],
+            &params,
+        )
         .await
         .unwrap();
     let status = p.take_status().unwrap();
@@ -47,11 +60,18 @@ async fn exec_logs_and_guest_agent() {
     p.stdout().unwrap().read_to_string(&mut xml).await.unwrap();
     let status = status.await.unwrap();
     assert_eq!(status.status.as_deref(), Some("Success"));
-    assert!(xml.starts_with("<domain type='kvm'") && xml.contains("<name>dev_app</name>"), "{xml}");
+    assert!(
+        xml.starts_with("<domain type='kvm'") && xml.contains("<name>dev_app</name>"),
+        "{xml}"
+    );
 
     // A wrong domain: virsh's error on stderr, exit code 1 in the Status.
     let mut p = pods
-        .exec("virt-launcher-app-new22", ["virsh", "dumpxml", "other"], &params)
+        .exec(
+            "virt-launcher-app-new22",
+            ["virsh", "dumpxml", "other"],
+            &params,
+        )
         .await
         .unwrap();
     let status = p.take_status().unwrap();
@@ -63,11 +83,19 @@ async fn exec_logs_and_guest_agent() {
 
     // No container named and two containers: the API server's 400.
     let e = pods
-        .exec("virt-launcher-app-new22", ["true"], &AttachParams::default().stdin(false))
+        .exec(
+            "virt-launcher-app-new22",
+            ["true"],
+            &AttachParams::default().stdin(false),
+        )
         .await
         .err()
         .unwrap();
-    assert!(e.to_string().contains("a container name must be specified for pod virt-launcher-app-new22"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("a container name must be specified for pod virt-launcher-app-new22"),
+        "{e}"
+    );
 
     // Logs: previous needs a restart; tailLines.
     let lp = |c: &str, previous: bool| LogParams {
@@ -76,10 +104,21 @@ async fn exec_logs_and_guest_agent() {
         tail_lines: Some(1),
         ..Default::default()
     };
-    let text = pods.logs("virt-launcher-broken-c4sh1", &lp("compute", true)).await.unwrap();
+    let text = pods
+        .logs("virt-launcher-broken-c4sh1", &lp("compute", true))
+        .await
+        .unwrap();
     assert!(text.contains("Failed to start the domain"), "{text}");
-    let e = pods.logs("virt-launcher-app-new22", &lp("compute", true)).await.unwrap_err();
-    assert!(e.to_string().contains("previous terminated container \"compute\" in pod \"virt-launcher-app-new22\" not found"), "{e}");
+    let e = pods
+        .logs("virt-launcher-app-new22", &lp("compute", true))
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "previous terminated container \"compute\" in pod \"virt-launcher-app-new22\" not found"
+        ),
+        "{e}"
+    );
     let lines: Vec<String> = pods
         .log_stream("virt-launcher-app-new22", &lp("compute", false))
         .await
@@ -91,9 +130,11 @@ async fn exec_logs_and_guest_agent() {
     assert_eq!(lines.len(), 1);
 
     // Guest agent subresources.
-    let req = http::Request::get("/apis/subresources.kubevirt.io/v1/namespaces/dev/virtualmachineinstances/app/userlist")
-        .body(Vec::new())
-        .unwrap();
+    let req = http::Request::get(
+        "/apis/subresources.kubevirt.io/v1/namespaces/dev/virtualmachineinstances/app/userlist",
+    )
+    .body(Vec::new())
+    .unwrap();
     let users: serde_json::Value = admin.request(req).await.unwrap();
     assert_eq!(users["items"][0]["userName"], "fedora");
     let req = http::Request::get("/apis/subresources.kubevirt.io/v1/namespaces/dev/virtualmachineinstances/broken/guestosinfo")
@@ -105,9 +146,17 @@ async fn exec_logs_and_guest_agent() {
     // alice may read pods in dev but not exec (create on pods/exec).
     let alice: Api<Pod> = Api::namespaced(client(&emu, "emulator-restricted").await, "dev");
     let e = alice
-        .exec("virt-launcher-app-new22", ["virsh", "dumpxml", "dev_app"], &params)
+        .exec(
+            "virt-launcher-app-new22",
+            ["virsh", "dumpxml", "dev_app"],
+            &params,
+        )
         .await
         .err()
         .unwrap();
-    assert!(e.to_string().contains("cannot create resource \"pods/exec\""), "{e}");
+    assert!(
+        e.to_string()
+            .contains("cannot create resource \"pods/exec\""),
+        "{e}"
+    );
 }
