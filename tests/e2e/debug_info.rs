@@ -98,13 +98,12 @@ fn extract(env: &Env, archive: &Path) -> PathBuf {
         .status()
         .unwrap();
     assert!(st.success());
-    let top = std::fs::read_dir(&dir)
+    std::fs::read_dir(&dir)
         .unwrap()
         .next()
         .unwrap()
         .unwrap()
-        .path();
-    top
+        .path()
 }
 
 fn read(top: &Path, file: &str) -> String {
