@@ -256,6 +256,9 @@ fn deckhouse_archive_and_summary() {
             "virtualdisk/app-hot.yaml",
             "virtualmachineblockdeviceattachment/app-hot.yaml",
             "virtualmachineoperation/migrate-app-x1c2v.yaml",
+            "internalvirtualizationvirtualmachine/app.yaml",
+            "internalvirtualizationvirtualmachineinstance/app.yaml",
+            "internalvirtualizationvirtualmachineinstancemigration/migrate-app-x1c2v-internal.yaml",
             "persistentvolumeclaim/vd-app-root-8b000000.yaml",
             "persistentvolumeclaim/vd-app-hot-8b000000.yaml",
             "persistentvolume/pvc-vd-app-data.yaml",
@@ -412,4 +415,26 @@ fn missing_vm_fails_and_terminal_is_refused() {
         .unwrap();
     session.exp_eof().unwrap();
     assert_eq!(exit_code(&session), 2);
+}
+
+#[test]
+fn progress_on_a_terminal_with_output_file() {
+    let env = env(ServeFlavor::KubeVirt);
+    let out = env.dir.path().join("tty.tar.gz");
+    let mut session = on_tty(
+        &env,
+        &[
+            "collect-debug-info",
+            "app",
+            "-n",
+            "dev",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    session.exp_string("collecting app.dev").unwrap();
+    session.exp_string("Wrote ").unwrap();
+    session.exp_eof().unwrap();
+    assert_eq!(exit_code(&session), 0);
+    assert!(listing(&out).contains(&"summary.txt".to_string()));
 }

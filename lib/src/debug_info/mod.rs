@@ -678,7 +678,9 @@ pub async fn collect<W: Write + Send + 'static>(
         )
         .await;
     let mut errors_text = String::new();
-    for e in &errors {
+    let mut sorted = errors.clone();
+    sorted.sort();
+    for e in &sorted {
         errors_text.push_str(e);
         errors_text.push('\n');
     }

@@ -28,6 +28,7 @@ pub mod discovery;
 pub mod fixtures;
 pub mod guestagent;
 pub mod handlers;
+pub mod internal_kinds;
 pub mod openapi;
 pub mod patch;
 pub mod podexec;
