@@ -438,3 +438,36 @@ fn progress_on_a_terminal_with_output_file() {
     assert_eq!(exit_code(&session), 0);
     assert!(listing(&out).contains(&"summary.txt".to_string()));
 }
+
+#[test]
+fn tail_and_since_limit_logs() {
+    let env = env(ServeFlavor::KubeVirt);
+    let (archive, _) = collect(&env, &["app", "-n", "dev", "--tail", "1"]);
+    let top = extract(&env, &archive);
+    let log = read(&top, "log/virt-launcher-app-new22/compute.log");
+    assert_eq!(log.lines().count(), 1, "{log}");
+    assert!(
+        log.contains("EnvVal") || log.contains("guest env APP_MODE"),
+        "{log}"
+    );
+    assert_eq!(
+        read(&top, "log/hp-volume-app-k2x9d/hotplug-disk.log"),
+        "hotplug volume app-hot still attached\n"
+    );
+
+    // --since 1h: only the line stamped within the last hour (the other is from 2026-01-10).
+    let (archive, _) = collect(&env, &["app", "-n", "dev", "--since", "1h"]);
+    let top = extract(&env, &archive);
+    assert_eq!(
+        read(&top, "log/hp-volume-app-k2x9d/hotplug-disk.log"),
+        "hotplug volume app-hot still attached\n"
+    );
+    let (archive, _) = collect(&env, &["app", "-n", "dev", "--tail", "-1"]);
+    let top = extract(&env, &archive);
+    assert_eq!(
+        read(&top, "log/hp-volume-app-k2x9d/hotplug-disk.log")
+            .lines()
+            .count(),
+        2
+    );
+}

@@ -17,7 +17,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{AsyncBufReadExt, TryStreamExt};
+use futures::AsyncBufReadExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, AttachParams, ListParams, LogParams};
 use serde_json::Value;
@@ -336,11 +336,19 @@ impl Collector {
         };
         let spooled = async {
             let mut file = tempfile::tempfile()?;
-            let mut lines = stream.lines();
+            let mut stream = std::pin::pin!(stream);
             let mut state = redact::LineState::default();
             let mut out = std::io::BufWriter::new(&mut file);
-            while let Some(line) = lines.try_next().await? {
-                out.write_all(self.redactor.line(&line, &mut state).as_bytes())?;
+            // Byte lines, not `lines()`: a log with invalid UTF-8 must not be lost.
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                if stream.read_until(b'\n', &mut buf).await? == 0 {
+                    break;
+                }
+                let text = String::from_utf8_lossy(&buf);
+                let line = text.strip_suffix('\n').unwrap_or(&text);
+                out.write_all(self.redactor.line(line, &mut state).as_bytes())?;
                 out.write_all(b"\n")?;
             }
             out.flush()?;
