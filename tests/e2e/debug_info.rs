@@ -409,6 +409,31 @@ fn missing_vm_fails_and_terminal_is_refused() {
         !env.dir.path().join("x.tgz.partial").exists() && !env.dir.path().join("x.tgz").exists()
     );
 
+    // Bad input is refused before any request.
+    assert_eq!(
+        crate::common::fails(
+            &env,
+            &[
+                "collect-debug-info",
+                "app",
+                "--tail",
+                "-5",
+                "-o",
+                "/dev/null"
+            ],
+            2
+        ),
+        "Error: --tail must be -1 (all lines) or more, not -5"
+    );
+    assert_eq!(
+        crate::common::fails(
+            &env,
+            &["collect-debug-info", "vmi/app", "-o", "/dev/null"],
+            2
+        ),
+        "Error: collect-debug-info takes a VM (NAME or vm/NAME), not vmi/app"
+    );
+
     let mut session = on_tty(&env, &["collect-debug-info", "app", "-n", "dev"]);
     session
         .exp_string("refusing to write a binary archive to the terminal")
