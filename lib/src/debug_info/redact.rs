@@ -62,7 +62,17 @@ impl Redactor {
     pub fn add_literal(&mut self, value: &str) {
         let value = value.trim();
         // Very short values would mask ordinary words; those are left to the patterns.
-        if value.len() >= 4 && value != MASK && !self.literals.iter().any(|l| l == value) {
+        // Settings like `lock_passwd: false` are not secrets; masking every "false" would
+        // ruin the archive.
+        let ordinary = [
+            "true", "false", "null", "none", "True", "False", "yes", "no",
+        ];
+        if value.len() >= 4
+            && value != MASK
+            && !ordinary.contains(&value)
+            && !value.chars().all(|c| c.is_ascii_digit())
+            && !self.literals.iter().any(|l| l == value)
+        {
             self.literals.push(value.to_owned());
             self.literals.sort_by_key(|l| std::cmp::Reverse(l.len()));
         }
@@ -367,7 +377,9 @@ mod tests {
     fn env_values_from_user_data_become_literals() {
         let mut r = Redactor::new(true);
         r.learn_user_data("#cloud-config\nruncmd:\n- |\n  export ROLE='db-primary-9'\n  # BEGIN kubevm\n  MODE=\"fast lane\"\n  # END kubevm\nchpasswd:\n  list: |\n    root:Sup3rS3cret\n");
+        r.learn_user_data("lock_passwd: false\npassword_expiry: 3600\n");
         let out = r.text("role db-primary-9 in fast lane as root with Sup3rS3cret\n");
+        assert_eq!(r.text("ready: false 3600\n"), "ready: false 3600\n");
         assert_eq!(
             out,
             "role [REDACTED] in [REDACTED] as root with [REDACTED]\n"
