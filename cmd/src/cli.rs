@@ -152,6 +152,8 @@ pub enum Command {
     Migrate(commands::lifecycle::MigrateArgs),
     /// Manage the platform SSH certificate authority (init, show, rotate)
     Ca(commands::ca::CaArgs),
+    /// Collect a VM's objects, logs, events and domain XML into one tar.gz (secrets masked)
+    CollectDebugInfo(commands::collect_debug_info::CollectDebugInfoArgs),
     /// Print the client version and the platform version of the cluster
     Version(commands::version::VersionArgs),
     /// Print a shell completion script, or install kubectl's plugin completion

@@ -9,6 +9,7 @@ pub mod api;
 pub mod ca;
 pub mod cluster;
 pub mod create;
+pub mod debug_info;
 pub mod delete;
 pub mod error;
 pub mod flavor;

@@ -9,6 +9,7 @@ mod completion;
 mod create;
 mod create_safety;
 mod create_validation;
+mod debug_info;
 mod delete;
 mod errors;
 mod generated;

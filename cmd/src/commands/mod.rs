@@ -1,6 +1,7 @@
 //! One module per command and the single dispatch over them.
 
 pub mod ca;
+pub mod collect_debug_info;
 pub mod completion;
 pub mod create;
 pub mod create_interactive;
@@ -57,6 +58,9 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Delete(args) => delete::cmd_delete(&global, args).await,
         Command::Ca(args) => ca::cmd_ca(&global, args).await,
         Command::Version(args) => version::cmd_version(&global, args).await,
+        Command::CollectDebugInfo(args) => {
+            collect_debug_info::cmd_collect_debug_info(&global, args).await
+        }
         Command::Completion(args) => completion::cmd_completion(args),
         Command::GenerateDocs(args) => generate_docs::cmd_generate_docs(args),
         Command::Start(args) => lifecycle::cmd_power(&global, lifecycle::Power::Start(args)).await,

@@ -154,7 +154,7 @@ fn is_dry_run(q: &Query) -> Result<bool, ApiError> {
 }
 
 async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let auth = parts
         .headers
         .get(header::AUTHORIZATION)
@@ -298,7 +298,12 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         ("get", "status") if def.has_status => ctx.get(),
         ("delete", "") => ctx.delete(&body),
         ("deletecollection", "") => ctx.delete_collection(),
-        ("get", "log") if def.plural == "pods" && def.group.is_empty() => ctx.pod_log(),
+        ("get", "log") if def.plural == "pods" && def.group.is_empty() => {
+            crate::podlog::respond(&ctx.current()?, &q)
+        }
+        ("get" | "create", "exec") if def.plural == "pods" && def.group.is_empty() => {
+            crate::podexec::serve(app, &mut parts, &user, &ns, &name).await
+        }
         _ => Err(ApiError::path_not_found()),
     }
 }
@@ -810,36 +815,6 @@ impl Ctx<'_> {
             "metadata": {"resourceVersion": rv.to_string()},
             "items": deleted,
         })))
-    }
-
-    /// `pods/NAME/log`: the text of the pod's `emulator.kubevm.io/log` annotation.
-    fn pod_log(&self) -> Result<Response, ApiError> {
-        let pod = self.current()?;
-        let text = pod
-            .pointer("/metadata/annotations/emulator.kubevm.io~1log")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let text = match self
-            .q
-            .get("tailLines")
-            .and_then(|t| t.parse::<usize>().ok())
-        {
-            Some(n) => {
-                let lines: Vec<&str> = text.lines().collect();
-                let mut t = lines[lines.len().saturating_sub(n)..].join("\n");
-                if !t.is_empty() {
-                    t.push('\n');
-                }
-                t
-            }
-            None => text,
-        };
-        Ok(Response::builder()
-            .status(StatusCode::OK)
-            .header(header::CONTENT_TYPE, "text/plain")
-            .body(Body::from(text))
-            .expect("response"))
     }
 }
 

@@ -908,6 +908,7 @@ impl Registry {
         }
         if matches!(flavor, ServeFlavor::Deckhouse | ServeFlavor::Both) {
             defs.extend(DECKHOUSE.iter().cloned());
+            defs.extend(crate::internal_kinds::defs());
             aggregated.push(deckhouse_aggregated());
         }
         Registry {

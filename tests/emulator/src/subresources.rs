@@ -91,6 +91,9 @@ pub async fn handle(
     if app.store.get(&Key::new(group, plural, ns, name)).is_none() {
         return Err(ApiError::not_found(group, plural, name));
     }
+    if let Some(answer) = crate::guestagent::answer(app, &rp.plural, ns, name, sub) {
+        return answer.map(|v| json_response(StatusCode::OK, &v, &[]));
+    }
     action(app, rp, sub, q, body).await
 }
 

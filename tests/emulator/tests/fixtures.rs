@@ -12,7 +12,12 @@ fn fixture(name: &str) -> String {
 #[test]
 fn fixtures_are_valid() {
     let reg = Registry::new(ServeFlavor::Both);
-    for file in ["kubevirt.yaml", "deckhouse.yaml"] {
+    for file in [
+        "kubevirt.yaml",
+        "deckhouse.yaml",
+        "debug-kubevirt.yaml",
+        "debug-deckhouse.yaml",
+    ] {
         for doc in fixtures::documents(&fixture(file)).unwrap() {
             let av = doc["apiVersion"].as_str().unwrap();
             let kind = doc["kind"].as_str().unwrap();

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Benchmarks `kubectl vm collect-debug-info` for a VM with 20 pods and long logs against the local
+# emulator:
+#   wall time vs a sequential kubectl script doing the same fetches (VM, VMI, pod list, events of
+#   every object, every pod's log with --tail)                      (goal: ratio <= 0.3)
+#   peak RSS (GNU time) at two log sizes: it must not grow with the logs.
+# Usage: bench/collect-debug-info.sh [LINES] [LINES2]   (default 10000 and 40000)
+#        PROFILE=debug bench/collect-debug-info.sh       (skip the release build)
+set -euo pipefail
+lines=${1:-10000}
+lines2=${2:-40000}
+profile=${PROFILE:-release}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+bash tests/tools/get-kubectl.sh "$root/.tools/bin" >/dev/null
+kubectl="$root/.tools/bin/kubectl"
+if [ "$profile" = release ]; then
+  cargo build --quiet --release --locked -p kubectl-vm -p kubevm-emulator
+else
+  cargo build --quiet --locked -p kubectl-vm -p kubevm-emulator
+fi
+vm="$root/target/$profile/kubectl-vm"
+
+work=$(mktemp -d)
+trap 'kill ${emulator:-} 2>/dev/null; wait ${emulator:-} 2>/dev/null; rm -rf "$work"' EXIT
+export HOME="$work"
+
+# A VM with 20 launcher-labelled pods, each with a synthetic log of N lines (emulator annotation).
+fixture() {
+  local n=$1
+  cat <<YAML
+apiVersion: v1
+kind: Namespace
+metadata: {name: bench}
+---
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata: {name: bench, namespace: bench}
+spec:
+  runStrategy: Halted
+  template:
+    spec:
+      domain: {devices: {}, memory: {guest: 1Gi}}
+status: {printableStatus: Stopped}
+YAML
+  for i in $(seq -w 1 20); do
+    cat <<YAML
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: bench-pod-$i
+  namespace: bench
+  labels: {vm.kubevirt.io/name: bench}
+  annotations: {emulator.kubevm.io/log-lines.compute: "$n"}
+spec:
+  nodeName: node-1
+  containers: [{name: compute, image: virt-launcher}]
+status: {phase: Succeeded, containerStatuses: [{name: compute, restartCount: 0, ready: false, image: virt-launcher}]}
+YAML
+  done
+}
+
+start_emulator() {
+  fixture "$1" >"$work/bench.yaml"
+  rm -f "$work/kubeconfig"
+  "$root/target/$profile/kubevm-emulator" --fixture tests/fixtures/kubevirt.yaml --fixture "$work/bench.yaml" \
+    --flavor kubevirt --kubeconfig "$work/kubeconfig" >"$work/emulator.log" 2>&1 &
+  emulator=$!
+  for _ in $(seq 100); do [ -s "$work/kubeconfig" ] && break; sleep 0.1; done
+  export KUBECONFIG="$work/kubeconfig"
+}
+
+stop_emulator() { kill "$emulator"; wait "$emulator" 2>/dev/null || true; }
+
+sequential_kubectl() {
+  local out=$work/seq
+  rm -rf "$out"; mkdir -p "$out"
+  "$kubectl" get vm bench -n bench -o yaml >"$out/vm.yaml"
+  "$kubectl" get vmi bench -n bench -o yaml >"$out/vmi.yaml" 2>/dev/null || true
+  "$kubectl" get events -n bench --field-selector involvedObject.kind=VirtualMachine,involvedObject.name=bench -o yaml >"$out/ev-vm.yaml"
+  "$kubectl" get pods -n bench -l vm.kubevirt.io/name=bench -o yaml >"$out/pods.yaml"
+  for p in $("$kubectl" get pods -n bench -l vm.kubevirt.io/name=bench -o name); do
+    p=${p#pod/}
+    "$kubectl" get events -n bench --field-selector "involvedObject.kind=Pod,involvedObject.name=$p" -o yaml >"$out/ev-$p.yaml"
+    "$kubectl" logs -n bench "$p" -c compute --tail "$2" >"$out/$p.log"
+  done
+  tar czf "$out.tar.gz" -C "$out" .
+}
+
+seconds() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1; e=$(date +%s%N); echo "scale=3; ($e - $s) / 1000000000" | bc; }
+rss_kib() { /usr/bin/time -f %M "$@" 2>&1 >/dev/null | tail -1; }
+
+start_emulator "$lines"
+"$vm" collect-debug-info bench -n bench -o "$work/warm.tgz" 2>/dev/null   # warm-up
+t_vm=$(seconds "$vm" collect-debug-info bench -n bench --tail "$lines" -o "$work/a.tgz")
+t_kubectl=$(seconds sequential_kubectl x "$lines")
+rss1=$(rss_kib "$vm" collect-debug-info bench -n bench --tail -1 -o "$work/b.tgz")
+log1=$(tar xzf "$work/b.tgz" -O --wildcards '*/log/bench-pod-01/compute.log' | wc -c)
+stop_emulator
+start_emulator "$lines2"
+rss2=$(rss_kib "$vm" collect-debug-info bench -n bench --tail -1 -o "$work/c.tgz")
+log2=$(tar xzf "$work/c.tgz" -O --wildcards '*/log/bench-pod-01/compute.log' | wc -c)
+stop_emulator
+
+echo "collect-debug-info, 20 pods x $lines log lines ($profile build):"
+echo "  kubectl-vm:            ${t_vm}s"
+echo "  sequential kubectl:    ${t_kubectl}s"
+echo "  ratio:                 $(echo "scale=3; $t_vm / $t_kubectl" | bc)  (goal <= 0.3)"
+echo "peak RSS of kubectl-vm (all lines):"
+echo "  20 x $lines lines (log $((log1 / 1024)) KiB each): ${rss1} KiB"
+echo "  20 x $lines2 lines (log $((log2 / 1024)) KiB each): ${rss2} KiB"

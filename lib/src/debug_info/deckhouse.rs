@@ -1,0 +1,198 @@
+//! What belongs to a Deckhouse VM: its internal KubeVirt objects
+//! (`internal.virtualization.deckhouse.io`), operations (VMOPs, migrations among them), block
+//! devices (VirtualDisks, VirtualImages, ClusterVirtualImages, VMBDAs) and their PVCs, the
+//! virt-launcher and hotplug pods, and the domain XML (`vlctl domain -o xml` in `compute`).
+
+use serde_json::Value;
+
+use super::{Collector, POD, kind, node_names, owned_pods};
+use crate::api::{Kind, VIRTUAL_DISK};
+
+const GROUP: &str = "virtualization.deckhouse.io";
+const INTERNAL: &str = "internal.virtualization.deckhouse.io";
+const VMOP: Kind = kind(
+    GROUP,
+    "v1alpha2",
+    "VirtualMachineOperation",
+    "virtualmachineoperations",
+    true,
+);
+const VMBDA: Kind = kind(
+    GROUP,
+    "v1alpha2",
+    "VirtualMachineBlockDeviceAttachment",
+    "virtualmachineblockdeviceattachments",
+    true,
+);
+const VIRTUAL_IMAGE: Kind = kind(GROUP, "v1alpha2", "VirtualImage", "virtualimages", true);
+const CLUSTER_VIRTUAL_IMAGE: Kind = kind(
+    GROUP,
+    "v1alpha2",
+    "ClusterVirtualImage",
+    "clustervirtualimages",
+    false,
+);
+const INTERNAL_VM: Kind = kind(
+    INTERNAL,
+    "v1",
+    "InternalVirtualizationVirtualMachine",
+    "internalvirtualizationvirtualmachines",
+    true,
+);
+const INTERNAL_VMI: Kind = kind(
+    INTERNAL,
+    "v1",
+    "InternalVirtualizationVirtualMachineInstance",
+    "internalvirtualizationvirtualmachineinstances",
+    true,
+);
+const INTERNAL_VMIM: Kind = kind(
+    INTERNAL,
+    "v1",
+    "InternalVirtualizationVirtualMachineInstanceMigration",
+    "internalvirtualizationvirtualmachineinstancemigrations",
+    true,
+);
+
+/// One block device (kind, name), its object, and its PVC if it has one.
+async fn block_device(c: &Collector, kind: &str, name: &str) -> (Option<Value>, Option<String>) {
+    let k = match kind {
+        "VirtualDisk" => VIRTUAL_DISK,
+        "VirtualImage" => VIRTUAL_IMAGE,
+        "ClusterVirtualImage" => CLUSTER_VIRTUAL_IMAGE,
+        other => {
+            c.error(format!("block device {other}/{name}: unknown kind"));
+            return (None, None);
+        }
+    };
+    let object = c.get(&k, name).await;
+    if k.namespaced {
+        c.events(kind, name).await;
+    }
+    let pvc = object.as_ref().and_then(|o| {
+        o["status"]["target"]["persistentVolumeClaimName"]
+            .as_str()
+            .filter(|_| k.namespaced)
+            .map(str::to_owned)
+    });
+    (object, pvc)
+}
+
+pub(crate) async fn collect(c: &Collector, vm: &Value) {
+    let name = vm["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let refs: Vec<(String, String)> = vm["spec"]["blockDeviceRefs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| {
+            Some((
+                r["kind"].as_str()?.to_owned(),
+                r["name"].as_str()?.to_owned(),
+            ))
+        })
+        .collect();
+    let (_, _, operations, vmbdas, mut devices, all_pods) = futures::join!(
+        c.events("VirtualMachine", &name),
+        async {
+            futures::join!(
+                c.get(&INTERNAL_VM, &name),
+                c.get(&INTERNAL_VMI, &name),
+                c.list(&INTERNAL_VMIM, None, |m| m["spec"]["vmiName"]
+                    == name.as_str()),
+            );
+        },
+        async {
+            let ops = c
+                .list(&VMOP, None, |o| {
+                    o["spec"]["virtualMachineName"] == name.as_str()
+                })
+                .await;
+            futures::future::join_all(ops.iter().map(|o| {
+                c.events(
+                    "VirtualMachineOperation",
+                    o["metadata"]["name"].as_str().unwrap_or_default(),
+                )
+            }))
+            .await;
+            ops
+        },
+        c.list(&VMBDA, None, |b| b["spec"]["virtualMachineName"]
+            == name.as_str()),
+        futures::future::join_all(refs.iter().map(|(k, n)| block_device(c, k, n))),
+        c.list_raw(&POD, None),
+    );
+    // Devices attached through VMBDAs (hotplug), each once.
+    let attached: Vec<(String, String)> = vmbdas
+        .iter()
+        .filter_map(|b| {
+            let r = &b["spec"]["blockDeviceRef"];
+            Some((
+                r["kind"].as_str()?.to_owned(),
+                r["name"].as_str()?.to_owned(),
+            ))
+        })
+        .filter(|r| !refs.contains(r))
+        .collect();
+    let (_, more) = futures::join!(
+        futures::future::join_all(vmbdas.iter().map(|b| {
+            c.events(
+                "VirtualMachineBlockDeviceAttachment",
+                b["metadata"]["name"].as_str().unwrap_or_default(),
+            )
+        })),
+        futures::future::join_all(attached.iter().map(|(k, n)| block_device(c, k, n))),
+    );
+    devices.extend(more);
+    let pvcs: Vec<String> = devices.iter().filter_map(|(_, p)| p.clone()).collect();
+    let launchers: Vec<Value> = all_pods
+        .iter()
+        .filter(|p| {
+            p["metadata"]["labels"]["vm.kubevirt.internal.virtualization.deckhouse.io/name"]
+                == name.as_str()
+        })
+        .cloned()
+        .collect();
+    let mut pods = launchers.clone();
+    pods.extend(owned_pods(&all_pods, &launchers));
+    for pod in &pods {
+        c.put_object(&POD, pod).await;
+    }
+    let running: Vec<String> = launchers
+        .iter()
+        .filter(|p| p["status"]["phase"] == "Running")
+        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    let mut nodes = node_names(&pods);
+    if let Some(node) = vm["status"]["nodeName"].as_str() {
+        nodes.push(node.to_owned());
+    }
+    futures::join!(
+        c.pods(&pods),
+        c.storage(pvcs),
+        c.nodes(nodes),
+        futures::future::join_all(running.iter().map(|pod| {
+            c.domain_xml(
+                pod,
+                vec!["vlctl".into(), "domain".into(), "-o".into(), "xml".into()],
+            )
+        })),
+        async {
+            // Deckhouse reports the guest agent's view in the VM status.
+            if let Some(info) = vm["status"]["guestOSInfo"].as_object() {
+                let text = serde_json::to_string_pretty(info).unwrap_or_default();
+                c.put(
+                    "guest/guestosinfo.json".into(),
+                    "guest agent: OS (from the VM status)".into(),
+                    super::archive::Content::Bytes(c.redactor.text(&text).into_bytes()),
+                )
+                .await;
+            }
+        },
+    );
+    let mut facts = c.facts.lock().expect("facts lock");
+    facts.migrations = operations;
+    facts.disks = devices.into_iter().filter_map(|(d, _)| d).collect();
+}
