@@ -1,7 +1,9 @@
 //! One module per command and the single dispatch over them.
 
+pub mod arbitrate;
 pub mod ca;
 pub mod completion;
+pub mod console;
 pub mod create;
 pub mod create_interactive;
 pub mod delete;
@@ -54,6 +56,7 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Create(args) => create::cmd_create(&global, *args).await,
         Command::Delete(args) => delete::cmd_delete(&global, args).await,
         Command::Ca(args) => ca::cmd_ca(&global, args).await,
+        Command::Console(args) => console::cmd_console(&global, args).await,
         Command::Version(args) => version::cmd_version(&global, args).await,
         Command::Completion(args) => completion::cmd_completion(args),
         Command::GenerateDocs(args) => generate_docs::cmd_generate_docs(args),
