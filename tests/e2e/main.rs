@@ -6,6 +6,7 @@ mod common;
 mod access;
 mod ca;
 mod completion;
+mod console;
 mod create;
 mod delete;
 mod errors;

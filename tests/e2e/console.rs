@@ -1,0 +1,222 @@
+//! `kubectl vm console` through a pseudo-terminal and through pipes, against the emulator's
+//! guests: log in, run a command, leave, and the terminal modes are exactly as before.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rexpect::session::PtySession;
+use serde_json::Value;
+
+use crate::common::{BIN, Env, exit_code, on_tty};
+
+const LOGIN: &str = "cloud";
+const CONNECTED: &str = "Successfully connected to web's serial console. Press Ctrl+] to exit.";
+
+/// `kubectl-vm ARGS` on a pseudo-terminal inside a shell that records `stty -g` before and after.
+fn wrapped(env: &Env, args: &[&str]) -> PtySession {
+    let dir = env.dir.path();
+    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+    let script = format!(
+        "stty -g > {d}/stty.before; {BIN} {}; echo \"EXIT=$?\"; stty -g > {d}/stty.after; echo WRAPPER-DONE",
+        quoted.join(" "),
+        d = dir.display()
+    );
+    let mut command = env.command("sh");
+    command.args(["-c", &script]).env("TERM", "xterm");
+    rexpect::session::spawn_command(command, Some(30_000)).unwrap()
+}
+
+/// Waits for the wrapper to finish; returns the exit code of kubectl-vm and checks the
+/// terminal modes are exactly those from before.
+#[track_caller]
+fn finish(env: &Env, session: &mut PtySession) -> i32 {
+    let (_, exit) = session.exp_regex(r"EXIT=\d+").unwrap();
+    session.exp_string("WRAPPER-DONE").unwrap();
+    let code: i32 = exit.trim_start_matches("EXIT=").parse().unwrap();
+    let read = |name: &str| std::fs::read_to_string(env.dir.path().join(name)).unwrap();
+    assert_eq!(
+        read("stty.before"),
+        read("stty.after"),
+        "terminal modes changed"
+    );
+    code
+}
+
+fn send(session: &mut PtySession, text: &str) {
+    session.send(text).unwrap();
+    session.flush().unwrap();
+}
+
+/// Logs into the guest and checks a command's output.
+fn login_and_run(session: &mut PtySession, host: &str, marker: &str) {
+    session.exp_string(&format!("{host} login: ")).unwrap();
+    send(session, &format!("{LOGIN}\r"));
+    session.exp_string("Password: ").unwrap();
+    send(session, &format!("{LOGIN}\r"));
+    session.exp_string(&format!("{LOGIN}@{host}:~$ ")).unwrap();
+    run(session, marker);
+}
+
+/// Runs `echo MARKER-$((40+2))` and waits for `MARKER-42` (only the shell computes it).
+fn run(session: &mut PtySession, marker: &str) {
+    send(session, &format!("echo {marker}-$((40+2))\r"));
+    session.exp_string(&format!("{marker}-42")).unwrap();
+}
+
+/// The pid of the process whose command line contains `needle`.
+fn pid_with(needle: &str) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if cmdline.starts_with(BIN) && cmdline.contains(needle) {
+                return pid;
+            }
+        }
+        assert!(Instant::now() < deadline, "kubectl-vm did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn terminal_session_logs_in_runs_a_command_and_leaves_with_ctrl_bracket() {
+    let env = Env::kubevirt();
+    let log = env.dir.path().join("console.log");
+    let log_arg = log.display().to_string();
+    let mut session = wrapped(&env, &["console", "web", "--log", &log_arg]);
+    session.exp_string(CONNECTED).unwrap();
+    login_and_run(&mut session, "web", "tty");
+    send(&mut session, "\x1d");
+    assert_eq!(finish(&env, &mut session), 0);
+    assert_eq!(mode(&log), 0o600);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("tty-42"), "{logged}");
+
+    // The request as virtctl sends it (KubeVirt FACTS §2.2).
+    let request = env
+        .emulator
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with("/console"))
+        .unwrap();
+    assert_eq!(
+        request.path,
+        "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/web/console"
+    );
+    assert_eq!(
+        (
+            request.method.as_str(),
+            request.query.as_str(),
+            request.status
+        ),
+        ("GET", "", 101)
+    );
+    assert_eq!(
+        request.header("sec-websocket-protocol"),
+        Some("plain.kubevirt.io")
+    );
+    assert_eq!(request.header("upgrade"), Some("websocket"));
+}
+
+#[test]
+fn dropped_connection_reconnects_and_a_lost_vm_ends_with_the_terminal_restored() {
+    let env = Env::kubevirt();
+    let mut session = wrapped(&env, &["console", "web"]);
+    session.exp_string(CONNECTED).unwrap();
+    login_and_run(&mut session, "web", "before");
+    // The network drops (no close frame): the client reconnects to the same guest.
+    env.emulator.drop_streams("default", "web");
+    session
+        .exp_string("Reconnected to web's serial console.")
+        .unwrap();
+    run(&mut session, "after");
+    // The VM goes away: the session ends with an error, the terminal as it was.
+    let output = env.vm(&["delete", "web", "-y"]);
+    assert!(output.status.success(), "{output:?}");
+    session
+        .exp_string("virtualmachine \"web\" not found")
+        .unwrap();
+    assert_eq!(finish(&env, &mut session), 1);
+}
+
+#[test]
+fn sigterm_restores_the_terminal() {
+    let env = Env::kubevirt();
+    // The log path is unique to this test: it finds the process.
+    let log = env.dir.path().join("sigterm.log").display().to_string();
+    let mut session = wrapped(&env, &["console", "web", "--log", &log]);
+    session.exp_string(CONNECTED).unwrap();
+    session.exp_string("web login: ").unwrap();
+    let pid = pid_with(&log);
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(finish(&env, &mut session), 130);
+}
+
+#[test]
+fn piped_session_runs_a_command_and_exits_zero() {
+    let env = Env::kubevirt();
+    let mut child = env
+        .command(BIN)
+        .args(["console", "web"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"cloud\ncloud\necho piped-$((40+2))\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert!(stdout.contains("piped-42"), "{stdout}");
+}
+
+#[test]
+fn vm_restart_during_a_session_reconnects() {
+    let env = Env::kubevirt();
+    let mut session = on_tty(&env, &["console", "web"]);
+    session.exp_string(CONNECTED).unwrap();
+    login_and_run(&mut session, "web", "first-boot");
+    // The VM restarts: its VMI is replaced by a new one (a new uid), which boots first.
+    let vmi = |phase: &str| {
+        let mut vmi = env
+            .emulator
+            .objects("kubevirt.io", "virtualmachineinstances", Some("default"))
+            .into_iter()
+            .find(|v| v["metadata"]["name"] == "web")
+            .unwrap();
+        vmi["metadata"]["uid"] = Value::from("7b000000-0000-4000-8000-0000000000aa");
+        vmi["status"]["phase"] = Value::from(phase);
+        vmi
+    };
+    env.emulator.put_object(vmi("Scheduling"));
+    std::thread::sleep(Duration::from_millis(1500));
+    env.emulator.put_object(vmi("Running"));
+    session
+        .exp_string("Reconnected to web's serial console.")
+        .unwrap();
+    // A fresh boot: a login prompt again, and the session goes on.
+    login_and_run(&mut session, "web", "second-boot");
+    send(&mut session, "\x1d");
+    session.exp_eof().unwrap();
+    assert_eq!(exit_code(&session), 0);
+}
