@@ -220,3 +220,124 @@ fn vm_restart_during_a_session_reconnects() {
     session.exp_eof().unwrap();
     assert_eq!(exit_code(&session), 0);
 }
+
+/// Two users on one console: the second is asked (naming the first), `N` leaves the first
+/// alone, `w` connects once the first leaves, `--force` displaces and the displaced client
+/// says why and exits 0.
+fn two_consoles(env: &Env, vm: &str) {
+    let connected =
+        format!("Successfully connected to {vm}'s serial console. Press Ctrl+] to exit.");
+    let as_user = |user: &'static str| -> Vec<&'static str> {
+        vec!["--as", user, "--as-group", "system:masters"]
+    };
+    let mut first = on_tty(env, &["console", vm]);
+    first.exp_string(&connected).unwrap();
+    login_and_run(&mut first, vm, "first");
+
+    let with = |user: &'static str, extra: &[&str]| {
+        let mut args = vec!["console", vm];
+        args.extend_from_slice(extra);
+        args.extend(as_user(user));
+        on_tty(env, &args)
+    };
+    let mut second = with("bob", &[]);
+    second
+        .exp_string(&format!("The serial console of {vm} is in use:"))
+        .unwrap();
+    second.exp_string("user       admin").unwrap();
+    second
+        .exp_string("from the kubectl vm command line")
+        .unwrap();
+    second
+        .exp_string("Connect and disconnect them? [y] yes  [N] no  [w] wait until free: ")
+        .unwrap();
+    second.send_line("n").unwrap();
+    second.exp_eof().unwrap();
+    assert_eq!(exit_code(&second), 0);
+    run(&mut first, "untouched");
+
+    let mut waiting = with("bob", &[]);
+    waiting.exp_string("wait until free: ").unwrap();
+    waiting.send_line("w").unwrap();
+    waiting
+        .exp_string(&format!(
+            "Waiting for the serial console of {vm} to be released."
+        ))
+        .unwrap();
+    send(&mut first, "\x1d");
+    first.exp_eof().unwrap();
+    assert_eq!(exit_code(&first), 0);
+    waiting.exp_string(&connected).unwrap();
+    // The guest kept running: still logged in.
+    waiting.exp_string(&format!("{LOGIN}@{vm}:~$ ")).unwrap();
+    run(&mut waiting, "second");
+
+    let mut forced = with("carol", &["--force"]);
+    forced.exp_string(&connected).unwrap();
+    waiting
+        .exp_string(&format!("another user connected to the console of {vm}"))
+        .unwrap();
+    waiting.exp_eof().unwrap();
+    assert_eq!(exit_code(&waiting), 0);
+    run(&mut forced, "third");
+    send(&mut forced, "\x1d");
+    forced.exp_eof().unwrap();
+    assert_eq!(exit_code(&forced), 0);
+}
+
+#[test]
+fn two_consoles_kubevirt() {
+    let env = Env::kubevirt();
+    two_consoles(&env, "web");
+    // The holder was recorded in our Lease and released on exit.
+    let leases = env
+        .emulator
+        .objects("coordination.k8s.io", "leases", Some("default"));
+    assert!(
+        leases
+            .iter()
+            .all(|l| l["metadata"]["name"] != "kubectl-vm-console-web"),
+        "{leases:?}"
+    );
+    let lease_writes: Vec<_> = env
+        .emulator
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.path
+                == "/apis/coordination.k8s.io/v1/namespaces/default/leases/kubectl-vm-console-web"
+                && r.method == "PUT"
+        })
+        .collect();
+    assert!(!lease_writes.is_empty());
+}
+
+#[test]
+fn two_consoles_deckhouse() {
+    let env = Env::deckhouse();
+    two_consoles(&env, "linux-vm");
+    // The probe and the stream as d8 sends them (Deckhouse FACTS §2.1, §9).
+    let requests = env.emulator.requests();
+    let path = "/apis/subresources.virtualization.deckhouse.io/v1alpha2/namespaces/default/virtualmachines/linux-vm/console";
+    let probe = requests
+        .iter()
+        .find(|r| r.path == path && r.query == "probe=true")
+        .expect("a session probe");
+    assert_eq!((probe.method.as_str(), probe.status), ("GET", 200));
+    assert_eq!(probe.header("upgrade"), None);
+    let stream = requests
+        .iter()
+        .find(|r| r.path == path && r.query.is_empty())
+        .expect("a console stream");
+    assert_eq!(stream.status, 101);
+    assert_eq!(
+        stream.header("sec-websocket-protocol"),
+        Some("plain.virtualization.deckhouse.io")
+    );
+    let events = env.emulator.objects("", "events", Some("default"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e["reason"] == "ConsoleSessionPreempted")
+    );
+}

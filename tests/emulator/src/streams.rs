@@ -347,8 +347,13 @@ fn lease_name(app: &App, ns: &str, name: &str, kind: &str) -> String {
     format!("d8v-vm-{kind}-{name}-{uid}")
 }
 
+/// A MicroTime (`2026-11-30T14:32:00.123456Z`): `secs`, with the current microseconds.
 fn micro_time(secs: i64) -> String {
-    crate::util::format_rfc3339(secs).replace('Z', ".000000Z")
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_micros())
+        .unwrap_or(0);
+    crate::util::format_rfc3339(secs).replace('Z', &format!(".{micros:06}Z"))
 }
 
 /// Records the holder (V `pkg/apiserver/registry/vm/rest/session.go`), and the preemption
