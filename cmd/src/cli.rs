@@ -112,6 +112,8 @@ pub enum Command {
     Console(commands::console::ConsoleArgs),
     /// Manage the platform SSH certificate authority (init, show, rotate)
     Ca(commands::ca::CaArgs),
+    /// Open the VNC display of a virtual machine (viewer or local proxy)
+    Vnc(commands::vnc::VncArgs),
     /// Print the client version and the platform version of the cluster
     Version(commands::version::VersionArgs),
     /// Print a shell completion script, or install kubectl's plugin completion

@@ -21,6 +21,7 @@ pub mod target;
 pub mod validate;
 pub mod version;
 pub mod vm;
+pub mod vnc;
 pub mod wait;
 
 pub use error::{Error, Result};

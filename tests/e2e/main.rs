@@ -15,3 +15,4 @@ mod get;
 mod list;
 mod scripts;
 mod version;
+mod vnc;

@@ -11,6 +11,7 @@ pub mod generate_docs;
 pub mod get;
 pub mod list;
 pub mod version;
+pub mod vnc;
 
 use std::process::ExitCode;
 
@@ -58,6 +59,7 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Ca(args) => ca::cmd_ca(&global, args).await,
         Command::Console(args) => console::cmd_console(&global, args).await,
         Command::Version(args) => version::cmd_version(&global, args).await,
+        Command::Vnc(args) => vnc::cmd_vnc(&global, args).await,
         Command::Completion(args) => completion::cmd_completion(args),
         Command::GenerateDocs(args) => generate_docs::cmd_generate_docs(args),
     }
