@@ -341,3 +341,33 @@ fn two_consoles_deckhouse() {
             .any(|e| e["reason"] == "ConsoleSessionPreempted")
     );
 }
+
+#[test]
+fn a_user_without_lease_rights_still_connects_and_is_warned_once() {
+    let env = Env::kubevirt();
+    // alice may read in `dev` (the emulator's restricted user) but not write Leases.
+    let mut child = env
+        .command(BIN)
+        .args(["console", "api", "--context", "emulator-restricted"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"cloud\ncloud\necho alice-$((40+2))\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("alice-42"));
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        err.matches("Warning: cannot record this session, so others will not see you connected: forbidden: user \"alice\" cannot update leases.coordination.k8s.io").count(),
+        1,
+        "{err}"
+    );
+}

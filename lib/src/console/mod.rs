@@ -103,35 +103,37 @@ where
     let mut lease_warned = false;
     loop {
         // 1. Reach the console.
-        let (lease, mut stream, my_session) = loop {
-            let lease = hold_lease(cluster, plan, &mut lease_warned, on_event).await;
-            match connect(
-                cluster,
-                plan,
-                &mut typed,
-                &mut pending,
-                &mut input_open,
-                on_event,
-            )
-            .await?
-            {
-                Some(stream) => {
-                    let my_session = if plan.target.flavor == Flavor::Deckhouse {
-                        session::deckhouse::probe(cluster, &plan.target)
-                            .await
-                            .ok()
-                            .flatten()
-                            .map(|h| h.session)
-                    } else {
-                        None
-                    };
-                    break (lease, stream, my_session);
-                }
-                None => {
-                    release(lease).await;
-                    return Ok(ConsoleEnd::Escaped);
-                }
+        let lease = hold_lease(cluster, plan, &mut lease_warned, on_event).await;
+        let connected = connect(
+            cluster,
+            plan,
+            &mut typed,
+            &mut pending,
+            &mut input_open,
+            on_event,
+        )
+        .await;
+        let mut stream = match connected {
+            Ok(Some(stream)) => stream,
+            Ok(None) => {
+                release(lease).await;
+                return Ok(ConsoleEnd::Escaped);
             }
+            Err(e) => {
+                release(lease).await;
+                return Err(e);
+            }
+        };
+        // Deckhouse: the start time the server recorded for this session tells it apart
+        // from a successor's.
+        let my_session = if plan.target.flavor == Flavor::Deckhouse {
+            session::deckhouse::probe(cluster, &plan.target)
+                .await
+                .ok()
+                .flatten()
+                .map(|h| h.session)
+        } else {
+            None
         };
         on_event(ConsoleEvent::Connected { again });
         again = true;
@@ -374,7 +376,7 @@ pub fn displaced_message(vm: &str) -> String {
 /// `5m`, `90s`: a duration as the user typed it.
 pub fn human(d: Duration) -> String {
     let secs = d.as_secs();
-    if secs >= 60 && secs % 60 == 0 {
+    if secs >= 60 && secs.is_multiple_of(60) {
         format!("{}m", secs / 60)
     } else {
         format!("{secs}s")
