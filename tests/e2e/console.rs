@@ -150,20 +150,53 @@ fn dropped_connection_reconnects_and_a_lost_vm_ends_with_the_terminal_restored()
 }
 
 #[test]
-fn sigterm_restores_the_terminal() {
+fn signals_restore_the_terminal() {
     let env = Env::kubevirt();
-    // The log path is unique to this test: it finds the process.
-    let log = env.dir.path().join("sigterm.log").display().to_string();
-    let mut session = wrapped(&env, &["console", "web", "--log", &log]);
-    session.exp_string(CONNECTED).unwrap();
-    session.exp_string("web login: ").unwrap();
-    let pid = pid_with(&log);
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    assert_eq!(finish(&env, &mut session), 130);
+    for signal in ["TERM", "HUP", "INT"] {
+        // The log path is unique to this run: it finds the process.
+        let log = env.dir.path().join(format!("{signal}.log")).display().to_string();
+        let mut session = wrapped(&env, &["console", "web", "--log", &log]);
+        session.exp_string(CONNECTED).unwrap();
+        session.exp_string("web login: ").unwrap();
+        let pid = pid_with(&log);
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert_eq!(finish(&env, &mut session), 130, "SIG{signal}");
+    }
+}
+
+#[test]
+fn missing_vm_is_one_line_and_a_stopped_vm_is_waited_for() {
+    let env = Env::kubevirt();
+    let output = env.vm(&["console", "nope"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        crate::common::stderr(&output).trim_end(),
+        "Error: virtualmachine \"nope\" not found in namespace \"default\""
+    );
+    // `batch` in dev is Halted: it waits, showing the phase, until --timeout.
+    let output = env.vm(&["console", "batch", "-n", "dev", "--timeout", "2s"]);
+    let err = crate::common::stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("Waiting for VirtualMachine \"batch\" serial console. Current VM phase: Stopped. Press Ctrl+] to exit."),
+        "{err}"
+    );
+    assert!(
+        err.trim_end().ends_with("Error: timed out waiting for VirtualMachine \"batch\" serial console (after 2s)"),
+        "{err}"
+    );
+    // virtctl retries the console request while the VMI is missing or not running.
+    let tries = env
+        .emulator
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/namespaces/dev/virtualmachineinstances/batch/console"))
+        .count();
+    assert!(tries >= 2, "{tries}");
 }
 
 #[test]
@@ -191,7 +224,7 @@ fn piped_session_runs_a_command_and_exits_zero() {
 }
 
 #[test]
-fn vm_restart_during_a_session_reconnects() {
+fn vm_restart_during_a_session_reconnects_kubevirt() {
     let env = Env::kubevirt();
     let mut session = on_tty(&env, &["console", "web"]);
     session.exp_string(CONNECTED).unwrap();
@@ -211,11 +244,43 @@ fn vm_restart_during_a_session_reconnects() {
     env.emulator.put_object(vmi("Scheduling"));
     std::thread::sleep(Duration::from_millis(1500));
     env.emulator.put_object(vmi("Running"));
-    session
-        .exp_string("Reconnected to web's serial console.")
-        .unwrap();
+    session.exp_string("Reconnected to web's serial console.").unwrap();
     // A fresh boot: a login prompt again, and the session goes on.
     login_and_run(&mut session, "web", "second-boot");
+    send(&mut session, "\x1d");
+    session.exp_eof().unwrap();
+    assert_eq!(exit_code(&session), 0);
+}
+
+#[test]
+fn vm_restart_during_a_session_reconnects_deckhouse() {
+    let env = Env::deckhouse();
+    let mut session = on_tty(&env, &["console", "linux-vm"]);
+    session
+        .exp_string("Successfully connected to linux-vm's serial console.")
+        .unwrap();
+    login_and_run(&mut session, "linux-vm", "first-boot");
+    // Stopped, then started again (a new start time): a new boot.
+    let vm = |phase: &str, started: &str| {
+        let mut vm = env
+            .emulator
+            .objects("virtualization.deckhouse.io", "virtualmachines", Some("default"))
+            .into_iter()
+            .find(|v| v["metadata"]["name"] == "linux-vm")
+            .unwrap();
+        vm["status"]["phase"] = Value::from(phase);
+        vm["status"]["stats"]["lastStartTime"] = Value::from(started);
+        vm
+    };
+    env.emulator.put_object(vm("Stopped", "2026-01-10T09:03:00Z"));
+    session
+        .exp_string("Current VM phase: Stopped")
+        .unwrap();
+    env.emulator.put_object(vm("Running", "2026-11-30T10:00:00Z"));
+    session
+        .exp_string("Reconnected to linux-vm's serial console.")
+        .unwrap();
+    login_and_run(&mut session, "linux-vm", "second-boot");
     send(&mut session, "\x1d");
     session.exp_eof().unwrap();
     assert_eq!(exit_code(&session), 0);
