@@ -154,7 +154,12 @@ fn signals_restore_the_terminal() {
     let env = Env::kubevirt();
     for signal in ["TERM", "HUP", "INT"] {
         // The log path is unique to this run: it finds the process.
-        let log = env.dir.path().join(format!("{signal}.log")).display().to_string();
+        let log = env
+            .dir
+            .path()
+            .join(format!("{signal}.log"))
+            .display()
+            .to_string();
         let mut session = wrapped(&env, &["console", "web", "--log", &log]);
         session.exp_string(CONNECTED).unwrap();
         session.exp_string("web login: ").unwrap();
@@ -186,7 +191,9 @@ fn missing_vm_is_one_line_and_a_stopped_vm_is_waited_for() {
         "{err}"
     );
     assert!(
-        err.trim_end().ends_with("Error: timed out waiting for VirtualMachine \"batch\" serial console (after 2s)"),
+        err.trim_end().ends_with(
+            "Error: timed out waiting for VirtualMachine \"batch\" serial console (after 2s)"
+        ),
         "{err}"
     );
     // virtctl retries the console request while the VMI is missing or not running.
@@ -194,7 +201,10 @@ fn missing_vm_is_one_line_and_a_stopped_vm_is_waited_for() {
         .emulator
         .requests()
         .into_iter()
-        .filter(|r| r.path.ends_with("/namespaces/dev/virtualmachineinstances/batch/console"))
+        .filter(|r| {
+            r.path
+                .ends_with("/namespaces/dev/virtualmachineinstances/batch/console")
+        })
         .count();
     assert!(tries >= 2, "{tries}");
 }
@@ -244,7 +254,9 @@ fn vm_restart_during_a_session_reconnects_kubevirt() {
     env.emulator.put_object(vmi("Scheduling"));
     std::thread::sleep(Duration::from_millis(1500));
     env.emulator.put_object(vmi("Running"));
-    session.exp_string("Reconnected to web's serial console.").unwrap();
+    session
+        .exp_string("Reconnected to web's serial console.")
+        .unwrap();
     // A fresh boot: a login prompt again, and the session goes on.
     login_and_run(&mut session, "web", "second-boot");
     send(&mut session, "\x1d");
@@ -264,7 +276,11 @@ fn vm_restart_during_a_session_reconnects_deckhouse() {
     let vm = |phase: &str, started: &str| {
         let mut vm = env
             .emulator
-            .objects("virtualization.deckhouse.io", "virtualmachines", Some("default"))
+            .objects(
+                "virtualization.deckhouse.io",
+                "virtualmachines",
+                Some("default"),
+            )
             .into_iter()
             .find(|v| v["metadata"]["name"] == "linux-vm")
             .unwrap();
@@ -272,11 +288,11 @@ fn vm_restart_during_a_session_reconnects_deckhouse() {
         vm["status"]["stats"]["lastStartTime"] = Value::from(started);
         vm
     };
-    env.emulator.put_object(vm("Stopped", "2026-01-10T09:03:00Z"));
-    session
-        .exp_string("Current VM phase: Stopped")
-        .unwrap();
-    env.emulator.put_object(vm("Running", "2026-11-30T10:00:00Z"));
+    env.emulator
+        .put_object(vm("Stopped", "2026-01-10T09:03:00Z"));
+    session.exp_string("Current VM phase: Stopped").unwrap();
+    env.emulator
+        .put_object(vm("Running", "2026-11-30T10:00:00Z"));
     session
         .exp_string("Reconnected to linux-vm's serial console.")
         .unwrap();
@@ -435,4 +451,24 @@ fn a_user_without_lease_rights_still_connects_and_is_warned_once() {
         1,
         "{err}"
     );
+}
+
+#[test]
+fn without_lease_rights_a_cut_stream_ends_like_virtctl_instead_of_fighting() {
+    let env = Env::kubevirt();
+    let mut session = on_tty(
+        &env,
+        &["console", "api", "--context", "emulator-restricted"],
+    );
+    session
+        .exp_string("Successfully connected to api's serial console.")
+        .unwrap();
+    session.exp_string("api login: ").unwrap();
+    // Cut while the VM keeps running: nothing tells a takeover from a network failure.
+    env.emulator.drop_streams("dev", "api");
+    session
+        .exp_string("You were disconnected from the console of api. This could be caused by one of the following:")
+        .unwrap();
+    session.exp_eof().unwrap();
+    assert_eq!(exit_code(&session), 0);
 }

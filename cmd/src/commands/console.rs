@@ -30,7 +30,7 @@ pub struct ConsoleArgs {
     #[arg(long)]
     pub force: bool,
 
-    /// How long to wait for the VM to be reachable, e.g. 30s, 5m
+    /// How long to wait for the VM to be reachable, e.g. 30s, 5m (0: no limit)
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = kubevm::cluster::parse_duration)]
     pub timeout: Duration,
 
@@ -128,6 +128,10 @@ pub async fn cmd_console(global: &GlobalArgs, args: ConsoleArgs) -> CommandResul
         }
         Ok(ConsoleEnd::Displaced) => {
             eprintln!("\n{}", console::displaced_message(&target.name));
+            Ok(())
+        }
+        Ok(ConsoleEnd::Disconnected) => {
+            eprintln!("\n{}", console::disconnected_message(&target.name));
             Ok(())
         }
         Err(e) => Err(e.into()),

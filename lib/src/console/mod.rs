@@ -26,7 +26,7 @@ pub const ESCAPE: u8 = 0x1d;
 pub struct ConsolePlan {
     /// The VM's console.
     pub target: StreamTarget,
-    /// How long to wait for the VM to become reachable, each time it is not.
+    /// How long to wait for the VM to become reachable, each time it is not (zero: no limit).
     pub timeout: Duration,
     /// The byte that ends the session (`Some(ESCAPE)` on a terminal, `None` for pipes).
     pub escape: Option<u8>,
@@ -80,6 +80,9 @@ pub enum ConsoleEnd {
     InputEnded,
     /// Another user connected to the console.
     Displaced,
+    /// The stream was cut while the VM kept running, and nothing tells whether another user
+    /// took over or the network failed (no Lease rights, no session probe).
+    Disconnected,
 }
 
 /// Runs the session: `input` is typed into the console, everything the guest prints goes to
@@ -135,6 +138,7 @@ where
         } else {
             None
         };
+        let boot = boot_of(cluster, plan).await;
         on_event(ConsoleEvent::Connected { again });
         again = true;
         // A carriage return nudges the guest into printing a prompt.
@@ -156,26 +160,81 @@ where
         }
         // 3. The stream ended under us: displaced, or reconnect.
         let end = stream.ended().await;
-        let displaced = end.code() == 1001
-            || match (&lease, plan.target.flavor) {
-                (Some(lease), Flavor::KubeVirt) => lease.still_ours().await == Some(false),
-                (_, Flavor::Deckhouse) => {
-                    let holder = session::deckhouse::probe(cluster, &plan.target)
-                        .await
-                        .ok()
-                        .flatten();
-                    holder.is_some_and(|h| Some(&h.session) != my_session.as_ref())
+        let verdict = if end.code() == 1001 {
+            Some(true)
+        } else {
+            match (&lease, plan.target.flavor) {
+                (Some(lease), Flavor::KubeVirt) => lease.still_ours().await.map(|ours| !ours),
+                (_, Flavor::Deckhouse) if my_session.is_some() => {
+                    match session::deckhouse::probe(cluster, &plan.target).await {
+                        Ok(holder) => {
+                            Some(holder.is_some_and(|h| Some(&h.session) != my_session.as_ref()))
+                        }
+                        Err(_) => None,
+                    }
                 }
-                _ => false,
-            };
-        if displaced {
-            drop(lease);
-            return Ok(ConsoleEnd::Displaced);
+                _ => None,
+            }
+        };
+        match verdict {
+            Some(true) => {
+                drop(lease);
+                return Ok(ConsoleEnd::Displaced);
+            }
+            // Nothing tells who cut us off: reconnect only when the VM restarted or stopped
+            // (a new boot), so two users who cannot be told apart do not take the console
+            // from each other forever; otherwise end like virtctl, naming the possible reasons.
+            None if boot_of(cluster, plan).await == boot && boot.is_some() => {
+                release(lease).await;
+                return Ok(ConsoleEnd::Disconnected);
+            }
+            _ => {}
         }
         release(lease).await;
         on_event(ConsoleEvent::Reconnecting {
             reason: end.describe(),
         });
+    }
+}
+
+/// Which boot of the VM runs now: the VMI uid (KubeVirt), the start time (Deckhouse);
+/// `None` when it does not run or cannot be read.
+async fn boot_of(cluster: &Cluster, plan: &ConsolePlan) -> Option<String> {
+    match plan.target.flavor {
+        Flavor::KubeVirt => {
+            let kind = crate::api::Kind::of(&serde_json::json!({
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance"
+            }))?;
+            let vmi = kind
+                .api(&cluster.client, Some(&plan.target.namespace))
+                .get_opt(&plan.target.name)
+                .await
+                .ok()??;
+            let running =
+                vmi.data.pointer("/status/phase").and_then(|p| p.as_str()) == Some("Running");
+            running.then(|| vmi.metadata.uid.clone()).flatten()
+        }
+        Flavor::Deckhouse => {
+            let kind = crate::api::Kind::vm(Flavor::Deckhouse);
+            let vm = kind
+                .api(&cluster.client, Some(&plan.target.namespace))
+                .get_opt(&plan.target.name)
+                .await
+                .ok()??;
+            let phase = vm.data.pointer("/status/phase").and_then(|p| p.as_str());
+            if !matches!(phase, Some("Running") | Some("Migrating")) {
+                return None;
+            }
+            let started = vm
+                .data
+                .pointer("/status/stats/lastStartTime")
+                .and_then(|p| p.as_str());
+            Some(format!(
+                "{}/{}",
+                vm.metadata.uid.clone().unwrap_or_default(),
+                started.unwrap_or("")
+            ))
+        }
     }
 }
 
@@ -251,7 +310,8 @@ async fn connect(
     input_open: &mut bool,
     on_event: &mut (dyn FnMut(ConsoleEvent) + Send),
 ) -> Result<Option<PlatformStream>> {
-    let deadline = tokio::time::Instant::now() + plan.timeout;
+    // A zero timeout waits without limit, like --timeout 0 elsewhere.
+    let deadline = (!plan.timeout.is_zero()).then(|| tokio::time::Instant::now() + plan.timeout);
     loop {
         let waiting = match stream::open(cluster, &plan.target).await {
             Ok(stream) => return Ok(Some(stream)),
@@ -267,7 +327,7 @@ async fn connect(
             let phase = vm_phase(cluster, plan).await?;
             on_event(ConsoleEvent::Waiting { phase });
         }
-        if tokio::time::Instant::now() >= deadline {
+        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
             return Err(Error::Timeout(format!(
                 "VirtualMachine {:?} serial console (after {})",
                 plan.target.name,
@@ -366,6 +426,13 @@ fn spawn_reader<R: AsyncRead + Unpin + Send + 'static>(mut input: R) -> mpsc::Re
         }
     });
     rx
+}
+
+/// The message when the reason is unknown (virtctl's, `pkg/virtctl/console/console.go`).
+pub fn disconnected_message(vm: &str) -> String {
+    format!(
+        "You were disconnected from the console of {vm}. This could be caused by one of the following:\n - another user connected to the console of {vm}\n - network issues"
+    )
 }
 
 /// The reason shown to a displaced user.
