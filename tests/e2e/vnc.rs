@@ -173,3 +173,48 @@ fn a_found_viewer_is_launched_on_the_port() {
     assert!(url.starts_with("vnc://127.0.0.1:"), "{url}");
     assert_eq!(version, "RFB 003.008");
 }
+
+#[test]
+fn screenshot_writes_a_png_on_kubevirt_and_is_refused_on_deckhouse() {
+    let env = Env::kubevirt();
+    let png = env.dir.path().join("web.png");
+    let png_arg = png.display().to_string();
+    let output = env.vm(&["vnc", "screenshot", "web", "-o", &png_arg]);
+    assert!(output.status.success(), "{output:?}");
+    // `file` (libmagic) is the independent judge of the image.
+    let described = std::process::Command::new("file")
+        .arg("-b")
+        .arg(&png)
+        .output()
+        .unwrap();
+    let described = String::from_utf8_lossy(&described.stdout);
+    assert!(
+        described.starts_with("PNG image data, 320 x 200, 8-bit/color RGB"),
+        "{described}"
+    );
+    let request = env
+        .emulator
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with("/vnc/screenshot"))
+        .unwrap();
+    assert_eq!(
+        request.path,
+        "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/web/vnc/screenshot"
+    );
+    // Python's zlib inflates the pixel data: 200 rows of a filter byte and 320 RGB pixels.
+    let script = "import sys,zlib,struct\nd=open(sys.argv[1],'rb').read()\ni=d.index(b'IDAT')\nn=struct.unpack('>I',d[i-4:i])[0]\nprint(len(zlib.decompress(d[i+4:i+4+n])))";
+    let inflated = std::process::Command::new("python3")
+        .args(["-c", script, &png_arg])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&inflated.stdout).trim(), "192200");
+    // Deckhouse has no screenshot.
+    let env = Env::deckhouse();
+    let output = env.vm(&["vnc", "screenshot", "linux-vm", "-o", &png_arg]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stderr(&output).trim_end(),
+        "Error: vnc screenshot needs KubeVirt: Deckhouse virtualization has no screenshot subresource"
+    );
+}

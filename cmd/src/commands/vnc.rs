@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, Subcommand};
 use clap_complete::engine::ArgValueCompleter;
 use kubevm::target::Target;
 use kubevm::vnc::{self, VncEvent, VncPlan};
@@ -24,10 +24,14 @@ const VIEWER_DEADLINE: Duration = Duration::from_secs(60);
 #[command(
     after_help = "Opens the VM's VNC stream, listens on a local port and starts remote-viewer or vncviewer on it\nwhen one is installed (otherwise it prints where to connect). With --proxy-only it prints\n{\"port\":N} on stdout and serves VNC clients until interrupted.\n\nExamples:\n  kubectl vm vnc web\n  kubectl vm vnc web.prod --proxy-only --port 5900\n  kubectl vm vnc web --preserve-session"
 )]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct VncArgs {
+    #[command(subcommand)]
+    pub action: Option<VncAction>,
+
     /// The VM: NAME, NAME.NAMESPACE, vm/NAME or vmi/NAME[/NAMESPACE]
-    #[arg(value_name = "VM", add = ArgValueCompleter::new(complete::vm_names))]
-    pub target: String,
+    #[arg(value_name = "VM", required = true, add = ArgValueCompleter::new(complete::vm_names))]
+    pub target: Option<String>,
 
     /// Only run the local proxy: print {"port":N} on stdout and serve until interrupted
     #[arg(long)]
@@ -50,8 +54,35 @@ pub struct VncArgs {
     pub preserve_session: bool,
 }
 
+/// `vnc` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum VncAction {
+    /// Save a PNG of the VM's display (KubeVirt)
+    Screenshot(ScreenshotArgs),
+}
+
+/// Arguments of `vnc screenshot`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  kubectl vm vnc screenshot web -o web.png")]
+pub struct ScreenshotArgs {
+    /// The VM: NAME, NAME.NAMESPACE, vm/NAME or vmi/NAME[/NAMESPACE]
+    #[arg(value_name = "VM", add = ArgValueCompleter::new(complete::vm_names))]
+    pub target: String,
+
+    /// Where to write the PNG
+    #[arg(short = 'o', long, value_name = "FILE.png", value_hint = clap::ValueHint::FilePath)]
+    pub output: PathBuf,
+
+    /// Move the pointer first (wakes a blanked screen)
+    #[arg(long)]
+    pub move_cursor: bool,
+}
+
 pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
-    let target = Target::parse(&args.target, false)?;
+    if let Some(VncAction::Screenshot(shot)) = args.action {
+        return cmd_screenshot(global, shot).await;
+    }
+    let target = Target::parse(args.target.as_deref().unwrap_or_default(), false)?;
     let (cluster, platform) = super::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let address = if args.proxy_only {
@@ -117,6 +148,37 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
             VIEWER_DEADLINE.as_secs()
         ))),
     }
+}
+
+async fn cmd_screenshot(global: &GlobalArgs, args: ScreenshotArgs) -> CommandResult {
+    use std::os::unix::fs::OpenOptionsExt;
+    let target = Target::parse(&args.target, false)?;
+    let (cluster, platform) = super::connect(global).await?;
+    let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
+    let png = vnc::screenshot(
+        &cluster,
+        platform.flavor,
+        &namespace,
+        &target.name,
+        args.move_cursor,
+    )
+    .await?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&args.output)
+        .map_err(|e| {
+            CommandError::Failed(format!("cannot write {}: {e}", args.output.display()))
+        })?;
+    file.write_all(&png)?;
+    eprintln!(
+        "Wrote a screenshot of {} to {}",
+        target.name,
+        args.output.display()
+    );
+    Ok(())
 }
 
 /// `remote-viewer`, else `vncviewer`, from PATH.

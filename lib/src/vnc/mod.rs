@@ -163,3 +163,57 @@ pub async fn serve(
     }
     result
 }
+
+/// KubeVirt's `vnc/screenshot` (FACTS §2): a PNG of the VM's display. `move_cursor` asks
+/// virt-handler to move the pointer first (wakes a blanked screen).
+pub async fn screenshot(
+    cluster: &Cluster,
+    flavor: Flavor,
+    namespace: &str,
+    name: &str,
+    move_cursor: bool,
+) -> Result<Vec<u8>> {
+    if flavor != Flavor::KubeVirt {
+        return Err(Error::Config(
+            "vnc screenshot needs KubeVirt: Deckhouse virtualization has no screenshot subresource"
+                .into(),
+        ));
+    }
+    let target = StreamTarget::new(flavor, namespace, name, StreamKind::Vnc);
+    let mut uri = format!("{}/screenshot", target.path());
+    if move_cursor {
+        uri.push_str("?moveCursor=true");
+    }
+    let request = http::Request::get(uri)
+        .header(http::header::ACCEPT, "image/png")
+        .body(kube::client::Body::empty())
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    let mut action = target.action();
+    action.resource = format!(
+        "virtualmachineinstances/vnc/screenshot.{}",
+        crate::flavor::KUBEVIRT_SUBRESOURCES_GROUP
+    );
+    let response = cluster
+        .client
+        .send(request)
+        .await
+        .map_err(|e| cluster.error(e, &action))?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect_bytes()
+        .await
+        .map_err(|e| cluster.error(e, &action))?;
+    if !status.is_success() {
+        return Err(stream::pre_upgrade_error(
+            status,
+            &body,
+            &action,
+            &cluster.server,
+        ));
+    }
+    if !body.starts_with(b"\x89PNG\r\n\x1a\n") {
+        return Err(Error::Internal("the screenshot is not a PNG image".into()));
+    }
+    Ok(body.to_vec())
+}

@@ -114,6 +114,19 @@ pub async fn handle(
     let kind: &'static str = match (rp.sub.first().map(String::as_str), rp.sub.len()) {
         (Some("console"), 1) => "console",
         (Some("vnc"), 1) => "vnc",
+        // KubeVirt's `vnc/screenshot`: a PNG of the display of a running VMI.
+        (Some("vnc"), 2) if rp.sub[1] == "screenshot" && rp.group == KUBEVIRT_SUB => {
+            let ns = rp.namespace.clone().unwrap_or_default();
+            let name = rp.name.clone().unwrap_or_default();
+            if crate::guest::boot_id(app, &ns, &name).is_none() {
+                return Some(Err(ApiError::bad_request("VMI is not running")));
+            }
+            let mut response = Response::new(Body::from(crate::rfb::screenshot_png()));
+            response
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static("image/png"));
+            return Some(Ok(response));
+        }
         _ => return None,
     };
     Some(open(app, user, rp, parts, q, kind).await)
