@@ -472,3 +472,39 @@ fn without_lease_rights_a_cut_stream_ends_like_virtctl_instead_of_fighting() {
     session.exp_eof().unwrap();
     assert_eq!(exit_code(&session), 0);
 }
+
+#[test]
+fn off_a_terminal_the_holder_is_disconnected_with_a_warning() {
+    let env = Env::kubevirt();
+    let mut first = on_tty(&env, &["console", "web"]);
+    first.exp_string(CONNECTED).unwrap();
+    first.exp_string("web login: ").unwrap();
+    let mut second = env
+        .command(BIN)
+        .args([
+            "console",
+            "web",
+            "--as",
+            "bob",
+            "--as-group",
+            "system:masters",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(second.stdin.take());
+    let output = second.wait_with_output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        err.starts_with("Warning: disconnecting admin from the serial console of web, connected "),
+        "{err}"
+    );
+    first
+        .exp_string("another user connected to the console of web")
+        .unwrap();
+    first.exp_eof().unwrap();
+    assert_eq!(exit_code(&first), 0);
+}
