@@ -313,20 +313,16 @@ async fn connect(
     // A zero timeout waits without limit, like --timeout 0 elsewhere.
     let deadline = (!plan.timeout.is_zero()).then(|| tokio::time::Instant::now() + plan.timeout);
     loop {
-        let waiting = match stream::open(cluster, &plan.target).await {
+        match stream::open(cluster, &plan.target).await {
             Ok(stream) => return Ok(Some(stream)),
-            Err(Error::NotRunning(_)) => true,
+            Err(Error::NotRunning(_)) => {}
             // KubeVirt: no VMI yet (the VM is stopped or starting) is a 404 on the VMI.
-            Err(Error::NotFound { .. }) if plan.target.flavor == Flavor::KubeVirt => {
-                vm_phase(cluster, plan).await?;
-                true
-            }
+            Err(Error::NotFound { .. }) if plan.target.flavor == Flavor::KubeVirt => {}
             Err(e) => return Err(e),
-        };
-        if waiting {
-            let phase = vm_phase(cluster, plan).await?;
-            on_event(ConsoleEvent::Waiting { phase });
         }
+        // A missing VM ends the wait with its own NotFound.
+        let phase = vm_phase(cluster, plan).await?;
+        on_event(ConsoleEvent::Waiting { phase });
         if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
             return Err(Error::Timeout(format!(
                 "VirtualMachine {:?} serial console (after {})",
