@@ -218,3 +218,53 @@ fn screenshot_writes_a_png_on_kubevirt_and_is_refused_on_deckhouse() {
         "Error: vnc screenshot needs KubeVirt: Deckhouse virtualization has no screenshot subresource"
     );
 }
+
+#[test]
+fn vnc_asks_before_taking_over_on_both_flavors() {
+    for (env, vm) in [(Env::kubevirt(), "web"), (Env::deckhouse(), "linux-vm")] {
+        let (first, _port) = proxy(&env, &[vm]);
+        let mut second = crate::common::on_tty(
+            &env,
+            &[
+                "vnc",
+                vm,
+                "--proxy-only",
+                "--as",
+                "bob",
+                "--as-group",
+                "system:masters",
+            ],
+        );
+        second
+            .exp_string(&format!("The VNC of {vm} is in use:"))
+            .unwrap();
+        second.exp_string("user       admin").unwrap();
+        second.exp_string("wait until free: ").unwrap();
+        second.send_line("").unwrap();
+        second.exp_eof().unwrap();
+        assert_eq!(crate::common::exit_code(&second), 0, "Enter means no");
+        stop(first);
+    }
+}
+
+#[test]
+fn sigterm_ends_the_proxy_and_releases_the_kubevirt_lease() {
+    let env = Env::kubevirt();
+    let (child, _port) = proxy(&env, &["web"]);
+    let lease = |env: &Env| {
+        env.emulator
+            .objects("coordination.k8s.io", "leases", Some("default"))
+            .into_iter()
+            .find(|l| l["metadata"]["name"] == "kubectl-vm-vnc-web")
+    };
+    let held = lease(&env).expect("the session Lease while serving");
+    assert_eq!(held["spec"]["holderIdentity"], "admin");
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130));
+    assert!(lease(&env).is_none(), "released");
+}

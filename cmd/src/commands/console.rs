@@ -108,18 +108,32 @@ pub async fn cmd_console(global: &GlobalArgs, args: ConsoleArgs) -> CommandResul
         };
         let _ = err.flush();
     };
+    // SIGTERM and SIGHUP end the session cleanly (the Lease released, then the terminal
+    // restored). SIGINT is the global handler's: the session future is dropped and `raw`
+    // restores the terminal; a KubeVirt Lease then expires after 30 s.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    plan.stop = Some(stop_rx);
     let mut term = signal(SignalKind::terminate())?;
     let mut hangup = signal(SignalKind::hangup())?;
-    let outcome = tokio::select! {
-        outcome = console::run(&cluster, &plan, tokio::io::stdin(), tokio::io::stdout(), log, &mut on_event) => Some(outcome),
-        _ = term.recv() => None,
-        _ = hangup.recv() => None,
-    };
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = hangup.recv() => {}
+        }
+        let _ = stop_tx.send(true);
+    });
+    let outcome = console::run(
+        &cluster,
+        &plan,
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+        log,
+        &mut on_event,
+    )
+    .await;
     drop(raw);
-    let Some(outcome) = outcome else {
-        return Err(CommandError::Interrupted);
-    };
     match outcome {
+        Ok(ConsoleEnd::Stopped) => Err(CommandError::Interrupted),
         Ok(ConsoleEnd::Escaped) | Ok(ConsoleEnd::InputEnded) => {
             if terminal {
                 eprintln!();

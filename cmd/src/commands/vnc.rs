@@ -109,13 +109,26 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
         VncEvent::ClientDone(reason) => eprintln!("VNC session of {name} ended: {reason}"),
         VncEvent::Warning(message) => eprintln!("Warning: {message}"),
     };
-    let proxy = vnc::open(&cluster, &plan, &mut on_event).await?;
+    let mut proxy = vnc::open(&cluster, &plan, &mut on_event).await?;
     let port = proxy.local_addr()?.port();
     if args.proxy_only {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{{\"port\":{port}}}")?;
-        out.flush()?;
-        return Ok(vnc::serve(&cluster, &plan, proxy, &mut on_event).await?);
+        {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{{\"port\":{port}}}")?;
+            out.flush()?;
+        }
+        // Serves until interrupted; on SIGTERM the session Lease is released on the way out
+        // (Ctrl-C is taken by the global handler; the Lease then expires after 30 s).
+        let lease = proxy.take_lease();
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let outcome = tokio::select! {
+            result = vnc::serve(&cluster, &plan, proxy, &mut on_event) => result.map_err(CommandError::from),
+            _ = term.recv() => Err(CommandError::Interrupted),
+        };
+        if let Some(lease) = lease {
+            lease.release().await;
+        }
+        return outcome;
     }
     eprintln!("Connecting to {}'s VNC...", target.name);
     let Some(viewer) = find_viewer() else {

@@ -34,6 +34,9 @@ pub struct ConsolePlan {
     pub drain_quiet: Duration,
     /// The user the cluster knows us as, to record in the KubeVirt Lease.
     pub me: Option<String>,
+    /// Flips to `true` to end the session cleanly from outside (signals): the session ends
+    /// with [`ConsoleEnd::Stopped`] after releasing what it holds.
+    pub stop: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl ConsolePlan {
@@ -45,6 +48,7 @@ impl ConsolePlan {
             escape: Some(ESCAPE),
             drain_quiet: Duration::from_millis(1500),
             me: None,
+            stop: None,
         }
     }
 }
@@ -83,6 +87,20 @@ pub enum ConsoleEnd {
     /// The stream was cut while the VM kept running, and nothing tells whether another user
     /// took over or the network failed (no Lease rights, no session probe).
     Disconnected,
+    /// [`ConsolePlan::stop`] flipped.
+    Stopped,
+}
+
+/// Resolves when the stop flag flips; never without one.
+async fn stopped(stop: &mut Option<tokio::sync::watch::Receiver<bool>>) {
+    match stop {
+        Some(rx) => {
+            if rx.wait_for(|s| *s).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
 }
 
 /// Runs the session: `input` is typed into the console, everything the guest prints goes to
@@ -117,10 +135,10 @@ where
         )
         .await;
         let mut stream = match connected {
-            Ok(Some(stream)) => stream,
-            Ok(None) => {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(end)) => {
                 release(lease).await;
-                return Ok(ConsoleEnd::Escaped);
+                return Ok(end);
             }
             Err(e) => {
                 release(lease).await;
@@ -256,9 +274,14 @@ async fn pump<W: AsyncWrite + Unpin>(
         }
     }
     let mut buf = vec![0u8; 10240];
+    let mut stop = plan.stop.clone();
     loop {
         let quiet = tokio::time::sleep(plan.drain_quiet);
         tokio::select! {
+            _ = stopped(&mut stop) => {
+                let _ = stream.io.shutdown().await;
+                return Ok(Some(ConsoleEnd::Stopped));
+            }
             chunk = typed.recv(), if *input_open => match chunk {
                 Some(bytes) => {
                     if let Some(end) = send(plan, stream, &bytes).await {
@@ -301,7 +324,8 @@ async fn send(plan: &ConsolePlan, stream: &mut PlatformStream, bytes: &[u8]) -> 
     None
 }
 
-/// Opens the console, waiting while the VM is not running. `None`: the user escaped.
+/// Opens the console, waiting while the VM is not running. `Err(end)`: the user escaped or the
+/// session was stopped while waiting.
 async fn connect(
     cluster: &Cluster,
     plan: &ConsolePlan,
@@ -309,12 +333,13 @@ async fn connect(
     pending: &mut Vec<u8>,
     input_open: &mut bool,
     on_event: &mut (dyn FnMut(ConsoleEvent) + Send),
-) -> Result<Option<PlatformStream>> {
+) -> Result<std::result::Result<PlatformStream, ConsoleEnd>> {
+    let mut stop = plan.stop.clone();
     // A zero timeout waits without limit, like --timeout 0 elsewhere.
     let deadline = (!plan.timeout.is_zero()).then(|| tokio::time::Instant::now() + plan.timeout);
     loop {
         match stream::open(cluster, &plan.target).await {
-            Ok(stream) => return Ok(Some(stream)),
+            Ok(stream) => return Ok(Ok(stream)),
             Err(Error::NotRunning(_)) => {}
             // KubeVirt: no VMI yet (the VM is stopped or starting) is a 404 on the VMI.
             Err(Error::NotFound { .. }) if plan.target.flavor == Flavor::KubeVirt => {}
@@ -336,10 +361,11 @@ async fn connect(
         loop {
             tokio::select! {
                 _ = &mut retry => break,
+                _ = stopped(&mut stop) => return Ok(Err(ConsoleEnd::Stopped)),
                 chunk = typed.recv(), if *input_open => match chunk {
                     Some(bytes) => {
                         if plan.escape.is_some_and(|e| bytes.contains(&e)) {
-                            return Ok(None);
+                            return Ok(Err(ConsoleEnd::Escaped));
                         }
                         pending.extend_from_slice(&bytes);
                     }

@@ -60,6 +60,12 @@ pub struct VncProxy {
 }
 
 impl VncProxy {
+    /// Takes the KubeVirt session Lease out of the proxy, so the caller can release it after
+    /// stopping [`serve`] from outside (Ctrl-C ends a `--proxy-only` proxy).
+    pub fn take_lease(&mut self) -> Option<HeldLease> {
+        self.lease.take()
+    }
+
     /// The address it listens on.
     pub fn local_addr(&self) -> Result<SocketAddr> {
         self.listener
