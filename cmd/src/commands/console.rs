@@ -56,6 +56,9 @@ pub async fn cmd_console(global: &GlobalArgs, args: ConsoleArgs) -> CommandResul
     if !arbitrate::check(&cluster, &plan.target, plan.me.as_deref(), args.force).await? {
         return Ok(());
     }
+    // Signal handlers first, so no signal can kill us while the terminal is raw.
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
     let raw = RawMode::enable()
         .map_err(|e| CommandError::Failed(format!("cannot set up the terminal: {e}")))?;
     let name = target.name.clone();
@@ -113,8 +116,6 @@ pub async fn cmd_console(global: &GlobalArgs, args: ConsoleArgs) -> CommandResul
     // restores the terminal; a KubeVirt Lease then expires after 30 s.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     plan.stop = Some(stop_rx);
-    let mut term = signal(SignalKind::terminate())?;
-    let mut hangup = signal(SignalKind::hangup())?;
     tokio::spawn(async move {
         tokio::select! {
             _ = term.recv() => {}

@@ -112,6 +112,8 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
     let mut proxy = vnc::open(&cluster, &plan, &mut on_event).await?;
     let port = proxy.local_addr()?.port();
     if args.proxy_only {
+        // Listen for SIGTERM before telling anyone the port.
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         {
             let mut out = std::io::stdout().lock();
             writeln!(out, "{{\"port\":{port}}}")?;
@@ -120,7 +122,6 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
         // Serves until interrupted; on SIGTERM the session Lease is released on the way out
         // (Ctrl-C is taken by the global handler; the Lease then expires after 30 s).
         let lease = proxy.take_lease();
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let outcome = tokio::select! {
             result = vnc::serve(&cluster, &plan, proxy, &mut on_event) => result.map_err(CommandError::from),
             _ = term.recv() => Err(CommandError::Interrupted),
