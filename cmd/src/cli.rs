@@ -150,6 +150,10 @@ pub enum Command {
     Evict(commands::lifecycle::EvictArgs),
     /// Live-migrate a virtual machine, or cancel its migration
     Migrate(commands::lifecycle::MigrateArgs),
+    /// Connect to the serial console of a virtual machine
+    Console(commands::console::ConsoleArgs),
+    /// Open the VNC display of a virtual machine (viewer or local proxy)
+    Vnc(commands::vnc::VncArgs),
     /// Manage the platform SSH certificate authority (init, show, rotate)
     Ca(commands::ca::CaArgs),
     /// Collect a VM's objects, logs, events and domain XML into one tar.gz (secrets masked)

@@ -11,6 +11,7 @@ mod interrupt;
 mod progress;
 mod prompt;
 mod render;
+mod terminal;
 
 use std::process::ExitCode;
 

@@ -154,6 +154,9 @@ pub enum Error {
     /// where it can, what to do.
     #[error("{0}")]
     Platform(String),
+    /// The VM is not running (yet): a stream cannot be opened now; wait and retry.
+    #[error("{0}")]
+    NotRunning(String),
     /// A wait ran out of time.
     #[error("timed out waiting for {0}")]
     Timeout(String),

@@ -8,6 +8,7 @@
 pub mod api;
 pub mod ca;
 pub mod cluster;
+pub mod console;
 pub mod create;
 pub mod debug_info;
 pub mod delete;
@@ -17,10 +18,13 @@ pub mod http_log;
 pub mod lifecycle;
 pub mod quantity;
 pub mod selector;
+pub mod session;
+pub mod stream;
 pub mod target;
 pub mod validate;
 pub mod version;
 pub mod vm;
+pub mod vnc;
 pub mod wait;
 
 pub use error::{Error, Result};

@@ -1,8 +1,10 @@
 //! One module per command and the single dispatch over them.
 
+pub mod arbitrate;
 pub mod ca;
 pub mod collect_debug_info;
 pub mod completion;
+pub mod console;
 pub mod create;
 pub mod create_interactive;
 pub mod delete;
@@ -12,6 +14,7 @@ pub mod lifecycle;
 pub mod lifecycle_render;
 pub mod list;
 pub mod version;
+pub mod vnc;
 
 use std::process::ExitCode;
 
@@ -57,10 +60,12 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Create(args) => create::cmd_create(&global, *args).await,
         Command::Delete(args) => delete::cmd_delete(&global, args).await,
         Command::Ca(args) => ca::cmd_ca(&global, args).await,
+        Command::Console(args) => console::cmd_console(&global, args).await,
         Command::Version(args) => version::cmd_version(&global, args).await,
         Command::CollectDebugInfo(args) => {
             collect_debug_info::cmd_collect_debug_info(&global, args).await
         }
+        Command::Vnc(args) => vnc::cmd_vnc(&global, args).await,
         Command::Completion(args) => completion::cmd_completion(args),
         Command::GenerateDocs(args) => generate_docs::cmd_generate_docs(args),
         Command::Start(args) => lifecycle::cmd_power(&global, lifecycle::Power::Start(args)).await,

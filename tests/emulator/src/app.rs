@@ -31,6 +31,10 @@ pub struct App {
     pub requests: crate::requests::RequestLog,
     /// Requests held back until a test releases them.
     pub holds: crate::hold::Holds,
+    /// The guests of running VMs.
+    pub guests: crate::guest::Guests,
+    /// Open console/VNC streams.
+    pub sessions: crate::streams::Sessions,
 }
 
 impl App {
@@ -46,6 +50,8 @@ impl App {
             port: Mutex::new(0),
             requests: Default::default(),
             holds: Default::default(),
+            guests: Default::default(),
+            sessions: Default::default(),
         }
     }
 

@@ -215,7 +215,7 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
             .ok_or_else(ApiError::path_not_found);
     }
     if app.registry.aggregated(&rp.group, &rp.version).is_some() {
-        return subresources::handle(app, &user, &rp, &parts.method, &q, &body).await;
+        return subresources::handle(app, &user, &rp, &mut parts, &q, &body).await;
     }
     let def = app
         .registry

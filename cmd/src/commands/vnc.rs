@@ -1,0 +1,220 @@
+//! `kubectl vm vnc VM`: a local VNC endpoint for the VM's display, opened in a viewer when one
+//! is installed.
+
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use clap_complete::engine::ArgValueCompleter;
+use kubevm::target::Target;
+use kubevm::vnc::{self, VncEvent, VncPlan};
+
+use crate::cli::GlobalArgs;
+use crate::commands::arbitrate;
+use crate::complete;
+use crate::error::{CommandError, CommandResult};
+
+/// How long a launched viewer has to connect (virtctl's and d8's `LISTEN_TIMEOUT`).
+const VIEWER_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Arguments of `vnc`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Opens the VM's VNC stream, listens on a local port and starts remote-viewer or vncviewer on it\nwhen one is installed (otherwise it prints where to connect). With --proxy-only it prints\n{\"port\":N} on stdout and serves VNC clients until interrupted.\n\nExamples:\n  kubectl vm vnc web\n  kubectl vm vnc web.prod --proxy-only --port 5900\n  kubectl vm vnc web --preserve-session"
+)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct VncArgs {
+    #[command(subcommand)]
+    pub action: Option<VncAction>,
+
+    /// The VM: NAME, NAME.NAMESPACE, vm/NAME or vmi/NAME[/NAMESPACE]
+    #[arg(value_name = "VM", required = true, add = ArgValueCompleter::new(complete::vm_names))]
+    pub target: Option<String>,
+
+    /// Only run the local proxy: print {"port":N} on stdout and serve until interrupted
+    #[arg(long)]
+    pub proxy_only: bool,
+
+    /// Local port (0: a free one)
+    #[arg(long, value_name = "PORT", default_value_t = 0)]
+    pub port: u16,
+
+    /// Local address to listen on (only with --proxy-only; a viewer always uses 127.0.0.1)
+    #[arg(long, value_name = "ADDRESS", default_value = "127.0.0.1")]
+    pub address: IpAddr,
+
+    /// Connect without asking, even when somebody else is using the display
+    #[arg(long)]
+    pub force: bool,
+
+    /// KubeVirt: fail instead of taking over an active VNC session
+    #[arg(long)]
+    pub preserve_session: bool,
+}
+
+/// `vnc` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum VncAction {
+    /// Save a PNG of the VM's display (KubeVirt)
+    Screenshot(ScreenshotArgs),
+}
+
+/// Arguments of `vnc screenshot`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:\n  kubectl vm vnc screenshot web -o web.png")]
+pub struct ScreenshotArgs {
+    /// The VM: NAME, NAME.NAMESPACE, vm/NAME or vmi/NAME[/NAMESPACE]
+    #[arg(value_name = "VM", add = ArgValueCompleter::new(complete::vm_names))]
+    pub target: String,
+
+    /// Where to write the PNG
+    #[arg(short = 'o', long, value_name = "FILE.png", value_hint = clap::ValueHint::FilePath)]
+    pub output: PathBuf,
+
+    /// Move the pointer first (wakes a blanked screen)
+    #[arg(long)]
+    pub move_cursor: bool,
+}
+
+pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
+    if let Some(VncAction::Screenshot(shot)) = args.action {
+        return cmd_screenshot(global, shot).await;
+    }
+    let target = Target::parse(args.target.as_deref().unwrap_or_default(), false)?;
+    let (cluster, platform) = super::connect(global).await?;
+    let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
+    let address = if args.proxy_only {
+        args.address
+    } else {
+        IpAddr::from([127, 0, 0, 1])
+    };
+    let mut plan = VncPlan::new(
+        platform.flavor,
+        &namespace,
+        &target.name,
+        SocketAddr::new(address, args.port),
+    );
+    plan.target.preserve_session = args.preserve_session;
+    plan.once = !args.proxy_only;
+    plan.me = kubevm::session::whoami(&cluster).await;
+    if !arbitrate::check(&cluster, &plan.target, plan.me.as_deref(), args.force).await? {
+        return Ok(());
+    }
+    let name = target.name.clone();
+    let mut on_event = move |event: VncEvent| match event {
+        VncEvent::Listening(_) => {}
+        VncEvent::ClientConnected(peer) => eprintln!("VNC client {peer} connected to {name}"),
+        VncEvent::ClientDone(reason) => eprintln!("VNC session of {name} ended: {reason}"),
+        VncEvent::Warning(message) => eprintln!("Warning: {message}"),
+    };
+    let mut proxy = vnc::open(&cluster, &plan, &mut on_event).await?;
+    let port = proxy.local_addr()?.port();
+    if args.proxy_only {
+        // Listen for SIGTERM before telling anyone the port.
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{{\"port\":{port}}}")?;
+            out.flush()?;
+        }
+        // Serves until interrupted; on SIGTERM the session Lease is released on the way out
+        // (Ctrl-C is taken by the global handler; the Lease then expires after 30 s).
+        let lease = proxy.take_lease();
+        let outcome = tokio::select! {
+            result = vnc::serve(&cluster, &plan, proxy, &mut on_event) => result.map_err(CommandError::from),
+            _ = term.recv() => Err(CommandError::Interrupted),
+        };
+        if let Some(lease) = lease {
+            lease.release().await;
+        }
+        return outcome;
+    }
+    eprintln!("Connecting to {}'s VNC...", target.name);
+    let Some(viewer) = find_viewer() else {
+        eprintln!(
+            "No VNC viewer found (remote-viewer or vncviewer in PATH); connect one to 127.0.0.1:{port}"
+        );
+        return Ok(vnc::serve(&cluster, &plan, proxy, &mut on_event).await?);
+    };
+    let mut child = viewer_command(&viewer, port)
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| CommandError::Failed(format!("cannot start {}: {e}", viewer.display())))?;
+    let serving = vnc::serve(&cluster, &plan, proxy, &mut on_event);
+    tokio::pin!(serving);
+    // The viewer must connect within a minute; then the session lasts as long as it does.
+    let first = tokio::time::timeout(VIEWER_DEADLINE, async {
+        tokio::select! {
+            result = &mut serving => Some(result),
+            _ = child.wait() => None,
+        }
+    })
+    .await;
+    let _ = child.kill().await;
+    match first {
+        Ok(Some(result)) => Ok(result?),
+        Ok(None) => Ok(()),
+        Err(_) => Err(CommandError::Failed(format!(
+            "{} did not connect within {} s",
+            viewer.display(),
+            VIEWER_DEADLINE.as_secs()
+        ))),
+    }
+}
+
+async fn cmd_screenshot(global: &GlobalArgs, args: ScreenshotArgs) -> CommandResult {
+    use std::os::unix::fs::OpenOptionsExt;
+    let target = Target::parse(&args.target, false)?;
+    let (cluster, platform) = super::connect(global).await?;
+    let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
+    let png = vnc::screenshot(
+        &cluster,
+        platform.flavor,
+        &namespace,
+        &target.name,
+        args.move_cursor,
+    )
+    .await?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&args.output)
+        .map_err(|e| {
+            CommandError::Failed(format!("cannot write {}: {e}", args.output.display()))
+        })?;
+    file.write_all(&png)?;
+    eprintln!(
+        "Wrote a screenshot of {} to {}",
+        target.name,
+        args.output.display()
+    );
+    Ok(())
+}
+
+/// `remote-viewer`, else `vncviewer`, from PATH.
+fn find_viewer() -> Option<PathBuf> {
+    let paths = std::env::var_os("PATH")?;
+    for name in ["remote-viewer", "vncviewer"] {
+        for dir in std::env::split_paths(&paths) {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return Some(candidate);
+            }
+        }
+    }
+    None
+}
+
+fn viewer_command(viewer: &std::path::Path, port: u16) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(viewer);
+    if viewer.ends_with("remote-viewer") {
+        command.arg(format!("vnc://127.0.0.1:{port}"));
+    } else {
+        command.arg(format!("127.0.0.1:{port}"));
+    }
+    command
+}
