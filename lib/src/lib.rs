@@ -14,6 +14,7 @@ pub mod delete;
 pub mod error;
 pub mod flavor;
 pub mod quantity;
+pub mod ssh;
 pub mod target;
 pub mod validate;
 pub mod version;
