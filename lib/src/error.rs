@@ -146,6 +146,9 @@ pub enum Error {
         /// What was removed again, e.g. `; removed the 2 objects created before it`.
         undo: String,
     },
+    /// The VM is not running (yet): a stream cannot be opened now; wait and retry.
+    #[error("{0}")]
+    NotRunning(String),
     /// A wait ran out of time.
     #[error("timed out waiting for {0}")]
     Timeout(String),

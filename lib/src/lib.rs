@@ -15,6 +15,7 @@ pub mod error;
 pub mod flavor;
 pub mod quantity;
 pub mod ssh;
+pub mod stream;
 pub mod target;
 pub mod validate;
 pub mod version;
