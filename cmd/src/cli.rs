@@ -110,6 +110,8 @@ pub enum Command {
     Delete(commands::delete::DeleteArgs),
     /// Manage the platform SSH certificate authority (init, show, rotate)
     Ca(commands::ca::CaArgs),
+    /// Log in to a VM with a short-lived certificate signed by the platform CA
+    Ssh(commands::ssh::SshArgs),
     /// Print the client version and the platform version of the cluster
     Version(commands::version::VersionArgs),
     /// Print a shell completion script, or install kubectl's plugin completion

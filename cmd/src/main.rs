@@ -10,6 +10,7 @@ mod error;
 mod progress;
 mod prompt;
 mod render;
+mod terminal;
 
 use std::process::ExitCode;
 

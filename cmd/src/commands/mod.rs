@@ -8,6 +8,7 @@ pub mod delete;
 pub mod generate_docs;
 pub mod get;
 pub mod list;
+pub mod ssh;
 pub mod version;
 
 use std::process::ExitCode;
@@ -54,6 +55,7 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Create(args) => create::cmd_create(&global, *args).await,
         Command::Delete(args) => delete::cmd_delete(&global, args).await,
         Command::Ca(args) => ca::cmd_ca(&global, args).await,
+        Command::Ssh(args) => ssh::cmd_ssh(&global, args).await,
         Command::Version(args) => version::cmd_version(&global, args).await,
         Command::Completion(args) => completion::cmd_completion(args),
         Command::GenerateDocs(args) => generate_docs::cmd_generate_docs(args),

@@ -5,7 +5,9 @@
 pub mod cert;
 pub mod client;
 pub mod files;
+pub mod forward;
 pub mod hostkey;
+pub mod vm;
 
 pub use cert::{CaSigner, CertRequest, Signer, UserIdentity};
 pub use client::{Auth, Connection, ExitOutcome, PtyRequest, SessionIo, SessionRequest};

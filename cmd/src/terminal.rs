@@ -1,0 +1,64 @@
+//! Raw mode for interactive sessions (`ssh`), restored on every way out: the guard's drop,
+//! and a panic hook (release builds abort on panic, so drops would not run).
+
+use std::io::IsTerminal;
+use std::sync::Mutex;
+
+use rustix::termios::{self, OptionalActions, Termios};
+
+/// The terminal modes to restore, while raw mode is on.
+static SAVED: Mutex<Option<Termios>> = Mutex::new(None);
+
+/// Raw mode on stdin until dropped.
+pub struct RawMode(());
+
+impl RawMode {
+    /// Switch stdin to raw mode. `None` when stdin is not a terminal.
+    pub fn enable() -> std::io::Result<Option<RawMode>> {
+        let stdin = std::io::stdin();
+        if !stdin.is_terminal() {
+            return Ok(None);
+        }
+        let saved = termios::tcgetattr(&stdin)?;
+        let mut raw = saved.clone();
+        raw.make_raw();
+        *SAVED.lock().unwrap_or_else(|e| e.into_inner()) = Some(saved);
+        install_panic_hook();
+        termios::tcsetattr(&stdin, OptionalActions::Now, &raw)?;
+        Ok(Some(RawMode(())))
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        restore();
+    }
+}
+
+/// Put the saved modes back, if raw mode is on.
+pub fn restore() {
+    if let Some(saved) = SAVED.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let _ = termios::tcsetattr(std::io::stdin(), OptionalActions::Now, &saved);
+    }
+}
+
+fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore();
+            previous(info);
+        }));
+    });
+}
+
+/// The terminal size of stdout (else stdin) as (columns, rows); 80x24 when unknown.
+pub fn size() -> (u32, u32) {
+    let ws = termios::tcgetwinsize(std::io::stdout())
+        .or_else(|_| termios::tcgetwinsize(std::io::stdin()));
+    match ws {
+        Ok(ws) if ws.ws_col > 0 && ws.ws_row > 0 => (u32::from(ws.ws_col), u32::from(ws.ws_row)),
+        _ => (80, 24),
+    }
+}
