@@ -29,6 +29,10 @@ pub struct App {
     pub port: Mutex<u16>,
     /// Every request received, for tests.
     pub requests: crate::requests::RequestLog,
+    /// The guests of running VMs.
+    pub guests: crate::guest::Guests,
+    /// Open console/VNC streams.
+    pub sessions: crate::streams::Sessions,
 }
 
 impl App {
@@ -43,6 +47,8 @@ impl App {
             import_step,
             port: Mutex::new(0),
             requests: Default::default(),
+            guests: Default::default(),
+            sessions: Default::default(),
         }
     }
 

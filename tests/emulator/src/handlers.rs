@@ -154,7 +154,7 @@ fn is_dry_run(q: &Query) -> Result<bool, ApiError> {
 }
 
 async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let auth = parts
         .headers
         .get(header::AUTHORIZATION)
@@ -215,7 +215,7 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
             .ok_or_else(ApiError::path_not_found);
     }
     if app.registry.aggregated(&rp.group, &rp.version).is_some() {
-        return subresources::handle(app, &user, &rp, &parts.method, &q, &body).await;
+        return subresources::handle(app, &user, &rp, &mut parts, &q, &body).await;
     }
     let def = app
         .registry

@@ -26,15 +26,18 @@ pub mod auth;
 pub mod controllers;
 pub mod discovery;
 pub mod fixtures;
+pub mod guest;
 pub mod handlers;
 pub mod openapi;
 pub mod patch;
 pub mod registry;
 pub mod requests;
+pub mod rfb;
 pub mod schema;
 pub mod selector;
 pub mod status;
 pub mod store;
+pub mod streams;
 pub mod subresources;
 pub mod table;
 pub mod tls;
@@ -192,6 +195,17 @@ impl Handle {
         self.app.requests.clear()
     }
 
+    /// Ends every console/VNC stream of VM `namespace/name` without a close frame, as a
+    /// network failure or a live migration does; the guest keeps running.
+    pub fn drop_streams(&self, namespace: &str, name: &str) {
+        self.app.sessions.drop_streams(namespace, name)
+    }
+
+    /// Replaces what boots the guests of running VMs from now on (see [`guest`]).
+    pub fn set_guest_factory(&self, factory: Arc<dyn guest::GuestFactory>) {
+        self.app.guests.set_factory(factory)
+    }
+
     /// Adds a failure-injection rule.
     pub fn inject_failure(&self, rule: FailureRule) {
         self.app
@@ -229,6 +243,7 @@ impl Emulator {
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
         let mut tasks = JoinSet::new();
         tasks.spawn(controllers::run(app.clone(), shutdown_rx.clone()));
+        tasks.spawn(guest::run(app.clone(), shutdown_rx.clone()));
         tasks.spawn(serve(
             listener,
             certs.server_config,

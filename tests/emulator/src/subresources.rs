@@ -25,10 +25,11 @@ pub async fn handle(
     app: &Arc<App>,
     user: &User,
     rp: &ResourcePath,
-    method: &Method,
+    parts: &mut http::request::Parts,
     q: &Query,
     body: &Bytes,
 ) -> Result<Response, ApiError> {
+    let method = &parts.method.clone();
     if rp.group == "subresources.kubevirt.io" && rp.namespace.is_none() {
         match (method, rp.plural.as_str()) {
             (&Method::GET, "version") => {
@@ -90,6 +91,10 @@ pub async fn handle(
     }
     if app.store.get(&Key::new(group, plural, ns, name)).is_none() {
         return Err(ApiError::not_found(group, plural, name));
+    }
+    // Websocket streams (console, VNC, Deckhouse's session probe) live in `streams`.
+    if let Some(response) = crate::streams::handle(app, user, rp, parts, q).await {
+        return response;
     }
     action(app, rp, sub, q, body).await
 }

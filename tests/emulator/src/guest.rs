@@ -1,0 +1,401 @@
+//! The guests of running VMs: what sits behind a VM's serial console and TCP ports.
+//!
+//! One seam, [`Guest`] (serial console, TCP port dial, lifecycle), booted by a [`GuestFactory`].
+//! The default factory boots a [`LoginGuest`]: a real process on a pseudo-terminal that behaves
+//! like a small Linux login (`web login:`, `Password:` without echo, a shell after login, echo
+//! by the terminal's line discipline). Another factory can put a real sshd behind the ports or
+//! a real qemu guest behind the console.
+//!
+//! [`Guests`] keeps one guest per running VM: booted on first use (a console connection or a
+//! port dial), alive across reconnects, stopped when the VM stops and replaced when the VM
+//! restarts (a new VMI on KubeVirt, a new start time on Deckhouse), which is what a reboot looks
+//! like from outside.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::{self, Read, Write};
+use std::pin::Pin;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{broadcast, mpsc, watch};
+
+use crate::app::App;
+use crate::store::Key;
+use crate::util::meta_str;
+
+/// A byte connection to a guest port.
+pub trait GuestIo: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> GuestIo for T {}
+
+/// A connection to a guest TCP port.
+pub type GuestConn = Box<dyn GuestIo>;
+/// What [`Guest::dial`] returns.
+pub type DialFuture = Pin<Box<dyn Future<Output = io::Result<GuestConn>> + Send>>;
+
+/// Which VM a guest runs for, and which boot of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestSpec {
+    /// VM namespace.
+    pub namespace: String,
+    /// VM name, also the guest's hostname.
+    pub name: String,
+    /// Identity of this boot: a new value means the VM restarted.
+    pub boot_id: String,
+}
+
+/// The serial port of a guest: bytes in, bytes out.
+#[derive(Debug, Clone)]
+pub struct Serial {
+    /// Bytes typed into the serial port.
+    pub input: mpsc::UnboundedSender<Bytes>,
+    /// Bytes the guest writes to the serial port (lost while nobody listens, like a real UART).
+    pub output: broadcast::Sender<Bytes>,
+}
+
+/// A running guest.
+pub trait Guest: Send + Sync {
+    /// The spec it booted with.
+    fn spec(&self) -> &GuestSpec;
+    /// Its first serial console.
+    fn serial(&self) -> Serial;
+    /// Opens a TCP connection to `port` inside the guest.
+    fn dial(&self, port: u16) -> DialFuture;
+    /// Powers the guest off (idempotent).
+    fn stop(&self);
+    /// Becomes `true` when the guest has stopped, for whatever reason.
+    fn stopped(&self) -> watch::Receiver<bool>;
+}
+
+/// Boots guests.
+pub trait GuestFactory: Send + Sync {
+    /// Boots a guest for `spec`.
+    fn boot(&self, spec: &GuestSpec) -> io::Result<Arc<dyn Guest>>;
+}
+
+/// The login every [`LoginGuest`] accepts (the Deckhouse user guide's example user).
+pub const LOGIN_USER: &str = "cloud";
+/// Its password.
+pub const LOGIN_PASSWORD: &str = "cloud";
+
+/// A getty-like loop: prompt, password without echo, then an interactive shell; back to the
+/// prompt when the shell exits. `$1` is the hostname.
+const LOGIN_SCRIPT: &str = r#"
+host="$1"
+printf '\n%s\n\n' "Emulated Linux guest (kubevm-emulator) ttyS0"
+while :; do
+  printf '%s login: ' "$host"
+  IFS= read -r user || exit 0
+  [ -z "$user" ] && continue
+  stty -echo
+  printf 'Password: '
+  IFS= read -r pass
+  stty echo
+  printf '\n'
+  if [ "$user" = "$LOGIN_USER" ] && [ "$pass" = "$LOGIN_PASSWORD" ]; then
+    printf 'Welcome to %s\n' "$host"
+    env PS1="$user@$host:~\$ " HOSTNAME="$host" ENV= /bin/sh -i
+    printf '\n'
+  else
+    sleep 1
+    printf 'Login incorrect\n\n'
+  fi
+done
+"#;
+
+/// The default guest: [`LOGIN_SCRIPT`] on a pseudo-terminal, in its own session with the
+/// terminal as controlling terminal (`setsid --ctty`), so Ctrl+C reaches the foreground job.
+/// No TCP ports are open (dial is refused).
+pub struct LoginGuest {
+    spec: GuestSpec,
+    serial: Serial,
+    pid: i32,
+    stopped: watch::Receiver<bool>,
+}
+
+impl LoginGuest {
+    /// Starts the login process.
+    pub fn boot(spec: &GuestSpec) -> io::Result<LoginGuest> {
+        let pty = nix::pty::openpty(None, None).map_err(io::Error::from)?;
+        let slave = std::fs::File::from(pty.slave);
+        let mut child = Command::new("setsid")
+            .args(["--ctty", "/bin/sh", "-c", LOGIN_SCRIPT, "guest-login"])
+            .arg(&spec.name)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("TERM", "vt100")
+            .env("HOME", std::env::temp_dir())
+            .env("LOGIN_USER", LOGIN_USER)
+            .env("LOGIN_PASSWORD", LOGIN_PASSWORD)
+            .stdin(Stdio::from(slave.try_clone()?))
+            .stdout(Stdio::from(slave.try_clone()?))
+            .stderr(Stdio::from(slave))
+            .spawn()?;
+        let pid = child.id() as i32;
+        let mut reader = std::fs::File::from(pty.master);
+        let mut writer = reader.try_clone()?;
+        let (output, _) = broadcast::channel::<Bytes>(256);
+        let (input, mut input_rx) = mpsc::unbounded_channel::<Bytes>();
+        let (stopped_tx, stopped) = watch::channel(false);
+        let out = output.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // Ends with EIO once every process holding the terminal has exited.
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let _ = out.send(Bytes::copy_from_slice(&buf[..n]));
+            }
+        });
+        std::thread::spawn(move || {
+            while let Some(bytes) = input_rx.blocking_recv() {
+                if writer.write_all(&bytes).is_err() {
+                    break;
+                }
+            }
+        });
+        std::thread::spawn(move || {
+            let _ = child.wait();
+            let _ = stopped_tx.send(true);
+        });
+        Ok(LoginGuest {
+            spec: spec.clone(),
+            serial: Serial { input, output },
+            pid,
+            stopped,
+        })
+    }
+}
+
+impl Guest for LoginGuest {
+    fn spec(&self) -> &GuestSpec {
+        &self.spec
+    }
+
+    fn serial(&self) -> Serial {
+        self.serial.clone()
+    }
+
+    fn dial(&self, port: u16) -> DialFuture {
+        Box::pin(async move {
+            Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!("dial tcp :{port}: connect: connection refused"),
+            ))
+        })
+    }
+
+    fn stop(&self) {
+        // The whole session: the login loop, the shell and whatever it started.
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(self.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+
+    fn stopped(&self) -> watch::Receiver<bool> {
+        self.stopped.clone()
+    }
+}
+
+impl Drop for LoginGuest {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The default factory: [`LoginGuest`]s.
+pub struct LoginGuests;
+
+impl GuestFactory for LoginGuests {
+    fn boot(&self, spec: &GuestSpec) -> io::Result<Arc<dyn Guest>> {
+        Ok(Arc::new(LoginGuest::boot(spec)?))
+    }
+}
+
+/// The guests of one emulator, by VM namespace and name.
+pub struct Guests {
+    factory: Mutex<Arc<dyn GuestFactory>>,
+    running: Mutex<HashMap<(String, String), Arc<dyn Guest>>>,
+}
+
+impl Default for Guests {
+    fn default() -> Self {
+        Guests {
+            factory: Mutex::new(Arc::new(LoginGuests)),
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl Guests {
+    /// Replaces the factory used for guests booted from now on.
+    pub fn set_factory(&self, factory: Arc<dyn GuestFactory>) {
+        *self.factory.lock().unwrap_or_else(|e| e.into_inner()) = factory;
+    }
+
+    /// The guest of a running VM, booting it if needed. `None` when the VM is not running.
+    pub fn get_or_boot(
+        &self,
+        app: &App,
+        namespace: &str,
+        name: &str,
+    ) -> io::Result<Option<Arc<dyn Guest>>> {
+        let Some(boot_id) = boot_id(app, namespace, name) else {
+            return Ok(None);
+        };
+        let key = (namespace.to_owned(), name.to_owned());
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(guest) = running.get(&key)
+            && guest.spec().boot_id == boot_id
+            && !*guest.stopped().borrow()
+        {
+            return Ok(Some(guest.clone()));
+        }
+        if let Some(old) = running.remove(&key) {
+            old.stop();
+        }
+        let spec = GuestSpec {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            boot_id,
+        };
+        let factory = self
+            .factory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let guest = factory.boot(&spec)?;
+        running.insert(key, guest.clone());
+        Ok(Some(guest))
+    }
+
+    /// Stops guests whose VM stopped or restarted.
+    pub fn sync(&self, app: &App) {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        running.retain(|(ns, name), guest| {
+            let keep = boot_id(app, ns, name).as_deref() == Some(guest.spec().boot_id.as_str());
+            if !keep {
+                guest.stop();
+            }
+            keep
+        });
+    }
+
+    /// Stops every guest.
+    pub fn stop_all(&self) {
+        for (_, guest) in self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+        {
+            guest.stop();
+        }
+    }
+}
+
+/// The boot identity of a VM that runs now, `None` if it does not. KubeVirt: the uid of a
+/// VMI in phase Running (a restart makes a new VMI). Deckhouse: the VM uid and its
+/// `status.stats.lastStartTime`, in phase Running or Migrating.
+pub fn boot_id(app: &App, namespace: &str, name: &str) -> Option<String> {
+    let vmi = Key::new("kubevirt.io", "virtualmachineinstances", namespace, name);
+    if app
+        .registry
+        .find_plural("kubevirt.io", "virtualmachineinstances")
+        .is_some()
+        && let Some(vmi) = app.store.get(&vmi)
+    {
+        let phase = vmi.pointer("/status/phase").and_then(Value::as_str);
+        return (phase == Some("Running")).then(|| meta_str(&vmi, "uid").to_owned());
+    }
+    let dh = "virtualization.deckhouse.io";
+    if app.registry.find_plural(dh, "virtualmachines").is_some()
+        && let Some(vm) = app
+            .store
+            .get(&Key::new(dh, "virtualmachines", namespace, name))
+    {
+        let phase = vm.pointer("/status/phase").and_then(Value::as_str);
+        if matches!(phase, Some("Running") | Some("Migrating")) {
+            let start = vm
+                .pointer("/status/stats/lastStartTime")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            return Some(format!("{}/{start}", meta_str(&vm, "uid")));
+        }
+    }
+    None
+}
+
+/// Keeps guests in step with their VMs until shutdown.
+pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
+    let mut rx = app.store.subscribe();
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            ev = rx.recv() => {
+                if matches!(ev, Err(broadcast::error::RecvError::Closed)) {
+                    break;
+                }
+                while rx.try_recv().is_ok() {}
+                app.guests.sync(&app);
+            }
+        }
+    }
+    app.guests.stop_all();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    async fn expect(out: &mut broadcast::Receiver<Bytes>, text: &str) -> String {
+        let mut seen = String::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !seen.contains(text) {
+            match tokio::time::timeout_at(deadline, out.recv()).await {
+                Ok(Ok(b)) => seen.push_str(&String::from_utf8_lossy(&b)),
+                other => panic!("waiting for {text:?}: {other:?}; seen {seen:?}"),
+            }
+        }
+        seen
+    }
+
+    #[tokio::test]
+    async fn login_guest_logs_in_runs_a_shell_and_stops() {
+        let spec = GuestSpec {
+            namespace: "default".into(),
+            name: "web".into(),
+            boot_id: "1".into(),
+        };
+        let guest = LoginGuest::boot(&spec).unwrap();
+        let serial = guest.serial();
+        let mut out = serial.output.subscribe();
+        serial.input.send(Bytes::from_static(b"\r")).unwrap();
+        expect(&mut out, "web login: ").await;
+        serial.input.send(Bytes::from_static(b"cloud\r")).unwrap();
+        // The terminal echoes the user name but not the password.
+        expect(&mut out, "cloud").await;
+        expect(&mut out, "Password: ").await;
+        serial.input.send(Bytes::from_static(b"cloud\r")).unwrap();
+        expect(&mut out, "cloud@web:~$ ").await;
+        serial
+            .input
+            .send(Bytes::from_static(b"echo sum=$((6*7))\r"))
+            .unwrap();
+        let seen = expect(&mut out, "sum=42").await;
+        assert!(!seen.contains("Password: cloud"), "{seen:?}");
+        let mut stopped = guest.stopped();
+        guest.stop();
+        tokio::time::timeout(Duration::from_secs(5), stopped.wait_for(|s| *s))
+            .await
+            .expect("stops")
+            .unwrap();
+        assert!(guest.dial(22).await.is_err());
+    }
+}

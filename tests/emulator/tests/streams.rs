@@ -1,0 +1,284 @@
+//! Console, VNC and the Deckhouse session probe, driven over real websockets through kube's
+//! HTTP stack: subprotocols, Status errors before the upgrade, last-connect-wins without a
+//! close frame, text frames skipped, a guest that outlives a connection and dies with its VM.
+
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use hyper_util::rt::TokioIo;
+use kube::client::Body;
+use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
+use serde_json::Value;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::{Message, handshake::client::generate_key};
+
+type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(format!("{}/../fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+async fn start(flavor: ServeFlavor) -> (Emulator, kube::Client) {
+    let file = match flavor {
+        ServeFlavor::Deckhouse => "deckhouse.yaml",
+        _ => "kubevirt.yaml",
+    };
+    let emu = Emulator::start(EmulatorOptions {
+        fixture_yaml: vec![fixture(file)],
+        flavor,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let kc = kube::config::Kubeconfig::from_yaml(&emu.kubeconfig_yaml()).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    (emu, kube::Client::try_from(cfg).unwrap())
+}
+
+/// Upgrades `path` with `protocol`; Err((status, body)) when the server refuses.
+async fn dial(
+    client: &kube::Client,
+    path: &str,
+    protocol: &str,
+) -> Result<(Ws, Option<String>), (u16, Value)> {
+    let request = http::Request::get(path)
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", generate_key())
+        .header("sec-websocket-protocol", protocol)
+        .body(Body::empty())
+        .unwrap();
+    let response = client.send(request).await.unwrap();
+    if response.status() != 101 {
+        let code = response.status().as_u16();
+        let body = response.into_body().collect_bytes().await.unwrap();
+        return Err((code, serde_json::from_slice(&body).unwrap_or(Value::Null)));
+    }
+    let echoed = response
+        .headers()
+        .get("sec-websocket-protocol")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let upgraded = hyper::upgrade::on(response).await.unwrap();
+    let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Client, None).await;
+    Ok((ws, echoed))
+}
+
+/// Reads binary frames until `text` has appeared.
+async fn expect(ws: &mut Ws, text: &str) -> String {
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !seen.contains(text) {
+        match tokio::time::timeout_at(deadline, ws.next()).await {
+            Ok(Some(Ok(Message::Binary(b)))) => seen.push_str(&String::from_utf8_lossy(&b)),
+            Ok(Some(Ok(_))) => {}
+            other => panic!("waiting for {text:?}: {other:?}; seen {seen:?}"),
+        }
+    }
+    seen
+}
+
+async fn send(ws: &mut Ws, text: &str) {
+    ws.send(Message::Binary(text.as_bytes().to_vec().into()))
+        .await
+        .unwrap();
+}
+
+const KV_CONSOLE: &str =
+    "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/web/console";
+const DH_CONSOLE: &str = "/apis/subresources.virtualization.deckhouse.io/v1alpha2/namespaces/default/virtualmachines/linux-vm/console";
+
+#[tokio::test]
+async fn kubevirt_console_login_last_wins_and_restart() {
+    let (emu, client) = start(ServeFlavor::KubeVirt).await;
+    let (mut first, echoed) = dial(&client, KV_CONSOLE, "plain.kubevirt.io")
+        .await
+        .unwrap();
+    assert_eq!(echoed.as_deref(), Some("plain.kubevirt.io"));
+    send(&mut first, "\r").await;
+    expect(&mut first, "web login: ").await;
+    // Text frames are skipped, binary ones typed.
+    first.send(Message::Text("ignored\r".into())).await.unwrap();
+    send(&mut first, "cloud\r").await;
+    expect(&mut first, "Password: ").await;
+    send(&mut first, "cloud\r").await;
+    expect(&mut first, "cloud@web:~$ ").await;
+    send(&mut first, "echo marker-$((20+22))\r").await;
+    expect(&mut first, "marker-42").await;
+
+    // A second connection takes over; the first is cut without a close frame (1006).
+    let (mut second, _) = dial(&client, KV_CONSOLE, "plain.kubevirt.io")
+        .await
+        .unwrap();
+    match tokio::time::timeout(Duration::from_secs(5), first.next())
+        .await
+        .unwrap()
+    {
+        Some(Err(_)) | None => {}
+        Some(Ok(Message::Close(f))) => panic!("displaced client got a close frame {f:?}"),
+        Some(Ok(other)) => panic!("unexpected {other:?}"),
+    }
+    // Same guest: still logged in.
+    send(&mut second, "echo again-$((1+1))\r").await;
+    expect(&mut second, "again-2").await;
+
+    // The VM restarts (its VMI is replaced): the stream drops, the next one sees a new boot.
+    let vmi = emu.objects("kubevirt.io", "virtualmachineinstances", Some("default"));
+    let mut vmi = vmi
+        .into_iter()
+        .find(|v| v["metadata"]["name"] == "web")
+        .unwrap();
+    vmi["metadata"]["uid"] = "00000000-0000-0000-0000-00000000beef".into();
+    emu.put_object(vmi);
+    match tokio::time::timeout(Duration::from_secs(5), second.next())
+        .await
+        .unwrap()
+    {
+        Some(Err(_)) | None => {}
+        other => panic!("expected the stream to drop on restart, got {other:?}"),
+    }
+    let (mut third, _) = dial(&client, KV_CONSOLE, "plain.kubevirt.io")
+        .await
+        .unwrap();
+    send(&mut third, "\r").await;
+    expect(&mut third, "web login: ").await;
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubevirt_errors_before_the_upgrade_are_status_json() {
+    let (emu, client) = start(ServeFlavor::KubeVirt).await;
+    let missing = KV_CONSOLE.replace("/web/", "/nope/");
+    let (code, status) = dial(&client, &missing, "plain.kubevirt.io")
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(code, 404);
+    assert_eq!(status["kind"], "Status");
+    assert_eq!(status["reason"], "NotFound");
+    // A VMI that is not running: 400, which clients retry.
+    let vmi = emu.objects("kubevirt.io", "virtualmachineinstances", Some("default"));
+    let mut vmi = vmi
+        .into_iter()
+        .find(|v| v["metadata"]["name"] == "web")
+        .unwrap();
+    vmi["status"]["phase"] = "Scheduling".into();
+    emu.put_object(vmi);
+    let (code, status) = dial(&client, KV_CONSOLE, "plain.kubevirt.io")
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(code, 400);
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("phase is Scheduling"),
+        "{status}"
+    );
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubevirt_vnc_preserve_session_and_rfb_handshake() {
+    let (emu, client) = start(ServeFlavor::KubeVirt).await;
+    let vnc = KV_CONSOLE.replace("/console", "/vnc");
+    let (mut ws, _) = dial(&client, &vnc, "plain.kubevirt.io").await.unwrap();
+    let version = match ws.next().await.unwrap().unwrap() {
+        Message::Binary(b) => b,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(&version[..], b"RFB 003.008\n");
+    let (code, status) = dial(
+        &client,
+        &format!("{vnc}?preserveSession=true"),
+        "plain.kubevirt.io",
+    )
+    .await
+    .err()
+    .unwrap();
+    assert_eq!(code, 500);
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("Active VNC connection. Request denied."),
+        "{status}"
+    );
+    drop(ws);
+    emu.shutdown().await;
+}
+
+#[tokio::test]
+async fn deckhouse_probe_reports_the_holder_from_a_lease() {
+    let (emu, client) = start(ServeFlavor::Deckhouse).await;
+    let probe = |client: kube::Client| async move {
+        let request = http::Request::get(format!("{DH_CONSOLE}?probe=true"))
+            .body(Body::empty())
+            .unwrap();
+        let response = client.send(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let body = response.into_body().collect_bytes().await.unwrap();
+        serde_json::from_slice::<Value>(&body).unwrap()
+    };
+    let empty = probe(client.clone()).await;
+    assert_eq!(empty["kind"], "VirtualMachineSession");
+    assert!(empty.get("holder").is_none(), "{empty}");
+
+    let (mut ws, echoed) = dial(&client, DH_CONSOLE, "plain.virtualization.deckhouse.io")
+        .await
+        .unwrap();
+    assert_eq!(echoed.as_deref(), Some("plain.virtualization.deckhouse.io"));
+    send(&mut ws, "\r").await;
+    expect(&mut ws, "linux-vm login: ").await;
+    let held = probe(client.clone()).await;
+    assert_eq!(held["holder"], "admin");
+    assert!(held["startTime"].as_str().unwrap().ends_with('Z'));
+    let leases = emu.objects("coordination.k8s.io", "leases", Some("default"));
+    let vm_uid = emu.objects(
+        "virtualization.deckhouse.io",
+        "virtualmachines",
+        Some("default"),
+    )[0]["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let lease = leases
+        .iter()
+        .find(|l| l["metadata"]["name"] == format!("d8v-vm-console-linux-vm-{vm_uid}"))
+        .expect("session lease");
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 30);
+
+    // Displacing the holder: a Warning event on the VM.
+    let (_second, _) = dial(&client, DH_CONSOLE, "plain.virtualization.deckhouse.io")
+        .await
+        .unwrap();
+    let events = emu.objects("", "events", Some("default"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e["reason"] == "ConsoleSessionPreempted" && e["type"] == "Warning"),
+        "{events:?}"
+    );
+    // Not running: 400 with Deckhouse's message.
+    let mut vm = emu.objects(
+        "virtualization.deckhouse.io",
+        "virtualmachines",
+        Some("default"),
+    )[0]
+    .clone();
+    vm["status"]["phase"] = "Stopped".into();
+    emu.put_object(vm);
+    let (code, status) = dial(&client, DH_CONSOLE, "plain.virtualization.deckhouse.io")
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(
+        (code, status["message"].as_str()),
+        (400, Some("VirtualMachine is not Running or Migrating"))
+    );
+    emu.shutdown().await;
+}
