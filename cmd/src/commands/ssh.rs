@@ -36,7 +36,12 @@ pub struct SshArgs {
     pub command: Vec<String>,
 
     /// Command to run (like the words after --)
-    #[arg(short = 'c', long = "command", value_name = "COMMAND", conflicts_with = "command")]
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "COMMAND",
+        conflicts_with = "command"
+    )]
     pub command_flag: Option<String>,
 
     /// Login name (default: the platform user, kubevm)
@@ -116,7 +121,10 @@ pub fn plan(args: &SshArgs) -> CommandResult<Plan> {
         command,
         pty,
         forwards,
-        strict: args.strict_host_key_checking.parse().map_err(CommandError::usage)?,
+        strict: args
+            .strict_host_key_checking
+            .parse()
+            .map_err(CommandError::usage)?,
     })
 }
 

@@ -34,7 +34,9 @@ impl std::str::FromStr for LocalForward {
                     .find(']')
                     .ok_or_else(|| format!("invalid -L {spec:?}: unclosed '['"))?;
                 parts.push(&inner[..end]);
-                rest = inner[end + 1..].strip_prefix(':').unwrap_or(&inner[end + 1..]);
+                rest = inner[end + 1..]
+                    .strip_prefix(':')
+                    .unwrap_or(&inner[end + 1..]);
             } else {
                 let (part, tail) = rest.split_once(':').unwrap_or((rest, ""));
                 parts.push(part);
@@ -43,7 +45,16 @@ impl std::str::FromStr for LocalForward {
         }
         let (bind, lport, host, rport) = match parts[..] {
             [l, h, r] => ("127.0.0.1", l, h, r),
-            [b, l, h, r] => (if b.is_empty() || b == "*" { "0.0.0.0" } else { b }, l, h, r),
+            [b, l, h, r] => (
+                if b.is_empty() || b == "*" {
+                    "0.0.0.0"
+                } else {
+                    b
+                },
+                l,
+                h,
+                r,
+            ),
             _ => {
                 return Err(format!(
                     "invalid -L {spec:?}: use [ADDRESS:]LOCAL_PORT:HOST:REMOTE_PORT"
@@ -69,7 +80,10 @@ pub async fn bind(forward: &LocalForward) -> std::io::Result<tokio::net::TcpList
         .map_err(|e| {
             std::io::Error::new(
                 e.kind(),
-                format!("cannot listen on {}:{}: {e}", forward.bind, forward.local_port),
+                format!(
+                    "cannot listen on {}:{}: {e}",
+                    forward.bind, forward.local_port
+                ),
             )
         })
 }

@@ -108,9 +108,8 @@ pub async fn identity(
     events: &(dyn Fn(SshEvent) + Send + Sync),
 ) -> Result<Auth, ConnectError> {
     if let Some(path) = &options.identity_file {
-        let key = russh::keys::load_secret_key(path, None).map_err(|e| {
-            SshError::Usage(format!("cannot load the key {}: {e}", path.display()))
-        })?;
+        let key = russh::keys::load_secret_key(path, None)
+            .map_err(|e| SshError::Usage(format!("cannot load the key {}: {e}", path.display())))?;
         return Ok(Auth::Key(Arc::new(key)));
     }
     match store::read_bundle(cluster, &options.ca_namespace).await? {
@@ -254,6 +253,7 @@ pub async fn connect(
 
 /// The default known_hosts path, or an error when `HOME` is unset.
 pub fn known_hosts_path() -> Result<PathBuf, SshError> {
-    hostkey::default_known_hosts()
-        .ok_or_else(|| SshError::Usage("HOME is not set: cannot find ~/.kube/kubectl-vm/known_hosts".into()))
+    hostkey::default_known_hosts().ok_or_else(|| {
+        SshError::Usage("HOME is not set: cannot find ~/.kube/kubectl-vm/known_hosts".into())
+    })
 }

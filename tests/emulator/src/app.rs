@@ -31,6 +31,8 @@ pub struct App {
     pub requests: crate::requests::RequestLog,
     /// The guests of running VMs.
     pub guests: crate::guest::Guests,
+    /// Test switches of the sshd guests (host key changes, paused VMs).
+    pub ssh_switches: crate::sshd_guest::Switches,
     /// Open console/VNC streams.
     pub sessions: crate::streams::Sessions,
 }
@@ -48,6 +50,7 @@ impl App {
             port: Mutex::new(0),
             requests: Default::default(),
             guests: Default::default(),
+            ssh_switches: Default::default(),
             sessions: Default::default(),
         }
     }
