@@ -13,4 +13,5 @@ mod generated;
 mod get;
 mod list;
 mod scripts;
+mod ssh;
 mod version;

@@ -174,6 +174,21 @@ impl Connection {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        Self::connect_with(stream, verifier, user, auth, |_| {}).await
+    }
+
+    /// Like [`Connection::connect`], telling `on_host` how the host was trusted as soon as it
+    /// is (before authentication, which may still fail).
+    pub async fn connect_with<S>(
+        stream: S,
+        verifier: HostVerifier,
+        user: &str,
+        auth: &Auth,
+        on_host: impl FnOnce(&HostTrust),
+    ) -> Result<Connection, SshError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let outcome: Outcome = Arc::default();
         let handler = ClientHandler {
             verifier,
@@ -192,6 +207,7 @@ impl Connection {
             }
             (Err(e), _) => return Err(transport(e)),
         };
+        on_host(&trust);
         authenticate(&mut handle, user, auth).await?;
         Ok(Connection { handle, trust })
     }

@@ -230,7 +230,16 @@ pub async fn connect(
         "tcp",
     )
     .await?;
-    let connection = Connection::connect(stream.io, verifier, &options.user, &auth)
+    let on_host = |trust: &super::HostTrust| {
+        if let super::HostTrust::Recorded { host } = trust {
+            events(SshEvent::HostRecorded {
+                host: host.host.clone(),
+                fingerprint: host.fingerprint.clone(),
+                file: options.known_hosts.clone(),
+            });
+        }
+    };
+    let connection = Connection::connect_with(stream.io, verifier, &options.user, &auth, on_host)
         .await
         .map_err(|e| match e {
             SshError::AuthRefused(m) if matches!(auth, Auth::Certificate(_)) => {
@@ -241,13 +250,6 @@ pub async fn connect(
             }
             other => other,
         })?;
-    if let super::HostTrust::Recorded { host } = &connection.trust {
-        events(SshEvent::HostRecorded {
-            host: host.host.clone(),
-            fingerprint: host.fingerprint.clone(),
-            file: options.known_hosts.clone(),
-        });
-    }
     Ok(connection)
 }
 

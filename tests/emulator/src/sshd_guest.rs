@@ -258,6 +258,8 @@ mount -t overlay kubevm-guest -o "lowerdir=/etc,upperdir=$G/overlay/etc.u,workdi
 mount -t overlay kubevm-guest -o "lowerdir=/home,upperdir=$G/overlay/home.u,workdir=$G/overlay/home.w" /home
 # A fresh image: its stock sshd_config, no drop-ins or host keys of the machine running us.
 rm -f /etc/ssh/sshd_config.d/*.conf /etc/ssh/ssh_host_*
+# Cloud images ship sudo, so /etc/sudoers.d exists.
+mkdir -p /etc/sudoers.d
 export PATH="$G/bin:$PATH"
 # cloud-init, init stage: bootcmd, then users_groups, then ssh (host keys).
 for f in "$G"/bootcmd.*; do [ -f "$f" ] && sh "$f"; done
@@ -367,46 +369,55 @@ impl Sshd {
         if rekeyed {
             std::fs::write(g.join("rekeyed"), "")?;
         }
-        let port = free_port()?;
-        let log = std::fs::File::create(g.join("guest.log"))?;
-        let child = Command::new("unshare")
-            .args([
-                "--mount",
-                "--propagation",
-                "private",
-                "/bin/sh",
-                "-c",
-                GUEST_SCRIPT,
-            ])
-            .env("G", g)
-            .env("SSHD_PORT", port.to_string())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?;
-        let sshd = Sshd {
-            child: Mutex::new(child),
-            port,
-            _dir: dir,
-        };
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Ok(sshd);
+        // The port is chosen before sshd binds it, so another process may take it first:
+        // sshd then exits and the guest is started again on another port.
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = free_port()?;
+            let log_path = g.join("guest.log");
+            let log = std::fs::File::create(&log_path)?;
+            let child = Command::new("unshare")
+                .args([
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "/bin/sh",
+                    "-c",
+                    GUEST_SCRIPT,
+                ])
+                .env("G", g)
+                .env("SSHD_PORT", port.to_string())
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()?;
+            let mut child = child;
+            let ready = format!("Server listening on 127.0.0.1 port {port}.");
+            for _ in 0..400 {
+                if std::fs::read_to_string(&log_path).is_ok_and(|l| l.contains(&ready)) {
+                    return Ok(Sshd {
+                        child: Mutex::new(child),
+                        port,
+                        _dir: dir,
+                    });
+                }
+                if let Ok(Some(status)) = child.try_wait() {
+                    last = format!(
+                        "the guest's sshd exited ({status}): {}",
+                        std::fs::read_to_string(&log_path).unwrap_or_default()
+                    );
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(25));
             }
-            if let Ok(Some(status)) = sshd
-                .child
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .try_wait()
-            {
-                return Err(io::Error::other(format!(
-                    "the guest's sshd exited ({status}): {}",
-                    std::fs::read_to_string(sshd._dir.path().join("guest.log")).unwrap_or_default()
-                )));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(25));
+            let _ = child.kill();
+            let _ = child.wait();
         }
-        Err(io::Error::other("the guest's sshd did not start listening"))
+        Err(io::Error::other(if last.is_empty() {
+            "the guest's sshd did not start listening".to_string()
+        } else {
+            last
+        }))
     }
 }
 
