@@ -112,6 +112,15 @@ pub enum Command {
     Ca(commands::ca::CaArgs),
     /// Log in to a VM with a short-lived certificate signed by the platform CA
     Ssh(commands::ssh::SshArgs),
+    /// Print (or --install) an OpenSSH config for `ssh NAME.NAMESPACE.vm`
+    #[command(name = "ssh-config")]
+    SshConfig(commands::ssh_config::SshConfigArgs),
+    /// Write a fresh short-lived key and certificate for OpenSSH (run by ssh-config's Match exec)
+    #[command(name = "ssh-cert")]
+    SshCert(commands::ssh_config::SshCertArgs),
+    /// Forward local TCP/UDP ports (or stdin/stdout) to ports of a VM
+    #[command(name = "port-forward")]
+    PortForward(commands::port_forward::PortForwardArgs),
     /// Print the client version and the platform version of the cluster
     Version(commands::version::VersionArgs),
     /// Print a shell completion script, or install kubectl's plugin completion

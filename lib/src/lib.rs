@@ -13,6 +13,7 @@ pub mod create;
 pub mod delete;
 pub mod error;
 pub mod flavor;
+pub mod port_forward;
 pub mod quantity;
 pub mod ssh;
 pub mod stream;

@@ -8,7 +8,9 @@ pub mod delete;
 pub mod generate_docs;
 pub mod get;
 pub mod list;
+pub mod port_forward;
 pub mod ssh;
+pub mod ssh_config;
 pub mod version;
 
 use std::process::ExitCode;
@@ -56,6 +58,9 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Delete(args) => delete::cmd_delete(&global, args).await,
         Command::Ca(args) => ca::cmd_ca(&global, args).await,
         Command::Ssh(args) => ssh::cmd_ssh(&global, args).await,
+        Command::SshConfig(args) => ssh_config::cmd_ssh_config(&global, args).await,
+        Command::SshCert(args) => ssh_config::cmd_ssh_cert(&global, args).await,
+        Command::PortForward(args) => port_forward::cmd_port_forward(&global, args).await,
         Command::Version(args) => version::cmd_version(&global, args).await,
         Command::Completion(args) => completion::cmd_completion(args),
         Command::GenerateDocs(args) => generate_docs::cmd_generate_docs(args),

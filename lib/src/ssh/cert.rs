@@ -179,6 +179,13 @@ impl UserIdentity {
         })
     }
 
+    /// The private key and the certificate in OpenSSH file form (for `ssh -i` and
+    /// `CertificateFile`); whoever writes them must make them 0600.
+    pub fn openssh_files(&self) -> Result<(String, String), SshError> {
+        let key = self.key.to_openssh(ssh_key::LineEnding::LF)?.to_string();
+        Ok((key, format!("{}\n", self.certificate.to_openssh()?)))
+    }
+
     /// The certificate's SHA-256 fingerprint of the key it certifies.
     pub fn fingerprint(&self) -> String {
         self.key

@@ -4,6 +4,7 @@
 
 pub mod cert;
 pub mod client;
+pub mod config;
 pub mod files;
 pub mod forward;
 pub mod hostkey;
