@@ -112,6 +112,8 @@ pub enum Command {
     Ca(commands::ca::CaArgs),
     /// Log in to a VM with a short-lived certificate signed by the platform CA
     Ssh(commands::ssh::SshArgs),
+    /// Copy files to or from a VM (SFTP over a certificate-authenticated session)
+    Scp(commands::scp::ScpArgs),
     /// Print (or --install) an OpenSSH config for `ssh NAME.NAMESPACE.vm`
     #[command(name = "ssh-config")]
     SshConfig(commands::ssh_config::SshConfigArgs),

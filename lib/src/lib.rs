@@ -15,6 +15,7 @@ pub mod error;
 pub mod flavor;
 pub mod port_forward;
 pub mod quantity;
+pub mod scp;
 pub mod ssh;
 pub mod stream;
 pub mod target;

@@ -9,6 +9,7 @@ pub mod generate_docs;
 pub mod get;
 pub mod list;
 pub mod port_forward;
+pub mod scp;
 pub mod ssh;
 pub mod ssh_config;
 pub mod version;
@@ -60,6 +61,7 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Ssh(args) => ssh::cmd_ssh(&global, args).await,
         Command::SshConfig(args) => ssh_config::cmd_ssh_config(&global, args).await,
         Command::SshCert(args) => ssh_config::cmd_ssh_cert(&global, args).await,
+        Command::Scp(args) => scp::cmd_scp(&global, args).await,
         Command::PortForward(args) => port_forward::cmd_port_forward(&global, args).await,
         Command::Version(args) => version::cmd_version(&global, args).await,
         Command::Completion(args) => completion::cmd_completion(args),
