@@ -14,4 +14,5 @@ mod get;
 mod list;
 mod scripts;
 mod ssh;
+mod ssh_tools;
 mod version;

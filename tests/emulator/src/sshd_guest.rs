@@ -7,7 +7,7 @@
 //! the unlock loop), `users` (`useradd -m`, password locked), `ssh_keys` (host keys written,
 //! all other host keys deleted), `runcmd`. Then Debian's sshd (`/usr/sbin/sshd -D`, the host's
 //! stock `/etc/ssh/sshd_config` as the "image") runs in that namespace; the only change is
-//! where it listens (`-o Port=… -o ListenAddress=127.0.0.1`). So the accounts `create`
+//! where it listens (`-o Port=… -o ListenAddress=127.0.0.1`). `/tmp` is a private tmpfs. So the accounts `create`
 //! provisions exist inside the guest only, the host's `/etc` is never written, and
 //! `systemctl` (no systemd in a guest here) is a no-op on the scripts' PATH.
 //!
@@ -282,7 +282,10 @@ fi
 # final stage: runcmd.
 for f in "$G"/runcmd.*; do [ -f "$f" ] && sh "$f"; done
 mkdir -p /run/sshd
-exec /usr/sbin/sshd -D -e -o "Port=$SSHD_PORT" -o ListenAddress=127.0.0.1 -o "PidFile=$G/sshd.pid"
+# The guest's own /tmp (this hides $G, which is no longer needed).
+mount -t tmpfs kubevm-guest-tmp /tmp
+chmod 1777 /tmp
+exec /usr/sbin/sshd -D -e -o "Port=$SSHD_PORT" -o ListenAddress=127.0.0.1 -o PidFile=none
 "#;
 
 fn sh_quote(s: &str) -> String {
