@@ -53,6 +53,15 @@ theirs=$(mean_us ssh -F "$cfg" -o BatchMode=yes bench.default.vm true)
 printf 'roundtrip  kubectl-vm %8.1f ms   openssh %8.1f ms   ratio %s\n' \
   "$(py "$ours/1000")" "$(py "$theirs/1000")" "$(py "round($ours/$theirs, 3)")"
 
+# The same tunnel without the per-connection certificate hook (a certificate issued once).
+"$vm" ssh-cert bench.default.vm
+plain=(ssh -F /dev/null -o BatchMode=yes -o "ProxyCommand=$vm port-forward --stdio bench.default 22"
+  -o HostKeyAlias=bench.default -o "UserKnownHostsFile=$HOME/.kube/kubectl-vm/ssh_known_hosts"
+  -o StrictHostKeyChecking=yes -i "$HOME/.kube/kubectl-vm/ssh/id_ed25519" kubevm@bench)
+bare=$(mean_us "${plain[@]}" true)
+printf 'roundtrip  kubectl-vm %8.1f ms   openssh, cert issued once %8.1f ms   ratio %s\n' \
+  "$(py "$ours/1000")" "$(py "$bare/1000")" "$(py "round($ours/$bare, 3)")"
+
 read -r ours_us ours_rss < <(timed_rss "$vm" ssh bench -- cat /tmp/bench.bin)
 # /usr/bin/time reports the largest of ssh and its children (the ProxyCommand kubectl-vm).
 read -r theirs_us theirs_rss < <(timed_rss ssh -F "$cfg" -o BatchMode=yes bench.default.vm cat /tmp/bench.bin)
