@@ -261,3 +261,56 @@ fn paused_and_stopped_vms_exit_255() {
     let out = ssh(&env, &["--ttl", "2h", "sshvm"], b"");
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+#[test]
+fn identity_file_logs_in_as_a_cloud_init_user() {
+    let env = Env::kubevirt();
+    let key = env.dir.path().join("id_ed25519");
+    let status = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&key)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // (create's own --user flag is shadowed by the global kubeconfig --user, so the user comes
+    // from the user's cloud-config, which create merges with the platform's.)
+    let public = std::fs::read_to_string(format!("{}.pub", key.display())).unwrap();
+    let user_data = env.dir.path().join("user-data.yaml");
+    std::fs::write(
+        &user_data,
+        format!(
+            "#cloud-config\nusers:\n- name: ops\n  shell: /bin/bash\n  ssh_authorized_keys:\n  - {}\n",
+            public.trim()
+        ),
+    )
+    .unwrap();
+    vm_with_ca(
+        &env,
+        "sshvm",
+        &["--cloud-init", user_data.to_str().unwrap()],
+    );
+    // -i: the key from the VM's cloud-init authorized_keys, no certificate.
+    let out = ssh(
+        &env,
+        &["-i", key.to_str().unwrap(), "ops@sshvm", "--", "id", "-un"],
+        b"",
+    );
+    assert_eq!(stdout(&out), "ops\n", "{}", stderr(&out));
+    // Without -i the certificate is for "ops" too, and the guest trusts the CA for every user.
+    let out = ssh(&env, &["ops@sshvm", "--", "id", "-un"], b"");
+    assert_eq!(stdout(&out), "ops\n", "{}", stderr(&out));
+    // A key the guest does not know: refused, exit 255.
+    let other = env.dir.path().join("other");
+    std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&other)
+        .status()
+        .unwrap();
+    let out = ssh(
+        &env,
+        &["-i", other.to_str().unwrap(), "ops@sshvm", "--", "true"],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(255));
+    assert!(stderr(&out).contains("refused the key"), "{}", stderr(&out));
+}
