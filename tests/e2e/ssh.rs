@@ -314,3 +314,88 @@ fn identity_file_logs_in_as_a_cloud_init_user() {
     assert_eq!(out.status.code(), Some(255));
     assert!(stderr(&out).contains("refused the key"), "{}", stderr(&out));
 }
+
+#[test]
+fn without_the_ca_key_the_agent_is_used() {
+    let env = Env::kubevirt();
+    let key = env.dir.path().join("id_ed25519");
+    assert!(
+        std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&key)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let public = std::fs::read_to_string(format!("{}.pub", key.display())).unwrap();
+    let user_data = env.dir.path().join("user-data.yaml");
+    std::fs::write(
+        &user_data,
+        format!(
+            "#cloud-config\nusers:\n- name: ops\n  shell: /bin/bash\n  ssh_authorized_keys:\n  - {}\n",
+            public.trim()
+        ),
+    )
+    .unwrap();
+    vm_with_ca(
+        &env,
+        "sshvm",
+        &["-n", "dev", "--cloud-init", user_data.to_str().unwrap()],
+    );
+    // alice may use the VM in dev and read the CA's public keys, not its private keys.
+    let alice = [
+        "--context",
+        "emulator-restricted",
+        "ops@sshvm.dev",
+        "--",
+        "id",
+        "-un",
+    ];
+    let mut command = env.command(BIN);
+    command.arg("ssh").args(alice).env_remove("SSH_AUTH_SOCK");
+    let out = command.output().unwrap();
+    assert_eq!(out.status.code(), Some(255), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot read the SSH CA"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("-i FILE"), "{}", stderr(&out));
+    // With an agent holding the key: a one-line notice, then the login works.
+    let sock = env.dir.path().join("agent.sock");
+    let mut agent = std::process::Command::new("ssh-agent")
+        .arg("-D")
+        .arg("-a")
+        .arg(&sock)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if sock.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let added = std::process::Command::new("ssh-add")
+        .arg(&key)
+        .env("SSH_AUTH_SOCK", &sock)
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{}", stderr(&added));
+    let out = env
+        .command(BIN)
+        .arg("ssh")
+        .args(alice)
+        .env("SSH_AUTH_SOCK", &sock)
+        .output()
+        .unwrap();
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert_eq!(stdout(&out), "ops\n", "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("Notice: cannot read the SSH CA") && err.contains("ssh-agent"),
+        "{err}"
+    );
+}
