@@ -158,6 +158,19 @@ pub enum Command {
     Ca(commands::ca::CaArgs),
     /// Collect a VM's objects, logs, events and domain XML into one tar.gz (secrets masked)
     CollectDebugInfo(commands::collect_debug_info::CollectDebugInfoArgs),
+    /// Log in to a VM with a short-lived certificate signed by the platform CA
+    Ssh(commands::ssh::SshArgs),
+    /// Copy files to or from a VM (SFTP over a certificate-authenticated session)
+    Scp(commands::scp::ScpArgs),
+    /// Print (or --install) an OpenSSH config for `ssh NAME.NAMESPACE.vm`
+    #[command(name = "ssh-config")]
+    SshConfig(commands::ssh_config::SshConfigArgs),
+    /// Write a fresh short-lived key and certificate for OpenSSH (run by ssh-config's Match exec)
+    #[command(name = "ssh-cert")]
+    SshCert(commands::ssh_config::SshCertArgs),
+    /// Forward local TCP/UDP ports (or stdin/stdout) to ports of a VM
+    #[command(name = "port-forward")]
+    PortForward(commands::port_forward::PortForwardArgs),
     /// Print the client version and the platform version of the cluster
     Version(commands::version::VersionArgs),
     /// Print a shell completion script, or install kubectl's plugin completion

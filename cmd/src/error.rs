@@ -17,6 +17,10 @@ pub enum CommandError {
     Interrupted,
     /// The reader of stdout went away: exit quietly.
     BrokenPipe,
+    /// A remote command's exit status, passed on as ours (`ssh`).
+    Exit(u8),
+    /// An SSH connection or authentication failure: the message, exit 255 like OpenSSH.
+    Connection(String),
 }
 
 impl CommandError {
@@ -41,6 +45,11 @@ impl CommandError {
                 ExitCode::from(130)
             }
             CommandError::BrokenPipe => ExitCode::SUCCESS,
+            CommandError::Exit(code) => ExitCode::from(code),
+            CommandError::Connection(message) => {
+                eprintln!("Error: {message}");
+                ExitCode::from(255)
+            }
         }
     }
 }
@@ -48,7 +57,10 @@ impl CommandError {
 impl fmt::Display for CommandError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CommandError::Usage(m) | CommandError::Failed(m) => f.write_str(m),
+            CommandError::Usage(m) | CommandError::Failed(m) | CommandError::Connection(m) => {
+                f.write_str(m)
+            }
+            CommandError::Exit(code) => write!(f, "exit status {code}"),
             CommandError::Interrupted => f.write_str("interrupted"),
             CommandError::BrokenPipe => f.write_str("broken pipe"),
         }

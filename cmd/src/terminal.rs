@@ -1,39 +1,30 @@
-//! Raw mode for interactive streams, restored on every way out: the guard's drop (normal end,
-//! errors, a cancelled future on Ctrl-C), a panic (the hook runs even when panics abort), and
-//! explicit [`restore`] calls from signal handling.
+//! Raw mode for interactive streams (`console`, `ssh`), restored on every way out: the guard's drop,
+//! and a panic hook (release builds abort on panic, so drops would not run).
 
 use std::io::IsTerminal;
-use std::sync::{Mutex, Once};
+use std::sync::Mutex;
 
-use nix::sys::termios::{self, SetArg, Termios};
+use rustix::termios::{self, OptionalActions, Termios};
 
-/// The terminal modes to go back to, while raw mode is on.
+/// The terminal modes to restore, while raw mode is on.
 static SAVED: Mutex<Option<Termios>> = Mutex::new(None);
-static HOOK: Once = Once::new();
 
-/// Raw mode on stdin while alive.
+/// Raw mode on stdin until dropped.
 pub struct RawMode(());
 
 impl RawMode {
-    /// Switches stdin to raw mode (no echo, no line editing, no signals from keys: Ctrl+C is
-    /// a byte for the guest). `None` when stdin is not a terminal.
+    /// Switch stdin to raw mode. `None` when stdin is not a terminal.
     pub fn enable() -> std::io::Result<Option<RawMode>> {
         let stdin = std::io::stdin();
         if !stdin.is_terminal() {
             return Ok(None);
         }
-        let original = termios::tcgetattr(&stdin)?;
-        let mut raw = original.clone();
-        termios::cfmakeraw(&mut raw);
-        *SAVED.lock().unwrap_or_else(|e| e.into_inner()) = Some(original);
-        HOOK.call_once(|| {
-            let previous = std::panic::take_hook();
-            std::panic::set_hook(Box::new(move |info| {
-                restore();
-                previous(info);
-            }));
-        });
-        termios::tcsetattr(&stdin, SetArg::TCSANOW, &raw)?;
+        let saved = termios::tcgetattr(&stdin)?;
+        let mut raw = saved.clone();
+        raw.make_raw();
+        *SAVED.lock().unwrap_or_else(|e| e.into_inner()) = Some(saved);
+        install_panic_hook();
+        termios::tcsetattr(&stdin, OptionalActions::Now, &raw)?;
         Ok(Some(RawMode(())))
     }
 }
@@ -44,10 +35,30 @@ impl Drop for RawMode {
     }
 }
 
-/// Puts back the modes saved by [`RawMode::enable`], if raw mode is on.
+/// Put the saved modes back, if raw mode is on.
 pub fn restore() {
-    let saved = SAVED.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if let Some(original) = saved {
-        let _ = termios::tcsetattr(std::io::stdin(), SetArg::TCSANOW, &original);
+    if let Some(saved) = SAVED.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let _ = termios::tcsetattr(std::io::stdin(), OptionalActions::Now, &saved);
+    }
+}
+
+fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            restore();
+            previous(info);
+        }));
+    });
+}
+
+/// The terminal size of stdout (else stdin) as (columns, rows); 80x24 when unknown.
+pub fn size() -> (u32, u32) {
+    let ws = termios::tcgetwinsize(std::io::stdout())
+        .or_else(|_| termios::tcgetwinsize(std::io::stdin()));
+    match ws {
+        Ok(ws) if ws.ws_col > 0 && ws.ws_row > 0 => (u32::from(ws.ws_col), u32::from(ws.ws_row)),
+        _ => (80, 24),
     }
 }

@@ -21,5 +21,7 @@ mod lifecycle_deckhouse;
 mod list;
 mod scripts;
 mod server_errors;
+mod ssh;
+mod ssh_tools;
 mod version;
 mod vnc;

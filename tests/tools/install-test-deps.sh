@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond the Rust toolchain, idempotently:
 #   - Debian packages: cloud-init (its schema checker validates generated user data),
-#     openssh-client (ssh-keygen checks certificates);
+#     openssh-client (ssh-keygen checks certificates; ssh/scp for the ssh-config tests),
+#     openssh-server (a real sshd: the client's tests and the emulator's guests);
 #   - kubectl v1.36 into <repo>/.tools/bin (Debian's kubectl is too old for plugin completion).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -9,6 +10,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 need=()
 command -v cloud-init >/dev/null 2>&1 || need+=(cloud-init)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v python3 >/dev/null 2>&1 || need+=(python3 python3-pip)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""

@@ -13,6 +13,10 @@ pub mod get;
 pub mod lifecycle;
 pub mod lifecycle_render;
 pub mod list;
+pub mod port_forward;
+pub mod scp;
+pub mod ssh;
+pub mod ssh_config;
 pub mod version;
 pub mod vnc;
 
@@ -61,6 +65,11 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Delete(args) => delete::cmd_delete(&global, args).await,
         Command::Ca(args) => ca::cmd_ca(&global, args).await,
         Command::Console(args) => console::cmd_console(&global, args).await,
+        Command::Ssh(args) => ssh::cmd_ssh(&global, args).await,
+        Command::SshConfig(args) => ssh_config::cmd_ssh_config(&global, args).await,
+        Command::SshCert(args) => ssh_config::cmd_ssh_cert(&global, args).await,
+        Command::Scp(args) => scp::cmd_scp(&global, args).await,
+        Command::PortForward(args) => port_forward::cmd_port_forward(&global, args).await,
         Command::Version(args) => version::cmd_version(&global, args).await,
         Command::CollectDebugInfo(args) => {
             collect_debug_info::cmd_collect_debug_info(&global, args).await

@@ -33,6 +33,8 @@ pub struct App {
     pub holds: crate::hold::Holds,
     /// The guests of running VMs.
     pub guests: crate::guest::Guests,
+    /// Test switches of the sshd guests (host key changes, paused VMs).
+    pub ssh_switches: crate::sshd_guest::Switches,
     /// Open console/VNC streams.
     pub sessions: crate::streams::Sessions,
 }
@@ -51,6 +53,7 @@ impl App {
             requests: Default::default(),
             holds: Default::default(),
             guests: Default::default(),
+            ssh_switches: Default::default(),
             sessions: Default::default(),
         }
     }

@@ -35,6 +35,8 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> GuestIo for T {}
 pub type GuestConn = Box<dyn GuestIo>;
 /// What [`Guest::dial`] returns.
 pub type DialFuture = Pin<Box<dyn Future<Output = io::Result<GuestConn>> + Send>>;
+/// What [`Guest::udp_addr`] returns.
+pub type UdpFuture = Pin<Box<dyn Future<Output = io::Result<std::net::SocketAddr>> + Send>>;
 
 /// Which VM a guest runs for, and which boot of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +66,16 @@ pub trait Guest: Send + Sync {
     fn serial(&self) -> Serial;
     /// Opens a TCP connection to `port` inside the guest.
     fn dial(&self, port: u16) -> DialFuture;
+    /// The local address that stands for UDP `port` inside the guest (datagrams sent there
+    /// reach the guest's service). Refused unless a guest has UDP services.
+    fn udp_addr(&self, port: u16) -> UdpFuture {
+        Box::pin(async move {
+            Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!("dial udp :{port}: connect: connection refused"),
+            ))
+        })
+    }
     /// Powers the guest off (idempotent).
     fn stop(&self);
     /// Becomes `true` when the guest has stopped, for whatever reason.
@@ -284,6 +296,19 @@ impl Guests {
             }
             keep
         });
+    }
+
+    /// Stops the guest of one VM (it boots again on next use if the VM still runs).
+    pub fn stop_one(&self, namespace: &str, name: &str) {
+        let key = (namespace.to_owned(), name.to_owned());
+        if let Some(guest) = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key)
+        {
+            guest.stop();
+        }
     }
 
     /// Stops every guest.

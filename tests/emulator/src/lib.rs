@@ -36,11 +36,13 @@ pub mod openapi;
 pub mod patch;
 pub mod podexec;
 pub mod podlog;
+pub mod portforward;
 pub mod registry;
 pub mod requests;
 pub mod rfb;
 pub mod schema;
 pub mod selector;
+pub mod sshd_guest;
 pub mod status;
 pub mod storage;
 pub mod store;
@@ -223,6 +225,20 @@ impl Handle {
         self.app.sessions.drop_streams(namespace, name)
     }
 
+    /// Test switch: the guest of VM `namespace/name` gets a new host key (and no host
+    /// certificate) from its next boot on; a running guest is stopped, so the next
+    /// connection boots it again.
+    pub fn change_guest_host_key(&self, namespace: &str, name: &str) {
+        self.app.ssh_switches.change_host_key(namespace, name);
+        self.app.guests.sync(&self.app);
+        self.app.guests.stop_one(namespace, name);
+    }
+
+    /// Test switch: pause or unpause VM `namespace/name` (its portforward answers 409).
+    pub fn set_guest_paused(&self, namespace: &str, name: &str, paused: bool) {
+        self.app.ssh_switches.set_paused(namespace, name, paused);
+    }
+
     /// Replaces what boots the guests of running VMs from now on (see [`guest`]).
     pub fn set_guest_factory(&self, factory: Arc<dyn guest::GuestFactory>) {
         self.app.guests.set_factory(factory)
@@ -255,6 +271,11 @@ impl Emulator {
         ));
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             app.ensure_namespace(ns);
+        }
+        // Guests run a real sshd configured by their cloud-init where that is possible (root).
+        if sshd_guest::available() {
+            app.guests
+                .set_factory(Arc::new(sshd_guest::SshdGuests::new(Arc::downgrade(&app))));
         }
         for text in &opts.fixture_yaml {
             fixtures::load(&app, text).map_err(EmulatorError::Fixture)?;

@@ -99,6 +99,9 @@ pub async fn handle(
     if let Some(response) = crate::streams::handle(app, user, rp, parts, q).await {
         return response;
     }
+    if let Some(response) = crate::portforward::handle(app, rp, parts, q).await {
+        return response;
+    }
     action(app, rp, sub, q, body).await
 }
 

@@ -1,0 +1,275 @@
+//! `kubectl vm ssh [USER@]VM [-- COMMAND...]`: log in with a fresh short-lived certificate
+//! signed by the platform CA, through the platform's portforward stream.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use clap_complete::engine::ArgValueCompleter;
+use kubevm::ca::store::DEFAULT_CA_NAMESPACE;
+use kubevm::cluster::Cluster;
+use kubevm::ssh::forward::{self, LocalForward};
+use kubevm::ssh::hostkey::{Prompt, UnknownHost};
+use kubevm::ssh::vm::{self as sshvm, ConnectError, SshEvent, SshOptions};
+use kubevm::ssh::{PtyRequest, SessionIo, SessionRequest, SshError, StrictHostKeyChecking, cert};
+use kubevm::target::Target;
+
+use crate::cli::GlobalArgs;
+use crate::complete;
+use crate::error::{CommandError, CommandResult};
+use crate::terminal;
+
+/// Arguments of `ssh`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  kubectl vm ssh web\n  kubectl vm ssh web.prod -- uname -a\n  echo hi | kubectl vm ssh admin@web -- cat\n  kubectl vm ssh web -L 8080:localhost:80"
+)]
+pub struct SshArgs {
+    /// The VM: [USER@]NAME, NAME.NAMESPACE or vm/NAME[/NAMESPACE]
+    #[arg(value_name = "[USER@]VM", add = ArgValueCompleter::new(complete::vm_names))]
+    pub target: String,
+
+    /// Command to run instead of a login shell
+    #[arg(value_name = "COMMAND", last = true)]
+    pub command: Vec<String>,
+
+    /// Command to run (like the words after --)
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "COMMAND",
+        conflicts_with = "command"
+    )]
+    pub command_flag: Option<String>,
+
+    /// Login name (default: the platform user, kubevm)
+    #[arg(short = 'l', long = "login", value_name = "USER")]
+    pub login: Option<String>,
+
+    /// Force a terminal, even for a command
+    #[arg(short = 't', conflicts_with = "no_tty")]
+    pub tty: bool,
+
+    /// Never allocate a terminal
+    #[arg(short = 'T')]
+    pub no_tty: bool,
+
+    /// Log in with this private key instead of a platform certificate
+    #[arg(short = 'i', long = "identity", value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
+    pub identity: Option<PathBuf>,
+
+    /// Lifetime of the certificate (at most 1h)
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = kubevm::cluster::parse_duration)]
+    pub ttl: Duration,
+
+    /// Guest port of sshd
+    #[arg(short = 'p', long, default_value_t = 22)]
+    pub port: u16,
+
+    /// What to do with an unknown host key: ask, yes (refuse), accept-new or no
+    #[arg(long, value_name = "MODE", default_value = "ask", value_parser = ["ask", "yes", "accept-new", "no"])]
+    pub strict_host_key_checking: String,
+
+    /// Forward a local port through the VM: [ADDRESS:]LOCAL_PORT:HOST:REMOTE_PORT
+    #[arg(short = 'L', value_name = "FORWARD")]
+    pub forwards: Vec<String>,
+
+    /// Namespace holding the platform SSH CA
+    #[arg(long, value_name = "NAMESPACE", default_value = DEFAULT_CA_NAMESPACE)]
+    pub ca_namespace: String,
+}
+
+/// What the flags ask for, checked before any request.
+pub struct Plan {
+    pub target: Target,
+    pub user: String,
+    pub command: Option<String>,
+    pub pty: bool,
+    pub forwards: Vec<LocalForward>,
+    pub strict: StrictHostKeyChecking,
+}
+
+pub fn plan(args: &SshArgs) -> CommandResult<Plan> {
+    let target = Target::parse(&args.target, true)?;
+    cert::check_ttl(args.ttl).map_err(CommandError::usage)?;
+    let forwards = args
+        .forwards
+        .iter()
+        .map(|f| f.parse::<LocalForward>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(CommandError::usage)?;
+    let command = match (&args.command_flag, args.command.is_empty()) {
+        (Some(c), _) => Some(c.clone()),
+        (None, false) => Some(args.command.join(" ")),
+        (None, true) => None,
+    };
+    let pty = if args.no_tty {
+        false
+    } else {
+        args.tty || (command.is_none() && std::io::stdin().is_terminal())
+    };
+    let user = args
+        .login
+        .clone()
+        .or_else(|| target.user.clone())
+        .unwrap_or_else(|| sshvm::DEFAULT_USER.to_owned());
+    Ok(Plan {
+        target,
+        user,
+        command,
+        pty,
+        forwards,
+        strict: args
+            .strict_host_key_checking
+            .parse()
+            .map_err(CommandError::usage)?,
+    })
+}
+
+/// OpenSSH's question for an unknown host, on the terminal; `None` without one.
+pub fn terminal_prompt() -> Prompt {
+    Arc::new(|host: &UnknownHost| {
+        if !std::io::stdin().is_terminal() || !std::io::stderr().is_terminal() {
+            return None;
+        }
+        let mut err = std::io::stderr();
+        let _ = write!(
+            err,
+            "The authenticity of host '{}' can't be established.\n{} key fingerprint is {}.\nThis key is not known by any other names.\nAre you sure you want to continue connecting (yes/no)? ",
+            host.host, host.algorithm, host.fingerprint
+        );
+        let _ = err.flush();
+        loop {
+            let mut line = String::new();
+            if std::io::stdin().read_line(&mut line).ok()? == 0 {
+                return Some(false);
+            }
+            match line.trim() {
+                "yes" => return Some(true),
+                "no" => return Some(false),
+                _ => {
+                    let _ = write!(err, "Please type 'yes' or 'no': ");
+                    let _ = err.flush();
+                }
+            }
+        }
+    })
+}
+
+/// Print connection events on stderr, OpenSSH style.
+pub fn print_event(event: SshEvent) {
+    match event {
+        SshEvent::Fallback(notice) => eprintln!("Notice: {notice}"),
+        SshEvent::HostRecorded { host, file, .. } => eprintln!(
+            "Warning: Permanently added '{host}' (ED25519) to the list of known hosts ({}).",
+            file.display()
+        ),
+    }
+}
+
+/// A connection failure: exit 255 with one line, like OpenSSH.
+pub fn connect_error(e: ConnectError) -> CommandError {
+    match e {
+        ConnectError::Ssh(SshError::Usage(m)) => CommandError::Usage(m),
+        ConnectError::Api(kubevm::Error::InvalidTarget(m)) => CommandError::Usage(m),
+        other => CommandError::Connection(other.to_string()),
+    }
+}
+
+/// Resolve the cluster side of a target: namespace and platform.
+pub async fn resolve(
+    global: &GlobalArgs,
+    target: &Target,
+) -> CommandResult<(Cluster, kubevm::flavor::Platform, String)> {
+    let (cluster, platform) = super::connect(global).await?;
+    let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
+    Ok((cluster, platform, namespace))
+}
+
+pub async fn cmd_ssh(global: &GlobalArgs, args: SshArgs) -> CommandResult {
+    let plan = plan(&args)?;
+    let known_hosts = sshvm::known_hosts_path().map_err(|e| CommandError::usage(e.to_string()))?;
+    let (cluster, platform, namespace) = resolve(global, &plan.target).await?;
+    let options = SshOptions {
+        flavor: platform.flavor,
+        namespace,
+        vm: plan.target.name.clone(),
+        user: plan.user.clone(),
+        port: args.port,
+        ttl: args.ttl,
+        identity_file: args.identity.clone(),
+        strict: plan.strict,
+        known_hosts,
+        ca_namespace: args.ca_namespace.clone(),
+        pty: plan.pty,
+        port_forwarding: !plan.forwards.is_empty(),
+    };
+    let connection = sshvm::connect(&cluster, &options, Some(terminal_prompt()), &print_event)
+        .await
+        .map_err(connect_error)?;
+    let connection = Arc::new(connection);
+    let mut forwarders = Vec::new();
+    for f in &plan.forwards {
+        let listener = forward::bind(f)
+            .await
+            .map_err(|e| CommandError::Connection(e.to_string()))?;
+        forwarders.push(tokio::spawn(forward::serve(
+            connection.clone(),
+            listener,
+            f.clone(),
+            Arc::new(|e| eprintln!("Warning: {e}")),
+        )));
+    }
+    let request = SessionRequest {
+        command: plan.command.clone(),
+        pty: plan.pty.then(|| {
+            let (cols, rows) = terminal::size();
+            PtyRequest {
+                term: std::env::var("TERM").unwrap_or_else(|_| "xterm".into()),
+                cols,
+                rows,
+            }
+        }),
+    };
+    let raw = if plan.pty {
+        terminal::RawMode::enable()?
+    } else {
+        None
+    };
+    let resize = if plan.pty {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        if let Ok(mut winch) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
+        {
+            tokio::spawn(async move {
+                while winch.recv().await.is_some() {
+                    if tx.send(terminal::size()).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Some(rx)
+    } else {
+        None
+    };
+    let io = SessionIo {
+        stdin: Box::new(tokio::io::stdin()),
+        stdout: Box::new(tokio::io::stdout()),
+        stderr: Box::new(tokio::io::stderr()),
+        resize,
+    };
+    let outcome = connection.run(&request, io).await;
+    drop(raw);
+    for f in forwarders {
+        f.abort();
+    }
+    connection.close().await;
+    let exit = outcome.map_err(|e| CommandError::Connection(e.to_string()))?;
+    match exit.code() {
+        0 => Ok(()),
+        code => Err(CommandError::Exit(code as u8)),
+    }
+}

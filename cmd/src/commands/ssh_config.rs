@@ -1,0 +1,196 @@
+//! `kubectl vm ssh-config [--install]` and the helper it configures, `kubectl vm ssh-cert`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use kubevm::ca::store::{self, DEFAULT_CA_NAMESPACE};
+use kubevm::ssh::cert::{self, CertRequest, UserIdentity};
+use kubevm::ssh::config::{self, ConfigPaths, Invocation, VmEntry};
+use kubevm::ssh::vm as sshvm;
+use kubevm::ssh::{CaSigner, files};
+use kubevm::target::Target;
+use kubevm::vm::Scope;
+
+use crate::cli::GlobalArgs;
+use crate::error::{CommandError, CommandResult};
+
+/// Arguments of `ssh-config`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  kubectl vm ssh-config\n  kubectl vm --context prod ssh-config --install && ssh web.prod.vm"
+)]
+pub struct SshConfigArgs {
+    /// Write the config under ~/.kube/kubectl-vm and include it from ~/.ssh/config
+    #[arg(long)]
+    pub install: bool,
+
+    /// Default login name
+    #[arg(short = 'l', long = "login", value_name = "USER", default_value = sshvm::DEFAULT_USER)]
+    pub login: String,
+
+    /// Namespace holding the platform SSH CA
+    #[arg(long, value_name = "NAMESPACE", default_value = DEFAULT_CA_NAMESPACE)]
+    pub ca_namespace: String,
+}
+
+/// Arguments of `ssh-cert` (run by OpenSSH through `Match exec`).
+#[derive(Debug, Args)]
+pub struct SshCertArgs {
+    /// The host: NAME.NAMESPACE.vm, NAME.NAMESPACE or NAME
+    #[arg(value_name = "HOST")]
+    pub host: String,
+
+    /// Login name the certificate is for
+    #[arg(short = 'l', long = "login", value_name = "USER", default_value = sshvm::DEFAULT_USER)]
+    pub login: String,
+
+    /// Lifetime of the certificate (at most 1h)
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = kubevm::cluster::parse_duration)]
+    pub ttl: Duration,
+
+    /// Namespace holding the platform SSH CA
+    #[arg(long, value_name = "NAMESPACE", default_value = DEFAULT_CA_NAMESPACE)]
+    pub ca_namespace: String,
+}
+
+fn home() -> CommandResult<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .ok_or_else(|| CommandError::usage("HOME is not set"))
+}
+
+/// The global flags that select the cluster, for the generated commands.
+fn cluster_flags(global: &GlobalArgs) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(k) = &global.kubeconfig {
+        let abs = std::path::absolute(k).unwrap_or_else(|_| k.clone());
+        out.extend(["--kubeconfig".to_string(), abs.display().to_string()]);
+    }
+    for (flag, value) in [
+        ("--context", &global.context),
+        ("--cluster", &global.cluster),
+        ("--user", &global.user),
+    ] {
+        if let Some(v) = value {
+            out.extend([flag.to_string(), v.clone()]);
+        }
+    }
+    if global.flavor != "auto" {
+        out.extend(["--flavor".to_string(), global.flavor.clone()]);
+    }
+    out
+}
+
+pub async fn cmd_ssh_config(global: &GlobalArgs, args: SshConfigArgs) -> CommandResult {
+    let paths = ConfigPaths::under(&home()?);
+    let (cluster, platform) = super::connect(global).await?;
+    let keys = store::read_public_keys(&cluster, &args.ca_namespace)
+        .await?
+        .ok_or_else(|| {
+            CommandError::Failed(format!(
+                "no SSH CA in namespace {:?}; create one with `kubectl vm ca init`",
+                args.ca_namespace
+            ))
+        })?;
+    // VMs the user can list get their own block (HostKeyAlias NAME.NAMESPACE, the host
+    // certificate's principal); all namespaces if allowed, else the current one.
+    let list = match kubevm::vm::list(&cluster, &platform, &Scope::AllNamespaces, None).await {
+        Ok(list) => list,
+        Err(kubevm::Error::Forbidden { .. }) => {
+            kubevm::vm::list(
+                &cluster,
+                &platform,
+                &Scope::Namespace(cluster.namespace.clone()),
+                None,
+            )
+            .await?
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let vms: Vec<VmEntry> = list
+        .items
+        .iter()
+        .map(|v| VmEntry {
+            name: v.name.clone(),
+            namespace: v.namespace.clone(),
+        })
+        .collect();
+    let program = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "kubectl-vm".into());
+    let inv = Invocation {
+        program,
+        global_args: cluster_flags(global),
+    };
+    let text = config::render(&inv, &paths, &args.login, &vms);
+    let known = config::known_hosts(&keys);
+    if !args.install {
+        print!("{text}");
+        println!(
+            "# Host keys: put these lines in {}",
+            paths.known_hosts.display()
+        );
+        for line in known.lines() {
+            println!("#   {line}");
+        }
+        return Ok(());
+    }
+    let user_config = home()?.join(".ssh/config");
+    let changed = config::install(&paths, &text, &known, Some(&user_config))
+        .map_err(|e| CommandError::Failed(e.to_string()))?;
+    println!(
+        "wrote {} ({} VMs) and {}",
+        paths.config.display(),
+        vms.len(),
+        paths.known_hosts.display()
+    );
+    if changed {
+        println!(
+            "added `{}` to {}",
+            config::include_line(&paths),
+            user_config.display()
+        );
+    } else {
+        println!("{} already includes it", user_config.display());
+    }
+    println!("try: ssh NAME.NAMESPACE.vm");
+    Ok(())
+}
+
+pub async fn cmd_ssh_cert(global: &GlobalArgs, args: SshCertArgs) -> CommandResult {
+    cert::check_ttl(args.ttl).map_err(CommandError::usage)?;
+    let host = args.host.strip_suffix(".vm").unwrap_or(&args.host);
+    let target = Target::parse(host, false)?;
+    let paths = ConfigPaths::under(&home()?);
+    let cluster = kubevm::cluster::Cluster::connect(&global.connect_options()).await?;
+    let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
+    let bundle = store::read_bundle(&cluster, &args.ca_namespace)
+        .await?
+        .ok_or_else(|| {
+            CommandError::Failed(format!(
+                "cannot read the SSH CA (Secret {}/{}): use your own key with ssh -i",
+                args.ca_namespace,
+                kubevm::ca::SECRET_NAME
+            ))
+        })?;
+    let user = sshvm::kubernetes_user(&cluster).await;
+    let request = CertRequest {
+        principal: args.login.clone(),
+        key_id: cert::key_id(&user, &namespace, &target.name),
+        ttl: args.ttl,
+        pty: true,
+        port_forwarding: true,
+        interactive_all: true,
+    };
+    let id = UserIdentity::issue(&CaSigner::new(bundle), &request)
+        .await
+        .map_err(|e| CommandError::Failed(e.to_string()))?;
+    let (key, cert) = id
+        .openssh_files()
+        .map_err(|e| CommandError::Failed(e.to_string()))?;
+    files::write_private(&paths.key, key.as_bytes())?;
+    files::write_private(&paths.certificate, cert.as_bytes())?;
+    Ok(())
+}

@@ -1,0 +1,347 @@
+//! `kubectl vm port-forward`: local TCP and UDP ports forwarded to a VM's guest ports, one
+//! portforward websocket per accepted TCP connection and per UDP client address (as virtctl
+//! does: the platforms do not multiplex), or one port on stdin/stdout (`--stdio`, for
+//! OpenSSH's `ProxyCommand`).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use crate::cluster::Cluster;
+use crate::flavor::Flavor;
+use crate::ssh::vm::{ConnectError, open_port};
+
+/// `tcp` or `udp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// TCP (the default).
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+impl Protocol {
+    /// The name in the API path.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        }
+    }
+}
+
+/// One `[tcp/|udp/]LOCAL[:REMOTE]` argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortSpec {
+    /// Protocol.
+    pub protocol: Protocol,
+    /// Local port (0: any free port).
+    pub local: u16,
+    /// Guest port.
+    pub remote: u16,
+}
+
+impl std::str::FromStr for PortSpec {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| format!("invalid port {text:?}: {why}");
+        let (protocol, rest) = match text.split_once('/') {
+            Some(("tcp", rest)) => (Protocol::Tcp, rest),
+            Some(("udp", rest)) => (Protocol::Udp, rest),
+            Some((other, _)) => {
+                return Err(bad(&format!(
+                    "unknown protocol {other:?}; use tcp/ or udp/"
+                )));
+            }
+            None => (Protocol::Tcp, text),
+        };
+        let number = |s: &str| {
+            s.parse::<u16>()
+                .map_err(|_| bad(&format!("{s:?} is not a port number")))
+        };
+        let (local, remote) = match rest.split_once(':') {
+            Some((l, r)) => (number(l)?, number(r)?),
+            None => {
+                let p = number(rest)?;
+                (p, p)
+            }
+        };
+        if remote == 0 {
+            return Err(bad("the VM port must not be 0"));
+        }
+        Ok(PortSpec {
+            protocol,
+            local,
+            remote,
+        })
+    }
+}
+
+/// The VM a forward goes to.
+#[derive(Debug, Clone)]
+pub struct ForwardTarget {
+    /// The platform.
+    pub flavor: Flavor,
+    /// VM namespace.
+    pub namespace: String,
+    /// VM name.
+    pub vm: String,
+}
+
+/// What happens while forwarding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ForwardEvent {
+    /// A port listens.
+    Listening {
+        /// The local address.
+        local: SocketAddr,
+        /// The forward.
+        spec: PortSpec,
+    },
+    /// One connection could not be forwarded (the port keeps listening).
+    ConnectionFailed {
+        /// The forward.
+        spec: PortSpec,
+        /// Why, one line.
+        reason: String,
+    },
+}
+
+/// Event sink.
+pub type Events = Arc<dyn Fn(ForwardEvent) + Send + Sync>;
+
+/// Bind every port, then forward until the future is dropped. Binding errors come back
+/// before anything is forwarded.
+pub async fn run(
+    cluster: &Cluster,
+    target: &ForwardTarget,
+    address: &str,
+    specs: &[PortSpec],
+    events: Events,
+) -> Result<(), ConnectError> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for spec in specs {
+        let unreachable = |e: std::io::Error| {
+            ConnectError::Unreachable(format!("cannot listen on {address}:{}: {e}", spec.local))
+        };
+        match spec.protocol {
+            Protocol::Tcp => {
+                let listener = tokio::net::TcpListener::bind((address, spec.local))
+                    .await
+                    .map_err(unreachable)?;
+                events(ForwardEvent::Listening {
+                    local: listener.local_addr().map_err(unreachable)?,
+                    spec: *spec,
+                });
+                tasks.spawn(serve_tcp(
+                    cluster.clone(),
+                    target.clone(),
+                    listener,
+                    *spec,
+                    events.clone(),
+                ));
+            }
+            Protocol::Udp => {
+                let socket = tokio::net::UdpSocket::bind((address, spec.local))
+                    .await
+                    .map_err(unreachable)?;
+                events(ForwardEvent::Listening {
+                    local: socket.local_addr().map_err(unreachable)?,
+                    spec: *spec,
+                });
+                tasks.spawn(serve_udp(
+                    cluster.clone(),
+                    target.clone(),
+                    socket,
+                    *spec,
+                    events.clone(),
+                ));
+            }
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+async fn serve_tcp(
+    cluster: Cluster,
+    target: ForwardTarget,
+    listener: tokio::net::TcpListener,
+    spec: PortSpec,
+    events: Events,
+) {
+    loop {
+        let Ok((mut socket, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = socket.set_nodelay(true);
+        let (cluster, target, events) = (cluster.clone(), target.clone(), events.clone());
+        tokio::spawn(async move {
+            match open_port(
+                &cluster,
+                target.flavor,
+                &target.namespace,
+                &target.vm,
+                spec.remote,
+                "tcp",
+            )
+            .await
+            {
+                Ok(mut stream) => {
+                    let _ = tokio::io::copy_bidirectional(&mut socket, &mut stream.io).await;
+                }
+                Err(e) => events(ForwardEvent::ConnectionFailed {
+                    spec,
+                    reason: e.to_string(),
+                }),
+            }
+        });
+    }
+}
+
+/// One websocket per client address. The stream layer is a byte stream, so a datagram is
+/// written as one chunk and every chunk read back is sent as one datagram.
+async fn serve_udp(
+    cluster: Cluster,
+    target: ForwardTarget,
+    socket: tokio::net::UdpSocket,
+    spec: PortSpec,
+    events: Events,
+) {
+    let socket = Arc::new(socket);
+    let mut clients: HashMap<SocketAddr, mpsc::UnboundedSender<Vec<u8>>> = HashMap::new();
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let Ok((n, from)) = socket.recv_from(&mut buf).await else {
+            continue;
+        };
+        let datagram = buf[..n].to_vec();
+        if let Some(tx) = clients.get(&from)
+            && tx.send(datagram.clone()).is_ok()
+        {
+            continue;
+        }
+        let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let _ = tx.send(datagram);
+        clients.insert(from, tx);
+        let (cluster, target, events, socket) = (
+            cluster.clone(),
+            target.clone(),
+            events.clone(),
+            socket.clone(),
+        );
+        tokio::spawn(async move {
+            let stream = match open_port(
+                &cluster,
+                target.flavor,
+                &target.namespace,
+                &target.vm,
+                spec.remote,
+                "udp",
+            )
+            .await
+            {
+                Ok(s) => s,
+                Err(e) => {
+                    events(ForwardEvent::ConnectionFailed {
+                        spec,
+                        reason: e.to_string(),
+                    });
+                    return;
+                }
+            };
+            let (mut rd, mut wr) = tokio::io::split(stream.io);
+            let up = async move {
+                while let Some(d) = rx.recv().await {
+                    if wr.write_all(&d).await.is_err() || wr.flush().await.is_err() {
+                        break;
+                    }
+                }
+            };
+            let down = async move {
+                let mut buf = vec![0u8; 65536];
+                while let Ok(n) = rd.read(&mut buf).await {
+                    if n == 0 || socket.send_to(&buf[..n], from).await.is_err() {
+                        break;
+                    }
+                }
+            };
+            tokio::join!(up, down);
+        });
+    }
+}
+
+/// `--stdio`: one TCP connection to `port` on stdin/stdout, until either side ends.
+pub async fn stdio(
+    cluster: &Cluster,
+    target: &ForwardTarget,
+    port: u16,
+) -> Result<(), ConnectError> {
+    let stream = open_port(
+        cluster,
+        target.flavor,
+        &target.namespace,
+        &target.vm,
+        port,
+        "tcp",
+    )
+    .await?;
+    let (mut rd, mut wr) = tokio::io::split(stream.io);
+    let mut stdin = tokio::io::stdin();
+    let mut stdout = tokio::io::stdout();
+    let up = async {
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            match stdin.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if wr.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = wr.shutdown().await;
+        // Half-closing ends the websocket; the other direction decides when we are done.
+        std::future::pending::<()>().await
+    };
+    let down = async {
+        let mut buf = vec![0u8; 32 * 1024];
+        while let Ok(n) = rd.read(&mut buf).await {
+            if n == 0 || stdout.write_all(&buf[..n]).await.is_err() || stdout.flush().await.is_err()
+            {
+                break;
+            }
+        }
+    };
+    // The remote end closing ends the session even if stdin stays open (ssh keeps it open).
+    tokio::select! {
+        _ = up => {}
+        _ = down => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_specs_like_virtctl() {
+        let p: PortSpec = "8080".parse().unwrap();
+        assert_eq!((p.protocol, p.local, p.remote), (Protocol::Tcp, 8080, 8080));
+        let p: PortSpec = "2222:22".parse().unwrap();
+        assert_eq!((p.local, p.remote), (2222, 22));
+        let p: PortSpec = "udp/5353:53".parse().unwrap();
+        assert_eq!((p.protocol, p.local, p.remote), (Protocol::Udp, 5353, 53));
+        let p: PortSpec = "0:80".parse().unwrap();
+        assert_eq!(p.local, 0);
+        assert!("sctp/1".parse::<PortSpec>().is_err());
+        assert!("x".parse::<PortSpec>().is_err());
+        assert!("80:0".parse::<PortSpec>().is_err());
+        assert!("70000".parse::<PortSpec>().is_err());
+    }
+}

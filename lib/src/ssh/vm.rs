@@ -1,0 +1,261 @@
+//! Connecting to a VM: the Kubernetes user (for the certificate's key ID), the identity
+//! (a CA-signed certificate, else `-i FILE` or the ssh-agent), the platform CA keys for host
+//! verification, the portforward stream to the guest's sshd, and the SSH handshake over it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use kube::Api;
+use kube::api::PostParams;
+use russh::keys::PublicKey;
+
+use super::cert::{self, CertRequest, UserIdentity};
+use super::client::{Auth, Connection};
+use super::hostkey::{self, HostVerifier, Prompt, StrictHostKeyChecking};
+use super::{CaSigner, SshError};
+use crate::ca::store;
+use crate::cluster::Cluster;
+use crate::error::Error;
+use crate::flavor::Flavor;
+use crate::stream::{self, StreamKind, StreamTarget};
+
+/// The platform user `create` provisions: the login when none is given.
+pub const DEFAULT_USER: &str = crate::create::plan::DEFAULT_PLATFORM_USER;
+
+/// Where and how to log in.
+#[derive(Debug, Clone)]
+pub struct SshOptions {
+    /// The platform.
+    pub flavor: Flavor,
+    /// VM namespace.
+    pub namespace: String,
+    /// VM name.
+    pub vm: String,
+    /// Login name (default [`DEFAULT_USER`]).
+    pub user: String,
+    /// Guest port of sshd.
+    pub port: u16,
+    /// Certificate lifetime.
+    pub ttl: Duration,
+    /// `-i FILE`: use this key instead of a certificate.
+    pub identity_file: Option<PathBuf>,
+    /// Unknown-host policy.
+    pub strict: StrictHostKeyChecking,
+    /// The known_hosts file (default `~/.kube/kubectl-vm/known_hosts`).
+    pub known_hosts: PathBuf,
+    /// Namespace of the platform CA.
+    pub ca_namespace: String,
+    /// The certificate should allow a terminal.
+    pub pty: bool,
+    /// The certificate should allow `-L` forwarding.
+    pub port_forwarding: bool,
+}
+
+/// Things worth telling the user while connecting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SshEvent {
+    /// The CA could not be read; another identity is used (one line).
+    Fallback(String),
+    /// A new host key was recorded in known_hosts.
+    HostRecorded {
+        /// `NAME.NAMESPACE`.
+        host: String,
+        /// `SHA256:…`.
+        fingerprint: String,
+        /// The file.
+        file: PathBuf,
+    },
+}
+
+/// Why connecting failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// A Kubernetes API error before the stream opened (VM not found, forbidden, …).
+    #[error("{0}")]
+    Api(#[from] Error),
+    /// The VM is not reachable now: stopped, paused, no sshd on the port.
+    #[error("{0}")]
+    Unreachable(String),
+    /// SSH failed: host verification, authentication, transport.
+    #[error("{0}")]
+    Ssh(#[from] SshError),
+}
+
+/// The Kubernetes user name from a SelfSubjectReview, `unknown` if the server cannot say.
+pub async fn kubernetes_user(cluster: &Cluster) -> String {
+    let api: Api<SelfSubjectReview> = Api::all(cluster.client.clone());
+    match api
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+    {
+        Ok(review) => review
+            .status
+            .and_then(|s| s.user_info)
+            .and_then(|u| u.username)
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "unknown".into()),
+        Err(_) => "unknown".into(),
+    }
+}
+
+/// Pick the identity: a fresh certificate when the CA can be read, else `-i FILE`, else the
+/// ssh-agent. `-i FILE` wins when given.
+pub async fn identity(
+    cluster: &Cluster,
+    options: &SshOptions,
+    events: &(dyn Fn(SshEvent) + Send + Sync),
+) -> Result<Auth, ConnectError> {
+    if let Some(path) = &options.identity_file {
+        let key = russh::keys::load_secret_key(path, None)
+            .map_err(|e| SshError::Usage(format!("cannot load the key {}: {e}", path.display())))?;
+        return Ok(Auth::Key(Arc::new(key)));
+    }
+    match store::read_bundle(cluster, &options.ca_namespace).await? {
+        Some(bundle) => {
+            let user = kubernetes_user(cluster).await;
+            let request = CertRequest {
+                principal: options.user.clone(),
+                key_id: cert::key_id(&user, &options.namespace, &options.vm),
+                ttl: options.ttl,
+                pty: options.pty,
+                port_forwarding: options.port_forwarding,
+                interactive_all: false,
+            };
+            let id = UserIdentity::issue(&CaSigner::new(bundle), &request).await?;
+            Ok(Auth::Certificate(Box::new(id)))
+        }
+        None => {
+            if std::env::var_os("SSH_AUTH_SOCK").is_none_or(|s| s.is_empty()) {
+                return Err(SshError::AuthRefused(format!(
+                    "cannot read the SSH CA (Secret {}/{}): pass -i FILE, or start an ssh-agent with your key",
+                    options.ca_namespace,
+                    crate::ca::SECRET_NAME
+                ))
+                .into());
+            }
+            events(SshEvent::Fallback(format!(
+                "cannot read the SSH CA (Secret {}/{}); using the ssh-agent",
+                options.ca_namespace,
+                crate::ca::SECRET_NAME
+            )));
+            Ok(Auth::Agent)
+        }
+    }
+}
+
+/// The platform CA public keys, for host certificates; empty without a CA.
+pub async fn ca_keys(cluster: &Cluster, ca_namespace: &str) -> Result<Vec<PublicKey>, Error> {
+    let lines = match store::read_public_keys(cluster, ca_namespace).await {
+        Ok(lines) => lines.unwrap_or_default(),
+        // A user who may not read the ConfigMap falls back to known_hosts.
+        Err(Error::Forbidden { .. }) => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    Ok(lines
+        .iter()
+        .filter_map(|l| PublicKey::from_openssh(l).ok())
+        .collect())
+}
+
+/// Open a raw byte stream to `port` of the VM's guest (one portforward websocket), with
+/// "VM stopped", "VM paused" and "nothing listens" told apart.
+pub async fn open_port(
+    cluster: &Cluster,
+    flavor: Flavor,
+    namespace: &str,
+    vm: &str,
+    port: u16,
+    protocol: &str,
+) -> Result<stream::PlatformStream, ConnectError> {
+    let target = StreamTarget::new(
+        flavor,
+        namespace,
+        vm,
+        StreamKind::PortForward {
+            port,
+            protocol: protocol.to_owned(),
+        },
+    );
+    stream::open(cluster, &target)
+        .await
+        .map_err(|e| classify_open_error(e, namespace, vm, port))
+}
+
+/// Turn a failed portforward upgrade into what the user needs to know.
+pub fn classify_open_error(err: Error, namespace: &str, vm: &str, port: u16) -> ConnectError {
+    match err {
+        Error::NotRunning(message) => ConnectError::Unreachable(format!(
+            "VM {vm}.{namespace} is not running ({message}); start it with `kubectl vm start`"
+        )),
+        Error::Conflict(message) if message.to_ascii_lowercase().contains("paused") => {
+            ConnectError::Unreachable(format!(
+                "VM {vm}.{namespace} is paused ({message}); unpause it first"
+            ))
+        }
+        Error::Api { code, message, .. }
+            if code >= 500 && message.to_ascii_lowercase().contains("dial") =>
+        {
+            ConnectError::Unreachable(format!(
+                "nothing accepts connections on port {port} of VM {vm}.{namespace} ({message})"
+            ))
+        }
+        other => ConnectError::Api(other),
+    }
+}
+
+/// Connect and log in to the VM's sshd.
+pub async fn connect(
+    cluster: &Cluster,
+    options: &SshOptions,
+    prompt: Option<Prompt>,
+    events: &(dyn Fn(SshEvent) + Send + Sync),
+) -> Result<Connection, ConnectError> {
+    let auth = identity(cluster, options, events).await?;
+    let verifier = HostVerifier {
+        vm: options.vm.clone(),
+        namespace: options.namespace.clone(),
+        ca_keys: ca_keys(cluster, &options.ca_namespace).await?,
+        known_hosts: options.known_hosts.clone(),
+        strict: options.strict,
+        prompt,
+    };
+    let stream = open_port(
+        cluster,
+        options.flavor,
+        &options.namespace,
+        &options.vm,
+        options.port,
+        "tcp",
+    )
+    .await?;
+    let on_host = |trust: &super::HostTrust| {
+        if let super::HostTrust::Recorded { host } = trust {
+            events(SshEvent::HostRecorded {
+                host: host.host.clone(),
+                fingerprint: host.fingerprint.clone(),
+                file: options.known_hosts.clone(),
+            });
+        }
+    };
+    let connection = Connection::connect_with(stream.io, verifier, &options.user, &auth, on_host)
+        .await
+        .map_err(|e| match e {
+            SshError::AuthRefused(m) if matches!(auth, Auth::Certificate(_)) => {
+                SshError::AuthRefused(format!(
+                    "{m}: the guest does not accept the platform certificate (does it trust the CA? `kubectl vm get {}.{}` shows how it was created)",
+                    options.vm, options.namespace
+                ))
+            }
+            other => other,
+        })?;
+    Ok(connection)
+}
+
+/// The default known_hosts path, or an error when `HOME` is unset.
+pub fn known_hosts_path() -> Result<PathBuf, SshError> {
+    hostkey::default_known_hosts().ok_or_else(|| {
+        SshError::Usage("HOME is not set: cannot find ~/.kube/kubectl-vm/known_hosts".into())
+    })
+}

@@ -1,0 +1,401 @@
+//! `kubectl vm ssh` end to end: `ca init` → `create` → ssh into the emulator's guest, whose
+//! real sshd is configured by the VM's own cloud-init (the emulator's sshd guests, which need
+//! root: see tests/emulator/src/sshd_guest.rs).
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::common::{BIN, Env, ok, stderr, stdout};
+
+const IMAGE: &str = "quay.io/containerdisks/ubuntu:24.04";
+
+/// `ca init` and a running VM `NAME` in `default`, created with the platform SSH setup.
+pub fn vm_with_ca(env: &Env, name: &str, extra: &[&str]) {
+    if !env.dir.path().join(".ca-done").exists() {
+        ok(env.vm(&["ca", "init"]));
+        std::fs::write(env.dir.path().join(".ca-done"), "").unwrap();
+    }
+    let mut args = vec!["create", name, "--wait", "--timeout", "60s"];
+    args.extend_from_slice(extra);
+    if !extra.contains(&"--image") {
+        args.extend(["--image", IMAGE]);
+    }
+    ok(env.vm(&args));
+}
+
+fn ssh(env: &Env, args: &[&str], stdin: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    let mut child = env
+        .command(BIN)
+        .arg("ssh")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn basics(env: &Env) {
+    vm_with_ca(env, "sshvm", &[]);
+    let out = ssh(env, &["sshvm", "--", "id", "-un"], b"");
+    assert_eq!(
+        (out.status.code(), stdout(&out).as_str()),
+        (Some(0), "kubevm\n"),
+        "{}",
+        stderr(&out)
+    );
+    let out = ssh(env, &["sshvm", "--", "exit", "7"], b"");
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let out = ssh(env, &["sshvm", "--", "cat"], b"hi\n");
+    assert_eq!(stdout(&out), "hi\n", "{}", stderr(&out));
+    let out = ssh(env, &["-c", "echo err >&2; echo out", "sshvm"], b"");
+    assert_eq!(
+        (stdout(&out).as_str(), stderr(&out).as_str()),
+        ("out\n", "err\n")
+    );
+    // The login used a certificate issued to the Kubernetes user for this VM.
+    let out = ssh(env, &["sshvm", "--", "whoami"], b"");
+    assert_eq!(stdout(&out), "kubevm\n");
+}
+
+#[test]
+fn kubevirt_ssh_runs_commands() {
+    basics(&Env::kubevirt());
+}
+
+#[test]
+fn deckhouse_ssh_runs_commands() {
+    basics(&Env::deckhouse());
+}
+
+fn interactive(env: &Env) {
+    vm_with_ca(env, "sshvm", &[]);
+    // A shell on the pty records the terminal modes before and after kubectl-vm.
+    let before = env.dir.path().join("modes.before");
+    let after = env.dir.path().join("modes.after");
+    let script = format!(
+        "stty -g > {b}; {bin} ssh sshvm; rc=$?; stty -g > {a}; exit $rc",
+        b = before.display(),
+        a = after.display(),
+        bin = BIN
+    );
+    let mut command = env.command("sh");
+    command.args(["-c", &script]).env("TERM", "xterm");
+    let mut p = rexpect::session::spawn_command(command, Some(30_000)).unwrap();
+    let pty = p.process().get_file_handle().unwrap();
+    rustix::termios::tcsetwinsize(
+        &pty,
+        rustix::termios::Winsize {
+            ws_row: 30,
+            ws_col: 90,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        },
+    )
+    .unwrap();
+    p.send_line("echo T=$TERM; stty size").unwrap();
+    p.exp_string("T=xterm").unwrap();
+    p.exp_string("30 90").unwrap();
+    // Resized while connected: SIGWINCH → window-change → the guest's pty.
+    rustix::termios::tcsetwinsize(
+        &pty,
+        rustix::termios::Winsize {
+            ws_row: 40,
+            ws_col: 120,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        },
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    p.send_line("stty size; tty").unwrap();
+    p.exp_string("40 120").unwrap();
+    p.exp_string("/dev/pts/").unwrap();
+    p.send_line("exit 3").unwrap();
+    p.exp_eof().unwrap();
+    assert_eq!(crate::common::exit_code(&p), 3);
+    let (b, a) = (
+        std::fs::read_to_string(&before).unwrap(),
+        std::fs::read_to_string(&after).unwrap(),
+    );
+    assert!(!b.is_empty());
+    assert_eq!(b, a, "terminal modes restored");
+}
+
+#[test]
+fn kubevirt_interactive_session() {
+    interactive(&Env::kubevirt());
+}
+
+#[test]
+fn deckhouse_interactive_session() {
+    interactive(&Env::deckhouse());
+}
+
+fn fingerprint_of(line: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("k");
+    std::fs::write(&f, line).unwrap();
+    let out = std::process::Command::new("ssh-keygen")
+        .arg("-l")
+        .arg("-f")
+        .arg(&f)
+        .output()
+        .unwrap();
+    stdout(&out).split_whitespace().nth(1).unwrap().to_owned()
+}
+
+#[test]
+fn host_key_changes_and_strict_checking() {
+    let env = Env::kubevirt();
+    ok(env.vm(&["ca", "init"]));
+    std::fs::write(env.dir.path().join(".ca-done"), "").unwrap();
+    // A guest without the platform setup: no host certificate, so known_hosts applies.
+    vm_with_ca(&env, "plain", &["--no-platform-ssh"]);
+    let known = env.dir.path().join(".kube/kubectl-vm/known_hosts");
+    let out = ssh(
+        &env,
+        &["--strict-host-key-checking", "yes", "plain", "--", "true"],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(255));
+    assert!(
+        stderr(&out).contains("no host key known for plain.default"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!known.exists());
+    let out = ssh(
+        &env,
+        &[
+            "--strict-host-key-checking",
+            "accept-new",
+            "plain",
+            "--",
+            "true",
+        ],
+        b"",
+    );
+    // The host is recorded; the login itself fails (the guest does not trust the CA).
+    assert_eq!(out.status.code(), Some(255));
+    let err = stderr(&out);
+    assert!(err.contains("Permanently added 'plain.default'"), "{err}");
+    assert!(err.contains("kubectl vm get plain.default"), "{err}");
+    let recorded = std::fs::read_to_string(&known).unwrap();
+    assert!(
+        recorded.starts_with("plain.default ssh-ed25519 "),
+        "{recorded}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&known).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let old = fingerprint_of(recorded.split_once(' ').unwrap().1);
+    env.emulator.change_guest_host_key("default", "plain");
+    let out = ssh(
+        &env,
+        &[
+            "--strict-host-key-checking",
+            "accept-new",
+            "plain",
+            "--",
+            "true",
+        ],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(255));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("CHANGED") && err.contains(&old), "{err}");
+    let fps: Vec<_> = err.match_indices("SHA256:").collect();
+    assert_eq!(fps.len(), 2, "both fingerprints: {err}");
+    assert_eq!(
+        std::fs::read_to_string(&known).unwrap(),
+        recorded,
+        "not overwritten"
+    );
+}
+
+#[test]
+fn host_certificate_from_another_ca_refuses() {
+    let env = Env::kubevirt();
+    vm_with_ca(&env, "sshvm", &[]);
+    // Replace the platform CA: the VM's host certificate is now from another CA.
+    ok(env.kubectl(&[
+        "delete",
+        "-n",
+        "kubevm-system",
+        "secret,configmap",
+        "kubevm-ssh-ca",
+    ]));
+    ok(env.vm(&["ca", "init"]));
+    let out = ssh(&env, &["sshvm", "--", "true"], b"");
+    assert_eq!(out.status.code(), Some(255));
+    let err = stderr(&out);
+    assert!(
+        err.contains("host certificate refused") && err.contains("not the platform SSH CA"),
+        "{err}"
+    );
+}
+
+#[test]
+fn paused_and_stopped_vms_exit_255() {
+    let env = Env::deckhouse();
+    vm_with_ca(&env, "sshvm", &[]);
+    env.emulator.set_guest_paused("default", "sshvm", true);
+    let out = ssh(&env, &["sshvm", "--", "true"], b"");
+    assert_eq!(out.status.code(), Some(255));
+    assert!(stderr(&out).contains("is paused"), "{}", stderr(&out));
+    env.emulator.set_guest_paused("default", "sshvm", false);
+    let out = ssh(&env, &["-p", "2222", "sshvm", "--", "true"], b"");
+    assert_eq!(out.status.code(), Some(255));
+    assert!(
+        stderr(&out).contains("nothing accepts connections on port 2222"),
+        "{}",
+        stderr(&out)
+    );
+    let out = ssh(&env, &["--ttl", "2h", "sshvm"], b"");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+#[test]
+fn identity_file_logs_in_as_a_cloud_init_user() {
+    let env = Env::kubevirt();
+    let key = env.dir.path().join("id_ed25519");
+    let status = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&key)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // (create's own --user flag is shadowed by the global kubeconfig --user, so the user comes
+    // from the user's cloud-config, which create merges with the platform's.)
+    let public = std::fs::read_to_string(format!("{}.pub", key.display())).unwrap();
+    let user_data = env.dir.path().join("user-data.yaml");
+    std::fs::write(
+        &user_data,
+        format!(
+            "#cloud-config\nusers:\n- name: ops\n  shell: /bin/bash\n  ssh_authorized_keys:\n  - {}\n",
+            public.trim()
+        ),
+    )
+    .unwrap();
+    vm_with_ca(
+        &env,
+        "sshvm",
+        &["--cloud-init", user_data.to_str().unwrap()],
+    );
+    // -i: the key from the VM's cloud-init authorized_keys, no certificate.
+    let out = ssh(
+        &env,
+        &["-i", key.to_str().unwrap(), "ops@sshvm", "--", "id", "-un"],
+        b"",
+    );
+    assert_eq!(stdout(&out), "ops\n", "{}", stderr(&out));
+    // Without -i the certificate is for "ops" too, and the guest trusts the CA for every user.
+    let out = ssh(&env, &["ops@sshvm", "--", "id", "-un"], b"");
+    assert_eq!(stdout(&out), "ops\n", "{}", stderr(&out));
+    // A key the guest does not know: refused, exit 255.
+    let other = env.dir.path().join("other");
+    std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&other)
+        .status()
+        .unwrap();
+    let out = ssh(
+        &env,
+        &["-i", other.to_str().unwrap(), "ops@sshvm", "--", "true"],
+        b"",
+    );
+    assert_eq!(out.status.code(), Some(255));
+    assert!(stderr(&out).contains("refused the key"), "{}", stderr(&out));
+}
+
+#[test]
+fn without_the_ca_key_the_agent_is_used() {
+    let env = Env::kubevirt();
+    let key = env.dir.path().join("id_ed25519");
+    assert!(
+        std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&key)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let public = std::fs::read_to_string(format!("{}.pub", key.display())).unwrap();
+    let user_data = env.dir.path().join("user-data.yaml");
+    std::fs::write(
+        &user_data,
+        format!(
+            "#cloud-config\nusers:\n- name: ops\n  shell: /bin/bash\n  ssh_authorized_keys:\n  - {}\n",
+            public.trim()
+        ),
+    )
+    .unwrap();
+    vm_with_ca(
+        &env,
+        "sshvm",
+        &["-n", "dev", "--cloud-init", user_data.to_str().unwrap()],
+    );
+    // alice may use the VM in dev and read the CA's public keys, not its private keys.
+    let alice = [
+        "--context",
+        "emulator-restricted",
+        "ops@sshvm.dev",
+        "--",
+        "id",
+        "-un",
+    ];
+    let mut command = env.command(BIN);
+    command.arg("ssh").args(alice).env_remove("SSH_AUTH_SOCK");
+    let out = command.output().unwrap();
+    assert_eq!(out.status.code(), Some(255), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("cannot read the SSH CA"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("-i FILE"), "{}", stderr(&out));
+    // With an agent holding the key: a one-line notice, then the login works.
+    let sock = env.dir.path().join("agent.sock");
+    let mut agent = std::process::Command::new("ssh-agent")
+        .arg("-D")
+        .arg("-a")
+        .arg(&sock)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..100 {
+        if sock.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let added = std::process::Command::new("ssh-add")
+        .arg(&key)
+        .env("SSH_AUTH_SOCK", &sock)
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{}", stderr(&added));
+    let out = env
+        .command(BIN)
+        .arg("ssh")
+        .args(alice)
+        .env("SSH_AUTH_SOCK", &sock)
+        .output()
+        .unwrap();
+    let _ = agent.kill();
+    let _ = agent.wait();
+    assert_eq!(stdout(&out), "ops\n", "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("Notice: cannot read the SSH CA") && err.contains("ssh-agent"),
+        "{err}"
+    );
+}

@@ -1,0 +1,171 @@
+//! The portforward subresource over real websockets through kube's HTTP stack: KubeVirt's
+//! path form and Deckhouse's query form, TCP and UDP to the sshd guest's services, server
+//! pings, 500 on a refused dial, 409 when paused, 400 on bad ports and protocols.
+
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use hyper_util::rt::TokioIo;
+use kube::client::Body;
+use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
+use serde_json::Value;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::{Message, handshake::client::generate_key};
+
+type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(format!("{}/../fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+async fn start(flavor: ServeFlavor) -> (Emulator, kube::Client) {
+    let file = match flavor {
+        ServeFlavor::Deckhouse => "deckhouse.yaml",
+        _ => "kubevirt.yaml",
+    };
+    let emu = Emulator::start(EmulatorOptions {
+        fixture_yaml: vec![fixture(file)],
+        flavor,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let kc = kube::config::Kubeconfig::from_yaml(&emu.kubeconfig_yaml()).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    (emu, kube::Client::try_from(cfg).unwrap())
+}
+
+/// Upgrades `path` with `protocol`; Err((status, body)) when the server refuses.
+async fn dial(
+    client: &kube::Client,
+    path: &str,
+    protocol: &str,
+) -> Result<(Ws, Option<String>), (u16, Value)> {
+    let request = http::Request::get(path)
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", generate_key())
+        .header("sec-websocket-protocol", protocol)
+        .body(Body::empty())
+        .unwrap();
+    let response = client.send(request).await.unwrap();
+    if response.status() != 101 {
+        let code = response.status().as_u16();
+        let body = response.into_body().collect_bytes().await.unwrap();
+        return Err((code, serde_json::from_slice(&body).unwrap_or(Value::Null)));
+    }
+    let echoed = response
+        .headers()
+        .get("sec-websocket-protocol")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let upgraded = hyper::upgrade::on(response).await.unwrap();
+    let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Client, None).await;
+    Ok((ws, echoed))
+}
+
+const KV_PF: &str =
+    "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/web/portforward";
+const DH_PF: &str = "/apis/subresources.virtualization.deckhouse.io/v1alpha2/namespaces/default/virtualmachines/linux-vm/portforward";
+
+/// Reads binary frames until `n` bytes arrived, counting pings.
+async fn read_n(ws: &mut Ws, n: usize) -> (Vec<u8>, usize) {
+    let mut data = Vec::new();
+    let mut pings = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while data.len() < n {
+        match tokio::time::timeout_at(deadline, ws.next()).await {
+            Ok(Some(Ok(Message::Binary(b)))) => data.extend_from_slice(&b),
+            Ok(Some(Ok(Message::Ping(_)))) => pings += 1,
+            Ok(Some(Ok(_))) => {}
+            other => panic!("waiting for {n} bytes: {other:?}; got {data:?}"),
+        }
+    }
+    (data, pings)
+}
+
+#[tokio::test]
+async fn portforward_echo_sshd_ping_and_errors_kubevirt() {
+    assert!(
+        kubevm_emulator::sshd_guest::available(),
+        "sshd guests need root, unshare and /usr/sbin/sshd (tests/tools/install-test-deps.sh)"
+    );
+    let (emu, client) = start(ServeFlavor::KubeVirt).await;
+    // The protocol is always in the path; tcp to the echo port.
+    let (mut ws, echoed) = dial(&client, &format!("{KV_PF}/7/tcp"), "plain.kubevirt.io")
+        .await
+        .unwrap();
+    assert_eq!(echoed.as_deref(), Some("plain.kubevirt.io"));
+    ws.send(Message::Binary(b"hello".to_vec().into()))
+        .await
+        .unwrap();
+    let (data, _) = read_n(&mut ws, 5).await;
+    assert_eq!(data, b"hello");
+    // virt-api pings every second.
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    ws.send(Message::Binary(b"x".to_vec().into()))
+        .await
+        .unwrap();
+    let (_, pings) = read_n(&mut ws, 1).await;
+    assert!(pings >= 2, "{pings} pings");
+    // Port 22 is the guest's sshd.
+    let (mut ssh, _) = dial(&client, &format!("{KV_PF}/22/tcp"), "plain.kubevirt.io")
+        .await
+        .unwrap();
+    let (banner, _) = read_n(&mut ssh, 8).await;
+    assert_eq!(&banner[..8], b"SSH-2.0-");
+    // Nothing listens: 500 before the upgrade.
+    let (code, status) = dial(&client, &format!("{KV_PF}/81/tcp"), "plain.kubevirt.io")
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(code, 500);
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("dialing VM: "),
+        "{status}"
+    );
+    // Paused: 409.
+    emu.set_guest_paused("default", "web", true);
+    let (code, status) = dial(&client, &format!("{KV_PF}/22/tcp"), "plain.kubevirt.io")
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(
+        (code, status["message"].as_str()),
+        (409, Some("VMI is paused"))
+    );
+}
+
+#[tokio::test]
+async fn portforward_query_and_udp_deckhouse() {
+    assert!(
+        kubevm_emulator::sshd_guest::available(),
+        "sshd guests need root, unshare and /usr/sbin/sshd (tests/tools/install-test-deps.sh)"
+    );
+    let (_emu, client) = start(ServeFlavor::Deckhouse).await;
+    let proto = "plain.virtualization.deckhouse.io";
+    let (mut ws, _) = dial(&client, &format!("{DH_PF}?port=7&protocol=udp"), proto)
+        .await
+        .unwrap();
+    ws.send(Message::Binary(b"dgram".to_vec().into()))
+        .await
+        .unwrap();
+    let (data, _) = read_n(&mut ws, 5).await;
+    assert_eq!(data, b"dgram");
+    let (code, _) = dial(&client, &format!("{DH_PF}?port=0&protocol=tcp"), proto)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(code, 400);
+    let (code, _) = dial(&client, &format!("{DH_PF}?port=7&protocol=sctp"), proto)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(code, 400);
+}
