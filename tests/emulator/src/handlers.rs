@@ -90,7 +90,16 @@ pub async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
     // server's 413 (it refuses bodies over 3 MiB).
     let body = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(body) => body,
-        Err(e) => return ApiError::bad_request(e.to_string()).into_response(),
+        // k8s.io/apiserver/pkg/endpoints/handlers/rest.go limitedReadBody:
+        // errors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", limit)).
+        Err(_) => {
+            return ApiError::new(
+                413,
+                "RequestEntityTooLarge",
+                format!("Request entity too large: limit is {MAX_BODY}"),
+            )
+            .into_response();
+        }
     };
     let entry = app.requests.record(&parts, &body);
     let req = Request::from_parts(parts, Body::from(body));
@@ -373,6 +382,13 @@ impl Ctx<'_> {
             if !self.def.stored {
                 return Ok(json!({}));
             }
+            if ct.contains("protobuf")
+                && crate::protobuf::supported(&self.def.group, &self.def.plural)
+            {
+                return crate::protobuf::decode(&self.def.kind, body).map_err(|e| {
+                    ApiError::bad_request(format!("error decoding request body: {e}"))
+                });
+            }
             return Err(ApiError::new(
                 415,
                 "UnsupportedMediaType",
@@ -431,6 +447,7 @@ impl Ctx<'_> {
 
     fn validate(&self, obj: &mut Value) -> Result<Vec<String>, ApiError> {
         let mode = FieldValidation::parse(self.q.get("fieldValidation").map(String::as_str))?;
+        crate::strategy::prepare(self.def, obj)?;
         let warnings = crate::schema::validate(self.def, self.version, obj, mode)?;
         crate::admission::admit(self.def, obj)?;
         Ok(warnings)

@@ -128,6 +128,13 @@ fn rv_of(obj: &Value) -> Option<u64> {
     meta_str(obj, "resourceVersion").parse().ok()
 }
 
+/// Whether an object's kind keeps `metadata.generation` (see `strategy::tracks_generation`).
+fn has_generation(obj: &Value) -> bool {
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+    let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    !(api_version == "v1" && matches!(kind, "Secret" | "ConfigMap" | "Namespace"))
+}
+
 /// Everything but metadata and status: a change here bumps `metadata.generation`.
 fn spec_part(obj: &Value) -> Value {
     let mut o = obj.clone();
@@ -229,6 +236,7 @@ impl Store {
 
     /// Fills the server-owned metadata of a new object.
     fn init_meta(obj: &mut Value) {
+        let generation = has_generation(obj);
         let meta = meta_mut(obj);
         if meta
             .get("uid")
@@ -244,7 +252,7 @@ impl Store {
         {
             meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
         }
-        if meta.get("generation").and_then(Value::as_i64).is_none() {
+        if generation && meta.get("generation").and_then(Value::as_i64).is_none() {
             meta.insert("generation".into(), json!(1));
         }
     }
@@ -316,6 +324,7 @@ impl Store {
 
     /// Copies server-owned metadata from `old` and computes generation.
     fn carry_meta(old: &Value, obj: &mut Value) {
+        let old_copy = json!({"apiVersion": old.get("apiVersion"), "kind": old.get("kind")});
         let old_gen = old
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)
@@ -332,7 +341,11 @@ impl Store {
                 None => meta.remove(f),
             };
         }
-        meta.insert("generation".into(), json!(generation));
+        if has_generation(&old_copy) {
+            meta.insert("generation".into(), json!(generation));
+        } else {
+            meta.remove("generation");
+        }
         meta.insert(
             "resourceVersion".into(),
             old.pointer("/metadata/resourceVersion")
