@@ -576,16 +576,27 @@ impl Ctx<'_> {
         let items: Vec<Value> = items
             .into_iter()
             .filter(|o| ls.matches(o) && fs.matches(o))
-            .map(|o| self.present(o))
             .collect();
+        let page = crate::paging::page(items, self.q, rv, self.app.store.compacted())?;
+        let (rv, items) = (page.resource_version, page.items);
+        let items: Vec<Value> = items.into_iter().map(|o| self.present(o)).collect();
+        let mut meta = json!({"resourceVersion": rv.to_string()});
+        if let Some(token) = page.continue_token {
+            meta["continue"] = json!(token);
+        }
+        if let Some(n) = page.remaining {
+            meta["remainingItemCount"] = json!(n);
+        }
         if wants_table(self.headers) {
             let include = IncludeObject::parse(self.q.get("includeObject").map(String::as_str));
-            return Ok(ok(&table::table(self.def, &items, Some(rv), include)));
+            let mut t = table::table(self.def, &items, Some(rv), include);
+            t["metadata"] = meta;
+            return Ok(ok(&t));
         }
         Ok(ok(&json!({
             "apiVersion": self.def.api_version(self.version),
             "kind": format!("{}List", self.def.kind),
-            "metadata": {"resourceVersion": rv.to_string()},
+            "metadata": meta,
             "items": items,
         })))
     }

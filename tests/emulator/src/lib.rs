@@ -28,6 +28,7 @@ pub mod discovery;
 pub mod fixtures;
 pub mod handlers;
 pub mod openapi;
+pub mod paging;
 pub mod patch;
 pub mod protobuf;
 pub mod registry;
@@ -192,6 +193,13 @@ impl Handle {
     /// Forgets the requests received so far (to assert on what one command sends).
     pub fn clear_requests(&self) {
         self.app.requests.clear()
+    }
+
+    /// Expires every resourceVersion issued so far, as an etcd compaction does: watches from an
+    /// older resourceVersion and continue tokens get 410 Expired, and open watches end (as
+    /// when the API server's watch cache is re-initialised) so clients re-watch and see it.
+    pub fn expire_resource_versions(&self) {
+        self.app.store.compact();
     }
 
     /// Adds a failure-injection rule.

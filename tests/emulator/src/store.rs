@@ -116,6 +116,8 @@ struct Inner {
 pub struct Store {
     inner: Mutex<Inner>,
     tx: broadcast::Sender<Arc<Event>>,
+    /// Tells open watches to end (after [`Store::compact`]).
+    pub watches_end: tokio::sync::watch::Sender<u64>,
 }
 
 impl Default for Store {
@@ -157,7 +159,24 @@ impl Store {
                 compacted: 1000,
             }),
             tx,
+            watches_end: tokio::sync::watch::channel(0).0,
         }
+    }
+
+    /// The oldest resourceVersion still served (older ones are Gone).
+    pub fn compacted(&self) -> u64 {
+        self.lock().compacted
+    }
+
+    /// Compacts everything up to the current resourceVersion and ends open watches.
+    pub fn compact(&self) {
+        {
+            let mut inner = self.lock();
+            // The current revision stays valid (etcd keeps the compaction revision itself).
+            inner.compacted = inner.rv;
+            inner.log.clear();
+        }
+        self.watches_end.send_modify(|n| *n += 1);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
