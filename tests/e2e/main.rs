@@ -12,5 +12,6 @@ mod errors;
 mod generated;
 mod get;
 mod list;
+mod list_watch;
 mod scripts;
 mod version;
