@@ -523,6 +523,7 @@ impl Ctx<'_> {
         }
         defaults_on_create(self.def, &mut obj);
         let warnings = self.validate(&mut obj)?;
+        crate::quota::check(&self.app.store, self.def, self.ns, &name)?;
         if is_dry_run(self.q)? {
             let obj = self.app.store.prepare_new(obj);
             return self.respond(StatusCode::CREATED, obj, &warnings);

@@ -31,6 +31,7 @@ pub mod openapi;
 pub mod paging;
 pub mod patch;
 pub mod protobuf;
+pub mod quota;
 pub mod registry;
 pub mod requests;
 pub mod schema;
@@ -43,6 +44,7 @@ pub mod table;
 pub mod tls;
 pub mod util;
 pub mod watch;
+pub mod webhooks;
 
 use app::App;
 use base64::Engine;
@@ -200,6 +202,29 @@ impl Handle {
     /// when the API server's watch cache is re-initialised) so clients re-watch and see it.
     pub fn expire_resource_versions(&self) {
         self.app.store.compact();
+    }
+
+    /// Makes an admission webhook named `webhook` deny `verb` (`create`, `update`, `patch`,
+    /// `delete`) of `plural` with `message`, `times` times (None: always), as a
+    /// controller-runtime webhook does (`admission.Denied`: 403 Forbidden); the API server
+    /// words it `admission webhook "NAME" denied the request: MESSAGE`
+    /// (k8s.io/apiserver/pkg/admission/plugin/webhook/errors/statuserror.go `ToStatusErr`).
+    pub fn deny_admission(
+        &self,
+        webhook: &str,
+        verb: &str,
+        plural: &str,
+        message: &str,
+        times: Option<u32>,
+    ) {
+        self.inject_failure(FailureRule {
+            verb: verb.into(),
+            plural: plural.into(),
+            name: None,
+            code: 403,
+            message: format!("admission webhook \"{webhook}\" denied the request: {message}"),
+            times,
+        });
     }
 
     /// Adds a failure-injection rule.

@@ -1,5 +1,6 @@
-//! Built-in kinds as the real API server treats them, driven by real kubectl (v1.36): typed
-//! (protobuf) creates, Secret conversion and limits, the request-body limit.
+//! The emulator as faithful as the tool needs, driven by real kubectl (v1.36): typed
+//! (protobuf) creates, Secret conversion and limits, the request-body limit, KubeVirt/CDI
+//! webhook rules, object-count quota and webhook denials.
 
 use kubevm_emulator::{BlockingEmulator, Emulator, EmulatorOptions};
 use serde_json::Value;
@@ -174,4 +175,93 @@ fn secret_string_data_must_be_strings() {
         err.contains(r#"Secret in version "v1" cannot be handled as a Secret: json: cannot unmarshal bool into Go struct field Secret.stringData of type string"#),
         "{err}"
     );
+}
+
+const VM: &str = r#"apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata: {name: NAME, namespace: default}
+spec:
+  runStrategy: Halted
+  template:
+    spec:
+      domain:
+        devices:
+          disks: [{name: root}]
+        resources: {requests: {memory: 64Mi}}
+      volumes: [{name: root, containerDisk: {image: quay.io/containerdisks/cirros}}]
+"#;
+
+#[test]
+fn kubevirt_and_cdi_webhooks_refuse_what_they_refuse() {
+    let env = Env::new();
+    let both = VM.replace("NAME", "both").replace(
+        "runStrategy: Halted",
+        "runStrategy: Halted\n  running: false",
+    );
+    let (ok, _, err) = env.run(&["create", "-f", "-"], Some(&both));
+    assert!(!ok);
+    // kubectl prints a 422 whose details carry only causes (as webhook denials do) as
+    // "The request is invalid: FIELD: MESSAGE"; the Status message itself is checked in the
+    // emulator's unit tests (webhooks.rs).
+    assert!(
+        err.contains("The request is invalid: spec.running: Running and RunStrategy are mutually exclusive. Note that Running is deprecated, please use RunStrategy instead"),
+        "{err}"
+    );
+    let no_volume = VM.replace("NAME", "novol").replace(
+        "disks: [{name: root}]",
+        "disks: [{name: root}, {name: data}]",
+    );
+    let (ok, _, err) = env.run(&["create", "-f", "-"], Some(&no_volume));
+    assert!(!ok);
+    assert!(
+        err.contains("The request is invalid: spec.template.spec.domain.devices.disks[1].name: spec.template.spec.domain.devices.disks[1].Name 'data' not found."),
+        "{err}"
+    );
+    let dv = "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {name: zero, namespace: default}\n\
+              spec:\n  source: {blank: {}}\n  storage: {resources: {requests: {storage: \"0\"}}}\n";
+    let (ok, _, err) = env.run(&["create", "-f", "-"], Some(dv));
+    assert!(!ok);
+    assert!(
+        err.contains("The request is invalid: spec.Storage.resources.requests.size: Storage size can't be equal or less than zero"),
+        "{err}"
+    );
+    env.run(&["create", "-f", "-"], Some(&VM.replace("NAME", "fine")));
+    env.ok(&["get", "vm", "fine"]);
+}
+
+#[test]
+fn object_count_quota_refuses_with_the_real_message() {
+    let env = Env::new();
+    let quota = "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: vms, namespace: default}\n\
+                 spec: {hard: {count/virtualmachines.kubevirt.io: \"1\"}}\n";
+    env.run(&["create", "-f", "-"], Some(quota));
+    env.run(&["create", "-f", "-"], Some(&VM.replace("NAME", "one")));
+    env.ok(&["get", "vm", "one"]);
+    let (ok, _, err) = env.run(&["create", "-f", "-"], Some(&VM.replace("NAME", "two")));
+    assert!(!ok);
+    assert!(
+        err.contains(r#"virtualmachines.kubevirt.io "two" is forbidden: exceeded quota: vms, requested: count/virtualmachines.kubevirt.io=1, used: count/virtualmachines.kubevirt.io=1, limited: count/virtualmachines.kubevirt.io=1"#),
+        "{err}"
+    );
+    assert!(err.contains("Error from server (Forbidden)"), "{err}");
+}
+
+#[test]
+fn admission_denial_switch() {
+    let env = Env::new();
+    env._emu.deny_admission(
+        "policy.example.com",
+        "create",
+        "virtualmachines",
+        "no VMs on Fridays",
+        Some(1),
+    );
+    let (ok, _, err) = env.run(&["create", "-f", "-"], Some(&VM.replace("NAME", "fri")));
+    assert!(!ok);
+    assert!(
+        err.contains(r#"Error from server (Forbidden): error when creating "STDIN": admission webhook "policy.example.com" denied the request: no VMs on Fridays"#),
+        "{err}"
+    );
+    env.run(&["create", "-f", "-"], Some(&VM.replace("NAME", "fri")));
+    env.ok(&["get", "vm", "fri"]);
 }
