@@ -762,7 +762,8 @@ impl Ctx<'_> {
                 .map(String::from)
         });
         let propagation = match policy.as_deref() {
-            None | Some("Background") | Some("Foreground") => Propagation::Cascade,
+            None | Some("Background") => Propagation::Cascade,
+            Some("Foreground") => Propagation::Foreground,
             Some("Orphan") => Propagation::Orphan,
             Some(other) => {
                 return Err(ApiError::bad_request(format!(
@@ -796,6 +797,11 @@ impl Ctx<'_> {
         }
         if dry {
             return self.respond(StatusCode::OK, current, &[]);
+        }
+        if propagation == Propagation::Foreground {
+            let marked = crate::gc::delete_foreground(self.app, &self.key())
+                .ok_or_else(|| self.store_err(StoreError::NotFound))?;
+            return self.respond(StatusCode::OK, marked, &[]);
         }
         let deleted = self
             .app

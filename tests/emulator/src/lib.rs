@@ -26,6 +26,7 @@ pub mod auth;
 pub mod controllers;
 pub mod discovery;
 pub mod fixtures;
+pub mod gc;
 pub mod handlers;
 pub mod openapi;
 pub mod paging;

@@ -83,6 +83,9 @@ pub fn page(
                 .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
         ),
     };
+    // etcd's order: the key string `namespace/name` ("a-b/x" before "a/x").
+    let mut items = items;
+    items.sort_by_cached_key(key);
     let (rv, items) = match q
         .get("continue")
         .map(String::as_str)
@@ -174,6 +177,19 @@ mod tests {
         .unwrap();
         assert_eq!(third.items.len(), 1);
         assert_eq!((third.continue_token, third.remaining), (None, None));
+    }
+
+    #[test]
+    fn keys_sort_like_etcd_so_no_page_loses_items() {
+        let items: Vec<Value> = ["a", "a-b"]
+            .iter()
+            .map(|ns| json!({"metadata": {"namespace": ns, "name": "x"}}))
+            .collect();
+        let first = page(items.clone(), &q(&[("limit", "1")]), 10, 1).unwrap();
+        assert_eq!(first.items[0]["metadata"]["namespace"], "a-b");
+        let token = first.continue_token.unwrap();
+        let second = page(items, &q(&[("limit", "1"), ("continue", &token)]), 10, 1).unwrap();
+        assert_eq!(second.items[0]["metadata"]["namespace"], "a");
     }
 
     #[test]

@@ -98,10 +98,13 @@ pub enum StoreError {
 /// What happens to dependents (objects whose `ownerReferences` name the deleted object).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Propagation {
-    /// Delete dependents too (`Background` and `Foreground`; both are immediate here).
+    /// Delete dependents too (`Background`; immediate here).
     Cascade,
     /// Keep dependents and drop their owner reference.
     Orphan,
+    /// `Foreground`: the handler marks the object and `gc.rs` deletes dependents first; a
+    /// store-level delete with it cascades like `Cascade`.
+    Foreground,
 }
 
 struct Inner {
@@ -412,6 +415,39 @@ impl Store {
             return Some(old);
         }
         Self::carry_meta(&old, &mut obj);
+        Self::bump(&mut inner, &mut obj);
+        inner.objects.insert(key.clone(), obj.clone());
+        Self::emit(
+            &mut inner,
+            &self.tx,
+            EventType::Modified,
+            key.clone(),
+            obj.clone(),
+            Some(old),
+        );
+        Some(obj)
+    }
+
+    /// Sets `deletionTimestamp` (server-owned, so `modify` cannot) and adds `finalizer`:
+    /// the object is being deleted but stays until the finalizer goes. Returns it.
+    pub fn mark_deleting(&self, key: &Key, finalizer: &str) -> Option<Value> {
+        let mut inner = self.lock();
+        let old = inner.objects.get(key).cloned()?;
+        let mut obj = old.clone();
+        let meta = meta_mut(&mut obj);
+        if meta.get("deletionTimestamp").is_none_or(Value::is_null) {
+            meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+        }
+        let finalizers = meta.entry("finalizers").or_insert_with(|| json!([]));
+        if let Some(list) = finalizers.as_array_mut()
+            && !list.iter().any(|f| f == finalizer)
+        {
+            list.push(json!(finalizer));
+        }
+        if obj == old {
+            return Some(old);
+        }
         Self::bump(&mut inner, &mut obj);
         inner.objects.insert(key.clone(), obj.clone());
         Self::emit(

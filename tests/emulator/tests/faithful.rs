@@ -265,3 +265,34 @@ fn admission_denial_switch() {
     env.run(&["create", "-f", "-"], Some(&VM.replace("NAME", "fri")));
     env.ok(&["get", "vm", "fri"]);
 }
+
+#[test]
+fn foreground_deletion_takes_time() {
+    let env = Env::new();
+    env.run(&["create", "-f", "-"], Some(&VM.replace("NAME", "owner")));
+    let owner = env.json(&["get", "vm", "owner", "-o", "json"]);
+    let uid = owner["metadata"]["uid"].as_str().unwrap().to_owned();
+    let dependent = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: dep\n  namespace: default\n  ownerReferences:\n  - {{apiVersion: kubevirt.io/v1, kind: VirtualMachine, name: owner, uid: {uid}, blockOwnerDeletion: true}}\n"
+    );
+    env.run(&["create", "-f", "-"], Some(&dependent));
+    env.ok(&[
+        "delete",
+        "vm",
+        "owner",
+        "--cascade=foreground",
+        "--wait=false",
+    ]);
+    // Still there, marked, while its dependents go first.
+    let marked = env.json(&["get", "vm", "owner", "-o", "json"]);
+    assert!(
+        marked["metadata"]["deletionTimestamp"].is_string(),
+        "{marked}"
+    );
+    assert_eq!(
+        marked["metadata"]["finalizers"],
+        serde_json::json!(["foregroundDeletion"])
+    );
+    env.ok(&["wait", "--for=delete", "configmap/dep", "--timeout=20s"]);
+    env.ok(&["wait", "--for=delete", "vm/owner", "--timeout=20s"]);
+}
