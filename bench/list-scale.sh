@@ -37,17 +37,20 @@ start_emulator() {
   echo "emulator $1 did not start" >&2; exit 1
 }
 
-# measure: prints "<mean wall ms> <max peak RSS KiB>" over RUNS runs (after one warm-up run)
+# measure: prints "<mean wall ms> <max peak RSS KiB>" over RUNS runs (after one warm-up run);
+# wall time from the clock (ns), peak RSS from GNU time.
 measure() {
   "$@" >/dev/null 2>&1 || { echo "benchmark command failed: $*" >&2; exit 1; }
-  local total=0 peak=0 out wall rss
+  local total=0 peak=0 start end rss
   for _ in $(seq "$runs"); do
-    out=$( { /usr/bin/time -f '%e %M' "$@" >/dev/null 2>/dev/null; } 2>&1 | tail -1)
-    wall=${out% *}; rss=${out#* }
-    total=$(python3 -c "print($total + $wall)")
+    start=$(date +%s%N)
+    /usr/bin/time -f '%M' -o "$work/time.out" "$@" >/dev/null 2>&1
+    end=$(date +%s%N)
+    total=$((total + end - start))
+    rss=$(tail -1 "$work/time.out")
     [ "$rss" -gt "$peak" ] && peak=$rss
   done
-  echo "$(python3 -c "print(round($total / $runs * 1000, 1))") $peak"
+  echo "$(python3 -c "print(round($total / $runs / 1e6, 1))") $peak"
 }
 
 compare() {

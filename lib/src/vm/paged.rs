@@ -307,57 +307,65 @@ pub async fn list_pages<E: From<Error>>(
     let vm_kind = Kind::vm(platform.flavor);
     let ns = scope.namespace();
     let kubevirt = platform.flavor == Flavor::KubeVirt;
-    // Instances are read alongside the first page of VMs.
-    let first = async {
+    let fetch = |token: Option<String>| async move {
         match detail {
-            Detail::Row => row_page(cluster, &vm_kind, ns, selector, None)
+            Detail::Row => row_page(cluster, &vm_kind, ns, selector, token.as_deref())
                 .await
                 .map(either_rows),
-            Detail::Object => object_page(cluster, &vm_kind, ns, selector, None)
+            Detail::Object => object_page(cluster, &vm_kind, ns, selector, token.as_deref())
                 .await
                 .map(either_objects),
         }
     };
-    let (first, instances) = if kubevirt {
-        let (first, instances) = tokio::join!(first, instances(cluster, ns, detail));
-        (first?, Some(instances?))
-    } else {
-        (first.await?, None)
-    };
-    let (instances, instance_version) = match instances {
-        Some((map, version)) => (map, version),
-        None => (HashMap::new(), None),
-    };
-    let summarize = |vm: Value| -> VmSummary {
-        if kubevirt {
-            summarize_kubevirt(&vm, instances.get(&super::key(&vm)))
-        } else {
-            summarize_deckhouse(&vm)
-        }
-    };
-    let mut page = first;
-    loop {
-        let (items, version, next) = page;
-        on_page(items.into_iter().map(summarize).collect())?;
-        match next.filter(|t| !t.is_empty()) {
-            None => {
-                return Ok(Versions {
-                    vms: version,
-                    instances: instance_version,
-                });
-            }
-            Some(token) => {
-                page = match detail {
-                    Detail::Row => row_page(cluster, &vm_kind, ns, selector, Some(&token))
-                        .await
-                        .map(either_rows)?,
-                    Detail::Object => object_page(cluster, &vm_kind, ns, selector, Some(&token))
-                        .await
-                        .map(either_objects)?,
-                };
+    let next_token = |page: &Page| page.2.clone().filter(|t| !t.is_empty());
+    if !kubevirt {
+        // Deckhouse VMs carry everything a row shows: print each page as it arrives.
+        let mut page = fetch(None).await?;
+        loop {
+            let token = next_token(&page);
+            let (items, version, _) = page;
+            on_page(items.iter().map(summarize_deckhouse).collect())?;
+            match token {
+                None => {
+                    return Ok(Versions {
+                        vms: version,
+                        instances: None,
+                    });
+                }
+                Some(token) => page = fetch(Some(token)).await?,
             }
         }
     }
+    // KubeVirt: the instances' pages and the VMs' pages are read side by side (each list is
+    // a chain of continue tokens); VM pages wait, in their small row form, for the instances.
+    let vm_pages = async {
+        let mut pages = Vec::new();
+        let mut token = None;
+        loop {
+            let page = fetch(token).await?;
+            token = next_token(&page);
+            pages.push(page);
+            if token.is_none() {
+                return Ok::<_, Error>(pages);
+            }
+        }
+    };
+    let (pages, instances) = tokio::join!(vm_pages, instances(cluster, ns, detail));
+    let (pages, (instances, instance_version)) = (pages?, instances?);
+    let mut version = None;
+    for (items, page_version, _) in pages {
+        version = page_version;
+        on_page(
+            items
+                .iter()
+                .map(|vm| summarize_kubevirt(vm, instances.get(&super::key(vm))))
+                .collect(),
+        )?;
+    }
+    Ok(Versions {
+        vms: version,
+        instances: instance_version,
+    })
 }
 
 type Page = (Vec<Value>, Option<String>, Option<String>);
