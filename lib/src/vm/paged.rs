@@ -200,6 +200,36 @@ impl RowObject {
     }
 }
 
+/// A listed object: its row fields (compact, typed) or the whole object.
+enum Obj {
+    Row(RowObject),
+    Whole(Value),
+}
+
+impl Obj {
+    /// The JSON the summaries read (built when a row is made, then dropped).
+    fn value(&self) -> Value {
+        match self {
+            Obj::Row(row) => serde_json::to_value(row).unwrap_or(Value::Null),
+            Obj::Whole(value) => value.clone(),
+        }
+    }
+
+    fn into_value(self) -> Value {
+        match self {
+            Obj::Row(row) => row.into_value(),
+            Obj::Whole(value) => value,
+        }
+    }
+
+    fn key(&self) -> (String, String) {
+        match self {
+            Obj::Row(row) => row.key(),
+            Obj::Whole(value) => super::key(value),
+        }
+    }
+}
+
 #[derive(Debug, Deserialize)]
 struct ListMeta {
     #[serde(rename = "resourceVersion", default)]
@@ -264,7 +294,7 @@ async fn instances(
     cluster: &Cluster,
     ns: Option<&str>,
     detail: Detail,
-) -> Result<(HashMap<(String, String), Value>, Option<String>)> {
+) -> Result<(HashMap<(String, String), Obj>, Option<String>)> {
     let mut all = HashMap::new();
     let mut token: Option<String> = None;
     loop {
@@ -273,7 +303,7 @@ async fn instances(
             Detail::Row => {
                 let page = row_page(cluster, &KUBEVIRT_VMI, ns, None, token.as_deref()).await?;
                 for vmi in page.items {
-                    all.insert(vmi.key(), vmi.into_value());
+                    all.insert(vmi.key(), Obj::Row(vmi));
                 }
                 (page.metadata.resource_version, page.metadata.continue_)
             }
@@ -281,7 +311,7 @@ async fn instances(
                 let page = object_page(cluster, &KUBEVIRT_VMI, ns, None, token.as_deref()).await?;
                 for vmi in page.items {
                     let v = serde_json::to_value(vmi).unwrap_or(Value::Null);
-                    all.insert(super::key(&v), v);
+                    all.insert(super::key(&v), Obj::Whole(v));
                 }
                 (page.metadata.resource_version, page.metadata.continue_)
             }
@@ -324,7 +354,12 @@ pub async fn list_pages<E: From<Error>>(
         loop {
             let token = next_token(&page);
             let (items, version, _) = page;
-            on_page(items.iter().map(summarize_deckhouse).collect())?;
+            on_page(
+                items
+                    .into_iter()
+                    .map(|vm| summarize_deckhouse(&vm.into_value()))
+                    .collect(),
+            )?;
             match token {
                 None => {
                     return Ok(Versions {
@@ -357,8 +392,11 @@ pub async fn list_pages<E: From<Error>>(
         version = page_version;
         on_page(
             items
-                .iter()
-                .map(|vm| summarize_kubevirt(vm, instances.get(&super::key(vm))))
+                .into_iter()
+                .map(|vm| {
+                    let vmi = instances.get(&vm.key()).map(Obj::value);
+                    summarize_kubevirt(&vm.into_value(), vmi.as_ref())
+                })
                 .collect(),
         )?;
     }
@@ -368,11 +406,11 @@ pub async fn list_pages<E: From<Error>>(
     })
 }
 
-type Page = (Vec<Value>, Option<String>, Option<String>);
+type Page = (Vec<Obj>, Option<String>, Option<String>);
 
 fn either_rows(list: RowList) -> Page {
     (
-        list.items.into_iter().map(RowObject::into_value).collect(),
+        list.items.into_iter().map(Obj::Row).collect(),
         list.metadata.resource_version,
         list.metadata.continue_,
     )
@@ -382,7 +420,7 @@ fn either_objects(list: ObjectList<kube::api::DynamicObject>) -> Page {
     (
         list.items
             .into_iter()
-            .map(|o| serde_json::to_value(o).unwrap_or(Value::Null))
+            .map(|o| Obj::Whole(serde_json::to_value(o).unwrap_or(Value::Null)))
             .collect(),
         list.metadata.resource_version,
         list.metadata.continue_,
