@@ -573,12 +573,18 @@ impl Ctx<'_> {
     fn list(&self) -> Result<Response, ApiError> {
         let (ls, fs) = self.selectors()?;
         let ns = (!self.ns.is_empty()).then_some(self.ns);
-        let (items, rv) = self.app.store.list(&self.def.group, &self.def.plural, ns);
-        let items: Vec<Value> = items
-            .into_iter()
-            .filter(|o| ls.matches(o) && fs.matches(o))
-            .collect();
-        let page = crate::paging::page(items, self.q, rv, self.app.store.compacted())?;
+        let page = self.app.store.with_kind(
+            &self.def.group,
+            &self.def.plural,
+            ns,
+            |items, rv, compacted| {
+                let items = items
+                    .into_iter()
+                    .filter(|o| ls.matches(o) && fs.matches(o))
+                    .collect();
+                crate::paging::page(items, self.q, rv, compacted)
+            },
+        )?;
         let (rv, items) = (page.resource_version, page.items);
         let items: Vec<Value> = items.into_iter().map(|o| self.present(o)).collect();
         let mut meta = json!({"resourceVersion": rv.to_string()});

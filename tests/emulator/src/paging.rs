@@ -71,7 +71,7 @@ fn decode(token: &str) -> Result<(u64, String), ApiError> {
 /// `limit`/`continue` ask. `current_rv` is the store's resourceVersion, `compacted` the oldest
 /// one it can still serve.
 pub fn page(
-    items: Vec<Value>,
+    items: Vec<&Value>,
     q: &crate::handlers::Query,
     current_rv: u64,
     compacted: u64,
@@ -85,7 +85,7 @@ pub fn page(
     };
     // etcd's order: the key string `namespace/name` ("a-b/x" before "a/x").
     let mut items = items;
-    items.sort_by_cached_key(key);
+    items.sort_by_cached_key(|o| key(o));
     let (rv, items) = match q
         .get("continue")
         .map(String::as_str)
@@ -107,15 +107,14 @@ pub fn page(
     };
     let Some(limit) = limit.filter(|l| *l < items.len()) else {
         return Ok(Page {
-            items,
+            items: items.into_iter().cloned().collect(),
             resource_version: rv,
             continue_token: None,
             remaining: None,
         });
     };
     let remaining = (items.len() - limit) as u64;
-    let mut items = items;
-    items.truncate(limit);
+    let items: Vec<Value> = items.into_iter().take(limit).cloned().collect();
     let last = items.last().map(key).unwrap_or_default();
     Ok(Page {
         items,
@@ -144,7 +143,7 @@ mod tests {
 
     #[test]
     fn chunks_follow_each_other() {
-        let first = page(objs(5), &q(&[("limit", "2")]), 1500, 1000).unwrap();
+        let first = page(objs(5).iter().collect(), &q(&[("limit", "2")]), 1500, 1000).unwrap();
         assert_eq!(first.items.len(), 2);
         assert_eq!(first.remaining, Some(3));
         let token = first.continue_token.unwrap();
@@ -157,7 +156,7 @@ mod tests {
             r#"{"rv":1500,"start":"ns/vm-01\u0000","v":"meta.k8s.io/v1"}"#
         );
         let second = page(
-            objs(5),
+            objs(5).iter().collect(),
             &q(&[("limit", "2"), ("continue", &token)]),
             1600,
             1000,
@@ -166,7 +165,7 @@ mod tests {
         assert_eq!(second.resource_version, 1500);
         assert_eq!(second.items[0]["metadata"]["name"], "vm-02");
         let third = page(
-            objs(5),
+            objs(5).iter().collect(),
             &q(&[
                 ("limit", "2"),
                 ("continue", &second.continue_token.unwrap()),
@@ -185,24 +184,30 @@ mod tests {
             .iter()
             .map(|ns| json!({"metadata": {"namespace": ns, "name": "x"}}))
             .collect();
-        let first = page(items.clone(), &q(&[("limit", "1")]), 10, 1).unwrap();
+        let first = page(items.iter().collect(), &q(&[("limit", "1")]), 10, 1).unwrap();
         assert_eq!(first.items[0]["metadata"]["namespace"], "a-b");
         let token = first.continue_token.unwrap();
-        let second = page(items, &q(&[("limit", "1"), ("continue", &token)]), 10, 1).unwrap();
+        let second = page(
+            items.iter().collect(),
+            &q(&[("limit", "1"), ("continue", &token)]),
+            10,
+            1,
+        )
+        .unwrap();
         assert_eq!(second.items[0]["metadata"]["namespace"], "a");
     }
 
     #[test]
     fn compacted_token_is_gone() {
-        let first = page(objs(5), &q(&[("limit", "2")]), 1500, 1000).unwrap();
+        let first = page(objs(5).iter().collect(), &q(&[("limit", "2")]), 1500, 1000).unwrap();
         let e = page(
-            objs(5),
+            objs(5).iter().collect(),
             &q(&[("continue", &first.continue_token.unwrap())]),
             1700,
             1600,
         )
         .unwrap_err();
         assert_eq!((e.code, e.reason.as_str()), (410, "Expired"));
-        assert!(page(objs(1), &q(&[("continue", "!!")]), 1, 1).is_err());
+        assert!(page(objs(1).iter().collect(), &q(&[("continue", "!!")]), 1, 1).is_err());
     }
 }

@@ -217,6 +217,30 @@ impl Store {
         (items, inner.rv)
     }
 
+    /// Runs `f` on the objects of a kind (optionally in one namespace) without copying them,
+    /// with the store's resourceVersion and oldest servable one (lists copy only their page,
+    /// as the API server serves lists from its watch cache).
+    pub fn with_kind<R>(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        f: impl FnOnce(Vec<&Value>, u64, u64) -> R,
+    ) -> R {
+        let inner = self.lock();
+        let items = inner
+            .objects
+            .iter()
+            .filter(|(k, _)| {
+                k.group == group
+                    && k.plural == plural
+                    && namespace.is_none_or(|ns| k.namespace == ns)
+            })
+            .map(|(_, v)| v)
+            .collect();
+        f(items, inner.rv, inner.compacted)
+    }
+
     /// All objects (for garbage collection and tests).
     pub fn all(&self) -> Vec<(Key, Value)> {
         self.lock()
