@@ -202,7 +202,7 @@ impl RowObject {
 
 /// A listed object: its row fields (compact, typed) or the whole object.
 enum Obj {
-    Row(RowObject),
+    Row(Box<RowObject>),
     Whole(Value),
 }
 
@@ -210,7 +210,7 @@ impl Obj {
     /// The JSON the summaries read (built when a row is made, then dropped).
     fn value(&self) -> Value {
         match self {
-            Obj::Row(row) => serde_json::to_value(row).unwrap_or(Value::Null),
+            Obj::Row(row) => serde_json::to_value(&**row).unwrap_or(Value::Null),
             Obj::Whole(value) => value.clone(),
         }
     }
@@ -303,7 +303,7 @@ async fn instances(
             Detail::Row => {
                 let page = row_page(cluster, &KUBEVIRT_VMI, ns, None, token.as_deref()).await?;
                 for vmi in page.items {
-                    all.insert(vmi.key(), Obj::Row(vmi));
+                    all.insert(vmi.key(), Obj::Row(Box::new(vmi)));
                 }
                 (page.metadata.resource_version, page.metadata.continue_)
             }
@@ -410,7 +410,10 @@ type Page = (Vec<Obj>, Option<String>, Option<String>);
 
 fn either_rows(list: RowList) -> Page {
     (
-        list.items.into_iter().map(Obj::Row).collect(),
+        list.items
+            .into_iter()
+            .map(|row| Obj::Row(Box::new(row)))
+            .collect(),
         list.metadata.resource_version,
         list.metadata.continue_,
     )
