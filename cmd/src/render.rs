@@ -55,24 +55,29 @@ impl Table {
 
     /// Write the table. `with_headers: false` drops the header row.
     pub fn write(&self, out: &mut dyn Write, with_headers: bool) -> std::io::Result<()> {
+        self.write_aligned(out, with_headers, &mut Vec::new())
+    }
+
+    /// Write the table with columns at least `widths` wide, and widen `widths` to what was
+    /// printed, so tables printed one after another (pages, watch rows) stay aligned.
+    pub fn write_aligned(
+        &self,
+        out: &mut dyn Write,
+        with_headers: bool,
+        widths: &mut Vec<usize>,
+    ) -> std::io::Result<()> {
         let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
-        let widths: Vec<usize> = (0..columns)
-            .map(|c| {
-                self.rows
-                    .iter()
-                    .filter_map(|r| r.get(c))
-                    .map(|s| s.chars().count())
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
+        widths.resize(columns.max(widths.len()), 0);
+        for row in &self.rows {
+            for (c, text) in row.iter().enumerate() {
+                widths[c] = widths[c].max(text.chars().count());
+            }
+        }
         for row in self.rows.iter().skip(usize::from(!with_headers)) {
             let mut line = String::new();
             for (c, text) in row.iter().enumerate() {
-                if c + 1 == row.len() {
-                    line.push_str(text);
-                } else {
-                    line.push_str(text);
+                line.push_str(text);
+                if c + 1 < row.len() {
                     line.extend(std::iter::repeat_n(
                         ' ',
                         widths[c] - text.chars().count() + 3,

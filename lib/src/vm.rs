@@ -4,10 +4,7 @@
 //! KubeVirt keeps the runtime state (node, IP, guest agent) on the VirtualMachineInstance, so
 //! its VMs are joined with their instances; Deckhouse reports all of it on the VM.
 
-use std::collections::BTreeMap;
-
-use futures::{StreamExt, TryStreamExt};
-use kube::api::{DynamicObject, ListParams, WatchEvent, WatchParams};
+use kube::api::{DynamicObject, ListParams};
 use serde_json::Value;
 
 use crate::api::{EVENT, KUBEVIRT_VMI, Kind};
@@ -15,6 +12,12 @@ use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::flavor::{Flavor, Platform};
 use crate::target::{Target, TargetKind};
+
+mod paged;
+mod watch;
+pub use paged::{Detail, PAGE_SIZE, Versions, list_pages};
+pub(crate) use watch::restartable_watch;
+pub use watch::{VmChange, watch};
 
 /// Where to look for VMs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +66,8 @@ pub struct VmSummary {
     pub migratable: Option<bool>,
     /// KubeVirt run strategy or Deckhouse run policy.
     pub run_strategy: Option<String>,
-    /// The VM object as the server returned it.
+    /// The VM object as the server returned it; with [`Detail::Row`] only the fields a row
+    /// needs.
     pub object: Value,
 }
 
@@ -272,66 +276,26 @@ fn key(object: &Value) -> (String, String) {
     )
 }
 
-/// List the VMs in scope, optionally filtered by a label selector.
+/// List the VMs in scope, optionally filtered by a label selector: whole objects, sorted by
+/// namespace and name, read a page at a time (see [`list_pages`]).
 pub async fn list(
     cluster: &Cluster,
     platform: &Platform,
     scope: &Scope,
     selector: Option<&str>,
 ) -> Result<VmList> {
-    let vm_kind = Kind::vm(platform.flavor);
-    let ns = scope.namespace();
-    let mut params = ListParams::default();
-    if let Some(selector) = selector {
-        params = params.labels(selector);
-    }
-    let vms = vm_kind.api(&cluster.client, ns);
-    match platform.flavor {
-        Flavor::Deckhouse => {
-            let list = vms
-                .list(&params)
-                .await
-                .map_err(|e| cluster.error(e, &vm_kind.action("list", ns)))?;
-            let mut items: Vec<VmSummary> = list
-                .items
-                .into_iter()
-                .map(|o| summarize_deckhouse(&to_value(o)))
-                .collect();
-            items.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-            Ok(VmList {
-                items,
-                resource_version: list.metadata.resource_version,
-                instance_resource_version: None,
-            })
-        }
-        Flavor::KubeVirt => {
-            let vmis = KUBEVIRT_VMI.api(&cluster.client, ns);
-            // Instances carry the template's labels, not the VM's, so they are listed whole.
-            let all = ListParams::default();
-            let (vm_list, vmi_list) = tokio::join!(vms.list(&params), vmis.list(&all));
-            let vm_list = vm_list.map_err(|e| cluster.error(e, &vm_kind.action("list", ns)))?;
-            let vmi_list =
-                vmi_list.map_err(|e| cluster.error(e, &KUBEVIRT_VMI.action("list", ns)))?;
-            let instances: BTreeMap<(String, String), Value> = vmi_list
-                .items
-                .into_iter()
-                .map(to_value)
-                .map(|v| (key(&v), v))
-                .collect();
-            let mut items: Vec<VmSummary> = vm_list
-                .items
-                .into_iter()
-                .map(to_value)
-                .map(|vm| summarize_kubevirt(&vm, instances.get(&key(&vm))))
-                .collect();
-            items.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-            Ok(VmList {
-                items,
-                resource_version: vm_list.metadata.resource_version,
-                instance_resource_version: vmi_list.metadata.resource_version,
-            })
-        }
-    }
+    let mut items = Vec::new();
+    let versions = list_pages(cluster, platform, scope, selector, Detail::Object, |page| {
+        items.extend(page);
+        Ok::<(), Error>(())
+    })
+    .await?;
+    items.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    Ok(VmList {
+        items,
+        resource_version: versions.vms,
+        instance_resource_version: versions.instances,
+    })
 }
 
 /// Read one VM in detail: status, conditions, interfaces, guest OS, disks and events.
@@ -601,170 +565,6 @@ async fn events_for(cluster: &Cluster, name: &str, namespace: &str) -> Vec<Event
         .collect();
     events.sort_by_key(|e| e.last_seen);
     events
-}
-
-/// A change seen by [`watch`].
-#[derive(Debug, Clone, PartialEq)]
-pub enum VmChange {
-    /// The VM was added or changed (or its instance was).
-    Updated(VmSummary),
-    /// The VM was deleted.
-    Deleted(VmSummary),
-}
-
-enum Feed {
-    Vm(WatchEvent<DynamicObject>),
-    Instance(WatchEvent<DynamicObject>),
-}
-
-/// Watch VMs (and KubeVirt instances) from where `initial` left off and call `on_change`
-/// for every VM whose summary changed. Runs until the server or `on_change` fails; the
-/// caller's error type carries both kinds of failure.
-pub async fn watch<E: From<Error>>(
-    cluster: &Cluster,
-    platform: &Platform,
-    scope: &Scope,
-    selector: Option<&str>,
-    initial: VmList,
-    mut on_change: impl FnMut(VmChange) -> std::result::Result<(), E>,
-) -> std::result::Result<(), E> {
-    let ns = scope.namespace();
-    let vm_kind = Kind::vm(platform.flavor);
-    let mut vms: BTreeMap<(String, String), Value> = initial
-        .items
-        .iter()
-        .map(|s| (key(&s.object), s.object.clone()))
-        .collect();
-    let mut instances: BTreeMap<(String, String), Value> = BTreeMap::new();
-    let mut last: BTreeMap<(String, String), VmSummary> = initial
-        .items
-        .into_iter()
-        .map(|s| ((s.namespace.clone(), s.name.clone()), s))
-        .collect();
-    let mut vm_params = WatchParams::default().timeout(290);
-    if let Some(selector) = selector {
-        vm_params = vm_params.labels(selector);
-    }
-    let vm_api = vm_kind.api(&cluster.client, ns);
-    let vm_feed = restartable_watch(
-        vm_api,
-        vm_params,
-        initial.resource_version.unwrap_or_default(),
-    )
-    .map_ok(Feed::Vm)
-    .map_err(|e| cluster.error(e, &vm_kind.action("watch", ns)));
-    let mut feeds: futures::stream::BoxStream<'_, Result<Feed>> = Box::pin(vm_feed);
-    if platform.flavor == Flavor::KubeVirt {
-        let vmi_api = KUBEVIRT_VMI.api(&cluster.client, ns);
-        // Watching instances from "now" would miss ones created before; start by listing them.
-        let current = vmi_api
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| E::from(cluster.error(e, &KUBEVIRT_VMI.action("list", ns))))?;
-        for vmi in current.items.into_iter().map(to_value) {
-            instances.insert(key(&vmi), vmi);
-        }
-        let vmi_feed = restartable_watch(
-            vmi_api,
-            WatchParams::default().timeout(290),
-            current.metadata.resource_version.unwrap_or_default(),
-        )
-        .map_ok(Feed::Instance)
-        .map_err(|e| cluster.error(e, &KUBEVIRT_VMI.action("watch", ns)));
-        feeds = Box::pin(futures::stream::select(feeds, vmi_feed));
-    }
-    while let Some(feed) = feeds.next().await {
-        let (event, is_vm) = match feed.map_err(E::from)? {
-            Feed::Vm(event) => (event, true),
-            Feed::Instance(event) => (event, false),
-        };
-        let (object, deleted) = match event {
-            WatchEvent::Added(o) | WatchEvent::Modified(o) => (to_value(o), false),
-            WatchEvent::Deleted(o) => (to_value(o), true),
-            WatchEvent::Bookmark(_) => continue,
-            WatchEvent::Error(status) => {
-                return Err(E::from(Error::from_status(
-                    status.code,
-                    &status.reason,
-                    &status.message,
-                    &vm_kind.action("watch", ns),
-                    &cluster.server,
-                )));
-            }
-        };
-        let id = key(&object);
-        let table = if is_vm { &mut vms } else { &mut instances };
-        if deleted {
-            table.remove(&id);
-        } else {
-            table.insert(id.clone(), object.clone());
-        }
-        if is_vm && deleted {
-            let summary = last
-                .remove(&id)
-                .unwrap_or_else(|| summarize(platform.flavor, &object, None));
-            on_change(VmChange::Deleted(summary))?;
-            continue;
-        }
-        let Some(vm) = vms.get(&id) else { continue };
-        let summary = summarize(platform.flavor, vm, instances.get(&id));
-        if last.get(&id) != Some(&summary) {
-            last.insert(id, summary.clone());
-            on_change(VmChange::Updated(summary))?;
-        }
-    }
-    Ok(())
-}
-
-fn summarize(flavor: Flavor, vm: &Value, vmi: Option<&Value>) -> VmSummary {
-    match flavor {
-        Flavor::KubeVirt => summarize_kubevirt(vm, vmi),
-        Flavor::Deckhouse => summarize_deckhouse(vm),
-    }
-}
-
-/// A watch that resumes where it stopped when the server ends it (watch timeouts), so the
-/// caller sees one endless stream.
-pub(crate) fn restartable_watch(
-    api: kube::Api<DynamicObject>,
-    params: WatchParams,
-    resource_version: String,
-) -> impl futures::Stream<Item = kube::Result<WatchEvent<DynamicObject>>> {
-    futures::stream::unfold(
-        (
-            api,
-            params,
-            resource_version,
-            None::<futures::stream::BoxStream<'static, kube::Result<WatchEvent<DynamicObject>>>>,
-        ),
-        |(api, params, mut version, mut current)| async move {
-            loop {
-                if current.is_none() {
-                    match api.watch(&params, &version).await {
-                        Ok(stream) => current = Some(stream.boxed()),
-                        Err(e) => return Some((Err(e), (api, params, version, None))),
-                    }
-                }
-                match current.as_mut().expect("stream set above").next().await {
-                    Some(Ok(event)) => {
-                        if let WatchEvent::Added(o)
-                        | WatchEvent::Modified(o)
-                        | WatchEvent::Deleted(o) = &event
-                            && let Some(rv) = &o.metadata.resource_version
-                        {
-                            version.clone_from(rv);
-                        }
-                        if let WatchEvent::Bookmark(b) = &event {
-                            version.clone_from(&b.metadata.resource_version);
-                        }
-                        return Some((Ok(event), (api, params, version, current)));
-                    }
-                    Some(Err(e)) => return Some((Err(e), (api, params, version, None))),
-                    None => current = None,
-                }
-            }
-        },
-    )
 }
 
 #[cfg(test)]

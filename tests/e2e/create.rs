@@ -510,20 +510,20 @@ fn with_a_cluster_ca_the_guest_gets_a_signed_host_key_in_a_secret() {
         secret["metadata"]["ownerReferences"][0]["kind"],
         "VirtualMachine"
     );
-    let data = match secret["data"]["userdata"].as_str() {
-        Some(encoded) => {
-            use base64::Engine;
-            String::from_utf8(
-                base64::engine::general_purpose::STANDARD
-                    .decode(encoded)
-                    .unwrap(),
-            )
-            .unwrap()
-        }
-        None => secret["stringData"]["userdata"]
-            .as_str()
-            .unwrap()
-            .to_owned(),
+    // The API server stores stringData as base64 data (the emulator converts it like the real one).
+    assert!(
+        secret.get("stringData").is_none(),
+        "stringData is write-only"
+    );
+    let data = {
+        use base64::Engine;
+        let encoded = secret["data"]["userdata"].as_str().expect("data.userdata");
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .unwrap(),
+        )
+        .unwrap()
     };
     assert!(
         data.contains(&ca_public),

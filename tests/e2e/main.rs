@@ -19,6 +19,7 @@ mod kubectl_like;
 mod lifecycle;
 mod lifecycle_deckhouse;
 mod list;
+mod list_watch;
 mod scripts;
 mod server_errors;
 mod ssh;

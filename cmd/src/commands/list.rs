@@ -4,7 +4,9 @@ use std::io::Write;
 
 use clap::Args;
 use kubevm::api::Kind;
-use kubevm::vm::{self, Scope, VmChange, VmSummary};
+use std::cell::RefCell;
+
+use kubevm::vm::{self, Detail, Scope, VmChange, VmList, VmSummary};
 
 use crate::cli::GlobalArgs;
 use crate::error::{CommandError, CommandResult};
@@ -53,46 +55,83 @@ pub async fn cmd_list(global: &GlobalArgs, args: ListArgs) -> CommandResult {
         Scope::Namespace(cluster.namespace.clone())
     };
     let selector = args.selector.as_deref();
-    let list = vm::list(&cluster, &platform, &scope, selector).await?;
-    let kind = Kind::vm(platform.flavor);
+    let whole_objects = matches!(args.output, Some(OutputFormat::Yaml | OutputFormat::Json));
+    // Tables and names need only a row's fields; yaml/json the whole objects.
+    let detail = if whole_objects {
+        Detail::Object
+    } else {
+        Detail::Row
+    };
     let printer = Printer {
         format: args.output,
         all_namespaces: args.all_namespaces,
-        kind,
-        now: jiff::Timestamp::now(),
+        kind: Kind::vm(platform.flavor),
+        headers: !args.no_headers,
+        widths: RefCell::new(Vec::new()),
+        printed: RefCell::new(0),
     };
-    let mut out = std::io::stdout().lock();
-    if list.items.is_empty() && !args.watch {
-        if matches!(args.output, Some(OutputFormat::Yaml | OutputFormat::Json)) {
-            render::write_object(
-                &mut out,
-                &render::list_object(Vec::new()),
-                args.output.unwrap(),
-            )?;
-        } else {
-            match &scope {
-                Scope::Namespace(ns) => eprintln!("No virtual machines found in namespace {ns:?}."),
-                Scope::AllNamespaces => eprintln!("No virtual machines found."),
-            }
+    // Pages are printed as they arrive; only a List (yaml/json without -w) and the state a
+    // watch diffs against are kept.
+    let mut kept: Vec<VmSummary> = Vec::new();
+    let mut count = 0usize;
+    let versions = vm::list_pages(&cluster, &platform, &scope, selector, detail, |page| {
+        count += page.len();
+        if whole_objects && !args.watch {
+            kept.extend(page);
+            return Ok(());
+        }
+        let mut out = std::io::stdout().lock();
+        printer.write_page(&mut out, &page)?;
+        out.flush()?;
+        if args.watch {
+            kept.extend(page);
+        }
+        Ok::<(), CommandError>(())
+    })
+    .await?;
+    if whole_objects && !args.watch {
+        let objects = kept.into_iter().map(|vm| vm.object).collect();
+        let mut out = std::io::stdout().lock();
+        render::write_object(
+            &mut out,
+            &render::list_object(objects),
+            args.output.unwrap(),
+        )?;
+        return Ok(());
+    }
+    if count == 0 && !args.watch {
+        match &scope {
+            Scope::Namespace(ns) => eprintln!("No virtual machines found in namespace {ns:?}."),
+            Scope::AllNamespaces => eprintln!("No virtual machines found."),
         }
         return Ok(());
     }
-    printer.write_all(&mut out, &list.items, !args.no_headers)?;
-    out.flush()?;
     if !args.watch {
         return Ok(());
     }
-    drop(out);
-    vm::watch(&cluster, &platform, &scope, selector, list, |change| {
-        let mut out = std::io::stdout().lock();
-        let result = match change {
-            VmChange::Updated(summary) => printer.write_change(&mut out, &summary, false),
-            VmChange::Deleted(summary) => printer.write_change(&mut out, &summary, true),
-        };
-        result
-            .and_then(|()| out.flush())
-            .map_err(CommandError::from)
-    })
+    let initial = VmList {
+        items: kept,
+        resource_version: versions.vms,
+        instance_resource_version: versions.instances,
+    };
+    vm::watch(
+        &cluster,
+        &platform,
+        &scope,
+        selector,
+        initial,
+        detail,
+        |change| {
+            let mut out = std::io::stdout().lock();
+            let result = match change {
+                VmChange::Updated(summary) => printer.write_change(&mut out, &summary, false),
+                VmChange::Deleted(summary) => printer.write_change(&mut out, &summary, true),
+            };
+            result
+                .and_then(|()| out.flush())
+                .map_err(CommandError::from)
+        },
+    )
     .await
 }
 
@@ -100,11 +139,16 @@ struct Printer {
     format: Option<OutputFormat>,
     all_namespaces: bool,
     kind: Kind,
-    now: jiff::Timestamp,
+    /// Whether the header row is printed (once, above the first page).
+    headers: bool,
+    /// Column widths printed so far: later pages and watch rows line up with them.
+    widths: RefCell<Vec<usize>>,
+    /// Objects printed so far (yaml documents are separated by `---`, as kubectl does).
+    printed: RefCell<usize>,
 }
 
 impl Printer {
-    fn headers(&self) -> Vec<&'static str> {
+    fn header_row(&self) -> Vec<&'static str> {
         let mut headers = Vec::new();
         if self.all_namespaces {
             headers.push("NAMESPACE");
@@ -119,7 +163,8 @@ impl Printer {
         headers
     }
 
-    fn row(&self, vm: &VmSummary, status: Option<&str>) -> Vec<String> {
+    /// A row; AGE is relative to `now` (the time the row is printed).
+    fn row(&self, vm: &VmSummary, status: Option<&str>, now: jiff::Timestamp) -> Vec<String> {
         let mut row = Vec::new();
         if self.all_namespaces {
             row.push(vm.namespace.clone());
@@ -129,7 +174,7 @@ impl Printer {
             status.unwrap_or(&vm.status).to_owned(),
             cell(vm.node.as_ref()),
             cell(vm.ip.as_ref()),
-            render::age(vm.created, self.now),
+            render::age(vm.created, now),
         ]);
         if self.format == Some(OutputFormat::Wide) {
             row.extend([
@@ -146,16 +191,24 @@ impl Printer {
         row
     }
 
-    fn write_all(
-        &self,
-        out: &mut dyn Write,
-        items: &[VmSummary],
-        headers: bool,
-    ) -> std::io::Result<()> {
+    fn write_object(&self, out: &mut dyn Write, object: &serde_json::Value) -> std::io::Result<()> {
+        let format = self.format.unwrap_or(OutputFormat::Json);
+        let mut printed = self.printed.borrow_mut();
+        if format == OutputFormat::Yaml && *printed > 0 {
+            writeln!(out, "---")?;
+        }
+        *printed += 1;
+        render::write_object(out, object, format)
+    }
+
+    /// One page of the initial list (under `-w`, yaml/json objects one by one, no List).
+    fn write_page(&self, out: &mut dyn Write, items: &[VmSummary]) -> std::io::Result<()> {
         match self.format {
-            Some(format @ (OutputFormat::Yaml | OutputFormat::Json)) => {
-                let objects = items.iter().map(|vm| vm.object.clone()).collect();
-                render::write_object(out, &render::list_object(objects), format)
+            Some(OutputFormat::Yaml | OutputFormat::Json) => {
+                for vm in items {
+                    self.write_object(out, &vm.object)?;
+                }
+                Ok(())
             }
             Some(OutputFormat::Name) => {
                 for vm in items {
@@ -164,11 +217,16 @@ impl Printer {
                 Ok(())
             }
             _ => {
-                let mut table = Table::new(&self.headers());
-                for vm in items {
-                    table.push(self.row(vm, None));
+                if items.is_empty() {
+                    return Ok(());
                 }
-                table.write(out, headers)
+                let now = jiff::Timestamp::now();
+                let mut table = Table::new(&self.header_row());
+                for vm in items {
+                    table.push(self.row(vm, None, now));
+                }
+                let first = self.widths.borrow().is_empty();
+                table.write_aligned(out, first && self.headers, &mut self.widths.borrow_mut())
             }
         }
     }
@@ -180,18 +238,14 @@ impl Printer {
         deleted: bool,
     ) -> std::io::Result<()> {
         match self.format {
-            Some(format @ (OutputFormat::Yaml | OutputFormat::Json)) => {
-                if format == OutputFormat::Yaml {
-                    writeln!(out, "---")?;
-                }
-                render::write_object(out, &vm.object, format)
-            }
+            Some(OutputFormat::Yaml | OutputFormat::Json) => self.write_object(out, &vm.object),
             Some(OutputFormat::Name) => writeln!(out, "{}", self.kind.object_ref(&vm.name)),
             _ => {
-                // Rows stream one at a time, so they are padded to the header's widths.
-                let mut table = Table::new(&self.headers());
-                table.push(self.row(vm, deleted.then_some("Deleted")));
-                table.write(out, false)
+                // AGE at the time of the event; columns as wide as what was printed before.
+                let mut table = Table::new(&self.header_row());
+                table.push(self.row(vm, deleted.then_some("Deleted"), jiff::Timestamp::now()));
+                let first = self.widths.borrow().is_empty();
+                table.write_aligned(out, first && self.headers, &mut self.widths.borrow_mut())
             }
         }
     }

@@ -11,6 +11,7 @@ pub const USER_DATA_MAX: usize = 2048;
 
 /// Runs the admission checks for an object about to be created or updated.
 pub fn admit(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
+    crate::webhooks::admit(def, obj)?;
     let name = crate::util::meta_str(obj, "name");
     match (def.group.as_str(), def.plural.as_str()) {
         ("kubevirt.io", "virtualmachines") => {

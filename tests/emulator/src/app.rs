@@ -70,6 +70,7 @@ impl App {
             return Err(format!("{kind} without metadata.name"));
         }
         let mut obj = obj;
+        crate::strategy::prepare(&def, &mut obj).map_err(|e| e.message)?;
         if def.namespaced {
             if meta_str(&obj, "namespace").is_empty() {
                 crate::util::meta_mut(&mut obj).insert("namespace".into(), json!("default"));

@@ -90,7 +90,16 @@ pub async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
     // server's 413 (it refuses bodies over 3 MiB).
     let body = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(body) => body,
-        Err(e) => return ApiError::bad_request(e.to_string()).into_response(),
+        // k8s.io/apiserver/pkg/endpoints/handlers/rest.go limitedReadBody:
+        // errors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", limit)).
+        Err(_) => {
+            return ApiError::new(
+                413,
+                "RequestEntityTooLarge",
+                format!("Request entity too large: limit is {MAX_BODY}"),
+            )
+            .into_response();
+        }
     };
     let entry = app.requests.record(&parts, &body);
     let req = Request::from_parts(parts, Body::from(body));
@@ -388,6 +397,13 @@ impl Ctx<'_> {
             if !self.def.stored {
                 return Ok(json!({}));
             }
+            if ct.contains("protobuf")
+                && crate::protobuf::supported(&self.def.group, &self.def.plural)
+            {
+                return crate::protobuf::decode(&self.def.kind, body).map_err(|e| {
+                    ApiError::bad_request(format!("error decoding request body: {e}"))
+                });
+            }
             return Err(ApiError::new(
                 415,
                 "UnsupportedMediaType",
@@ -446,6 +462,7 @@ impl Ctx<'_> {
 
     fn validate(&self, obj: &mut Value) -> Result<Vec<String>, ApiError> {
         let mode = FieldValidation::parse(self.q.get("fieldValidation").map(String::as_str))?;
+        crate::strategy::prepare(self.def, obj)?;
         let warnings = crate::schema::validate(self.def, self.version, obj, mode)?;
         crate::admission::admit(self.def, obj)?;
         Ok(warnings)
@@ -521,6 +538,7 @@ impl Ctx<'_> {
         }
         defaults_on_create(self.def, &mut obj);
         let warnings = self.validate(&mut obj)?;
+        crate::quota::check(&self.app.store, self.def, self.ns, &name)?;
         if is_dry_run(self.q)? {
             let obj = self.app.store.prepare_new(obj);
             return self.respond(StatusCode::CREATED, obj, &warnings);
@@ -570,20 +588,37 @@ impl Ctx<'_> {
     fn list(&self) -> Result<Response, ApiError> {
         let (ls, fs) = self.selectors()?;
         let ns = (!self.ns.is_empty()).then_some(self.ns);
-        let (items, rv) = self.app.store.list(&self.def.group, &self.def.plural, ns);
-        let items: Vec<Value> = items
-            .into_iter()
-            .filter(|o| ls.matches(o) && fs.matches(o))
-            .map(|o| self.present(o))
-            .collect();
+        let page = self.app.store.with_kind(
+            &self.def.group,
+            &self.def.plural,
+            ns,
+            |items, rv, compacted| {
+                let items = items
+                    .into_iter()
+                    .filter(|o| ls.matches(o) && fs.matches(o))
+                    .collect();
+                crate::paging::page(items, self.q, rv, compacted)
+            },
+        )?;
+        let (rv, items) = (page.resource_version, page.items);
+        let items: Vec<Value> = items.into_iter().map(|o| self.present(o)).collect();
+        let mut meta = json!({"resourceVersion": rv.to_string()});
+        if let Some(token) = page.continue_token {
+            meta["continue"] = json!(token);
+        }
+        if let Some(n) = page.remaining {
+            meta["remainingItemCount"] = json!(n);
+        }
         if wants_table(self.headers) {
             let include = IncludeObject::parse(self.q.get("includeObject").map(String::as_str));
-            return Ok(ok(&table::table(self.def, &items, Some(rv), include)));
+            let mut t = table::table(self.def, &items, Some(rv), include);
+            t["metadata"] = meta;
+            return Ok(ok(&t));
         }
         Ok(ok(&json!({
             "apiVersion": self.def.api_version(self.version),
             "kind": format!("{}List", self.def.kind),
-            "metadata": {"resourceVersion": rv.to_string()},
+            "metadata": meta,
             "items": items,
         })))
     }
@@ -748,7 +783,8 @@ impl Ctx<'_> {
                 .map(String::from)
         });
         let propagation = match policy.as_deref() {
-            None | Some("Background") | Some("Foreground") => Propagation::Cascade,
+            None | Some("Background") => Propagation::Cascade,
+            Some("Foreground") => Propagation::Foreground,
             Some("Orphan") => Propagation::Orphan,
             Some(other) => {
                 return Err(ApiError::bad_request(format!(
@@ -784,6 +820,11 @@ impl Ctx<'_> {
         }
         if dry {
             return self.respond(StatusCode::OK, current, &[]);
+        }
+        if propagation == Propagation::Foreground {
+            let marked = crate::gc::delete_foreground(self.app, &self.key())
+                .ok_or_else(|| self.store_err(StoreError::NotFound))?;
+            return self.respond(StatusCode::OK, marked, &[]);
         }
         let deleted = self
             .app

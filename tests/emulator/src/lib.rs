@@ -26,6 +26,7 @@ pub mod auth;
 pub mod controllers;
 pub mod discovery;
 pub mod fixtures;
+pub mod gc;
 pub mod guest;
 pub mod guestagent;
 pub mod handlers;
@@ -33,10 +34,13 @@ pub mod hold;
 pub mod internal_kinds;
 pub mod lifecycle;
 pub mod openapi;
+pub mod paging;
 pub mod patch;
 pub mod podexec;
 pub mod podlog;
 pub mod portforward;
+pub mod protobuf;
+pub mod quota;
 pub mod registry;
 pub mod requests;
 pub mod rfb;
@@ -46,12 +50,14 @@ pub mod sshd_guest;
 pub mod status;
 pub mod storage;
 pub mod store;
+pub mod strategy;
 pub mod streams;
 pub mod subresources;
 pub mod table;
 pub mod tls;
 pub mod util;
 pub mod watch;
+pub mod webhooks;
 
 use app::App;
 use base64::Engine;
@@ -242,6 +248,36 @@ impl Handle {
     /// Replaces what boots the guests of running VMs from now on (see [`guest`]).
     pub fn set_guest_factory(&self, factory: Arc<dyn guest::GuestFactory>) {
         self.app.guests.set_factory(factory)
+    }
+
+    /// Expires every resourceVersion issued so far, as an etcd compaction does: watches from an
+    /// older resourceVersion and continue tokens get 410 Expired, and open watches end (as
+    /// when the API server's watch cache is re-initialised) so clients re-watch and see it.
+    pub fn expire_resource_versions(&self) {
+        self.app.store.compact();
+    }
+
+    /// Makes an admission webhook named `webhook` deny `verb` (`create`, `update`, `patch`,
+    /// `delete`) of `plural` with `message`, `times` times (None: always), as a
+    /// controller-runtime webhook does (`admission.Denied`: 403 Forbidden); the API server
+    /// words it `admission webhook "NAME" denied the request: MESSAGE`
+    /// (k8s.io/apiserver/pkg/admission/plugin/webhook/errors/statuserror.go `ToStatusErr`).
+    pub fn deny_admission(
+        &self,
+        webhook: &str,
+        verb: &str,
+        plural: &str,
+        message: &str,
+        times: Option<u32>,
+    ) {
+        self.inject_failure(FailureRule {
+            verb: verb.into(),
+            plural: plural.into(),
+            name: None,
+            code: 403,
+            message: format!("admission webhook \"{webhook}\" denied the request: {message}"),
+            times,
+        });
     }
 
     /// Adds a failure-injection rule.

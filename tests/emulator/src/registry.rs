@@ -389,6 +389,18 @@ fn core_kinds() -> Vec<ResourceDef> {
         def(
             "",
             &["v1"],
+            "resourcequotas",
+            "ResourceQuota",
+            &["quota"],
+            &[],
+            true,
+            true,
+            vec![age()],
+            none(),
+        ),
+        def(
+            "",
+            &["v1"],
             "services",
             "Service",
             &["svc"],

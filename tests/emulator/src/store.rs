@@ -98,10 +98,13 @@ pub enum StoreError {
 /// What happens to dependents (objects whose `ownerReferences` name the deleted object).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Propagation {
-    /// Delete dependents too (`Background` and `Foreground`; both are immediate here).
+    /// Delete dependents too (`Background`; immediate here).
     Cascade,
     /// Keep dependents and drop their owner reference.
     Orphan,
+    /// `Foreground`: the handler marks the object and `gc.rs` deletes dependents first; a
+    /// store-level delete with it cascades like `Cascade`.
+    Foreground,
 }
 
 struct Inner {
@@ -116,6 +119,8 @@ struct Inner {
 pub struct Store {
     inner: Mutex<Inner>,
     tx: broadcast::Sender<Arc<Event>>,
+    /// Tells open watches to end (after [`Store::compact`]).
+    pub watches_end: tokio::sync::watch::Sender<u64>,
 }
 
 impl Default for Store {
@@ -126,6 +131,13 @@ impl Default for Store {
 
 fn rv_of(obj: &Value) -> Option<u64> {
     meta_str(obj, "resourceVersion").parse().ok()
+}
+
+/// Whether an object's kind keeps `metadata.generation` (see `strategy::tracks_generation`).
+fn has_generation(obj: &Value) -> bool {
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+    let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    !(api_version == "v1" && matches!(kind, "Secret" | "ConfigMap" | "Namespace"))
 }
 
 /// Everything but metadata and status: a change here bumps `metadata.generation`.
@@ -150,7 +162,24 @@ impl Store {
                 compacted: 1000,
             }),
             tx,
+            watches_end: tokio::sync::watch::channel(0).0,
         }
+    }
+
+    /// The oldest resourceVersion still served (older ones are Gone).
+    pub fn compacted(&self) -> u64 {
+        self.lock().compacted
+    }
+
+    /// Compacts everything up to the current resourceVersion and ends open watches.
+    pub fn compact(&self) {
+        {
+            let mut inner = self.lock();
+            // The current revision stays valid (etcd keeps the compaction revision itself).
+            inner.compacted = inner.rv;
+            inner.log.clear();
+        }
+        self.watches_end.send_modify(|n| *n += 1);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -186,6 +215,30 @@ impl Store {
             .map(|(_, v)| v.clone())
             .collect();
         (items, inner.rv)
+    }
+
+    /// Runs `f` on the objects of a kind (optionally in one namespace) without copying them,
+    /// with the store's resourceVersion and oldest servable one (lists copy only their page,
+    /// as the API server serves lists from its watch cache).
+    pub fn with_kind<R>(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        f: impl FnOnce(Vec<&Value>, u64, u64) -> R,
+    ) -> R {
+        let inner = self.lock();
+        let items = inner
+            .objects
+            .iter()
+            .filter(|(k, _)| {
+                k.group == group
+                    && k.plural == plural
+                    && namespace.is_none_or(|ns| k.namespace == ns)
+            })
+            .map(|(_, v)| v)
+            .collect();
+        f(items, inner.rv, inner.compacted)
     }
 
     /// All objects (for garbage collection and tests).
@@ -229,6 +282,7 @@ impl Store {
 
     /// Fills the server-owned metadata of a new object.
     fn init_meta(obj: &mut Value) {
+        let generation = has_generation(obj);
         let meta = meta_mut(obj);
         if meta
             .get("uid")
@@ -244,7 +298,7 @@ impl Store {
         {
             meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
         }
-        if meta.get("generation").and_then(Value::as_i64).is_none() {
+        if generation && meta.get("generation").and_then(Value::as_i64).is_none() {
             meta.insert("generation".into(), json!(1));
         }
     }
@@ -316,6 +370,7 @@ impl Store {
 
     /// Copies server-owned metadata from `old` and computes generation.
     fn carry_meta(old: &Value, obj: &mut Value) {
+        let old_copy = json!({"apiVersion": old.get("apiVersion"), "kind": old.get("kind")});
         let old_gen = old
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)
@@ -332,7 +387,11 @@ impl Store {
                 None => meta.remove(f),
             };
         }
-        meta.insert("generation".into(), json!(generation));
+        if has_generation(&old_copy) {
+            meta.insert("generation".into(), json!(generation));
+        } else {
+            meta.remove("generation");
+        }
         meta.insert(
             "resourceVersion".into(),
             old.pointer("/metadata/resourceVersion")
@@ -380,6 +439,39 @@ impl Store {
             return Some(old);
         }
         Self::carry_meta(&old, &mut obj);
+        Self::bump(&mut inner, &mut obj);
+        inner.objects.insert(key.clone(), obj.clone());
+        Self::emit(
+            &mut inner,
+            &self.tx,
+            EventType::Modified,
+            key.clone(),
+            obj.clone(),
+            Some(old),
+        );
+        Some(obj)
+    }
+
+    /// Sets `deletionTimestamp` (server-owned, so `modify` cannot) and adds `finalizer`:
+    /// the object is being deleted but stays until the finalizer goes. Returns it.
+    pub fn mark_deleting(&self, key: &Key, finalizer: &str) -> Option<Value> {
+        let mut inner = self.lock();
+        let old = inner.objects.get(key).cloned()?;
+        let mut obj = old.clone();
+        let meta = meta_mut(&mut obj);
+        if meta.get("deletionTimestamp").is_none_or(Value::is_null) {
+            meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+            meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+        }
+        let finalizers = meta.entry("finalizers").or_insert_with(|| json!([]));
+        if let Some(list) = finalizers.as_array_mut()
+            && !list.iter().any(|f| f == finalizer)
+        {
+            list.push(json!(finalizer));
+        }
+        if obj == old {
+            return Some(old);
+        }
         Self::bump(&mut inner, &mut obj);
         inner.objects.insert(key.clone(), obj.clone());
         Self::emit(

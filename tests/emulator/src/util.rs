@@ -224,6 +224,16 @@ mod tests {
     }
 
     #[test]
+    fn yaml_is_read_as_yaml_1_2() {
+        // YAML 1.2 core schema: only true/false are booleans; `y`, `yes`, `on` stay strings.
+        let v = parse_yaml_or_json(b"a: y\nb: yes\nc: on\nd: true\n").unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"a": "y", "b": "yes", "c": "on", "d": true})
+        );
+    }
+
+    #[test]
     fn human_durations() {
         assert_eq!(human_duration(5), "5s");
         assert_eq!(human_duration(125), "2m5s");

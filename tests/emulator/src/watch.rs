@@ -105,6 +105,8 @@ struct WatchState {
     bookmarks: Option<Interval>,
     last_rv: u64,
     done: bool,
+    /// Changes when the store is compacted (`Store::compact`): the watch ends.
+    end: tokio::sync::watch::Receiver<u64>,
 }
 
 /// Starts a watch on `def` (optionally in one namespace).
@@ -178,6 +180,7 @@ pub fn serve(
             .then(|| tokio::time::interval_at(Instant::now() + BOOKMARK_EVERY, BOOKMARK_EVERY)),
         last_rv,
         done: false,
+        end: app.store.watches_end.subscribe(),
     };
     Ok(stream_response(futures::stream::unfold(state, next_chunk)))
 }
@@ -215,6 +218,7 @@ async fn next_chunk(
                 rx,
                 bookmarks,
                 deadline,
+                end,
                 ..
             } = &mut st;
             let deadline = *deadline;
@@ -228,6 +232,7 @@ async fn next_chunk(
             };
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => Next::Timeout,
+                _ = end.changed() => Next::Timeout,
                 ev = rx.recv() => Next::Event(ev),
                 _ = tick => Next::Bookmark,
             }

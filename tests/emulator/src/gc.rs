@@ -1,0 +1,50 @@
+//! Foreground cascading deletion, which takes time on a real cluster: the API server sets
+//! `metadata.deletionTimestamp` and the finalizer `foregroundDeletion` and answers 200 with the
+//! object (k8s.io/apiserver/pkg/registry/generic/registry/store.go `updateForGracefulDeletionAndFinalizers`,
+//! `shouldDeleteDependents`); the garbage collector deletes the dependents, then removes the
+//! finalizer and the object goes (pkg/controller/garbagecollector `processDeletingDependentsItem`).
+//! Here the collector runs one controller step (`import_step`) later.
+
+use crate::app::App;
+use crate::store::{Key, Propagation};
+use crate::util::meta_str;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// The finalizer of an object whose dependents are being deleted first.
+pub const FOREGROUND: &str = "foregroundDeletion";
+
+/// Marks `key` for foreground deletion and schedules the collector; returns the marked object.
+pub fn delete_foreground(app: &Arc<App>, key: &Key) -> Option<Value> {
+    let marked = app.store.mark_deleting(key, FOREGROUND)?;
+    let app = app.clone();
+    let key = key.clone();
+    let uid = meta_str(&marked, "uid").to_string();
+    tokio::spawn(async move {
+        tokio::time::sleep(app.import_step).await;
+        // Dependents first (each with its own dependents), then the owner.
+        let dependents: Vec<Key> = app
+            .store
+            .all()
+            .into_iter()
+            .filter(|(_, o)| {
+                o.pointer("/metadata/ownerReferences")
+                    .and_then(Value::as_array)
+                    .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid.as_str()))
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for dependent in dependents {
+            app.store.delete(&dependent, Propagation::Cascade);
+        }
+        tokio::time::sleep(app.import_step).await;
+        if app
+            .store
+            .get(&key)
+            .is_some_and(|o| meta_str(&o, "uid") == uid)
+        {
+            app.store.delete(&key, Propagation::Cascade);
+        }
+    });
+    Some(marked)
+}
