@@ -150,7 +150,7 @@ pub fn write_object(
             writeln!(out)
         }
         _ => {
-            let text = serde_yaml::to_string(value).map_err(std::io::Error::other)?;
+            let text = yaml_serde::to_string(value).map_err(std::io::Error::other)?;
             out.write_all(text.as_bytes())
         }
     }

@@ -5,7 +5,7 @@ use crate::common::{BIN, Env, ok};
 
 /// The admin token of the emulator's kubeconfig.
 fn admin_token(env: &Env) -> String {
-    let config: serde_json::Value = serde_yaml::from_str(&env.emulator.kubeconfig_yaml()).unwrap();
+    let config: serde_json::Value = yaml_serde::from_str(&env.emulator.kubeconfig_yaml()).unwrap();
     let users = config["users"].as_array().unwrap();
     let admin = users.iter().find(|u| u["name"] == "admin").unwrap();
     admin["user"]["token"].as_str().unwrap().to_owned()
@@ -14,13 +14,13 @@ fn admin_token(env: &Env) -> String {
 #[test]
 fn kubeconfig_list_is_merged_and_missing_files_are_skipped() {
     let env = Env::kubevirt();
-    let config: serde_json::Value = serde_yaml::from_str(&env.emulator.kubeconfig_yaml()).unwrap();
+    let config: serde_json::Value = yaml_serde::from_str(&env.emulator.kubeconfig_yaml()).unwrap();
     // File one: clusters and users. File two: contexts and the current context.
     let one = serde_json::json!({"apiVersion": "v1", "kind": "Config", "clusters": config["clusters"], "users": config["users"]});
     let two = serde_json::json!({"apiVersion": "v1", "kind": "Config", "contexts": config["contexts"], "current-context": "emulator-restricted"});
     let dir = env.dir.path();
-    std::fs::write(dir.join("one"), serde_yaml::to_string(&one).unwrap()).unwrap();
-    std::fs::write(dir.join("two"), serde_yaml::to_string(&two).unwrap()).unwrap();
+    std::fs::write(dir.join("one"), yaml_serde::to_string(&one).unwrap()).unwrap();
+    std::fs::write(dir.join("two"), yaml_serde::to_string(&two).unwrap()).unwrap();
     let list = format!(
         "{}:{}:{}",
         dir.join("missing").display(),
@@ -55,14 +55,14 @@ fn exec_credential_plugin_supplies_the_token() {
     .unwrap();
     std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let mut config: serde_json::Value =
-        serde_yaml::from_str(&env.emulator.kubeconfig_yaml()).unwrap();
+        yaml_serde::from_str(&env.emulator.kubeconfig_yaml()).unwrap();
     config["users"] = serde_json::json!([{"name": "admin", "user": {"exec": {
         "apiVersion": "client.authentication.k8s.io/v1",
         "command": plugin.to_str().unwrap(),
         "interactiveMode": "Never"
     }}}]);
     let path = env.dir.path().join("exec-kubeconfig");
-    std::fs::write(&path, serde_yaml::to_string(&config).unwrap()).unwrap();
+    std::fs::write(&path, yaml_serde::to_string(&config).unwrap()).unwrap();
     let text = ok(env.vm(&["list", "-n", "prod", "--kubeconfig", path.to_str().unwrap()]));
     assert!(text.contains("db.primary"), "{text}");
 }

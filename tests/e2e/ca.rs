@@ -203,7 +203,7 @@ fn init_show_rotate_and_finish() {
         roles,
         [("trusted", first.as_str()), ("signing", second.as_str())]
     );
-    let yaml: Value = serde_yaml::from_str(&ok(env.vm(&["ca", "show", "-o", "yaml"]))).unwrap();
+    let yaml: Value = yaml_serde::from_str(&ok(env.vm(&["ca", "show", "-o", "yaml"]))).unwrap();
     assert_eq!(yaml, json);
 
     // A second rotation before finishing the first is refused.

@@ -23,7 +23,7 @@ fn keys(env: &Env) -> (PathBuf, PathBuf) {
 fn yaml_documents(text: &str) -> Vec<Value> {
     text.split("\n---\n")
         .filter(|d| !d.trim().is_empty())
-        .map(|d| serde_yaml::from_str(d).unwrap())
+        .map(|d| yaml_serde::from_str(d).unwrap())
         .collect()
 }
 

@@ -52,7 +52,7 @@ fn dotted_names_and_condition_messages() {
 fn object_outputs() {
     let env = Env::kubevirt();
     let yaml: serde_json::Value =
-        serde_yaml::from_str(&ok(env.vm(&["get", "batch.dev", "-o", "yaml"]))).unwrap();
+        yaml_serde::from_str(&ok(env.vm(&["get", "batch.dev", "-o", "yaml"]))).unwrap();
     assert_eq!(yaml["spec"]["runStrategy"], "Halted");
     let json: serde_json::Value =
         serde_json::from_str(&ok(env.vm(&["get", "batch.dev", "-o", "json"]))).unwrap();

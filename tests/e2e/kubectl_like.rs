@@ -154,7 +154,7 @@ fn get_hides_managed_fields_like_kubectl() {
     ))
     .unwrap();
     assert_eq!(ours["metadata"], theirs["metadata"]);
-    let shown: Value = serde_yaml::from_str(&ok(env.vm(&[
+    let shown: Value = yaml_serde::from_str(&ok(env.vm(&[
         "get",
         "batch.dev",
         "-o",

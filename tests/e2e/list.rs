@@ -226,7 +226,7 @@ fn selector_name_yaml_and_json_outputs() {
         .collect();
     assert_eq!(names, ["api", "batch"]);
     let yaml: serde_json::Value =
-        serde_yaml::from_str(&ok(env.vm(&["list", "-n", "prod", "-o", "yaml"]))).unwrap();
+        yaml_serde::from_str(&ok(env.vm(&["list", "-n", "prod", "-o", "yaml"]))).unwrap();
     assert_eq!(yaml["items"][0]["metadata"]["name"], "db.primary");
     assert_eq!(yaml["items"][0]["kind"], "VirtualMachine");
 }

@@ -52,7 +52,7 @@ pub async fn cmd_version(global: &GlobalArgs, args: VersionArgs) -> CommandResul
             writeln!(out)?;
         }
         Some(_) => out.write_all(
-            serde_yaml::to_string(&report)
+            yaml_serde::to_string(&report)
                 .map_err(std::io::Error::other)?
                 .as_bytes(),
         )?,

@@ -20,7 +20,7 @@ struct Schemas {
 }
 
 fn crd_schema(yaml: &str, version: &str) -> Value {
-    let crd: Value = serde_yaml::from_str(yaml).expect("CRD parses");
+    let crd: Value = yaml_serde::from_str(yaml).expect("CRD parses");
     crd["spec"]["versions"]
         .as_array()
         .expect("CRD has versions")

@@ -177,7 +177,7 @@ impl Collector {
             .as_str()
             .unwrap_or("unnamed")
             .to_owned();
-        let yaml = serde_yaml::to_string(&object).unwrap_or_default();
+        let yaml = yaml_serde::to_string(&object).unwrap_or_default();
         let text = self.redactor.text(&yaml);
         self.put(
             format!("{}/{name}.yaml", folder(kind)),
@@ -302,7 +302,7 @@ impl Collector {
         }
         let yaml = self
             .redactor
-            .text(&serde_yaml::to_string(&list).unwrap_or_default());
+            .text(&yaml_serde::to_string(&list).unwrap_or_default());
         self.put(
             format!("event/{}-{name}.yaml", kind.to_ascii_lowercase()),
             format!("events of {kind} {name}"),

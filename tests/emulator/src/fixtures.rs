@@ -13,9 +13,9 @@ pub const EMULATOR_API_VERSION: &str = "emulator.kubevm.io/v1";
 /// Splits a multi-document YAML text into JSON documents (empty documents skipped).
 pub fn documents(yaml: &str) -> Result<Vec<Value>, String> {
     let mut out = vec![];
-    for (i, doc) in serde_yaml::Deserializer::from_str(yaml).enumerate() {
+    for (i, doc) in yaml_serde::Deserializer::from_str(yaml).enumerate() {
         let y =
-            serde_yaml::Value::deserialize(doc).map_err(|e| format!("document {}: {e}", i + 1))?;
+            yaml_serde::Value::deserialize(doc).map_err(|e| format!("document {}: {e}", i + 1))?;
         if y.is_null() {
             continue;
         }

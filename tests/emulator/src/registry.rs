@@ -820,9 +820,9 @@ static DECKHOUSE: LazyLock<Vec<ResourceDef>> = LazyLock::new(|| {
     DECKHOUSE_CRDS
         .iter()
         .flat_map(|(file, text)| {
-            serde_yaml::Deserializer::from_str(text)
+            yaml_serde::Deserializer::from_str(text)
                 .filter_map(|doc| {
-                    let y = serde_yaml::Value::deserialize(doc).ok()?;
+                    let y = yaml_serde::Value::deserialize(doc).ok()?;
                     serde_json::to_value(y).ok()
                 })
                 .filter(|v| {

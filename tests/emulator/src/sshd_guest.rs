@@ -180,11 +180,11 @@ pub struct CloudUser {
     pub keys: Vec<String>,
 }
 
-fn command_entry(v: &serde_yaml::Value) -> Option<String> {
+fn command_entry(v: &yaml_serde::Value) -> Option<String> {
     match v {
-        serde_yaml::Value::String(s) => Some(s.clone()),
+        yaml_serde::Value::String(s) => Some(s.clone()),
         // The list form is an argv; quote each word for sh.
-        serde_yaml::Value::Sequence(words) => Some(
+        yaml_serde::Value::Sequence(words) => Some(
             words
                 .iter()
                 .filter_map(|w| w.as_str())
@@ -202,7 +202,7 @@ impl CloudConfig {
         if !text.trim_start().starts_with("#cloud-config") {
             return None;
         }
-        let doc: serde_yaml::Value = serde_yaml::from_str(text).ok()?;
+        let doc: yaml_serde::Value = yaml_serde::from_str(text).ok()?;
         let list = |k: &str| -> Vec<String> {
             doc.get(k)
                 .and_then(|v| v.as_sequence())
@@ -210,7 +210,7 @@ impl CloudConfig {
                 .unwrap_or_default()
         };
         let str_of =
-            |v: &serde_yaml::Value, k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_owned);
+            |v: &yaml_serde::Value, k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_owned);
         let users = doc
             .get("users")
             .and_then(|v| v.as_sequence())

@@ -208,7 +208,7 @@ pub fn parse_yaml_or_json(body: &[u8]) -> Result<Value, String> {
     if let Ok(v) = serde_json::from_slice::<Value>(body) {
         return Ok(v);
     }
-    let y: serde_yaml::Value = serde_yaml::from_slice(body).map_err(|e| e.to_string())?;
+    let y: yaml_serde::Value = yaml_serde::from_slice(body).map_err(|e| e.to_string())?;
     serde_json::to_value(y).map_err(|e| e.to_string())
 }
 

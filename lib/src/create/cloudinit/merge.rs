@@ -1,7 +1,7 @@
 //! Combining the user's own user data with the platform cloud-config: a user `#cloud-config`
 //! is merged as YAML; any other kind is kept as is inside a MIME multipart archive.
 
-use serde_yaml::{Mapping, Value};
+use yaml_serde::{Mapping, Value};
 
 use super::CloudInitError;
 
@@ -52,10 +52,10 @@ pub(super) fn classify(text: &str) -> Result<UserFormat, CloudInitError> {
 
 /// Parse a `#cloud-config` document into a mapping.
 pub(super) fn parse_cloud_config(text: &str) -> Result<Mapping, CloudInitError> {
-    let value: Value = serde_yaml::from_str(text).map_err(|e| {
+    let value: Value = yaml_serde::from_str(text).map_err(|e| {
         let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
         let message = e.to_string();
-        // serde_yaml appends "at line L column C"; the error has its own position.
+        // yaml_serde (like serde_yaml) appends "at line L column C"; the error has its own position.
         let message = message
             .split(" at line ")
             .next()
@@ -186,7 +186,7 @@ mod tests {
     use super::*;
 
     fn yaml(text: &str) -> Value {
-        serde_yaml::from_str(text).unwrap()
+        yaml_serde::from_str(text).unwrap()
     }
 
     #[test]

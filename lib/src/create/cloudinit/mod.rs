@@ -4,8 +4,8 @@
 mod merge;
 pub mod platform;
 
-use serde_yaml::Value;
 use thiserror::Error;
+use yaml_serde::Value;
 
 use crate::create::plan::{OsType, VmPlan};
 use merge::UserFormat;
@@ -57,7 +57,7 @@ impl UserData {
 }
 
 fn render(doc: &Value) -> String {
-    let yaml = serde_yaml::to_string(doc).expect("a YAML value always serialises");
+    let yaml = yaml_serde::to_string(doc).expect("a YAML value always serialises");
     format!("#cloud-config\n{yaml}")
 }
 

@@ -5,7 +5,7 @@
 //! Whatever must survive a CA rotation or a host-certificate renewal is written by `bootcmd`,
 //! which cloud-init runs on every boot (the per-instance modules run only once per instance).
 
-use serde_yaml::{Mapping, Value};
+use yaml_serde::{Mapping, Value};
 
 use crate::create::plan::VmPlan;
 use crate::flavor::Flavor;

@@ -1,6 +1,6 @@
 use std::process::Command;
 
-use serde_yaml::Value;
+use yaml_serde::Value;
 
 use super::platform::{
     CA_KEYS_PATH, ENV_FILE_PATH, HOST_CERT_PATH, PROFILE_PATH, SSHD_DROP_IN_PATH,
@@ -21,7 +21,7 @@ fn user_data(plan: &VmPlan) -> UserData {
 }
 
 fn yaml(text: &str) -> Value {
-    serde_yaml::from_str(text).unwrap()
+    yaml_serde::from_str(text).unwrap()
 }
 
 /// The platform cloud-config inside a multipart archive.
