@@ -29,6 +29,8 @@ pub struct App {
     pub port: Mutex<u16>,
     /// Every request received, for tests.
     pub requests: crate::requests::RequestLog,
+    /// Export server state (VirtualMachineExport / DataExport).
+    pub exports: crate::export::ExportState,
 }
 
 impl App {
@@ -43,6 +45,7 @@ impl App {
             import_step,
             port: Mutex::new(0),
             requests: Default::default(),
+            exports: Default::default(),
         }
     }
 
