@@ -108,6 +108,8 @@ pub enum Command {
     Create(Box<commands::create::CreateArgs>),
     /// Delete a virtual machine and the disks created for it
     Delete(commands::delete::DeleteArgs),
+    /// Download disks, snapshots and PVCs: raw, resumable, verified
+    Export(Box<commands::export::ExportArgs>),
     /// Manage the platform SSH certificate authority (init, show, rotate)
     Ca(commands::ca::CaArgs),
     /// Print the client version and the platform version of the cluster

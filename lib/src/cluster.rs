@@ -46,6 +46,9 @@ pub struct Cluster {
     pub server: String,
     /// The kubeconfig context in use (`None` in a pod).
     pub context: Option<String>,
+    /// The resolved client configuration (credentials and CA), for talking to servers other
+    /// than the API server with the same identity (e.g. export servers).
+    pub config: Config,
 }
 
 impl Cluster {
@@ -101,7 +104,7 @@ impl Cluster {
             }
             None => (config.default_namespace.clone(), false),
         };
-        let client = Client::try_from(config)
+        let client = Client::try_from(config.clone())
             .map_err(|e| Error::Config(format!("cannot set up the API client: {e}")))?;
         Ok(Cluster {
             client,
@@ -109,6 +112,7 @@ impl Cluster {
             namespace_from_flag,
             server,
             context,
+            config,
         })
     }
 

@@ -152,6 +152,9 @@ pub enum Error {
     /// A bug or an unexpected answer.
     #[error("{0}")]
     Internal(String),
+    /// A data transfer (export download) failed; the message says what is kept and how to resume.
+    #[error("{0}")]
+    Transfer(String),
 }
 
 fn in_ns(namespace: &Option<String>) -> String {

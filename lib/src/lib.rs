@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod create;
 pub mod delete;
 pub mod error;
+pub mod export;
 pub mod flavor;
 pub mod quantity;
 pub mod target;

@@ -5,6 +5,7 @@ pub mod completion;
 pub mod create;
 pub mod create_interactive;
 pub mod delete;
+pub mod export;
 pub mod generate_docs;
 pub mod get;
 pub mod list;
@@ -53,6 +54,7 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Get(args) => get::cmd_get(&global, args).await,
         Command::Create(args) => create::cmd_create(&global, *args).await,
         Command::Delete(args) => delete::cmd_delete(&global, args).await,
+        Command::Export(args) => export::cmd_export(&global, *args).await,
         Command::Ca(args) => ca::cmd_ca(&global, args).await,
         Command::Version(args) => version::cmd_version(&global, args).await,
         Command::Completion(args) => completion::cmd_completion(args),
