@@ -9,6 +9,7 @@ mod completion;
 mod create;
 mod delete;
 mod errors;
+mod export;
 mod generated;
 mod get;
 mod list;
