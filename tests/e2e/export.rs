@@ -123,7 +123,8 @@ fn mode(path: &Path) -> u32 {
 fn one_gib_volume_matches_the_source_on_both_platforms() {
     // KubeVirt, pvc/ target; an unrelated export and Secret must survive.
     let env = kubevirt(GIB, MIB);
-    env.emulator.put_object(json!({"apiVersion": "v1", "kind": "Secret",
+    env.emulator
+        .put_object(json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "unrelated", "namespace": "default"}, "data": {"token": "eA=="}}));
     env.emulator.put_object(json!({"apiVersion": "export.kubevirt.io/v1", "kind": "VirtualMachineExport",
         "metadata": {"name": "someone-elses", "namespace": "default"},
@@ -132,7 +133,10 @@ fn one_gib_volume_matches_the_source_on_both_platforms() {
     let file = env.dir.path().join("root.img");
     let want = reference_sha256(&env, "exp-root", GIB);
     let start = Instant::now();
-    let err = succeeded(&export(&env, &["pvc/exp-root", "-o", file.to_str().unwrap()]));
+    let err = succeeded(&export(
+        &env,
+        &["pvc/exp-root", "-o", file.to_str().unwrap()],
+    ));
     eprintln!("kubevirt 1 GiB: {:.1}s", start.elapsed().as_secs_f64());
     assert_eq!(sha256_of(&file), want);
     assert!(err.contains(&format!("sha256:{want}")), "{err}");
@@ -258,10 +262,24 @@ fn killed_run_resumes_with_reuse_and_resume() {
         let served_before = env.emulator.export_bytes_served();
         let err = succeeded(&export(
             &env,
-            &[target, "-o", file.to_str().unwrap(), "--reuse", &exports[0], "--resume"],
+            &[
+                target,
+                "-o",
+                file.to_str().unwrap(),
+                "--reuse",
+                &exports[0],
+                "--resume",
+            ],
         ));
-        assert!(err.contains(&format!("resuming {}", partial.display())), "{flavor}: {err}");
-        assert_eq!(sha256_of(&file), reference_sha256(&env, pvc, size), "{flavor}");
+        assert!(
+            err.contains(&format!("resuming {}", partial.display())),
+            "{flavor}: {err}"
+        );
+        assert_eq!(
+            sha256_of(&file),
+            reference_sha256(&env, pvc, size),
+            "{flavor}"
+        );
         // The second run fetched only what was missing.
         assert_eq!(
             env.emulator.export_bytes_served() - served_before,
@@ -280,7 +298,10 @@ fn resume_after_the_source_changed_starts_over() {
     let size = 8 * MIB;
     let env = kubevirt(size, MIB);
     let file = env.dir.path().join("disk.img");
-    let out = export(&env, &["pvc/exp-root", "-o", file.to_str().unwrap(), "--keep"]);
+    let out = export(
+        &env,
+        &["pvc/exp-root", "-o", file.to_str().unwrap(), "--keep"],
+    );
     succeeded(&out);
     let name = names(&objects(&env, KV_EXPORTS)).pop().unwrap();
     // Leave a partial file as an interrupted run would (first 3 MiB), then change the data.
@@ -296,7 +317,14 @@ fn resume_after_the_source_changed_starts_over() {
     env.emulator.change_export_content("default", "exp-root");
     let err = succeeded(&export(
         &env,
-        &["pvc/exp-root", "-o", file.to_str().unwrap(), "--reuse", &name, "--resume"],
+        &[
+            "pvc/exp-root",
+            "-o",
+            file.to_str().unwrap(),
+            "--reuse",
+            &name,
+            "--resume",
+        ],
     ));
     assert!(err.contains("the source changed"), "{err}");
     assert_eq!(sha256_of(&file), reference_sha256(&env, "exp-root", size));
@@ -311,7 +339,13 @@ fn checksum_mismatch_fails_and_keeps_the_export() {
     let wrong = format!("sha256:{}", "0".repeat(64));
     let out = export(
         &env,
-        &["pvc/exp-root", "-o", file.to_str().unwrap(), "--checksum", &wrong],
+        &[
+            "pvc/exp-root",
+            "-o",
+            file.to_str().unwrap(),
+            "--checksum",
+            &wrong,
+        ],
     );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);
@@ -325,7 +359,16 @@ fn checksum_mismatch_fails_and_keeps_the_export() {
     let name = names(&objects(&env, KV_EXPORTS)).pop().unwrap();
     succeeded(&export(
         &env,
-        &["pvc/exp-root", "-o", file.to_str().unwrap(), "--checksum", &right, "--reuse", &name, "--resume"],
+        &[
+            "pvc/exp-root",
+            "-o",
+            file.to_str().unwrap(),
+            "--checksum",
+            &right,
+            "--reuse",
+            &name,
+            "--resume",
+        ],
     ));
     assert!(file.exists());
     assert!(objects(&env, KV_EXPORTS).is_empty());
@@ -346,7 +389,10 @@ fn failed_download_keeps_the_export_object() {
             ..Default::default()
         });
         let file = env.dir.path().join("disk.img");
-        let out = export(&env, &[target, "-o", file.to_str().unwrap(), "--retries", "2"]);
+        let out = export(
+            &env,
+            &[target, "-o", file.to_str().unwrap(), "--retries", "2"],
+        );
         assert_eq!(out.status.code(), Some(1), "{flavor}");
         let err = stderr(&out);
         assert!(err.contains("503"), "{flavor}: {err}");
@@ -355,10 +401,12 @@ fn failed_download_keeps_the_export_object() {
         if flavor == "kubevirt" {
             // Its token Secret too (the export is useless without it).
             let tokens = env.emulator.objects("", "secrets", Some("default"));
-            assert!(tokens.iter().any(|s| s["metadata"]["name"]
-                .as_str()
-                .unwrap()
-                .starts_with("export-pvc-exp-root-")));
+            assert!(tokens.iter().any(|s| {
+                s["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("export-pvc-exp-root-")
+            }));
         }
         assert!(!file.exists());
     }
@@ -394,7 +442,11 @@ fn stdout_to_a_pipe() {
     assert_eq!(&sum[..64], reference_sha256(&env, "exp-root", 3 * MIB));
     let out = export(&env, &["vm/exp", "-o", "-"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("pick it with --volume"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("pick it with --volume"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// --format gzip writes the server's gzip stream; gunzip gives the raw bytes. --decompress
@@ -404,7 +456,16 @@ fn gzip_and_decompress() {
     let env = kubevirt(5 * MIB, MIB);
     let want = reference_sha256(&env, "exp-root", 5 * MIB);
     let gz = env.dir.path().join("disk.img.gz");
-    succeeded(&export(&env, &["pvc/exp-root", "--format", "gzip", "-o", gz.to_str().unwrap()]));
+    succeeded(&export(
+        &env,
+        &[
+            "pvc/exp-root",
+            "--format",
+            "gzip",
+            "-o",
+            gz.to_str().unwrap(),
+        ],
+    ));
     let gunzip = Command::new("sh")
         .arg("-c")
         .arg(format!("gzip -dc '{}' | sha256sum", gz.display()))
@@ -412,7 +473,10 @@ fn gzip_and_decompress() {
         .unwrap();
     assert_eq!(&String::from_utf8(gunzip.stdout).unwrap()[..64], want);
     let raw = env.dir.path().join("disk.img");
-    let err = succeeded(&export(&env, &["pvc/exp-root", "--decompress", "-o", raw.to_str().unwrap()]));
+    let err = succeeded(&export(
+        &env,
+        &["pvc/exp-root", "--decompress", "-o", raw.to_str().unwrap()],
+    ));
     assert!(err.contains(&want), "{err}");
     assert_eq!(sha256_of(&raw), want);
 }
@@ -428,7 +492,10 @@ fn manifest_of_a_vm() {
         .collect();
     let vm = docs.iter().find(|d| d["kind"] == "VirtualMachine").unwrap();
     assert_eq!(vm["metadata"]["name"], "exp");
-    assert_eq!(vm["spec"]["template"]["spec"]["volumes"][0]["dataVolume"]["name"], "exp-root");
+    assert_eq!(
+        vm["spec"]["template"]["spec"]["volumes"][0]["dataVolume"]["name"],
+        "exp-root"
+    );
     assert!(objects(&env, KV_EXPORTS).is_empty());
 }
 
@@ -439,11 +506,20 @@ fn running_vm_waits_with_the_reason() {
     let env = Env::kubevirt();
     let out = export(
         &env,
-        &["vm/web", "-o", env.dir.path().join("w").to_str().unwrap(), "--timeout", "2s"],
+        &[
+            "vm/web",
+            "-o",
+            env.dir.path().join("w").to_str().unwrap(),
+            "--timeout",
+            "2s",
+        ],
     );
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
-    assert!(err.contains("waiting for VirtualMachineExport export-vm-web-"), "{err}");
+    assert!(
+        err.contains("waiting for VirtualMachineExport export-vm-web-"),
+        "{err}"
+    );
     assert!(err.contains("VirtualMachine web is running"), "{err}");
     assert!(err.contains("--reuse export-vm-web-"), "{err}");
 }
@@ -455,9 +531,18 @@ fn bad_input_exits_2() {
     for (args, want) in [
         (vec!["export", "disk/x", "-o", "f"], "unknown kind"),
         (vec!["export", "vm/exp"], "needs -o FILE"),
-        (vec!["export", "vm/exp", "-o", "f", "--checksum", "sha256:12"], "64 hex digits"),
-        (vec!["export", "vm/exp", "-o", "-", "--resume"], "--resume needs -o FILE"),
-        (vec!["export", "vd/x", "-o", "f", "--flavor", "kubevirt"], "not exported on KubeVirt"),
+        (
+            vec!["export", "vm/exp", "-o", "f", "--checksum", "sha256:12"],
+            "64 hex digits",
+        ),
+        (
+            vec!["export", "vm/exp", "-o", "-", "--resume"],
+            "--resume needs -o FILE",
+        ),
+        (
+            vec!["export", "vd/x", "-o", "f", "--flavor", "kubevirt"],
+            "not exported on KubeVirt",
+        ),
     ] {
         let err = crate::common::fails(&env, &args, 2);
         assert!(err.contains(want), "{args:?}: {err}");

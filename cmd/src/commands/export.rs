@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use kubevm::export::{self, Algo, Event, ExportOptions, Expected, Format, Output, Source};
+use kubevm::export::{self, Algo, Event, Expected, ExportOptions, Format, Output, Source};
 use kubevm::flavor::FlavorChoice;
 
 use crate::cli::GlobalArgs;
@@ -87,9 +87,7 @@ pub struct ExportArgs {
 }
 
 /// Checks the flags before any request; exit 2 on bad input.
-fn options(
-    args: &ExportArgs,
-) -> CommandResult<(Option<&'static str>, String, ExportOptions)> {
+fn options(args: &ExportArgs) -> CommandResult<(Option<&'static str>, String, ExportOptions)> {
     let (prefix, name) = Source::parse(&args.target)?;
     let output = match (&args.output, args.manifest) {
         (_, true) => Output::Manifest,
@@ -284,7 +282,11 @@ impl View {
                     self.bar = Some(bar);
                 }
             }
-            Event::Progress { done, total, volume } => match &self.bar {
+            Event::Progress {
+                done,
+                total,
+                volume,
+            } => match &self.bar {
                 Some(bar) => {
                     if let Some(t) = total {
                         bar.set_length(t);

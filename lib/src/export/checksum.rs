@@ -143,7 +143,10 @@ mod tests {
     #[test]
     fn known_vectors() {
         let cases = [
-            (Algo::Sha256, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+            (
+                Algo::Sha256,
+                "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+            ),
             (Algo::Sha1, "a9993e364706816aba3e25717850c26c9cd0d89d"),
             (Algo::Md5, "900150983cd24fb0d6963f7d28e17f72"),
         ];

@@ -49,7 +49,9 @@ pub fn export_object(name: &str, source: &Source, ttl: std::time::Duration) -> R
 
 fn target_name(source: &Source) -> &str {
     match source {
-        Source::Vd(n) | Source::Vds(n) | Source::Pvc(n) | Source::Vm(n) | Source::VmSnapshot(n) => n,
+        Source::Vd(n) | Source::Vds(n) | Source::Pvc(n) | Source::Vm(n) | Source::VmSnapshot(n) => {
+            n
+        }
     }
 }
 
@@ -86,7 +88,10 @@ pub async fn run(
     };
     let export_uid = object::uid(&export);
     let kept_hint = |e: Error| -> Error {
-        Error::Transfer(format!("{e}{}", super::resume_hint("DataExport", &name, options)))
+        Error::Transfer(format!(
+            "{e}{}",
+            super::resume_hint("DataExport", &name, options)
+        ))
     };
     let ready = kind
         .wait(
@@ -206,11 +211,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(o["spec"]["targetRef"]["kind"], "VirtualDisk");
-        assert_eq!(o["spec"]["targetRef"]["group"], "virtualization.deckhouse.io");
+        assert_eq!(
+            o["spec"]["targetRef"]["group"],
+            "virtualization.deckhouse.io"
+        );
         let pvc = export_object("p", &Source::Pvc("x".into()), Default::default()).unwrap();
         assert!(pvc["spec"]["targetRef"].get("group").is_none());
         // The CRD's ttl pattern.
-        let re = regex::Regex::new(r"^([0-9]+(\.[0-9]+)?h)?([0-9]+(\.[0-9]+)?m)?([0-9]+s)?$").unwrap();
+        let re =
+            regex::Regex::new(r"^([0-9]+(\.[0-9]+)?h)?([0-9]+(\.[0-9]+)?m)?([0-9]+s)?$").unwrap();
         assert!(re.is_match(o["spec"]["ttl"].as_str().unwrap()));
     }
 }

@@ -229,7 +229,10 @@ fn write_meta(path: &Path, meta: &PartialMeta) -> std::io::Result<()> {
     f.write_all(&serde_json::to_vec(meta).unwrap_or_default())
 }
 
-fn header_str(response: &http::Response<hyper::body::Incoming>, name: HeaderName) -> Option<String> {
+fn header_str(
+    response: &http::Response<hyper::body::Incoming>,
+    name: HeaderName,
+) -> Option<String> {
     response
         .headers()
         .get(name)
@@ -306,7 +309,10 @@ pub async fn download(
                 }),
             },
             (true, _) => on_event(Event::Notice {
-                message: format!("no {} to resume: starting from the beginning", partial.display()),
+                message: format!(
+                    "no {} to resume: starting from the beginning",
+                    partial.display()
+                ),
             }),
             (false, Some(_)) => on_event(Event::Notice {
                 message: format!(
@@ -331,10 +337,19 @@ pub async fn download(
     let (tx, rx) = tokio::sync::mpsc::channel::<Msg>(QUEUE);
     let decompress = job.decompress;
     let writer_file = file;
-    let writer_task =
-        std::thread::spawn(move || writer(rx, writer_file, algo, hasher, decompress));
+    let writer_task = std::thread::spawn(move || writer(rx, writer_file, algo, hasher, decompress));
 
-    let result = transfer(client, job, options, &tx, &mut offset, &mut meta, meta_path.as_deref(), on_event).await;
+    let result = transfer(
+        client,
+        job,
+        options,
+        &tx,
+        &mut offset,
+        &mut meta,
+        meta_path.as_deref(),
+        on_event,
+    )
+    .await;
     drop(tx);
     let written = writer_task
         .join()
@@ -414,26 +429,35 @@ async fn transfer(
                 headers.push((header::IF_RANGE, v.to_string()));
             }
         }
-        let complete = meta.as_ref().is_some_and(|m| *offset == m.size && m.size > 0);
+        let complete = meta
+            .as_ref()
+            .is_some_and(|m| *offset == m.size && m.size > 0);
         let method = if complete { Method::HEAD } else { Method::GET };
-        let outcome: std::result::Result<(), HttpError> = match client.send(method.clone(), &job.url, &headers).await {
+        let outcome: std::result::Result<(), HttpError> = match client
+            .send(method.clone(), &job.url, &headers)
+            .await
+        {
             Err(e) => Err(e),
             Ok(response) => {
                 let status = response.status();
                 let etag = header_str(&response, header::ETAG);
                 let last_modified = header_str(&response, header::LAST_MODIFIED);
-                let length: Option<u64> = header_str(&response, header::CONTENT_LENGTH)
-                    .and_then(|v| v.parse().ok());
+                let length: Option<u64> =
+                    header_str(&response, header::CONTENT_LENGTH).and_then(|v| v.parse().ok());
                 let same_source = |m: &PartialMeta| {
                     (m.etag.is_some() && m.etag == etag)
-                        || (m.etag.is_none() && m.last_modified.is_some() && m.last_modified == last_modified)
+                        || (m.etag.is_none()
+                            && m.last_modified.is_some()
+                            && m.last_modified == last_modified)
                 };
                 let mut restart = false;
                 let mut total = meta.as_ref().map(|m| m.size);
                 if complete {
                     // Everything is on disk already: only check it is still the same data.
                     if status == StatusCode::OK
-                        && meta.as_ref().is_some_and(|m| same_source(m) && Some(m.size) == length)
+                        && meta
+                            .as_ref()
+                            .is_some_and(|m| same_source(m) && Some(m.size) == length)
                     {
                         return Ok(fetched);
                     }
@@ -462,9 +486,11 @@ async fn transfer(
                         }
                         on_event(Event::Notice {
                             message: if job.gzip {
-                                "the gzip stream cannot continue from an offset: starting over".into()
+                                "the gzip stream cannot continue from an offset: starting over"
+                                    .into()
                             } else {
-                                "the source changed since the partial download: starting over".into()
+                                "the source changed since the partial download: starting over"
+                                    .into()
                             },
                         });
                         tx.send(Msg::Restart).await.map_err(|_| closed())?;
@@ -567,7 +593,9 @@ async fn stream_body(
             Ok(Some(Err(e))) => break Err(StreamError::Http(HttpError::Body(e.to_string()))),
             Ok(Some(Ok(frame))) => frame,
         };
-        let Ok(data) = frame.into_data() else { continue };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
         if data.is_empty() {
             continue;
         }
@@ -619,10 +647,7 @@ mod tests {
 
     #[test]
     fn content_range_parses() {
-        assert_eq!(
-            content_range("bytes 100-199/1000"),
-            Some((100, Some(1000)))
-        );
+        assert_eq!(content_range("bytes 100-199/1000"), Some((100, Some(1000))));
         assert_eq!(content_range("bytes 5-9/*"), Some((5, None)));
         assert_eq!(content_range("items 1-2/3"), None);
     }

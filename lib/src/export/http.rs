@@ -184,12 +184,10 @@ impl HttpClient {
             message,
             retryable: true,
         };
-        let uri: Uri = url
-            .parse()
-            .map_err(|e| HttpError::Connect {
-                message: format!("bad URL {url:?}: {e}"),
-                retryable: false,
-            })?;
+        let uri: Uri = url.parse().map_err(|e| HttpError::Connect {
+            message: format!("bad URL {url:?}: {e}"),
+            retryable: false,
+        })?;
         let host = uri.host().unwrap_or_default().to_string();
         let port = uri.port_u16().unwrap_or(443);
         let stream: Box<dyn Io> = match &self.route {
@@ -218,10 +216,12 @@ impl HttpClient {
                 Box::new(stream)
             }
         };
-        let server_name = ServerName::try_from(host.trim_matches(['[', ']']).to_string())
-            .map_err(|e| HttpError::Connect {
-                message: format!("bad host name {host:?}: {e}"),
-                retryable: false,
+        let server_name =
+            ServerName::try_from(host.trim_matches(['[', ']']).to_string()).map_err(|e| {
+                HttpError::Connect {
+                    message: format!("bad host name {host:?}: {e}"),
+                    retryable: false,
+                }
             })?;
         let connector = tokio_rustls::TlsConnector::from(self.tls.clone());
         let tls = tokio::time::timeout(CONNECT_TIMEOUT, connector.connect(server_name, stream))
@@ -263,7 +263,10 @@ impl HttpClient {
                 http::header::HOST,
                 uri.authority().map(|a| a.as_str()).unwrap_or(&host),
             )
-            .header(http::header::USER_AGENT, concat!("kubectl-vm/", env!("CARGO_PKG_VERSION")));
+            .header(
+                http::header::USER_AGENT,
+                concat!("kubectl-vm/", env!("CARGO_PKG_VERSION")),
+            );
         for (name, value) in self.auth_headers().await? {
             request = request.header(name, value);
         }

@@ -155,7 +155,10 @@ pub async fn run(
         .and_then(Value::as_str)
         .ok_or_else(|| kept_hint(Error::Transfer("the export names no token Secret".into())))?
         .to_string();
-    let secret = secrets.get(cluster, ns, &secret_name).await.map_err(kept_hint)?;
+    let secret = secrets
+        .get(cluster, ns, &secret_name)
+        .await
+        .map_err(kept_hint)?;
     let token = secret
         .pointer("/data/token")
         .and_then(Value::as_str)
@@ -165,8 +168,11 @@ pub async fn run(
                 "Secret {secret_name:?} has no `token` key"
             )))
         })?;
-    let token = HeaderValue::from_bytes(&token)
-        .map_err(|_| kept_hint(Error::Transfer("the export token is not a valid header".into())))?;
+    let token = HeaderValue::from_bytes(&token).map_err(|_| {
+        kept_hint(Error::Transfer(
+            "the export token is not a valid header".into(),
+        ))
+    })?;
 
     let result = fetch(cluster, &ready, &name, token, options, on_event).await;
     match result {
@@ -198,7 +204,9 @@ pub async fn run(
                 // Garbage collection removes the owned Secret; make sure, with its uid.
                 let secret_uid = object::uid(&secret);
                 if object::ours(&secret) {
-                    secrets.delete(cluster, ns, &secret_name, &secret_uid).await?;
+                    secrets
+                        .delete(cluster, ns, &secret_name, &secret_uid)
+                        .await?;
                     on_event(Event::Deleted {
                         kind: "Secret",
                         name: secret_name,

@@ -11,8 +11,8 @@ pub mod checksum;
 pub mod deckhouse;
 pub mod download;
 pub mod http;
-pub mod object;
 pub mod kubevirt;
+pub mod object;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -47,7 +47,8 @@ impl Source {
     /// Parses `KIND/NAME` or a bare `NAME`; a bare name is resolved per platform by
     /// [`Source::for_flavor`]. Only the syntax is checked here (before any request).
     pub fn parse(text: &str) -> Result<(Option<&'static str>, String)> {
-        let bad = |why: String| Error::InvalidTarget(format!("invalid export target {text:?}: {why}"));
+        let bad =
+            |why: String| Error::InvalidTarget(format!("invalid export target {text:?}: {why}"));
         let (prefix, name) = match text.split_once('/') {
             Some((prefix, name)) => {
                 let kind = match prefix {

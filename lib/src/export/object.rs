@@ -57,7 +57,10 @@ impl ObjKind {
 
     /// Creates `object` (fails if it exists).
     pub async fn create(&self, cluster: &Cluster, ns: &str, object: Value) -> Result<Value> {
-        let name = object["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
         let obj: DynamicObject = serde_json::from_value(object)
             .map_err(|e| Error::Internal(format!("building {}: {e}", self.resource.kind)))?;
         let created = self

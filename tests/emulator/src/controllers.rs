@@ -45,7 +45,11 @@ const RECONCILERS: &[(&str, &str, Reconciler)] = &[
         "virtualmachineexports",
         crate::export::kubevirt_export,
     ),
-    (crate::export::SF_GROUP, "dataexports", crate::export::data_export),
+    (
+        crate::export::SF_GROUP,
+        "dataexports",
+        crate::export::data_export,
+    ),
 ];
 
 /// Progress made per tick, in percent.

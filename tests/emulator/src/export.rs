@@ -21,8 +21,8 @@ use crate::store::{Key, Propagation};
 use crate::util::{format_rfc3339, meta_str, now_rfc3339, now_unix, parse_rfc3339};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// KubeVirt's export group.
@@ -212,48 +212,46 @@ pub fn kubevirt_export(app: &App, vme: &Value, _tick: bool) {
         .and_then(Value::as_str)
         .unwrap_or("");
     let (pvcs, blocked): (Vec<String>, Option<(&str, String)>) = match kind {
-        "VirtualMachine" => match app
-            .store
-            .get(&Key::new("kubevirt.io", "virtualmachines", &ns, source))
-        {
-            None => (
-                vec![],
-                Some((
-                    "VMNotFound",
-                    format!("VirtualMachine {source} does not exist"),
-                )),
-            ),
-            Some(vm) => {
-                let running = app
-                    .store
-                    .get(&Key::new(
-                        "kubevirt.io",
-                        "virtualmachineinstances",
-                        &ns,
-                        source,
-                    ))
-                    .is_some();
-                let pvcs = vm_pvcs(&vm);
-                if running {
-                    (
-                        pvcs,
-                        Some(("VMRunning", format!("VirtualMachine {source} is running"))),
-                    )
-                } else {
-                    (pvcs, None)
+        "VirtualMachine" => {
+            match app
+                .store
+                .get(&Key::new("kubevirt.io", "virtualmachines", &ns, source))
+            {
+                None => (
+                    vec![],
+                    Some((
+                        "VMNotFound",
+                        format!("VirtualMachine {source} does not exist"),
+                    )),
+                ),
+                Some(vm) => {
+                    let running = app
+                        .store
+                        .get(&Key::new(
+                            "kubevirt.io",
+                            "virtualmachineinstances",
+                            &ns,
+                            source,
+                        ))
+                        .is_some();
+                    let pvcs = vm_pvcs(&vm);
+                    if running {
+                        (
+                            pvcs,
+                            Some(("VMRunning", format!("VirtualMachine {source} is running"))),
+                        )
+                    } else {
+                        (pvcs, None)
+                    }
                 }
             }
-        },
+        }
         "PersistentVolumeClaim" => {
             let blocked = if pvc_size(app, &ns, source).is_none() {
                 Some(("PVCNotFound", format!("pvc {ns}/{source} not found")))
             } else {
-                pvc_in_use(app, &ns, source).map(|pod| {
-                    (
-                        "InUse",
-                        format!("pvc {ns}/{source} is in use by pod {pod}"),
-                    )
-                })
+                pvc_in_use(app, &ns, source)
+                    .map(|pod| ("InUse", format!("pvc {ns}/{source} is in use by pod {pod}")))
             };
             (vec![source.to_string()], blocked)
         }
@@ -266,9 +264,8 @@ pub fn kubevirt_export(app: &App, vme: &Value, _tick: bool) {
         ),
     };
     let missing = pvcs.iter().find(|p| pvc_size(app, &ns, p).is_none());
-    let blocked = blocked.or_else(|| {
-        missing.map(|p| ("PVCNotFound", format!("pvc {ns}/{p} not found")))
-    });
+    let blocked =
+        blocked.or_else(|| missing.map(|p| ("PVCNotFound", format!("pvc {ns}/{p} not found"))));
     let token_ref = vme
         .pointer("/spec/tokenSecretRef")
         .and_then(Value::as_str)

@@ -41,11 +41,17 @@ pub async fn start(
     let certs = crate::tls::generate().map_err(crate::EmulatorError::Tls)?;
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let port = listener.local_addr()?.port();
-    *app.exports.base_url.lock().unwrap_or_else(|e| e.into_inner()) =
-        format!("https://127.0.0.1:{port}");
+    *app.exports
+        .base_url
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = format!("https://127.0.0.1:{port}");
     *app.exports.ca_pem.lock().unwrap_or_else(|e| e.into_inner()) = certs.ca_pem;
     let router = axum::Router::new().fallback(handle).with_state(app);
-    tasks.spawn(serve(listener, certs.server_config, router, shutdown));
+    // One volume per connection: HTTP/1.1 only (a cut then ends the connection, as a broken
+    // network does).
+    let mut tls = (*certs.server_config).clone();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    tasks.spawn(serve(listener, Arc::new(tls), router, shutdown));
     Ok(())
 }
 
@@ -109,9 +115,16 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let resolved = match parts.as_slice() {
         // KubeVirt external link.
-        ["api", "export.kubevirt.io", _, "namespaces", ns, "virtualmachineexports", name, rest @ ..] => {
-            kubevirt(&app, req.headers(), &query, ns, name, rest)
-        }
+        [
+            "api",
+            "export.kubevirt.io",
+            _,
+            "namespaces",
+            ns,
+            "virtualmachineexports",
+            name,
+            rest @ ..,
+        ] => kubevirt(&app, req.headers(), &query, ns, name, rest),
         // Deckhouse public URL: /<ns>/<pvc|vd|snap>/<name>/api/v1/block
         [ns, short, name, "api", "v1", "block"] => deckhouse(&app, req.headers(), ns, short, name),
         _ => Err(plain(StatusCode::NOT_FOUND, "404 page not found")),
@@ -422,40 +435,39 @@ fn gzip_stream(
     let (cut, rate) = faults_for(&app.exports, 0, size);
     let counter = app_counter(app);
     let encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    futures::stream::unfold(
-        (0u64, 0u64, Some(encoder)),
-        move |(pos, sent, encoder)| {
-            let counter = counter.clone();
-            async move {
-                let mut encoder = encoder?;
-                if cut.is_some_and(|c| sent >= c) {
-                    return Some((Err(std::io::Error::other("injected cut")), (pos, sent, None)));
-                }
-                let out = if pos < size {
-                    let n = (CHUNK as u64).min(size - pos) as usize;
-                    let mut buf = vec![0u8; n];
-                    fill(key, pos, &mut buf);
-                    if encoder.write_all(&buf).is_err() {
-                        return None;
-                    }
-                    let out = std::mem::take(encoder.get_mut());
-                    (out, pos + n as u64, Some(encoder))
-                } else {
-                    match encoder.finish() {
-                        Ok(out) if !out.is_empty() => (out, pos, None),
-                        _ => return None,
-                    }
-                };
-                if let Some(rate) = rate {
-                    tokio::time::sleep(Duration::from_secs_f64(out.0.len() as f64 / rate as f64))
-                        .await;
-                }
-                counter.fetch_add(out.0.len() as u64, Ordering::Relaxed);
-                let sent = sent + out.0.len() as u64;
-                Some((Ok(Bytes::from(out.0)), (out.1, sent, out.2)))
+    futures::stream::unfold((0u64, 0u64, Some(encoder)), move |(pos, sent, encoder)| {
+        let counter = counter.clone();
+        async move {
+            let mut encoder = encoder?;
+            if cut.is_some_and(|c| sent >= c) {
+                return Some((
+                    Err(std::io::Error::other("injected cut")),
+                    (pos, sent, None),
+                ));
             }
-        },
-    )
+            let out = if pos < size {
+                let n = (CHUNK as u64).min(size - pos) as usize;
+                let mut buf = vec![0u8; n];
+                fill(key, pos, &mut buf);
+                if encoder.write_all(&buf).is_err() {
+                    return None;
+                }
+                let out = std::mem::take(encoder.get_mut());
+                (out, pos + n as u64, Some(encoder))
+            } else {
+                match encoder.finish() {
+                    Ok(out) if !out.is_empty() => (out, pos, None),
+                    _ => return None,
+                }
+            };
+            if let Some(rate) = rate {
+                tokio::time::sleep(Duration::from_secs_f64(out.0.len() as f64 / rate as f64)).await;
+            }
+            counter.fetch_add(out.0.len() as u64, Ordering::Relaxed);
+            let sent = sent + out.0.len() as u64;
+            Some((Ok(Bytes::from(out.0)), (out.1, sent, out.2)))
+        }
+    })
 }
 
 #[cfg(test)]
