@@ -31,7 +31,7 @@ impl Algo {
     }
 
     /// Length of the digest in bytes.
-    pub fn len(self) -> usize {
+    pub fn digest_len(self) -> usize {
         match self {
             Algo::Sha256 => 32,
             Algo::Sha512 => 64,
@@ -89,10 +89,10 @@ impl FromStr for Expected {
             .ok_or_else(|| format!("checksum {s:?} must look like sha256:<hex>"))?;
         let algo: Algo = algo.parse()?;
         let hex = hex.to_ascii_lowercase();
-        if hex.len() != algo.len() * 2 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if hex.len() != algo.digest_len() * 2 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(format!(
                 "checksum {s:?}: a {algo} digest is {} hex digits",
-                algo.len() * 2
+                algo.digest_len() * 2
             ));
         }
         Ok(Expected { algo, hex })

@@ -165,6 +165,7 @@ fn writer(
             written,
         })
     };
+    #[allow(clippy::large_enum_variant)]
     enum Out {
         Plain(Sink),
         Gunzip(Box<flate2::write::GzDecoder<Sink>>),

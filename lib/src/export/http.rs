@@ -85,6 +85,7 @@ pub enum Credentials {
 
 /// How the export server is reached.
 #[derive(Clone)]
+#[allow(clippy::large_enum_variant)]
 pub enum Route {
     /// Connect to the URL's host directly.
     Direct,

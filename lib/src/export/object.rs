@@ -100,6 +100,7 @@ impl ObjKind {
 
     /// Polls until `ready(object)` gives `Ok(true)`, reporting the object's own explanation
     /// (from `waiting(object)`) whenever it changes.
+    #[allow(clippy::too_many_arguments)]
     pub async fn wait(
         &self,
         cluster: &Cluster,

@@ -506,30 +506,6 @@ pub fn data_export(app: &App, de: &Value, tick: bool) {
     });
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fill_is_position_independent() {
-        let mut whole = vec![0u8; 100];
-        fill(42, 0, &mut whole);
-        let mut part = vec![0u8; 37];
-        fill(42, 13, &mut part);
-        assert_eq!(&whole[13..50], &part[..]);
-        assert_ne!(whole[..8], [0u8; 8]);
-    }
-
-    #[test]
-    fn durations_and_quantities() {
-        assert_eq!(parse_go_duration("2h"), Some(Duration::from_secs(7200)));
-        assert_eq!(parse_go_duration("1h30m"), Some(Duration::from_secs(5400)));
-        assert_eq!(parse_go_duration("2x"), None);
-        assert_eq!(parse_bytes("1Gi"), Some(1 << 30));
-        assert_eq!(parse_bytes("1048576"), Some(1 << 20));
-    }
-}
-
 impl crate::Handle {
     /// `https://127.0.0.1:PORT` of the export server.
     pub fn export_server_url(&self) -> String {
@@ -584,5 +560,29 @@ impl crate::Handle {
             .unwrap_or_else(|e| e.into_inner())
             .entry(format!("{ns}/{pvc}"))
             .or_insert(0) += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_is_position_independent() {
+        let mut whole = vec![0u8; 100];
+        fill(42, 0, &mut whole);
+        let mut part = vec![0u8; 37];
+        fill(42, 13, &mut part);
+        assert_eq!(&whole[13..50], &part[..]);
+        assert_ne!(whole[..8], [0u8; 8]);
+    }
+
+    #[test]
+    fn durations_and_quantities() {
+        assert_eq!(parse_go_duration("2h"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_go_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("2x"), None);
+        assert_eq!(parse_bytes("1Gi"), Some(1 << 30));
+        assert_eq!(parse_bytes("1048576"), Some(1 << 20));
     }
 }

@@ -101,6 +101,7 @@ struct Volume {
     gzip: bool,
 }
 
+#[allow(clippy::result_large_err)]
 async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
     let state = &app.exports;
     {
@@ -144,6 +145,7 @@ enum Resolved {
     Manifest(String),
 }
 
+#[allow(clippy::result_large_err)] // an error is the response to send
 fn kubevirt(
     app: &App,
     headers: &HeaderMap,
@@ -239,6 +241,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+#[allow(clippy::result_large_err)] // an error is the response to send
 fn deckhouse(
     app: &App,
     headers: &HeaderMap,
