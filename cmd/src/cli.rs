@@ -154,6 +154,8 @@ pub enum Command {
     Console(commands::console::ConsoleArgs),
     /// Open the VNC display of a virtual machine (viewer or local proxy)
     Vnc(commands::vnc::VncArgs),
+    /// Download disks, snapshots and PVCs: raw, resumable, verified
+    Export(Box<commands::export::ExportArgs>),
     /// Manage the platform SSH certificate authority (init, show, rotate)
     Ca(commands::ca::CaArgs),
     /// Collect a VM's objects, logs, events and domain XML into one tar.gz (secrets masked)

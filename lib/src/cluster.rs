@@ -48,6 +48,9 @@ pub struct Cluster {
     pub server: String,
     /// The kubeconfig context in use (`None` in a pod).
     pub context: Option<String>,
+    /// The resolved client configuration (credentials and CA), for talking to servers other
+    /// than the API server with the same identity (e.g. export servers).
+    pub config: Config,
 }
 
 impl Cluster {
@@ -113,7 +116,7 @@ impl Cluster {
             http::header::USER_AGENT,
             http::HeaderValue::from_str(&user_agent()).expect("a plain ASCII user agent"),
         ));
-        let builder = kube::client::ClientBuilder::try_from(config)
+        let builder = kube::client::ClientBuilder::try_from(config.clone())
             .map_err(|e| Error::Config(format!("cannot set up the API client: {e}")))?;
         let client: Client = match options.http_log.clone().filter(|log| log.level >= 6) {
             Some(log) => builder
@@ -127,6 +130,7 @@ impl Cluster {
             namespace_from_flag,
             server,
             context,
+            config,
         })
     }
 

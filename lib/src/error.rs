@@ -173,6 +173,9 @@ pub enum Error {
     /// A wait that cannot succeed: a disk or the VM is stuck in an error state.
     #[error("{0}")]
     Stuck(String),
+    /// A data transfer (export download) failed; the message says what is kept and how to resume.
+    #[error("{0}")]
+    Transfer(String),
 }
 
 fn in_ns(namespace: &Option<String>) -> String {

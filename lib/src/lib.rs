@@ -13,6 +13,7 @@ pub mod create;
 pub mod debug_info;
 pub mod delete;
 pub mod error;
+pub mod export;
 pub mod flavor;
 pub mod http_log;
 pub mod lifecycle;

@@ -13,6 +13,7 @@ mod create_validation;
 mod debug_info;
 mod delete;
 mod errors;
+mod export;
 mod generated;
 mod get;
 mod kubectl_like;

@@ -37,6 +37,8 @@ pub struct App {
     pub ssh_switches: crate::sshd_guest::Switches,
     /// Open console/VNC streams.
     pub sessions: crate::streams::Sessions,
+    /// Export server state (VirtualMachineExport / DataExport).
+    pub exports: crate::export::ExportState,
 }
 
 impl App {
@@ -55,6 +57,7 @@ impl App {
             guests: Default::default(),
             ssh_switches: Default::default(),
             sessions: Default::default(),
+            exports: Default::default(),
         }
     }
 

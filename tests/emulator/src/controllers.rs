@@ -58,6 +58,16 @@ const RECONCILERS: &[(&str, &str, Reconciler)] = &[
         "virtualmachines",
         deckhouse_vm,
     ),
+    (
+        crate::export::KV_EXPORT_GROUP,
+        "virtualmachineexports",
+        crate::export::kubevirt_export,
+    ),
+    (
+        crate::export::SF_GROUP,
+        "dataexports",
+        crate::export::data_export,
+    ),
 ];
 
 /// Progress made per tick, in percent.

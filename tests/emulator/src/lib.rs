@@ -25,6 +25,8 @@ pub mod app;
 pub mod auth;
 pub mod controllers;
 pub mod discovery;
+pub mod export;
+pub mod export_server;
 pub mod fixtures;
 pub mod gc;
 pub mod guest;
@@ -321,6 +323,7 @@ impl Emulator {
         *app.port.lock().unwrap_or_else(|e| e.into_inner()) = port;
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
         let mut tasks = JoinSet::new();
+        export_server::start(app.clone(), shutdown_rx.clone(), &mut tasks).await?;
         tasks.spawn(controllers::run(app.clone(), shutdown_rx.clone()));
         tasks.spawn(guest::run(app.clone(), shutdown_rx.clone()));
         tasks.spawn(serve(

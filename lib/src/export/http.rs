@@ -1,0 +1,319 @@
+//! A small HTTPS client for export servers, on the same hyper/rustls stack kube uses: TLS
+//! verified against the export's CA merged with the kubeconfig's (or not at all with
+//! `--insecure`), credentials as the platform wants them (KubeVirt's token header, or the
+//! kubeconfig's own credentials for Deckhouse), one connection per request (a request is a
+//! whole volume or the rest of it).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
+use http_body_util::Empty;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use kube::client::ConfigExt;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tower::ServiceExt;
+
+/// Time to connect and get response headers.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A failed request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HttpError {
+    /// Connecting, TLS or the request failed before a response (retryable unless TLS
+    /// verification failed).
+    Connect {
+        /// One line.
+        message: String,
+        /// Worth retrying.
+        retryable: bool,
+    },
+    /// The server answered with an error status.
+    Status {
+        /// HTTP status.
+        code: u16,
+        /// The body's first line.
+        message: String,
+    },
+    /// The connection broke while reading the body (retryable).
+    Body(String),
+}
+
+impl HttpError {
+    /// Whether retrying could help: network errors, 5xx, 408 and 429.
+    pub fn retryable(&self) -> bool {
+        match self {
+            HttpError::Connect { retryable, .. } => *retryable,
+            HttpError::Status { code, .. } => *code >= 500 || *code == 408 || *code == 429,
+            HttpError::Body(_) => true,
+        }
+    }
+}
+
+impl std::fmt::Display for HttpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HttpError::Connect { message, .. } => f.write_str(message),
+            HttpError::Status { code, message } => {
+                let reason = StatusCode::from_u16(*code)
+                    .ok()
+                    .and_then(|s| s.canonical_reason())
+                    .unwrap_or("");
+                write!(f, "the export server answered {code} {reason}")?;
+                if !message.is_empty() {
+                    write!(f, ": {message}")?;
+                }
+                Ok(())
+            }
+            HttpError::Body(m) => write!(f, "the transfer broke off: {m}"),
+        }
+    }
+}
+
+/// How requests are authenticated.
+#[derive(Clone)]
+pub enum Credentials {
+    /// A fixed header (KubeVirt: `x-kubevirt-export-token`).
+    Header(HeaderName, HeaderValue),
+    /// The kubeconfig's credentials (bearer token, basic, exec plugin, client certificate).
+    Kube(Box<kube::Config>),
+}
+
+/// How the export server is reached.
+#[derive(Clone)]
+#[allow(clippy::large_enum_variant)]
+pub enum Route {
+    /// Connect to the URL's host directly.
+    Direct,
+    /// Through a port-forward to a pod (`pods/portforward`), TLS still to the URL's host name.
+    PortForward {
+        /// Pods API in the export's namespace.
+        pods: kube::Api<k8s_openapi::api::core::v1::Pod>,
+        /// The export server's pod.
+        pod: String,
+        /// Its port.
+        port: u16,
+    },
+}
+
+/// A client for one export server.
+#[derive(Clone)]
+pub struct HttpClient {
+    tls: Arc<rustls::ClientConfig>,
+    credentials: Credentials,
+    route: Route,
+}
+
+impl HttpClient {
+    /// A client trusting `ca_pem` (the export's CA) plus the kubeconfig's CA, or nothing at
+    /// all when `insecure`.
+    pub fn new(
+        config: &kube::Config,
+        ca_pem: &str,
+        insecure: bool,
+        credentials: Credentials,
+        route: Route,
+    ) -> crate::Result<HttpClient> {
+        let mut config = config.clone();
+        let mut roots = config.root_cert.clone().unwrap_or_default();
+        for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+            let cert = cert.map_err(|e| {
+                crate::Error::Transfer(format!("the export's CA certificate is unreadable: {e}"))
+            })?;
+            roots.push(cert.to_vec());
+        }
+        config.root_cert = (!roots.is_empty()).then_some(roots);
+        config.root_cert_file = None;
+        config.accept_invalid_certs = insecure;
+        let mut tls = config.rustls_client_config().map_err(|e| {
+            crate::Error::Transfer(format!("cannot set up TLS for the export server: {e}"))
+        })?;
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(HttpClient {
+            tls: Arc::new(tls),
+            credentials,
+            route,
+        })
+    }
+
+    /// The credentials' headers, fetched anew for every request (exec plugins refresh).
+    async fn auth_headers(&self) -> Result<Vec<(HeaderName, HeaderValue)>, HttpError> {
+        match &self.credentials {
+            Credentials::Header(name, value) => Ok(vec![(name.clone(), value.clone())]),
+            Credentials::Kube(config) => {
+                let layer = config.auth_layer().map_err(|e| HttpError::Connect {
+                    message: format!("cannot get credentials: {e}"),
+                    retryable: false,
+                })?;
+                let Some(layer) = layer else {
+                    return Ok(vec![]);
+                };
+                // Run the layer over a service that just returns the headers it was given.
+                let probe = tower::service_fn(|req: Request<Empty<Bytes>>| async move {
+                    Ok::<_, tower::BoxError>(Response::new(req.headers().clone()))
+                });
+                let headers: HeaderMap = tower::Layer::layer(&layer, probe)
+                    .oneshot(Request::new(Empty::new()))
+                    .await
+                    .map(Response::into_body)
+                    .map_err(|e| HttpError::Connect {
+                        message: format!("cannot get credentials: {e}"),
+                        retryable: false,
+                    })?;
+                Ok(headers
+                    .iter()
+                    .filter(|(n, _)| *n == http::header::AUTHORIZATION)
+                    .map(|(n, v)| (n.clone(), v.clone()))
+                    .collect())
+            }
+        }
+    }
+
+    /// Sends one request on a new connection and returns the response headers with a body to
+    /// read.
+    pub async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(HeaderName, String)],
+    ) -> Result<Response<Incoming>, HttpError> {
+        let connect_err = |message: String| HttpError::Connect {
+            message,
+            retryable: true,
+        };
+        let uri: Uri = url.parse().map_err(|e| HttpError::Connect {
+            message: format!("bad URL {url:?}: {e}"),
+            retryable: false,
+        })?;
+        let host = uri.host().unwrap_or_default().to_string();
+        let port = uri.port_u16().unwrap_or(443);
+        let stream: Box<dyn Io> = match &self.route {
+            Route::Direct => {
+                let tcp = tokio::time::timeout(
+                    CONNECT_TIMEOUT,
+                    tokio::net::TcpStream::connect((host.trim_matches(['[', ']']), port)),
+                )
+                .await
+                .map_err(|_| connect_err(format!("connecting to {host}:{port} timed out")))?
+                .map_err(|e| connect_err(format!("cannot connect to {host}:{port}: {e}")))?;
+                let _ = tcp.set_nodelay(true);
+                Box::new(tcp)
+            }
+            Route::PortForward { pods, pod, port } => {
+                let mut forwarder = pods.portforward(pod, &[*port]).await.map_err(|e| {
+                    connect_err(format!("cannot port-forward to pod {pod}:{port}: {e}"))
+                })?;
+                let stream = forwarder.take_stream(*port).ok_or_else(|| {
+                    connect_err(format!("the port-forward to pod {pod} gave no stream"))
+                })?;
+                // The forwarder's task lives as long as the stream is used.
+                tokio::spawn(async move {
+                    let _ = forwarder.join().await;
+                });
+                Box::new(stream)
+            }
+        };
+        let server_name =
+            ServerName::try_from(host.trim_matches(['[', ']']).to_string()).map_err(|e| {
+                HttpError::Connect {
+                    message: format!("bad host name {host:?}: {e}"),
+                    retryable: false,
+                }
+            })?;
+        let connector = tokio_rustls::TlsConnector::from(self.tls.clone());
+        let tls = tokio::time::timeout(CONNECT_TIMEOUT, connector.connect(server_name, stream))
+            .await
+            .map_err(|_| connect_err(format!("TLS handshake with {host} timed out")))?
+            .map_err(|e| {
+                let certificate = e
+                    .get_ref()
+                    .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+                    .is_some_and(|r| matches!(r, rustls::Error::InvalidCertificate(_)));
+                HttpError::Connect {
+                    message: if certificate {
+                        format!(
+                            "the export server's certificate is not trusted: {e} (--insecure skips verification)"
+                        )
+                    } else {
+                        format!("TLS handshake with {host} failed: {e}")
+                    },
+                    retryable: !certificate,
+                }
+            })?;
+        let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+            .max_buf_size(1 << 20)
+            .handshake(TokioIo::new(tls))
+            .await
+            .map_err(|e| connect_err(format!("HTTP handshake with {host} failed: {e}")))?;
+        tokio::spawn(async move {
+            // Errors surface on the response body.
+            let _ = connection.await;
+        });
+        let path = uri
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| "/".into());
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(
+                http::header::HOST,
+                uri.authority().map(|a| a.as_str()).unwrap_or(&host),
+            )
+            .header(
+                http::header::USER_AGENT,
+                concat!("kubectl-vm/", env!("CARGO_PKG_VERSION")),
+            );
+        for (name, value) in self.auth_headers().await? {
+            request = request.header(name, value);
+        }
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        let request = request
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| HttpError::Connect {
+                message: format!("cannot build the request: {e}"),
+                retryable: false,
+            })?;
+        let response = tokio::time::timeout(CONNECT_TIMEOUT, sender.send_request(request))
+            .await
+            .map_err(|_| connect_err(format!("{host} sent no response in time")))?
+            .map_err(|e| connect_err(format!("request to {host} failed: {e}")))?;
+        if response.status().is_success() || response.status() == StatusCode::RANGE_NOT_SATISFIABLE
+        {
+            return Ok(response);
+        }
+        let code = response.status().as_u16();
+        let message = first_line(response).await;
+        Err(HttpError::Status { code, message })
+    }
+}
+
+/// A byte stream a TLS connection can run over.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// The first line of an error body (at most 64 KiB read).
+async fn first_line(response: Response<Incoming>) -> String {
+    use http_body_util::BodyExt;
+    let limited = http_body_util::Limited::new(response.into_body(), 64 * 1024);
+    let bytes = tokio::time::timeout(Duration::from_secs(5), limited.collect())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+        .chars()
+        .take(200)
+        .collect()
+}

@@ -1,0 +1,588 @@
+//! Volume export: KubeVirt's VirtualMachineExport and Deckhouse storage-foundation's DataExport.
+//!
+//! Reconcilers turn an export into `Ready` with links to the emulator's export server
+//! (`export_server.rs`, HTTPS with its own CA), which serves each exported volume's bytes. Disk
+//! content is generated from a key (see [`fill`]), so a test can compute a volume's checksum
+//! from the same generator without storing gigabytes.
+//!
+//! Upstream behaviour followed (FACTS kubevirt §5, deckhouse §13):
+//! - KubeVirt `pkg/storage/export/export/{export,links}.go`: service `virt-export-<name>`,
+//!   internal links `https://virt-export-<name>.<ns>.svc/volumes/<vol>/disk.img[.gz]`, external
+//!   links `https://<host>/api/export.kubevirt.io/v1/namespaces/<ns>/virtualmachineexports/<name>/volumes/<vol>/disk.img`;
+//!   volume names are the PVC names; a running VM or a PVC used by a running pod keeps the
+//!   export Pending; `ttlDuration` (default 2h) deletes the export when it expires.
+//! - Deckhouse `dataexports.yaml`: `status.url` is the exporter pod (`https://IP:8085`),
+//!   `status.publicURL` `https://api.<domain>/<ns>/<pvc|vd|snap>/<name>/` when `publish`, `ca`
+//!   base64 PEM; `spec.ttl` is an idle TTL after the last request (phase Expired,
+//!   serverState IdleExpired, condition Ready=False reason Expired).
+
+use crate::app::App;
+use crate::store::{Key, Propagation};
+use crate::util::{format_rfc3339, meta_str, now_rfc3339, now_unix, parse_rfc3339};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// KubeVirt's export group.
+pub const KV_EXPORT_GROUP: &str = "export.kubevirt.io";
+/// Deckhouse storage-foundation's group.
+pub const SF_GROUP: &str = "storage-foundation.deckhouse.io";
+
+/// Fault switches of the export server, set by tests.
+#[derive(Debug, Default, Clone)]
+pub struct ExportFaults {
+    /// Absolute byte offsets at which a response is cut (each used once, smallest first).
+    pub cut_at: Vec<u64>,
+    /// Answer this many requests with 503 before serving again.
+    pub fail_5xx: u32,
+    /// Serve at most this many bytes per second per response.
+    pub bytes_per_sec: Option<u64>,
+    /// Serve no external link (KubeVirt) / no publicURL (Deckhouse).
+    pub no_external: bool,
+}
+
+/// State of the export server shared with the reconcilers.
+#[derive(Default)]
+pub struct ExportState {
+    /// `https://127.0.0.1:PORT` of the export server, once listening.
+    pub base_url: Mutex<String>,
+    /// PEM of the export server's own CA.
+    pub ca_pem: Mutex<String>,
+    /// Fault switches.
+    pub faults: Mutex<ExportFaults>,
+    /// Content generation per `ns/pvc` (bumped to "change the content between runs").
+    pub generations: Mutex<HashMap<String, u64>>,
+    /// Body bytes sent by the export server, all responses together.
+    pub bytes_served: Arc<AtomicU64>,
+    /// Last request per export uid (Deckhouse idle TTL).
+    pub last_access: Mutex<HashMap<String, Instant>>,
+}
+
+impl ExportState {
+    /// The content key of volume `ns/pvc` at its current generation.
+    pub fn key(&self, ns: &str, pvc: &str) -> u64 {
+        let id = format!("{ns}/{pvc}");
+        let generation = *self
+            .generations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .unwrap_or(&0);
+        content_key(&id, generation)
+    }
+}
+
+/// The key of a volume's generated content: FNV-1a of `ns/pvc` mixed with its generation.
+pub fn content_key(id: &str, generation: u64) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h ^ generation.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// Fills `buf` with the volume content of `key` starting at byte `offset`: byte `p` is byte
+/// `p % 8` (little-endian) of `splitmix64(key ^ (p / 8))`.
+pub fn fill(key: u64, offset: u64, buf: &mut [u8]) {
+    let mut pos = offset;
+    let mut i = 0;
+    while i < buf.len() {
+        let word = splitmix64(key ^ (pos / 8)).to_le_bytes();
+        let within = (pos % 8) as usize;
+        let n = (8 - within).min(buf.len() - i);
+        buf[i..i + n].copy_from_slice(&word[within..within + n]);
+        i += n;
+        pos += n as u64;
+    }
+}
+
+/// Parses a Kubernetes quantity of bytes (`1Gi`, `512Mi`, `10G`, `1048576`).
+pub fn parse_bytes(q: &str) -> Option<u64> {
+    let q = q.trim();
+    let units: &[(&str, u64)] = &[
+        ("Ki", 1 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+        ("k", 1000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+        ("T", 1_000_000_000_000),
+    ];
+    for (suffix, mult) in units {
+        if let Some(n) = q.strip_suffix(suffix) {
+            return n.parse::<u64>().ok().map(|n| n * mult);
+        }
+    }
+    q.parse().ok()
+}
+
+/// The size of a PVC: `status.capacity.storage`, else its request.
+pub fn pvc_size(app: &App, ns: &str, pvc: &str) -> Option<u64> {
+    let obj = app
+        .store
+        .get(&Key::new("", "persistentvolumeclaims", ns, pvc))?;
+    let q = obj
+        .pointer("/status/capacity/storage")
+        .or_else(|| obj.pointer("/spec/resources/requests/storage"))
+        .and_then(Value::as_str)?;
+    parse_bytes(q)
+}
+
+fn ready_condition(status: &mut Value, ready: bool, reason: &str, message: &str) {
+    let state = if ready { "True" } else { "False" };
+    let since = match status["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+    {
+        Some(c) if c["status"] == state => c["lastTransitionTime"].clone(),
+        _ => json!(now_rfc3339()),
+    };
+    status["conditions"] = json!([{"type": "Ready", "status": state, "reason": reason,
+        "message": message, "lastTransitionTime": since}]);
+}
+
+/// Whether a running pod mounts PVC `ns/pvc` (KubeVirt and Deckhouse both refuse to export it).
+fn pvc_in_use(app: &App, ns: &str, pvc: &str) -> Option<String> {
+    let (pods, _) = app.store.list("", "pods", Some(ns));
+    pods.iter()
+        .find(|p| {
+            p.pointer("/status/phase").and_then(Value::as_str) == Some("Running")
+                && p.pointer("/spec/volumes")
+                    .and_then(Value::as_array)
+                    .is_some_and(|vols| {
+                        vols.iter().any(|v| {
+                            v.pointer("/persistentVolumeClaim/claimName")
+                                .and_then(Value::as_str)
+                                == Some(pvc)
+                        })
+                    })
+        })
+        .map(|p| meta_str(p, "name").to_string())
+}
+
+/// The PVCs of a KubeVirt VM's template volumes (DataVolumes own a PVC of their name).
+fn vm_pvcs(vm: &Value) -> Vec<String> {
+    vm.pointer("/spec/template/spec/volumes")
+        .and_then(Value::as_array)
+        .map(|vols| {
+            vols.iter()
+                .filter_map(|v| {
+                    v.pointer("/persistentVolumeClaim/claimName")
+                        .or_else(|| v.pointer("/dataVolume/name"))
+                        .and_then(Value::as_str)
+                        .map(String::from)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Reconciles a VirtualMachineExport.
+pub fn kubevirt_export(app: &App, vme: &Value, _tick: bool) {
+    let ns = meta_str(vme, "namespace").to_string();
+    let name = meta_str(vme, "name").to_string();
+    let key = Key::of(KV_EXPORT_GROUP, "virtualmachineexports", vme);
+    // ttlDuration: KubeVirt deletes the export when it expires.
+    if let Some(expiry) = vme
+        .pointer("/status/ttlExpirationTime")
+        .and_then(Value::as_str)
+        .and_then(parse_rfc3339)
+        && now_unix() >= expiry
+    {
+        app.store.delete(&key, Propagation::Cascade);
+        return;
+    }
+    let kind = vme
+        .pointer("/spec/source/kind")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let source = vme
+        .pointer("/spec/source/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let (pvcs, blocked): (Vec<String>, Option<(&str, String)>) = match kind {
+        "VirtualMachine" => {
+            match app
+                .store
+                .get(&Key::new("kubevirt.io", "virtualmachines", &ns, source))
+            {
+                None => (
+                    vec![],
+                    Some((
+                        "VMNotFound",
+                        format!("VirtualMachine {source} does not exist"),
+                    )),
+                ),
+                Some(vm) => {
+                    let running = app
+                        .store
+                        .get(&Key::new(
+                            "kubevirt.io",
+                            "virtualmachineinstances",
+                            &ns,
+                            source,
+                        ))
+                        .is_some();
+                    let pvcs = vm_pvcs(&vm);
+                    if running {
+                        (
+                            pvcs,
+                            Some(("VMRunning", format!("VirtualMachine {source} is running"))),
+                        )
+                    } else {
+                        (pvcs, None)
+                    }
+                }
+            }
+        }
+        "PersistentVolumeClaim" => {
+            let blocked = if pvc_size(app, &ns, source).is_none() {
+                Some(("PVCNotFound", format!("pvc {ns}/{source} not found")))
+            } else {
+                pvc_in_use(app, &ns, source)
+                    .map(|pod| ("InUse", format!("pvc {ns}/{source} is in use by pod {pod}")))
+            };
+            (vec![source.to_string()], blocked)
+        }
+        other => (
+            vec![],
+            Some((
+                "SourceNotSupported",
+                format!("the emulator does not export {other} sources"),
+            )),
+        ),
+    };
+    let missing = pvcs.iter().find(|p| pvc_size(app, &ns, p).is_none());
+    let blocked =
+        blocked.or_else(|| missing.map(|p| ("PVCNotFound", format!("pvc {ns}/{p} not found"))));
+    let token_ref = vme
+        .pointer("/spec/tokenSecretRef")
+        .and_then(Value::as_str)
+        .map(String::from);
+    let base = app
+        .exports
+        .base_url
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let ca = app
+        .exports
+        .ca_pem
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let no_external = app
+        .exports
+        .faults
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .no_external;
+    let ttl = vme
+        .pointer("/spec/ttlDuration")
+        .and_then(Value::as_str)
+        .and_then(parse_go_duration)
+        .unwrap_or(Duration::from_secs(7200));
+    let created = parse_rfc3339(meta_str(vme, "creationTimestamp")).unwrap_or_else(now_unix);
+    app.store.modify(&key, |o| {
+        let mut st = o.get("status").cloned().unwrap_or(json!({}));
+        st["ttlExpirationTime"] = json!(format_rfc3339(created + ttl.as_secs() as i64));
+        st["serviceName"] = json!(format!("virt-export-{name}"));
+        if let Some(t) = &token_ref {
+            st["tokenSecretRef"] = json!(t);
+        }
+        if kind == "VirtualMachine" {
+            st["virtualMachineName"] = json!(source);
+        }
+        match &blocked {
+            Some((reason, message)) => {
+                st["phase"] = json!("Pending");
+                st.as_object_mut().map(|m| m.remove("links"));
+                ready_condition(&mut st, false, reason, message);
+            }
+            None => {
+                let vols = |prefix: &str| -> Value {
+                    pvcs.iter()
+                        .map(|p| {
+                            json!({"name": p, "formats": [
+                                {"format": "raw", "url": format!("{prefix}/volumes/{p}/disk.img")},
+                                {"format": "gzip", "url": format!("{prefix}/volumes/{p}/disk.img.gz")},
+                            ]})
+                        })
+                        .collect()
+                };
+                let internal = format!("https://virt-export-{name}.{ns}.svc");
+                let mut links = json!({"internal": {"cert": ca, "volumes": vols(&internal),
+                    "manifests": [{"type": "all", "url": format!("{internal}/internal/manifests/all")}]}});
+                if !no_external {
+                    let external = format!(
+                        "{base}/api/export.kubevirt.io/v1/namespaces/{ns}/virtualmachineexports/{name}"
+                    );
+                    links["external"] = json!({"cert": ca, "volumes": vols(&external),
+                        "manifests": [{"type": "all", "url": format!("{external}/external/manifests/all")}]});
+                }
+                if kind != "VirtualMachine" {
+                    for side in ["internal", "external"] {
+                        if let Some(l) = links.get_mut(side).and_then(Value::as_object_mut) {
+                            l.remove("manifests");
+                        }
+                    }
+                }
+                st["links"] = links;
+                st["phase"] = json!("Ready");
+                ready_condition(&mut st, true, "PodReady", "");
+            }
+        }
+        o["status"] = st;
+    });
+}
+
+/// Parses Go/Deckhouse durations such as `2h`, `1h30m`, `90s`, `1.5h`.
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
+    let mut total = 0f64;
+    let mut num = String::new();
+    let mut any = false;
+    for c in s.chars() {
+        if c.is_ascii_digit() || c == '.' {
+            num.push(c);
+            continue;
+        }
+        let n: f64 = num.parse().ok()?;
+        num.clear();
+        total += n * match c {
+            'h' => 3600.0,
+            'm' => 60.0,
+            's' => 1.0,
+            'd' => 86400.0,
+            _ => return None,
+        };
+        any = true;
+    }
+    (any && num.is_empty()).then(|| Duration::from_secs_f64(total))
+}
+
+/// What a DataExport's target resolves to: `(short kind for the public URL, PVC name)`.
+pub fn data_export_target(app: &App, de: &Value) -> Result<(&'static str, String), String> {
+    let ns = meta_str(de, "namespace");
+    let kind = de
+        .pointer("/spec/targetRef/kind")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let name = de
+        .pointer("/spec/targetRef/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    match kind {
+        "PersistentVolumeClaim" => Ok(("pvc", name.to_string())),
+        "VirtualDisk" => {
+            let vd = app
+                .store
+                .get(&Key::new(
+                    "virtualization.deckhouse.io",
+                    "virtualdisks",
+                    ns,
+                    name,
+                ))
+                .ok_or_else(|| format!("VirtualDisk {name} not found"))?;
+            vd.pointer("/status/target/persistentVolumeClaimName")
+                .and_then(Value::as_str)
+                .map(|p| ("vd", p.to_string()))
+                .ok_or_else(|| format!("VirtualDisk {name} has no PVC yet"))
+        }
+        other => Err(format!("the emulator does not export {other} targets")),
+    }
+}
+
+/// Reconciles a DataExport.
+pub fn data_export(app: &App, de: &Value, tick: bool) {
+    let ns = meta_str(de, "namespace").to_string();
+    let uid = meta_str(de, "uid").to_string();
+    let key = Key::of(SF_GROUP, "dataexports", de);
+    let phase = de
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if phase == "Expired" {
+        return;
+    }
+    let generation = de["metadata"]["generation"].clone();
+    let set = |st: &mut Value, ready: bool, reason: &str, message: &str| {
+        ready_condition(st, ready, reason, message);
+        st["conditions"][0]["observedGeneration"] = generation.clone();
+    };
+    if phase == "Ready" && tick {
+        // Idle TTL: measured from the last request (or from becoming ready).
+        let ttl = de
+            .pointer("/spec/ttl")
+            .and_then(Value::as_str)
+            .and_then(parse_go_duration)
+            .unwrap_or(Duration::from_secs(3600));
+        let last = {
+            let mut map = app
+                .exports
+                .last_access
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            *map.entry(uid.clone()).or_insert_with(Instant::now)
+        };
+        if last.elapsed() >= ttl {
+            app.store.modify(&key, |o| {
+                let st = &mut o["status"];
+                st["phase"] = json!("Expired");
+                st["serverState"] = json!("IdleExpired");
+                st["completionTimestamp"] = json!(now_rfc3339());
+                set(st, false, "Expired", "the idle TTL elapsed");
+            });
+        }
+        return;
+    }
+    let target = data_export_target(app, de).and_then(|(short, pvc)| {
+        if pvc_size(app, &ns, &pvc).is_none() {
+            return Err(format!("PersistentVolumeClaim {pvc} not found"));
+        }
+        if let Some(pod) = pvc_in_use(app, &ns, &pvc) {
+            return Err(format!(
+                "PersistentVolumeClaim {pvc} is used by the running pod {pod}"
+            ));
+        }
+        Ok(short)
+    });
+    let base = app
+        .exports
+        .base_url
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let ca = app
+        .exports
+        .ca_pem
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let no_external = app
+        .exports
+        .faults
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .no_external;
+    let publish = de.pointer("/spec/publish") == Some(&json!(true));
+    let target_name = de
+        .pointer("/spec/targetRef/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    app.store.modify(&key, |o| {
+        let mut st = o.get("status").cloned().unwrap_or(json!({}));
+        match &target {
+            Err(message) => {
+                st["phase"] = json!("Pending");
+                set(&mut st, false, "TargetNotReady", message);
+            }
+            Ok(short) => {
+                use base64::Engine;
+                // The exporter pod's address: unreachable from outside the cluster.
+                st["url"] = json!("https://10.244.0.250:8085");
+                st["ca"] = json!(base64::engine::general_purpose::STANDARD.encode(&ca));
+                if publish && !no_external {
+                    st["publicURL"] = json!(format!("{base}/{ns}/{short}/{target_name}/"));
+                }
+                st["volumeMode"] = json!("Block");
+                st["phase"] = json!("Ready");
+                st["serverState"] = json!("Ready");
+                set(&mut st, true, "ServerReady", "");
+            }
+        }
+        o["status"] = st;
+    });
+}
+
+impl crate::Handle {
+    /// `https://127.0.0.1:PORT` of the export server.
+    pub fn export_server_url(&self) -> String {
+        self.app
+            .exports
+            .base_url
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// PEM of the export server's own CA (published in the exports' status).
+    pub fn export_ca_pem(&self) -> String {
+        self.app
+            .exports
+            .ca_pem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Replaces the export server's fault switches.
+    pub fn set_export_faults(&self, faults: ExportFaults) {
+        *self
+            .app
+            .exports
+            .faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = faults;
+    }
+
+    /// Body bytes the export server has sent so far.
+    pub fn export_bytes_served(&self) -> u64 {
+        self.app
+            .exports
+            .bytes_served
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The content key of PVC `ns/pvc` (see [`fill`]): the bytes a test expects.
+    pub fn export_content_key(&self, ns: &str, pvc: &str) -> u64 {
+        self.app.exports.key(ns, pvc)
+    }
+
+    /// Changes the content of PVC `ns/pvc` (a new generation: new bytes, new ETag).
+    pub fn change_export_content(&self, ns: &str, pvc: &str) {
+        *self
+            .app
+            .exports
+            .generations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(format!("{ns}/{pvc}"))
+            .or_insert(0) += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_is_position_independent() {
+        let mut whole = vec![0u8; 100];
+        fill(42, 0, &mut whole);
+        let mut part = vec![0u8; 37];
+        fill(42, 13, &mut part);
+        assert_eq!(&whole[13..50], &part[..]);
+        assert_ne!(whole[..8], [0u8; 8]);
+    }
+
+    #[test]
+    fn durations_and_quantities() {
+        assert_eq!(parse_go_duration("2h"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_go_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("2x"), None);
+        assert_eq!(parse_bytes("1Gi"), Some(1 << 30));
+        assert_eq!(parse_bytes("1048576"), Some(1 << 20));
+    }
+}

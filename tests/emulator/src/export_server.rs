@@ -1,0 +1,488 @@
+//! The export server: HTTPS with its own CA, serving exported volumes like KubeVirt's
+//! virt-exportserver (`pkg/storage/export/virt-exportserver/exportserver.go`: token from the
+//! `x-kubevirt-export-token` header or query parameter, else 401; `disk.img` through Go's
+//! `http.ServeContent`, so Range, If-Range, ETag and HEAD; `disk.img.gz` compressed on the
+//! fly without Range) and Deckhouse's exporter (`GET|HEAD <url>/api/v1/block`, raw with Range,
+//! the kubeconfig's credentials authorized for `dataexports/download` `create`).
+//!
+//! Fault switches ([`crate::export::ExportFaults`]) cut responses at given offsets, answer 503,
+//! or serve slowly; `bytes_served` counts every body byte sent, for tests.
+
+use crate::app::App;
+use crate::auth::{Attributes, authorize, rbac_allows};
+use crate::export::{ExportState, KV_EXPORT_GROUP, SF_GROUP, data_export_target, fill, pvc_size};
+use crate::store::Key;
+use crate::util::meta_str;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::Response;
+use base64::Engine;
+use bytes::Bytes;
+use serde_json::Value;
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+const CHUNK: usize = 256 * 1024;
+/// Fixed Last-Modified of every volume (content changes are visible through the ETag).
+const LAST_MODIFIED: &str = "Mon, 02 Jan 2006 15:04:05 GMT";
+
+/// Binds the export server on 127.0.0.1 with a fresh CA, records its URL and CA in
+/// `app.exports`, and serves until `shutdown`.
+pub async fn start(
+    app: Arc<App>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    tasks: &mut JoinSet<()>,
+) -> Result<(), crate::EmulatorError> {
+    let certs = crate::tls::generate().map_err(crate::EmulatorError::Tls)?;
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let port = listener.local_addr()?.port();
+    *app.exports
+        .base_url
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = format!("https://127.0.0.1:{port}");
+    *app.exports.ca_pem.lock().unwrap_or_else(|e| e.into_inner()) = certs.ca_pem;
+    let router = axum::Router::new().fallback(handle).with_state(app);
+    // One volume per connection: HTTP/1.1 only (a cut then ends the connection, as a broken
+    // network does).
+    let mut tls = (*certs.server_config).clone();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    tasks.spawn(serve(listener, Arc::new(tls), router, shutdown));
+    Ok(())
+}
+
+async fn serve(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    router: axum::Router,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            accepted = listener.accept() => {
+                let Ok((tcp, _)) = accepted else { continue };
+                let _ = tcp.set_nodelay(true);
+                let acceptor = acceptor.clone();
+                let router = router.clone();
+                conns.spawn(async move {
+                    let Ok(stream) = acceptor.accept(tcp).await else { return };
+                    let service = hyper_util::service::TowerToHyperService::new(router);
+                    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+                });
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    conns.abort_all();
+    while conns.join_next().await.is_some() {}
+}
+
+fn plain(status: StatusCode, text: &str) -> Response {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(Body::from(format!("{text}\n")))
+        .expect("response")
+}
+
+/// What a request resolved to.
+struct Volume {
+    ns: String,
+    pvc: String,
+    gzip: bool,
+}
+
+#[allow(clippy::result_large_err)]
+async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
+    let state = &app.exports;
+    {
+        let mut faults = state.faults.lock().unwrap_or_else(|e| e.into_inner());
+        if faults.fail_5xx > 0 {
+            faults.fail_5xx -= 1;
+            return plain(StatusCode::SERVICE_UNAVAILABLE, "injected failure");
+        }
+    }
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let resolved = match parts.as_slice() {
+        // KubeVirt external link.
+        [
+            "api",
+            "export.kubevirt.io",
+            _,
+            "namespaces",
+            ns,
+            "virtualmachineexports",
+            name,
+            rest @ ..,
+        ] => kubevirt(&app, req.headers(), &query, ns, name, rest),
+        // Deckhouse public URL: /<ns>/<pvc|vd|snap>/<name>/api/v1/block
+        [ns, short, name, "api", "v1", "block"] => deckhouse(&app, req.headers(), ns, short, name),
+        _ => Err(plain(StatusCode::NOT_FOUND, "404 page not found")),
+    };
+    match resolved {
+        Err(response) => response,
+        Ok(Resolved::Manifest(text)) => Response::builder()
+            .header(header::CONTENT_TYPE, "application/yaml")
+            .body(Body::from(text))
+            .expect("response"),
+        Ok(Resolved::Volume(vol)) => serve_volume(&app, req.method(), req.headers(), vol),
+    }
+}
+
+enum Resolved {
+    Volume(Volume),
+    Manifest(String),
+}
+
+#[allow(clippy::result_large_err)] // an error is the response to send
+fn kubevirt(
+    app: &App,
+    headers: &HeaderMap,
+    query: &str,
+    ns: &str,
+    name: &str,
+    rest: &[&str],
+) -> Result<Resolved, Response> {
+    let not_found = || plain(StatusCode::NOT_FOUND, "404 page not found");
+    let vme = app
+        .store
+        .get(&Key::new(
+            KV_EXPORT_GROUP,
+            "virtualmachineexports",
+            ns,
+            name,
+        ))
+        .filter(|o| o.pointer("/status/phase").and_then(Value::as_str) == Some("Ready"))
+        .ok_or_else(not_found)?;
+    // tokenChecker: header or query parameter, compared with the Secret's `token`.
+    let secret_name = vme
+        .pointer("/spec/tokenSecretRef")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let expected = app
+        .store
+        .get(&Key::new("", "secrets", ns, secret_name))
+        .and_then(|s| {
+            s.pointer("/data/token")
+                .and_then(Value::as_str)
+                .and_then(|t| base64::engine::general_purpose::STANDARD.decode(t).ok())
+        });
+    let given = headers
+        .get("x-kubevirt-export-token")
+        .map(|v| v.as_bytes().to_vec())
+        .or_else(|| {
+            query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("x-kubevirt-export-token="))
+                .map(|t| t.as_bytes().to_vec())
+        });
+    match (expected, given) {
+        (Some(e), Some(g)) if !e.is_empty() && constant_time_eq(&e, &g) => {}
+        _ => return Err(plain(StatusCode::UNAUTHORIZED, "Unauthorized")),
+    }
+    match rest {
+        ["volumes", vol, file @ ("disk.img" | "disk.img.gz")] => {
+            let listed = vme
+                .pointer("/status/links/external/volumes")
+                .and_then(Value::as_array)
+                .is_some_and(|v| v.iter().any(|v| v["name"] == *vol));
+            if !listed {
+                return Err(not_found());
+            }
+            Ok(Resolved::Volume(Volume {
+                ns: ns.to_string(),
+                pvc: vol.to_string(),
+                gzip: *file == "disk.img.gz",
+            }))
+        }
+        ["external", "manifests", "all"] => {
+            let vm_name = vme
+                .pointer("/status/virtualMachineName")
+                .and_then(Value::as_str)
+                .ok_or_else(not_found)?;
+            let mut vm = app
+                .store
+                .get(&Key::new("kubevirt.io", "virtualmachines", ns, vm_name))
+                .ok_or_else(not_found)?;
+            // The manifest is for recreating the VM elsewhere: no status, no server fields.
+            if let Some(o) = vm.as_object_mut() {
+                o.remove("status");
+            }
+            if let Some(meta) = vm.get_mut("metadata").and_then(Value::as_object_mut) {
+                for f in [
+                    "uid",
+                    "resourceVersion",
+                    "generation",
+                    "creationTimestamp",
+                    "managedFields",
+                ] {
+                    meta.remove(f);
+                }
+            }
+            let yaml = yaml_serde::to_string(&vm).map_err(|_| not_found())?;
+            Ok(Resolved::Manifest(format!("---\n{yaml}")))
+        }
+        _ => Err(not_found()),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[allow(clippy::result_large_err)] // an error is the response to send
+fn deckhouse(
+    app: &App,
+    headers: &HeaderMap,
+    ns: &str,
+    short: &str,
+    name: &str,
+) -> Result<Resolved, Response> {
+    let not_found = || plain(StatusCode::NOT_FOUND, "404 page not found");
+    let (exports, _) = app.store.list(SF_GROUP, "dataexports", Some(ns));
+    let de = exports
+        .into_iter()
+        .find(|de| {
+            de.pointer("/spec/targetRef/name").and_then(Value::as_str) == Some(name)
+                && de.pointer("/status/phase").and_then(Value::as_str) == Some("Ready")
+                && data_export_target(app, de).is_ok_and(|(s, _)| s == short)
+        })
+        .ok_or_else(not_found)?;
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let user = app
+        .tokens
+        .authenticate(auth)
+        .ok_or_else(|| plain(StatusCode::UNAUTHORIZED, "Unauthorized"))?;
+    let attrs = Attributes {
+        verb: "create".into(),
+        group: SF_GROUP.into(),
+        resource: "dataexports".into(),
+        subresource: "download".into(),
+        namespace: ns.into(),
+        name: meta_str(&de, "name").into(),
+    };
+    if authorize(&user, &attrs).is_err() && !rbac_allows(&app.store, &user, &attrs) {
+        return Err(plain(StatusCode::FORBIDDEN, "Forbidden"));
+    }
+    app.exports
+        .last_access
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(meta_str(&de, "uid").to_string(), Instant::now());
+    let (_, pvc) = data_export_target(app, &de).map_err(|_| not_found())?;
+    Ok(Resolved::Volume(Volume {
+        ns: ns.to_string(),
+        pvc,
+        gzip: false,
+    }))
+}
+
+/// Parses one `bytes=` range against `size` (Go's `parseRange` for a single range).
+fn parse_range(value: &str, size: u64) -> Option<Result<(u64, u64), ()>> {
+    let spec = value.strip_prefix("bytes=")?;
+    if spec.contains(',') {
+        return None; // multipart ranges: serve the whole content
+    }
+    let (a, b) = spec.split_once('-')?;
+    let (start, end) = if a.is_empty() {
+        let n: u64 = b.parse().ok()?;
+        (size.saturating_sub(n), size)
+    } else {
+        let start: u64 = a.parse().ok()?;
+        let end = if b.is_empty() {
+            size
+        } else {
+            b.parse::<u64>().ok()?.saturating_add(1).min(size)
+        };
+        (start, end)
+    };
+    if start >= size || start >= end {
+        return Some(Err(()));
+    }
+    Some(Ok((start, end)))
+}
+
+fn serve_volume(app: &App, method: &Method, headers: &HeaderMap, vol: Volume) -> Response {
+    let state = &app.exports;
+    let Some(size) = pvc_size(app, &vol.ns, &vol.pvc) else {
+        return plain(StatusCode::NOT_FOUND, "404 page not found");
+    };
+    let key = state.key(&vol.ns, &vol.pvc);
+    let etag = format!("\"{key:016x}-{size:x}\"");
+    if vol.gzip {
+        let body = if method == Method::HEAD {
+            Body::empty()
+        } else {
+            Body::from_stream(gzip_stream(app, key, size))
+        };
+        return Response::builder()
+            .header(header::CONTENT_TYPE, "application/gzip")
+            .body(body)
+            .expect("response");
+    }
+    let mut range = (0, size);
+    let mut partial = false;
+    let if_range_ok = headers
+        .get(header::IF_RANGE)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|v| v == etag || v == LAST_MODIFIED);
+    if let Some(value) = headers.get(header::RANGE).and_then(|v| v.to_str().ok())
+        && if_range_ok
+    {
+        match parse_range(value, size) {
+            Some(Ok(r)) => {
+                range = r;
+                partial = true;
+            }
+            Some(Err(())) => {
+                return Response::builder()
+                    .status(StatusCode::RANGE_NOT_SATISFIABLE)
+                    .header(header::CONTENT_RANGE, format!("bytes */{size}"))
+                    .body(Body::empty())
+                    .expect("response");
+            }
+            None => {}
+        }
+    }
+    let mut response = Response::builder()
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .header(header::ACCEPT_RANGES, "bytes")
+        .header(header::ETAG, &etag)
+        .header(header::LAST_MODIFIED, LAST_MODIFIED)
+        .header(header::CONTENT_LENGTH, range.1 - range.0);
+    if partial {
+        response = response.status(StatusCode::PARTIAL_CONTENT).header(
+            header::CONTENT_RANGE,
+            format!("bytes {}-{}/{size}", range.0, range.1 - 1),
+        );
+    }
+    let body = if method == Method::HEAD {
+        Body::empty()
+    } else {
+        Body::from_stream(raw_stream(app, key, range))
+    };
+    response.body(body).expect("response")
+}
+
+/// Takes the fault switches that apply to a response covering `[start, end)`: the cut point
+/// inside it (consumed) and the rate.
+fn faults_for(state: &ExportState, start: u64, end: u64) -> (Option<u64>, Option<u64>) {
+    let mut faults = state.faults.lock().unwrap_or_else(|e| e.into_inner());
+    faults.cut_at.sort_unstable();
+    let cut = faults
+        .cut_at
+        .iter()
+        .position(|&c| c > start && c < end)
+        .map(|i| faults.cut_at.remove(i));
+    // Cut points behind this response can no longer apply.
+    faults.cut_at.retain(|&c| c > start);
+    (cut, faults.bytes_per_sec)
+}
+
+type Chunk = Result<Bytes, std::io::Error>;
+
+fn raw_stream(
+    app: &App,
+    key: u64,
+    (start, end): (u64, u64),
+) -> impl futures::Stream<Item = Chunk> + Send + 'static {
+    let (cut, rate) = faults_for(&app.exports, start, end);
+    let stop = cut.unwrap_or(end);
+    let counter = app_counter(app);
+    futures::stream::unfold(start, move |pos| {
+        let counter = counter.clone();
+        async move {
+            if pos >= stop {
+                if cut.is_some() && pos < end {
+                    return Some((
+                        Err(std::io::Error::other("injected cut")),
+                        end, // ends the stream after the error
+                    ));
+                }
+                return None;
+            }
+            let n = (CHUNK as u64).min(stop - pos) as usize;
+            let mut buf = vec![0u8; n];
+            fill(key, pos, &mut buf);
+            if let Some(rate) = rate {
+                tokio::time::sleep(Duration::from_secs_f64(n as f64 / rate as f64)).await;
+            }
+            counter.fetch_add(n as u64, Ordering::Relaxed);
+            Some((Ok(Bytes::from(buf)), pos + n as u64))
+        }
+    })
+}
+
+fn app_counter(app: &App) -> Arc<std::sync::atomic::AtomicU64> {
+    app.exports.bytes_served.clone()
+}
+
+fn gzip_stream(
+    app: &App,
+    key: u64,
+    size: u64,
+) -> impl futures::Stream<Item = Chunk> + Send + 'static {
+    let (cut, rate) = faults_for(&app.exports, 0, size);
+    let counter = app_counter(app);
+    let encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    futures::stream::unfold((0u64, 0u64, Some(encoder)), move |(pos, sent, encoder)| {
+        let counter = counter.clone();
+        async move {
+            let mut encoder = encoder?;
+            if cut.is_some_and(|c| sent >= c) {
+                return Some((
+                    Err(std::io::Error::other("injected cut")),
+                    (pos, sent, None),
+                ));
+            }
+            let out = if pos < size {
+                let n = (CHUNK as u64).min(size - pos) as usize;
+                let mut buf = vec![0u8; n];
+                fill(key, pos, &mut buf);
+                if encoder.write_all(&buf).is_err() {
+                    return None;
+                }
+                let out = std::mem::take(encoder.get_mut());
+                (out, pos + n as u64, Some(encoder))
+            } else {
+                match encoder.finish() {
+                    Ok(out) if !out.is_empty() => (out, pos, None),
+                    _ => return None,
+                }
+            };
+            if let Some(rate) = rate {
+                tokio::time::sleep(Duration::from_secs_f64(out.0.len() as f64 / rate as f64)).await;
+            }
+            counter.fetch_add(out.0.len() as u64, Ordering::Relaxed);
+            let sent = sent + out.0.len() as u64;
+            Some((Ok(Bytes::from(out.0)), (out.1, sent, out.2)))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_range;
+
+    #[test]
+    fn ranges_like_go() {
+        assert_eq!(parse_range("bytes=0-9", 100), Some(Ok((0, 10))));
+        assert_eq!(parse_range("bytes=90-", 100), Some(Ok((90, 100))));
+        assert_eq!(parse_range("bytes=-10", 100), Some(Ok((90, 100))));
+        assert_eq!(parse_range("bytes=100-", 100), Some(Err(())));
+        assert_eq!(parse_range("bytes=0-1,5-6", 100), None);
+    }
+}

@@ -1,0 +1,316 @@
+//! The export server behaves like KubeVirt's virt-exportserver (Go `http.ServeContent` for
+//! raw: Range, If-Range, ETag, HEAD, 416; gzip on the fly; token header or query, else 401)
+//! and Deckhouse's exporter (kubeconfig credentials, `dataexports/download`, idle TTL), checked
+//! with curl as an independent client.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kubevm_emulator::export::fill;
+use kubevm_emulator::{BlockingEmulator, Emulator, EmulatorOptions, ServeFlavor};
+use serde_json::{Value, json};
+
+struct Env {
+    emu: BlockingEmulator,
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new(flavor: ServeFlavor) -> Env {
+        let emu = Emulator::start_blocking(EmulatorOptions {
+            flavor,
+            import_step: Duration::from_millis(50),
+            ..Default::default()
+        })
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("api.pem"), emu.ca_pem()).unwrap();
+        std::fs::write(dir.path().join("export.pem"), emu.export_ca_pem()).unwrap();
+        Env { emu, dir }
+    }
+
+    fn token(&self, user: &str) -> String {
+        let yaml: Value = yaml_serde::from_str(&self.emu.kubeconfig_yaml()).unwrap();
+        yaml["users"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|u| u["name"] == user)
+            .unwrap()["user"]["token"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// POSTs an object through the API (so controllers reconcile it).
+    fn create(&self, path: &str, obj: Value) {
+        let out = Command::new("curl")
+            .args(["-sSf", "--cacert"])
+            .arg(self.dir.path().join("api.pem"))
+            .args([
+                "-H",
+                &format!("Authorization: Bearer {}", self.token("admin")),
+            ])
+            .args([
+                "-H",
+                "Content-Type: application/json",
+                "-d",
+                &obj.to_string(),
+            ])
+            .arg(format!("{}{path}", self.emu.url()))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn wait_for(&self, group: &str, plural: &str, name: &str, phase: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let found = self
+                .emu
+                .objects(group, plural, Some("default"))
+                .into_iter()
+                .find(|o| o["metadata"]["name"] == name);
+            if let Some(o) = found.filter(|o| o["status"]["phase"] == phase) {
+                return o;
+            }
+            assert!(Instant::now() < deadline, "{name} never became {phase}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// curl against the export server: (status, headers lower-cased, body).
+    fn get(&self, url: &str, extra: &[&str]) -> (u16, String, Vec<u8>) {
+        let body = self.dir.path().join("body");
+        let out = Command::new("curl")
+            .args(["-sS", "-m", "10", "--cacert"])
+            .arg(self.dir.path().join("export.pem"))
+            .args(["-D", "-", "-o"])
+            .arg(&body)
+            .args(extra)
+            .arg(url)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let headers = String::from_utf8(out.stdout).unwrap().to_ascii_lowercase();
+        let status = headers.split_whitespace().nth(1).unwrap().parse().unwrap();
+        (status, headers, std::fs::read(&body).unwrap_or_default())
+    }
+}
+
+fn pvc(name: &str, size: u64) -> Value {
+    json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size.to_string()}}},
+        "status": {"phase": "Bound", "capacity": {"storage": size.to_string()}}})
+}
+
+fn expected(env: &Env, pvc: &str, from: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    fill(env.emu.export_content_key("default", pvc), from, &mut buf);
+    buf
+}
+
+fn header<'a>(headers: &'a str, name: &str) -> Option<&'a str> {
+    headers
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+        .map(str::trim)
+}
+
+#[test]
+fn kubevirt_export_server_serves_ranges_gzip_and_checks_the_token() {
+    let env = Env::new(ServeFlavor::KubeVirt);
+    let size = 1_000_000u64;
+    env.emu.put_object(pvc("d", size));
+    env.emu
+        .put_object(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "tok", "namespace": "default"}, "data": {"token": "czNjcjN0"}}));
+    env.create(
+        "/apis/export.kubevirt.io/v1/namespaces/default/virtualmachineexports",
+        json!({"apiVersion": "export.kubevirt.io/v1", "kind": "VirtualMachineExport",
+            "metadata": {"name": "e"}, "spec": {"source": {"apiGroup": "", "kind": "PersistentVolumeClaim", "name": "d"}, "tokenSecretRef": "tok"}}),
+    );
+    let vme = env.wait_for("export.kubevirt.io", "virtualmachineexports", "e", "Ready");
+    let ext = &vme["status"]["links"]["external"];
+    assert_eq!(ext["cert"], env.emu.export_ca_pem().as_str());
+    assert_eq!(ext["volumes"][0]["name"], "d");
+    let raw = ext["volumes"][0]["formats"][0]["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(raw.ends_with(
+        "/api/export.kubevirt.io/v1/namespaces/default/virtualmachineexports/e/volumes/d/disk.img"
+    ));
+    assert_eq!(
+        vme["status"]["links"]["internal"]["volumes"][0]["formats"][0]["url"],
+        "https://virt-export-e.default.svc/volumes/d/disk.img"
+    );
+    let tok = ["-H", "x-kubevirt-export-token: s3cr3t"];
+
+    // No or a wrong token: 401.
+    assert_eq!(env.get(&raw, &[]).0, 401);
+    assert_eq!(
+        env.get(&raw, &["-H", "x-kubevirt-export-token: nope"]).0,
+        401
+    );
+    // The query parameter works too.
+    assert_eq!(
+        env.get(&format!("{raw}?x-kubevirt-export-token=s3cr3t"), &["-I"])
+            .0,
+        200
+    );
+
+    // Whole content.
+    let (status, headers, body) = env.get(&raw, &tok);
+    assert_eq!(status, 200);
+    assert_eq!(body, expected(&env, "d", 0, size as usize));
+    assert_eq!(header(&headers, "accept-ranges"), Some("bytes"));
+    let etag = header(&headers, "etag").unwrap().to_string();
+
+    // Range, and If-Range with the current ETag: 206 with Content-Range.
+    let (status, headers, body) = env.get(&raw, &[tok[0], tok[1], "-r", "1000-"]);
+    assert_eq!(status, 206);
+    assert_eq!(
+        header(&headers, "content-range"),
+        Some("bytes 1000-999999/1000000")
+    );
+    assert_eq!(body, expected(&env, "d", 1000, (size - 1000) as usize));
+    let if_range = format!("If-Range: {etag}");
+    let (status, _, body) = env.get(&raw, &[tok[0], tok[1], "-r", "10-19", "-H", &if_range]);
+    assert_eq!((status, body.len()), (206, 10));
+    // Beyond the end: 416.
+    assert_eq!(env.get(&raw, &[tok[0], tok[1], "-r", "2000000-"]).0, 416);
+
+    // HEAD gives the metadata only (with -I curl stores the headers as the "body").
+    let (status, headers, body) = env.get(&raw, &[tok[0], tok[1], "-I"]);
+    assert_eq!(status, 200);
+    assert!(body.starts_with(b"HTTP/"));
+    assert_eq!(header(&headers, "content-length"), Some("1000000"));
+
+    // Changed content: new ETag, and If-Range with the old one gives the whole new content.
+    env.emu.change_export_content("default", "d");
+    let (status, headers, body) = env.get(&raw, &[tok[0], tok[1], "-r", "10-19", "-H", &if_range]);
+    assert_eq!(status, 200);
+    assert_ne!(header(&headers, "etag"), Some(etag.as_str()));
+    assert_eq!(body, expected(&env, "d", 0, size as usize));
+
+    // gzip: compressed on the fly, no ranges; gunzip gives the raw bytes.
+    let gz = ext["volumes"][0]["formats"][1]["url"].as_str().unwrap();
+    let (status, headers, body) = env.get(gz, &tok);
+    assert_eq!(status, 200);
+    assert!(header(&headers, "accept-ranges").is_none());
+    let gz_file = env.dir.path().join("d.img.gz");
+    std::fs::write(&gz_file, &body).unwrap();
+    let out = Command::new("gzip")
+        .arg("-dc")
+        .arg(&gz_file)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(out.stdout, expected(&env, "d", 0, size as usize));
+
+    // Fault switches: one 503, then a cut (curl sees a short body).
+    env.emu
+        .set_export_faults(kubevm_emulator::export::ExportFaults {
+            fail_5xx: 1,
+            cut_at: vec![300_000],
+            ..Default::default()
+        });
+    assert_eq!(env.get(&raw, &tok).0, 503);
+    let out = Command::new("curl")
+        .args(["-sS", "-m", "10", "--cacert"])
+        .arg(env.dir.path().join("export.pem"))
+        .args([
+            tok[0],
+            tok[1],
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{size_download}",
+            &raw,
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let got: u64 = String::from_utf8_lossy(&out.stdout).parse().unwrap();
+    assert!(got <= 300_000, "{got}");
+}
+
+#[test]
+fn running_vm_keeps_the_export_pending() {
+    let env = Env::new(ServeFlavor::KubeVirt);
+    env.emu.put_object(pvc("d", 1000));
+    env.emu.put_object(
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {"name": "vm1", "namespace": "default"},
+        "spec": {"runStrategy": "Always", "template": {"spec": {"domain": {"devices": {}},
+            "volumes": [{"name": "r", "persistentVolumeClaim": {"claimName": "d"}}]}}}}),
+    );
+    env.emu.put_object(
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+        "metadata": {"name": "vm1", "namespace": "default"}, "spec": {"domain": {"devices": {}}}}),
+    );
+    env.create(
+        "/apis/export.kubevirt.io/v1/namespaces/default/virtualmachineexports",
+        json!({"apiVersion": "export.kubevirt.io/v1", "kind": "VirtualMachineExport",
+            "metadata": {"name": "e"}, "spec": {"source": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "vm1"}}}),
+    );
+    let vme = env.wait_for(
+        "export.kubevirt.io",
+        "virtualmachineexports",
+        "e",
+        "Pending",
+    );
+    assert_eq!(vme["status"]["conditions"][0]["status"], "False");
+    assert_eq!(
+        vme["status"]["conditions"][0]["message"],
+        "VirtualMachine vm1 is running"
+    );
+}
+
+#[test]
+fn deckhouse_exporter_authorizes_and_expires_when_idle() {
+    let env = Env::new(ServeFlavor::Deckhouse);
+    env.emu.put_object(pvc("p", 4096));
+    env.create(
+        "/apis/storage-foundation.deckhouse.io/v1alpha1/namespaces/default/dataexports",
+        json!({"apiVersion": "storage-foundation.deckhouse.io/v1alpha1", "kind": "DataExport",
+            "metadata": {"name": "de"}, "spec": {"ttl": "1s", "publish": true,
+            "targetRef": {"kind": "PersistentVolumeClaim", "name": "p"}}}),
+    );
+    let de = env.wait_for(
+        "storage-foundation.deckhouse.io",
+        "dataexports",
+        "de",
+        "Ready",
+    );
+    let public = de["status"]["publicURL"].as_str().unwrap();
+    assert!(public.ends_with("/default/pvc/p/"), "{public}");
+    let url = format!("{public}api/v1/block");
+    assert_eq!(env.get(&url, &[]).0, 401);
+    let alice = format!("Authorization: Bearer {}", env.token("alice"));
+    assert_eq!(env.get(&url, &["-H", &alice]).0, 403);
+    let admin = format!("Authorization: Bearer {}", env.token("admin"));
+    let (status, _, body) = env.get(&url, &["-H", &admin, "-r", "0-99"]);
+    assert_eq!(status, 206);
+    assert_eq!(body, expected(&env, "p", 0, 100));
+    // Idle for longer than spec.ttl: Expired, and the exporter stops serving.
+    let de = env.wait_for(
+        "storage-foundation.deckhouse.io",
+        "dataexports",
+        "de",
+        "Expired",
+    );
+    assert_eq!(de["status"]["serverState"], "IdleExpired");
+    assert_eq!(de["status"]["conditions"][0]["reason"], "Expired");
+    assert_eq!(env.get(&url, &["-H", &admin]).0, 404);
+}
