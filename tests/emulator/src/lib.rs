@@ -25,6 +25,7 @@ pub mod app;
 pub mod auth;
 pub mod controllers;
 pub mod discovery;
+pub mod fieldmanager;
 pub mod fixtures;
 pub mod gc;
 pub mod guest;
