@@ -183,6 +183,21 @@ fn key_name(pe: &str) -> Option<Value> {
     k.get("name").cloned()
 }
 
+fn value_at_mut<'a>(obj: &'a mut Value, path: &[String]) -> Option<&'a mut Value> {
+    let mut cur = obj;
+    for pe in path {
+        cur = if let Some(f) = pe.strip_prefix("f:") {
+            cur.as_object_mut()?.get_mut(f)?
+        } else {
+            let want = key_name(pe)?;
+            cur.as_array_mut()?
+                .iter_mut()
+                .find(|i| i.get("name") == Some(&want))?
+        };
+    }
+    Some(cur)
+}
+
 /// Removes the value at a path (a field or a keyed list item).
 fn remove_at(obj: &mut Value, path: &[String]) {
     let Some((last, parent)) = path.split_last() else {
@@ -435,6 +450,15 @@ pub fn apply(
     let before = entries(live);
     let mut now = before.clone();
     let new_set = fields_of(applied, w.shape);
+    // An applied atomic list replaces the live one whole (the strategic-merge approximation
+    // in patch.rs merged it item by item).
+    for p in &new_set {
+        if let (Some(a @ Value::Array(_)), Some(m)) =
+            (value_at(applied, p), value_at_mut(merged, p))
+        {
+            *m = a.clone();
+        }
+    }
     // Conflicts: fields of the applied set that others own and the apply changes.
     let mut conflicts: Vec<(String, Path)> = vec![];
     for e in now.iter_mut().filter(|e| !e.is(w.manager, "Apply")) {
@@ -568,6 +592,21 @@ mod tests {
         assert_eq!(
             to_fields_v1(&fields_of(&vm, CRD)),
             json!({"f:spec": {"f:template": {"f:spec": {"f:volumes": {}}}}})
+        );
+        // Re-applying a shorter atomic list replaces the list.
+        let mut live = vm.clone();
+        apply(&w("a", CRD), None, &vm, &mut live, false).unwrap();
+        let two =
+            json!({"spec": {"template": {"spec": {"volumes": [{"name": "a"}, {"name": "b"}]}}}});
+        let mut merged = live.clone();
+        crate::patch::strategic_merge(&mut merged, &two);
+        apply(&w("a", CRD), Some(&live), &two, &mut merged, false).unwrap();
+        let mut again = merged.clone();
+        crate::patch::strategic_merge(&mut again, &vm);
+        apply(&w("a", CRD), Some(&merged), &vm, &mut again, false).unwrap();
+        assert_eq!(
+            again["spec"]["template"]["spec"]["volumes"],
+            json!([{"name": "a"}])
         );
         assert_eq!(
             path_string(&[

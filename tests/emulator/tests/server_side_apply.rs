@@ -278,3 +278,32 @@ fn custom_resource_lists_are_atomic_and_conflicts_name_the_path() {
         "{err}"
     );
 }
+
+#[test]
+fn without_field_manager_the_user_agent_program_is_the_manager() {
+    // `kubectl create --raw` sends no fieldManager; its User-Agent is
+    // `kubectl/v1.36.x (linux/amd64) kubernetes/…`, so the server records "kubectl"
+    // (handlers/rest.go prefixFromUserAgent).
+    let env = Env::new();
+    let body = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"},"data":{"k":"v"}}"#;
+    let (ok, out, err) = env.run(
+        &[
+            "create",
+            "--raw",
+            "/api/v1/namespaces/default/configmaps",
+            "-f",
+            "-",
+        ],
+        body,
+    );
+    assert!(ok, "{out}{err}");
+    let o = owners(&env.configmap());
+    assert_eq!(
+        o,
+        vec![(
+            "kubectl".into(),
+            "Update".into(),
+            json!({"f:data": {"f:k": {}}})
+        )]
+    );
+}
