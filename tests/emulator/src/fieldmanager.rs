@@ -22,9 +22,9 @@
 //!
 //! Approximations (no OpenAPI types here): a list of objects that all have `name` is keyed by
 //! `name` for built-in kinds; lists of custom resources are atomic (as CRD lists without
-//! `x-kubernetes-list-type` are); lists of scalars are atomic. Every object is treated as a
-//! struct, so a map such as `labels` is not itself a member of an Update set (a real server
-//! marks maps with `.`).
+//! `x-kubernetes-list-type` are); lists of scalars are atomic. Only `labels`/`annotations`
+//! and built-in `data`/`binaryData`/`stringData` are known as maps (an Update adding one owns
+//! its node, `.`); every other object is treated as a struct. `/status` writes record nothing.
 
 use crate::status::ApiError;
 use crate::util::now_rfc3339;
@@ -380,7 +380,8 @@ fn entries(obj: &Value) -> Vec<Entry> {
 /// no-op write leaves the object as it was).
 fn store(obj: &mut Value, before: &[Entry], mut now: Vec<Entry>, shape: Shape) {
     // Fields that no longer exist are owned by nobody.
-    let present = fields_of(obj, shape);
+    let mut present = fields_of(obj, shape);
+    present.extend(map_nodes(obj, shape));
     for e in &mut now {
         e.set.retain(|p| present.contains(p));
         if let Some(old) = before.iter().find(|o| {
@@ -516,6 +517,40 @@ pub fn apply(
     Ok(())
 }
 
+/// The string maps whose node an Update owns when it adds the whole map (the real server
+/// knows them from the schema; a map node is a member, a struct node is not): `labels` and
+/// `annotations` of any `metadata`, and `data`/`binaryData`/`stringData` of built-in kinds.
+fn map_nodes(obj: &Value, shape: Shape) -> FieldSet {
+    fn go(v: &Value, path: &mut Path, set: &mut FieldSet) {
+        let Some(m) = v.as_object() else { return };
+        for (k, child) in m {
+            path.push(format!("f:{k}"));
+            let is_map = path.len() >= 2
+                && path[path.len() - 2] == "f:metadata"
+                && (k == "labels" || k == "annotations");
+            if is_map && child.as_object().is_some_and(|c| !c.is_empty()) {
+                set.insert(path.clone());
+            }
+            go(child, path, set);
+            path.pop();
+        }
+    }
+    let o = ownable(obj, shape);
+    let mut set = FieldSet::new();
+    go(&o, &mut vec![], &mut set);
+    if shape.keyed_lists {
+        for k in ["data", "binaryData", "stringData"] {
+            if o.get(k)
+                .and_then(Value::as_object)
+                .is_some_and(|m| !m.is_empty())
+            {
+                set.insert(vec![format!("f:{k}")]);
+            }
+        }
+    }
+    set
+}
+
 /// A create, update or non-apply patch by `w`: the fields it changed become the manager's
 /// `Update` entry and leave every other manager's set.
 pub fn update(w: &Writer, live: Option<&Value>, new: &mut Value) {
@@ -523,10 +558,16 @@ pub fn update(w: &Writer, live: Option<&Value>, new: &mut Value) {
     let live = live.unwrap_or(&empty);
     let before = entries(live);
     let mut now = before.clone();
-    let touched: FieldSet = fields_of(new, w.shape)
+    let mut touched: FieldSet = fields_of(new, w.shape)
         .into_iter()
         .filter(|p| changed(live, new, p))
         .collect();
+    // A map the request added whole is owned as a node too (FieldsV1 `.: {}`).
+    touched.extend(
+        map_nodes(new, w.shape)
+            .into_iter()
+            .filter(|p| value_at(live, p).is_none()),
+    );
     for e in now.iter_mut().filter(|e| !e.is(w.manager, "Update")) {
         e.set.retain(|p| !touched.contains(p));
     }

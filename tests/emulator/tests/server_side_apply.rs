@@ -205,7 +205,8 @@ fn updates_record_their_manager_and_then_conflict_with_apply() {
         (o[0].0.as_str(), o[0].1.as_str()),
         ("kubectl-create", "Update")
     );
-    assert_eq!(o[0].2["f:data"], json!({"f:foo": {}}));
+    // The data map was added whole, so its node is owned too (`.`), as the real server shows.
+    assert_eq!(o[0].2["f:data"], json!({".": {}, "f:foo": {}}));
     // Apply of another value conflicts with the Update manager, printed with its
     // apiVersion and time (conflict.go printManager).
     let (ok, _, err) = env.apply("a", &[], &cm("  foo: \"2\"\n"));
@@ -228,8 +229,10 @@ fn updates_record_their_manager_and_then_conflict_with_apply() {
         .find(|e| e.0 == "kubectl-label")
         .expect("label entry");
     assert_eq!(label.1, "Update");
-    assert!(
-        label.2["f:metadata"]["f:labels"].get("f:team").is_some(),
+    // The labels map was new: its node is owned too.
+    assert_eq!(
+        label.2,
+        json!({"f:metadata": {"f:labels": {".": {}, "f:team": {}}}}),
         "{o:?}"
     );
 }
@@ -303,7 +306,7 @@ fn without_field_manager_the_user_agent_program_is_the_manager() {
         vec![(
             "kubectl".into(),
             "Update".into(),
-            json!({"f:data": {"f:k": {}}})
+            json!({"f:data": {".": {}, "f:k": {}}})
         )]
     );
 }
