@@ -346,6 +346,44 @@ impl Ctx<'_> {
         obj
     }
 
+    /// Records field ownership of a create/update/non-apply patch (see fieldmanager.rs).
+    fn own_update(&self, live: Option<&Value>, new: &mut Value) {
+        let ua = self
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let manager = crate::fieldmanager::manager_or_user_agent(
+            self.q.get("fieldManager").map(String::as_str),
+            ua,
+        );
+        let av = self.def.api_version(self.version);
+        let w = crate::fieldmanager::Writer {
+            manager: &manager,
+            api_version: &av,
+            shape: crate::fieldmanager::shape_of(self.def),
+        };
+        crate::fieldmanager::update(&w, live, new);
+    }
+
+    /// Server-side apply ownership: conflicts (unless `force=true`), pruning, managedFields.
+    fn own_apply(
+        &self,
+        live: Option<&Value>,
+        applied: &Value,
+        merged: &mut Value,
+    ) -> Result<(), ApiError> {
+        let manager = self.q.get("fieldManager").cloned().unwrap_or_default();
+        let av = self.def.api_version(self.version);
+        let w = crate::fieldmanager::Writer {
+            manager: &manager,
+            api_version: &av,
+            shape: crate::fieldmanager::shape_of(self.def),
+        };
+        let force = self.q.get("force").is_some_and(|f| f == "true");
+        crate::fieldmanager::apply(&w, live, applied, merged, force)
+    }
+
     fn respond(
         &self,
         code: StatusCode,
@@ -479,6 +517,7 @@ impl Ctx<'_> {
         if !self.def.stored {
             return self.review(obj);
         }
+        self.own_update(None, &mut obj);
         self.create_object(obj)
     }
 
@@ -709,6 +748,9 @@ impl Ctx<'_> {
                 ApiError::bad_request(format!("invalid resourceVersion {rv_text:?}"))
             })?)
         };
+        if !status_only {
+            self.own_update(Some(&current), &mut obj);
+        }
         self.write(obj, current, status_only, expected)
     }
 
@@ -737,6 +779,8 @@ impl Ctx<'_> {
                         "the name of the object does not match the name on the URL",
                     ));
                 }
+                let applied = obj.clone();
+                self.own_apply(None, &applied, &mut obj)?;
                 return self.create_object(obj);
             }
             None => {
@@ -747,14 +791,19 @@ impl Ctx<'_> {
                 ));
             }
         };
+        let mut applied = patch.clone();
         if kind == PatchType::Apply {
-            let mut applied = patch.clone();
             self.check_identity(&mut applied)?;
         }
         let mut new = current.clone();
         crate::patch::apply(kind, &mut new, &patch)?;
         if !new.is_object() {
             return Err(ApiError::bad_request("the patch result is not an object"));
+        }
+        match (status_only, kind) {
+            (true, _) => {}
+            (false, PatchType::Apply) => self.own_apply(Some(&current), &applied, &mut new)?,
+            (false, _) => self.own_update(Some(&current), &mut new),
         }
         let cur_rv = meta_str(&current, "resourceVersion").to_string();
         let new_rv = meta_str(&new, "resourceVersion").to_string();

@@ -27,6 +27,7 @@ pub mod controllers;
 pub mod discovery;
 pub mod export;
 pub mod export_server;
+pub mod fieldmanager;
 pub mod fixtures;
 pub mod gc;
 pub mod guest;

@@ -1,8 +1,8 @@
 //! PATCH bodies: JSON merge patch (RFC 7386), JSON patch (RFC 6902), strategic merge patch (an
 //! approximation: lists of objects merge by their key field, `$patch`/`$setElementOrder`
 //! directives are honoured, other directives are dropped) and server-side apply (the applied
-//! configuration is merged into the live object like a strategic merge patch; field ownership
-//! is not tracked, so fields removed from a later apply are not pruned).
+//! configuration is merged into the live object like a strategic merge patch; field ownership,
+//! conflicts and pruning are `fieldmanager.rs`).
 
 use crate::status::ApiError;
 use serde_json::Value;
