@@ -14,16 +14,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::response::Response;
 use futures::{SinkExt, StreamExt};
-use http::{HeaderValue, StatusCode, header};
+use http::header;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 
 use crate::app::App;
@@ -169,26 +167,8 @@ async fn open(
             .map_err(|e| ApiError::internal(format!("dialing VM: {e}")))?;
         Conn::Udp(socket)
     };
-    let Some(ws_key) = parts.headers.get(header::SEC_WEBSOCKET_KEY).cloned() else {
-        return Err(ApiError::bad_request(
-            "websocket: not a websocket handshake: 'Sec-WebSocket-Key' header is missing or blank",
-        ));
-    };
-    let Some(on_upgrade) = parts.extensions.remove::<hyper::upgrade::OnUpgrade>() else {
-        return Err(ApiError::internal("the connection cannot be upgraded"));
-    };
-    let protocol_name = if deckhouse {
-        "plain.virtualization.deckhouse.io"
-    } else {
-        "plain.kubevirt.io"
-    };
-    let offered = parts
-        .headers
-        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|p| p.trim() == protocol_name);
+    let handshake = crate::streams::Handshake::check(parts, deckhouse)?;
+    let on_upgrade = handshake.on_upgrade;
     tokio::spawn(async move {
         if let Ok(upgraded) = on_upgrade.await {
             let ws =
@@ -199,21 +179,10 @@ async fn open(
             }
         }
     });
-    let mut response = Response::new(Body::empty());
-    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let h = response.headers_mut();
-    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    if let Ok(v) = HeaderValue::from_str(&derive_accept_key(ws_key.as_bytes())) {
-        h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
-    }
-    if offered {
-        h.insert(
-            header::SEC_WEBSOCKET_PROTOCOL,
-            HeaderValue::from_static(protocol_name),
-        );
-    }
-    Ok(response)
+    Ok(crate::streams::switching_protocols(
+        &handshake.key,
+        handshake.protocol,
+    ))
 }
 
 type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;

@@ -189,26 +189,8 @@ async fn open(
         .get_or_boot(app, &ns, &name)
         .map_err(|e| ApiError::internal(format!("cannot boot the guest: {e}")))?
         .ok_or_else(|| ApiError::bad_request("VMI is not running"))?;
-    let Some(ws_key) = parts.headers.get(header::SEC_WEBSOCKET_KEY).cloned() else {
-        return Err(ApiError::bad_request(
-            "websocket: not a websocket handshake: 'Sec-WebSocket-Key' header is missing or blank",
-        ));
-    };
-    let Some(on_upgrade) = parts.extensions.remove::<hyper::upgrade::OnUpgrade>() else {
-        return Err(ApiError::internal("the connection cannot be upgraded"));
-    };
-    let protocol = if deckhouse {
-        "plain.virtualization.deckhouse.io"
-    } else {
-        "plain.kubevirt.io"
-    };
-    let offered = parts
-        .headers
-        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|p| p.trim() == protocol);
+    let handshake = Handshake::check(parts, deckhouse)?;
+    let on_upgrade = handshake.on_upgrade;
     let (id, killed, displaced) = app.sessions.take_over(key.clone());
     let lease = deckhouse.then(|| {
         let client = parts
@@ -240,22 +222,71 @@ async fn open(
             release_lease(&app, &lease);
         }
     });
+    Ok(switching_protocols(&handshake.key, handshake.protocol))
+}
+
+/// A websocket upgrade request to a platform stream, checked as virt-api's (gorilla) Upgrader
+/// checks it; shared by console, VNC and port-forward.
+pub(crate) struct Handshake {
+    /// `Sec-WebSocket-Key`.
+    pub(crate) key: HeaderValue,
+    /// The connection, once the 101 is sent.
+    pub(crate) on_upgrade: hyper::upgrade::OnUpgrade,
+    /// The platform's subprotocol, when the client offered it (gorilla echoes only an offered one).
+    pub(crate) protocol: Option<&'static str>,
+}
+
+impl Handshake {
+    /// Checks the upgrade headers and takes the connection out of the request.
+    pub(crate) fn check(
+        parts: &mut http::request::Parts,
+        deckhouse: bool,
+    ) -> Result<Handshake, ApiError> {
+        let Some(key) = parts.headers.get(header::SEC_WEBSOCKET_KEY).cloned() else {
+            return Err(ApiError::bad_request(
+                "websocket: not a websocket handshake: 'Sec-WebSocket-Key' header is missing or blank",
+            ));
+        };
+        let Some(on_upgrade) = parts.extensions.remove::<hyper::upgrade::OnUpgrade>() else {
+            return Err(ApiError::internal("the connection cannot be upgraded"));
+        };
+        let protocol = if deckhouse {
+            "plain.virtualization.deckhouse.io"
+        } else {
+            "plain.kubevirt.io"
+        };
+        let offered = parts
+            .headers
+            .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|p| p.trim() == protocol);
+        Ok(Handshake {
+            key,
+            on_upgrade,
+            protocol: offered.then_some(protocol),
+        })
+    }
+}
+
+/// The 101 answer to a checked [`Handshake`].
+pub(crate) fn switching_protocols(key: &HeaderValue, protocol: Option<&'static str>) -> Response {
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = response.headers_mut();
     h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
     h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    if let Ok(v) = HeaderValue::from_str(&derive_accept_key(ws_key.as_bytes())) {
+    if let Ok(v) = HeaderValue::from_str(&derive_accept_key(key.as_bytes())) {
         h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
     }
-    // gorilla's Upgrader echoes a subprotocol only when the client offered it.
-    if offered {
+    if let Some(protocol) = protocol {
         h.insert(
             header::SEC_WEBSOCKET_PROTOCOL,
             HeaderValue::from_static(protocol),
         );
     }
-    Ok(response)
+    response
 }
 
 /// Resolves once the flag is true (or its sender is gone).
