@@ -343,12 +343,23 @@ fn cancel_stops_a_running_migration_and_no_wait_returns_before() {
         .as_str()
         .unwrap()
         .to_owned();
+    let uid = migrations[0]["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     env.emulator.clear_requests();
     assert_eq!(
         ok(env.vm(&["migrate", "web", "--cancel"])),
         "virtualmachine.kubevirt.io/web migration cancelled\n"
     );
-    // virtctl migrate-cancel: DELETE the VMIM.
+    // virtctl migrate-cancel: DELETE the VMIM, only the one we looked at (uid precondition).
+    let delete = env
+        .emulator
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "DELETE")
+        .expect("a DELETE was sent");
+    assert_eq!(delete.json().unwrap()["preconditions"]["uid"], uid.as_str());
     assert_eq!(
         wire(&env)
             .into_iter()

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 
 use super::watch::{self, Watched};
@@ -289,7 +289,7 @@ async fn cancel(
     vm: &VmRef,
     options: &Options,
     on_event: &(dyn Fn(Event) + Send + Sync),
-    mut done: Done,
+    done: Done,
 ) -> Result<Done> {
     let api = VMOP.api(&cluster.client, Some(&vm.namespace));
     let list = api
@@ -309,28 +309,9 @@ async fn cancel(
             vm.name
         )));
     };
-    let name = text(&op, "/metadata/name").to_owned();
-    if options.dry_run == DryRun::Client {
+    let done = super::cancel_migration(cluster, VMOP, vm, &op, options, on_event, done).await?;
+    if options.dry_run != DryRun::None {
         return Ok(done);
-    }
-    let params = DeleteParams {
-        dry_run: options.dry_run == DryRun::Server,
-        ..DeleteParams::default()
-    };
-    api.delete(&name, &params)
-        .await
-        .map_err(|e| cluster.error(e, &VMOP.action("delete", Some(&vm.namespace)).named(&name)))?;
-    if options.dry_run == DryRun::Server {
-        return Ok(done);
-    }
-    on_event(Event::Accepted {
-        vm: vm.clone(),
-        detail: Some(format!("virtualmachineoperation {name} deleted")),
-    });
-    if options.wait {
-        let w = Watched::new(VMOP, &vm.namespace, &name);
-        watch::until(cluster, &[w], |objs| objs[0].is_none().then_some(Ok(()))).await?;
-        done.waited = true;
     }
     finish(cluster, options, done).await
 }

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use kube::api::{DeleteParams, ListParams};
+use kube::api::ListParams;
 use serde_json::{Value, json};
 
 use super::watch::{self, Watched};
@@ -474,7 +474,7 @@ async fn cancel(
     vm: &VmRef,
     options: &Options,
     on_event: &(dyn Fn(Event) + Send + Sync),
-    mut done: Done,
+    done: Done,
 ) -> Result<Done> {
     let Some(m) = active_migration(cluster, vm).await? else {
         return Err(Error::Platform(format!(
@@ -482,34 +482,10 @@ async fn cancel(
             vm.name
         )));
     };
-    let name = text(&m, "/metadata/name").to_owned();
-    if options.dry_run == DryRun::Client {
+    let done =
+        super::cancel_migration(cluster, KUBEVIRT_VMIM, vm, &m, options, on_event, done).await?;
+    if options.dry_run != DryRun::None {
         return Ok(done);
-    }
-    let api = KUBEVIRT_VMIM.api(&cluster.client, Some(&vm.namespace));
-    let params = DeleteParams {
-        dry_run: options.dry_run == DryRun::Server,
-        ..DeleteParams::default()
-    };
-    api.delete(&name, &params).await.map_err(|e| {
-        cluster.error(
-            e,
-            &KUBEVIRT_VMIM
-                .action("delete", Some(&vm.namespace))
-                .named(&name),
-        )
-    })?;
-    if options.dry_run == DryRun::Server {
-        return Ok(done);
-    }
-    on_event(Event::Accepted {
-        vm: vm.clone(),
-        detail: Some(format!("virtualmachineinstancemigration {name} deleted")),
-    });
-    if options.wait {
-        let w = Watched::new(KUBEVIRT_VMIM, &vm.namespace, &name);
-        watch::until(cluster, &[w], |objs| objs[0].is_none().then_some(Ok(()))).await?;
-        done.waited = true;
     }
     finish(cluster, options, done).await
 }

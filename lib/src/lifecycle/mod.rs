@@ -299,6 +299,52 @@ pub async fn run(
     }
 }
 
+/// `migrate --cancel`: deletes the active migration object `migration` (a KubeVirt
+/// VirtualMachineInstanceMigration or a Deckhouse Migrate/Evict operation) with its uid as a
+/// precondition, so a newer object of the same name is never removed, then waits for it to go
+/// when asked. Dry runs return before anything is deleted (client) or after the server checked
+/// the delete (server).
+pub(crate) async fn cancel_migration(
+    cluster: &Cluster,
+    kind: Kind,
+    vm: &VmRef,
+    migration: &Value,
+    options: &Options,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+    mut done: Done,
+) -> Result<Done> {
+    let name = text(migration, "/metadata/name").to_owned();
+    if options.dry_run == DryRun::Client {
+        return Ok(done);
+    }
+    let uid = text(migration, "/metadata/uid");
+    let params = kube::api::DeleteParams {
+        dry_run: options.dry_run == DryRun::Server,
+        preconditions: (!uid.is_empty()).then(|| kube::api::Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    kind.api(&cluster.client, Some(&vm.namespace))
+        .delete(&name, &params)
+        .await
+        .map_err(|e| cluster.error(e, &kind.action("delete", Some(&vm.namespace)).named(&name)))?;
+    if options.dry_run == DryRun::Server {
+        return Ok(done);
+    }
+    on_event(Event::Accepted {
+        vm: vm.clone(),
+        detail: Some(format!("{} {name} deleted", kind.kind.to_lowercase())),
+    });
+    if options.wait {
+        let w = watch::Watched::new(kind, &vm.namespace, &name);
+        watch::until(cluster, &[w], |objs| objs[0].is_none().then_some(Ok(()))).await?;
+        done.waited = true;
+    }
+    Ok(done)
+}
+
 /// Read VM `vm` (NotFound names it).
 pub(crate) async fn get_vm(cluster: &Cluster, flavor: Flavor, vm: &VmRef) -> Result<Value> {
     let kind = Kind::vm(flavor);
