@@ -21,6 +21,7 @@ mod lifecycle;
 mod lifecycle_deckhouse;
 mod list;
 mod list_watch;
+mod real_guest;
 mod scripts;
 mod server_errors;
 mod ssh;

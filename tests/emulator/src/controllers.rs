@@ -723,6 +723,7 @@ fn deckhouse_vm(app: &App, vm: &Value, _tick: bool) {
     let ip = format!("10.66.{}.{}", a, b % 254 + 1);
     let name = meta_str(vm, "name").to_string();
     let uid5 = meta_str(vm, "uid").get(..5).unwrap_or("00000").to_string();
+    let real_agent = app.guests.real_agent();
     app.store.modify(&key_of(DH, "virtualmachines", vm), |o| {
         let mut st = o.get("status").cloned().unwrap_or(json!({}));
         st["phase"] = json!(phase);
@@ -754,7 +755,9 @@ fn deckhouse_vm(app: &App, vm: &Value, _tick: bool) {
         } else {
             set_condition(&mut st, "Running", running, if running { "Running" } else { "NotRunning" }, "");
         }
-        set_condition(&mut st, "AgentReady", running, if running { "AgentReady" } else { "AgentNotReady" }, "");
+        // With real guests the agent reports itself (qemu_guest.rs); it is gone once the VM stops.
+        let agent = running && (!real_agent || crate::table::eval_first(&st, ".conditions[?(@.type=='AgentReady')].status") == Some(&json!("True")));
+        set_condition(&mut st, "AgentReady", agent, if agent { "AgentReady" } else { "AgentNotReady" }, "");
         set_condition(&mut st, "Migratable", running, if running { "VirtualMachineMigratable" } else { "NotRunning" }, "");
         o["status"] = st;
     });

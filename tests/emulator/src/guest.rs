@@ -78,6 +78,15 @@ pub trait Guest: Send + Sync {
     }
     /// Powers the guest off (idempotent).
     fn stop(&self);
+    /// Ends the guest at once (emulator shutdown); by default the same as [`Guest::stop`].
+    fn kill(&self) {
+        self.stop();
+    }
+    /// Whether [`Guest::stop`] only begins a power-off that ends later (a real OS shutting
+    /// down): the VM's stop then completes once [`Guest::stopped`] says so.
+    fn graceful(&self) -> bool {
+        false
+    }
     /// Becomes `true` when the guest has stopped, for whatever reason.
     fn stopped(&self) -> watch::Receiver<bool>;
 }
@@ -86,6 +95,19 @@ pub trait Guest: Send + Sync {
 pub trait GuestFactory: Send + Sync {
     /// Boots a guest for `spec`.
     fn boot(&self, spec: &GuestSpec) -> io::Result<Arc<dyn Guest>>;
+    /// Whether guests boot as soon as their VM runs (a real boot takes a while), rather than
+    /// on first use.
+    fn eager(&self) -> bool {
+        false
+    }
+    /// Whether the guests report their agent themselves (`AgentConnected`/`AgentReady` and
+    /// `guestOSInfo` then come from them instead of the fixed values of the controllers).
+    fn real_agent(&self) -> bool {
+        false
+    }
+    /// Called about once a second while an eager factory is in use (e.g. to remove the
+    /// disks of deleted VMs).
+    fn housekeeping(&self, _app: &App) {}
 }
 
 /// The login every [`LoginGuest`] accepts (the Deckhouse user guide's example user).
@@ -233,6 +255,8 @@ impl GuestFactory for LoginGuests {
 pub struct Guests {
     factory: Mutex<Arc<dyn GuestFactory>>,
     running: Mutex<HashMap<(String, String), Arc<dyn Guest>>>,
+    /// Graceful guests told to stop that may not have stopped yet.
+    stopping: Mutex<Vec<((String, String), Arc<dyn Guest>)>>,
 }
 
 impl Default for Guests {
@@ -240,6 +264,7 @@ impl Default for Guests {
         Guests {
             factory: Mutex::new(Arc::new(LoginGuests)),
             running: Mutex::new(HashMap::new()),
+            stopping: Mutex::new(Vec::new()),
         }
     }
 }
@@ -248,6 +273,79 @@ impl Guests {
     /// Replaces the factory used for guests booted from now on.
     pub fn set_factory(&self, factory: Arc<dyn GuestFactory>) {
         *self.factory.lock().unwrap_or_else(|e| e.into_inner()) = factory;
+    }
+
+    fn factory(&self) -> Arc<dyn GuestFactory> {
+        self.factory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Whether guests report their agent themselves (see [`GuestFactory::real_agent`]).
+    pub fn real_agent(&self) -> bool {
+        self.factory().real_agent()
+    }
+
+    /// Tells a guest to stop; a graceful one is remembered until it has stopped.
+    fn retire(&self, key: (String, String), guest: Arc<dyn Guest>) {
+        guest.stop();
+        if guest.graceful() && !*guest.stopped().borrow() {
+            let mut stopping = self.stopping.lock().unwrap_or_else(|e| e.into_inner());
+            stopping.retain(|(_, g)| !*g.stopped().borrow());
+            stopping.push((key, guest));
+        }
+    }
+
+    /// Powers off the guest of VM `namespace/name` (if one runs) and tells whether a guest of
+    /// that VM is still shutting down: the platform's stop is not complete until it is not.
+    pub fn power_off(&self, namespace: &str, name: &str) -> bool {
+        let key = (namespace.to_owned(), name.to_owned());
+        let guest = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key);
+        if let Some(guest) = guest {
+            self.retire(key.clone(), guest);
+        }
+        let mut stopping = self.stopping.lock().unwrap_or_else(|e| e.into_inner());
+        stopping.retain(|(_, g)| !*g.stopped().borrow());
+        stopping.iter().any(|(k, _)| *k == key)
+    }
+
+    /// Boots the guests of running VMs that have none (eager factories only); a boot that
+    /// fails (e.g. too many guests) is tried again next time.
+    pub fn boot_missing(&self, app: &App) {
+        let factory = self.factory();
+        if !factory.eager() {
+            return;
+        }
+        factory.housekeeping(app);
+        let mut vms = vec![];
+        for (group, plural) in [
+            ("kubevirt.io", "virtualmachineinstances"),
+            ("virtualization.deckhouse.io", "virtualmachines"),
+        ] {
+            if app.registry.find_plural(group, plural).is_some() {
+                let (items, _) = app.store.list(group, plural, None);
+                // Fixture objects (settled) are pictures of a cluster: nobody started them, so
+                // their guests boot only on use.
+                vms.extend(items.iter().filter(|o| !app.is_settled(o)).map(|o| {
+                    (
+                        meta_str(o, "namespace").to_owned(),
+                        meta_str(o, "name").to_owned(),
+                    )
+                }));
+            }
+        }
+        for (ns, name) in vms {
+            if let Err(e) = self.get_or_boot(app, &ns, &name)
+                && e.kind() != io::ErrorKind::WouldBlock
+            {
+                eprintln!("kubevm-emulator: guest {ns}/{name}: {e}");
+            }
+        }
     }
 
     /// The guest of a running VM, booting it if needed. `None` when the VM is not running.
@@ -269,33 +367,34 @@ impl Guests {
             return Ok(Some(guest.clone()));
         }
         if let Some(old) = running.remove(&key) {
-            old.stop();
+            self.retire(key.clone(), old);
         }
         let spec = GuestSpec {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
             boot_id,
         };
-        let factory = self
-            .factory
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let guest = factory.boot(&spec)?;
+        let guest = self.factory().boot(&spec)?;
         running.insert(key, guest.clone());
         Ok(Some(guest))
     }
 
     /// Stops guests whose VM stopped or restarted.
     pub fn sync(&self, app: &App) {
-        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        running.retain(|(ns, name), guest| {
-            let keep = boot_id(app, ns, name).as_deref() == Some(guest.spec().boot_id.as_str());
-            if !keep {
-                guest.stop();
-            }
-            keep
-        });
+        let mut gone = vec![];
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(ns, name), guest| {
+                let keep = boot_id(app, ns, name).as_deref() == Some(guest.spec().boot_id.as_str());
+                if !keep {
+                    gone.push(((ns.clone(), name.clone()), guest.clone()));
+                }
+                keep
+            });
+        for (key, guest) in gone {
+            self.retire(key, guest);
+        }
     }
 
     /// Stops the guest of one VM (it boots again on next use if the VM still runs).
@@ -307,11 +406,11 @@ impl Guests {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&key)
         {
-            guest.stop();
+            self.retire(key, guest);
         }
     }
 
-    /// Stops every guest.
+    /// Ends every guest at once (emulator shutdown).
     pub fn stop_all(&self) {
         for (_, guest) in self
             .running
@@ -319,7 +418,15 @@ impl Guests {
             .unwrap_or_else(|e| e.into_inner())
             .drain()
         {
-            guest.stop();
+            guest.kill();
+        }
+        for (_, guest) in self
+            .stopping
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            guest.kill();
         }
     }
 }
@@ -336,7 +443,11 @@ pub fn boot_id(app: &App, namespace: &str, name: &str) -> Option<String> {
         && let Some(vmi) = app.store.get(&vmi)
     {
         let phase = vmi.pointer("/status/phase").and_then(Value::as_str);
-        return (phase == Some("Running")).then(|| meta_str(&vmi, "uid").to_owned());
+        // A VMI being shut down (lifecycle's `stopping` annotation) no longer runs its guest.
+        let stopping = vmi
+            .pointer("/metadata/annotations/emulator.kubevm.io~1stopping")
+            .is_some();
+        return (phase == Some("Running") && !stopping).then(|| meta_str(&vmi, "uid").to_owned());
     }
     let dh = "virtualization.deckhouse.io";
     if app.registry.find_plural(dh, "virtualmachines").is_some()
@@ -359,9 +470,22 @@ pub fn boot_id(app: &App, namespace: &str, name: &str) -> Option<String> {
 /// Keeps guests in step with their VMs until shutdown.
 pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
     let mut rx = app.store.subscribe();
+    let mut second = tokio::time::interval(std::time::Duration::from_secs(1));
+    second.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
+            _ = second.tick() => {
+                // Eager guests boot when their VM runs (qemu takes a moment to start).
+                if app.guests.factory().eager() {
+                    let app = app.clone();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        app.guests.sync(&app);
+                        app.guests.boot_missing(&app);
+                    })
+                    .await;
+                }
+            }
             ev = rx.recv() => {
                 if matches!(ev, Err(broadcast::error::RecvError::Closed)) {
                     break;

@@ -43,6 +43,7 @@ pub mod podexec;
 pub mod podlog;
 pub mod portforward;
 pub mod protobuf;
+pub mod qemu_guest;
 pub mod quota;
 pub mod registry;
 pub mod requests;
@@ -251,6 +252,30 @@ impl Handle {
     /// Replaces what boots the guests of running VMs from now on (see [`guest`]).
     pub fn set_guest_factory(&self, factory: Arc<dyn guest::GuestFactory>) {
         self.app.guests.set_factory(factory)
+    }
+
+    /// The guest of running VM `namespace/name` (booted if it has none yet); `None` when the
+    /// VM does not run.
+    pub fn guest(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> std::io::Result<Option<Arc<dyn guest::Guest>>> {
+        self.app.guests.get_or_boot(&self.app, namespace, name)
+    }
+
+    /// Real Linux guests from now on: each running VM boots a qemu guest (see [`qemu_guest`]).
+    /// The returned factory tells the qemu pids and serial logs.
+    pub fn use_qemu_guests(
+        &self,
+        config: qemu_guest::QemuConfig,
+    ) -> std::io::Result<Arc<qemu_guest::QemuGuests>> {
+        let factory = Arc::new(qemu_guest::QemuGuests::new(
+            Arc::downgrade(&self.app),
+            config,
+        )?);
+        self.app.guests.set_factory(factory.clone());
+        Ok(factory)
     }
 
     /// Expires every resourceVersion issued so far, as an etcd compaction does: watches from an

@@ -1,11 +1,28 @@
 //! `kubevm-emulator`: runs the emulator until SIGINT/SIGTERM.
 //!
-//! `kubevm-emulator [--fixture FILE]... [--flavor kubevirt|deckhouse|both] [--port N] [--kubeconfig PATH] [--step-ms N]`
+//! `kubevm-emulator [--fixture FILE]... [--flavor kubevirt|deckhouse|both] [--port N] [--kubeconfig PATH] [--step-ms N]
+//! [--guest default|qemu] [--guest-dir DIR] [--guest-network open|restricted]`
 
 use clap::{Parser, ValueEnum};
 use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum GuestKind {
+    /// Login process on a pseudo-terminal (plus a real sshd when run as root).
+    Default,
+    /// A real Linux guest: qemu TCG from the image of tests/guest/build-image.sh.
+    Qemu,
+}
+
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum GuestNetwork {
+    /// User-mode networking with a route to the host's network.
+    Open,
+    /// No route out of the guest (`-netdev user,restrict=on`); port forwards still work.
+    Restricted,
+}
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Flavor {
@@ -34,6 +51,15 @@ struct Args {
     /// one (realistic by default; tests use 200 through the library).
     #[arg(long, default_value_t = 1000)]
     step_ms: u64,
+    /// What runs behind the VMs' consoles and ports.
+    #[arg(long, value_enum, default_value = "default")]
+    guest: GuestKind,
+    /// The qemu guest image directory (default: $KUBEVM_GUEST_DIR, else <repo>/.cache/guest).
+    #[arg(long, value_name = "DIR")]
+    guest_dir: Option<PathBuf>,
+    /// The qemu guests' network.
+    #[arg(long, value_enum, default_value = "open")]
+    guest_network: GuestNetwork,
 }
 
 #[tokio::main]
@@ -54,6 +80,24 @@ async fn main() -> ExitCode {
         Flavor::Deckhouse => ServeFlavor::Deckhouse,
         Flavor::Both => ServeFlavor::Both,
     };
+    let qemu = if args.guest == GuestKind::Qemu {
+        let dir = args
+            .guest_dir
+            .clone()
+            .unwrap_or_else(kubevm_emulator::qemu_guest::QemuConfig::default_dir);
+        match kubevm_emulator::qemu_guest::QemuConfig::from_dir(&dir) {
+            Ok(mut c) => {
+                c.restrict_network = args.guest_network == GuestNetwork::Restricted;
+                Some(c)
+            }
+            Err(e) => {
+                eprintln!("kubevm-emulator: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
     let emu = match Emulator::start(EmulatorOptions {
         fixture_yaml,
         flavor,
@@ -68,6 +112,12 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(config) = qemu
+        && let Err(e) = emu.use_qemu_guests(config)
+    {
+        eprintln!("kubevm-emulator: qemu guests: {e}");
+        return ExitCode::FAILURE;
+    }
     if let Err(e) = emu.write_kubeconfig(&args.kubeconfig) {
         eprintln!("kubevm-emulator: {}: {e}", args.kubeconfig.display());
         return ExitCode::FAILURE;

@@ -129,6 +129,13 @@ pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
     }
     let key = Key::of(KV, "virtualmachineinstances", vmi);
     if annotation(vmi, STOPPING).is_some() {
+        // A real guest powers off first: the VMI goes once its qemu has exited.
+        if app
+            .guests
+            .power_off(meta_str(vmi, "namespace"), meta_str(vmi, "name"))
+        {
+            return;
+        }
         delete_launcher_pods(app, vmi);
         app.store.delete(&key, Propagation::Cascade);
         return;
@@ -158,7 +165,16 @@ pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
         pod["status"] = json!({"phase": "Pending"});
         let _ = app.store.create("", "pods", pod);
     }
-    let template = new_vmi_status_running(vmi);
+    let mut template = new_vmi_status_running(vmi);
+    if app.guests.real_agent() {
+        // The real guest agent reports these once it answers (qemu_guest.rs).
+        if let Some(c) = template["conditions"].as_array_mut() {
+            c.retain(|c| c["type"] != "AgentConnected");
+        }
+        if let Some(m) = template.as_object_mut() {
+            m.remove("guestOSInfo");
+        }
+    }
     app.store.modify(&key, |o| {
         let mut st = if next == "Running" {
             template

@@ -1,0 +1,304 @@
+//! The product on a real guest OS: the emulator boots each running VM as a qemu TCG guest
+//! (Debian 12, systemd, sshd, real cloud-init and qemu-guest-agent; tests/guest/build-image.sh)
+//! with the cloud-init `create` generated, byte for byte.
+//!
+//! `ca init` → `create` with a user cloud-config, `--env`, `--guest-user` and `--ssh-key` →
+//! `console` (log in as root, run a command) → `ssh` verified by the host certificate (no
+//! known_hosts entry) → `ssh -i` as the guest user → the trust files broken from inside →
+//! `restart --wait` → CA-signed ssh again → `cloud-init status --long` done without errors →
+//! `stop --wait` (qemu has exited) → `delete`. KubeVirt runs with the guest's network
+//! restricted (no package mirror), Deckhouse with user-mode networking open.
+//!
+//! `cargo test -p kubectl-vm --test e2e real_guest -- --ignored` (both flavors = 2 guests).
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kubevm_emulator::qemu_guest::{QemuConfig, QemuGuests};
+
+use crate::common::{BIN, Env, ok, stderr, stdout};
+
+const MARKER_FILE: &str = "/var/lib/real-guest/written-by-user-config";
+const RUNCMD_FILE: &str = "/var/lib/real-guest/runcmd-ran";
+
+/// Prints the guest's serial log tail when the scenario fails.
+struct SerialTail {
+    guests: Arc<QemuGuests>,
+    vm: String,
+}
+
+impl Drop for SerialTail {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "---- serial log of default/{} (last 6000 bytes) ----\n{}\n---- end of serial log ----",
+                self.vm,
+                self.guests.serial_log_tail("default", &self.vm, 6000)
+            );
+        }
+    }
+}
+
+fn pid_alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| !r.trim_start().starts_with('Z'))
+    })
+}
+
+fn ssh(env: &Env, args: &[&str]) -> Output {
+    env.command(BIN)
+        .arg("ssh")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Retries `ssh ARGS` until it succeeds (the guest is still booting); returns its output.
+#[track_caller]
+fn ssh_until_ok(env: &Env, args: &[&str], limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    loop {
+        let out = ssh(env, args);
+        if out.status.success() {
+            return out;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "ssh {args:?} kept failing: {}",
+            stderr(&out)
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+fn keygen(path: &Path) {
+    let status = std::process::Command::new("ssh-keygen")
+        .args([
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            "real-guest-test",
+            "-f",
+        ])
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn known_hosts_entries(env: &Env) -> usize {
+    let path = env.dir.path().join(".kube/kubectl-vm/known_hosts");
+    std::fs::read_to_string(path)
+        .map(|t| t.lines().filter(|l| !l.trim().is_empty()).count())
+        .unwrap_or(0)
+}
+
+fn scenario(env: Env, restricted: bool) {
+    let t0 = Instant::now();
+    let vm = "guest1";
+    let mut config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
+    config.restrict_network = restricted;
+    let guests = env.emulator.use_qemu_guests(config).unwrap();
+    let _tail = SerialTail {
+        guests: guests.clone(),
+        vm: vm.into(),
+    };
+    let flavor = if restricted {
+        "kubevirt (restricted network)"
+    } else {
+        "deckhouse (open network)"
+    };
+    let dir = env.dir.path();
+    let key = dir.join("id_ops");
+    keygen(&key);
+    let user_config = dir.join("user-config.yaml");
+    std::fs::write(
+        &user_config,
+        format!(
+            "#cloud-config\nwrite_files:\n- path: {MARKER_FILE}\n  content: |\n    hello from the user's cloud-config\nruncmd:\n- [sh, -c, 'echo \"runcmd as $(id -un)\" > {RUNCMD_FILE}']\n"
+        ),
+    )
+    .unwrap();
+
+    ok(env.vm(&["ca", "init"]));
+    let out = ok(env.vm(&[
+        "create",
+        vm,
+        "--image",
+        "quay.io/containerdisks/debian:12",
+        "--cloud-init",
+        user_config.to_str().unwrap(),
+        "--env",
+        "GREETING=hello-real-guest",
+        "--guest-user",
+        "ops",
+        "--ssh-key",
+        &format!("{}.pub", key.display()),
+        "--wait",
+        "--timeout",
+        "120s",
+    ]));
+    eprintln!("[{flavor}] create --wait: {out}");
+    let running = Instant::now();
+    let pids = guests.pids();
+    assert_eq!(pids.len(), 1, "one qemu for the VM: {pids:?}");
+    let first_pid = pids[0];
+
+    // The serial console: the getty's prompt, root/root, a command.
+    {
+        let mut command = env.command(BIN);
+        command.args(["console", vm]).env("TERM", "xterm");
+        let mut p = rexpect::session::spawn_command(command, Some(150_000)).unwrap();
+        p.exp_string(&format!("Successfully connected to {vm}'s serial console"))
+            .unwrap();
+        p.send("\r").unwrap();
+        p.flush().unwrap();
+        p.exp_string(&format!("{vm} login: ")).unwrap();
+        eprintln!(
+            "[{flavor}] login prompt {:.1}s after the VM ran",
+            running.elapsed().as_secs_f64()
+        );
+        p.send("root\r").unwrap();
+        p.flush().unwrap();
+        p.exp_string("Password: ").unwrap();
+        p.send("root\r").unwrap();
+        p.flush().unwrap();
+        p.exp_regex(&format!(r"root@{vm}:~# ")).unwrap();
+        p.send("echo console-$((40+2)) $(hostname)\r").unwrap();
+        p.flush().unwrap();
+        p.exp_string(&format!("console-42 {vm}")).unwrap();
+        p.send("exit\r").unwrap();
+        p.send("\x1d").unwrap();
+        p.flush().unwrap();
+        p.exp_eof().unwrap();
+    }
+
+    // ssh with the platform CA: the host is verified by its certificate, nothing is recorded.
+    let out = ssh_until_ok(
+        &env,
+        &[vm, "--", "cat", "/etc/kubevm/environment"],
+        Duration::from_secs(180),
+    );
+    let boot_to_ssh = running.elapsed();
+    eprintln!(
+        "[{flavor}] boot to ssh: {:.1}s after the VM ran",
+        boot_to_ssh.as_secs_f64()
+    );
+    assert!(
+        stdout(&out)
+            .lines()
+            .any(|l| l == "GREETING=hello-real-guest"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!stderr(&out).contains("authenticity"), "{}", stderr(&out));
+    assert_eq!(known_hosts_entries(&env), 0, "no known_hosts entry");
+
+    // The --guest-user with the --ssh-key's private key (no certificate).
+    let ident = key.to_str().unwrap();
+    let out = ssh(
+        &env,
+        &["-i", ident, &format!("ops@{vm}"), "--", "id", "-un"],
+    );
+    assert_eq!(stdout(&out), "ops\n", "{}", stderr(&out));
+
+    // The user's cloud-config: its file and its command.
+    let out = ssh(&env, &[vm, "--", "cat", MARKER_FILE, RUNCMD_FILE]);
+    assert_eq!(
+        stdout(&out),
+        "hello from the user's cloud-config\nruncmd as root\n",
+        "{}",
+        stderr(&out)
+    );
+
+    // Break the platform's trust from inside, then restart: bootcmd writes it again.
+    let out = ssh(
+        &env,
+        &[
+            "-i",
+            ident,
+            &format!("ops@{vm}"),
+            "--",
+            "sudo sh -c ': > /etc/ssh/kubevm_trusted_user_ca_keys; rm -f /etc/ssh/sshd_config.d/50-kubevm.conf; systemctl reload ssh' && ls /etc/ssh/sshd_config.d/ && wc -c < /etc/ssh/kubevm_trusted_user_ca_keys",
+        ],
+    );
+    assert_eq!(stdout(&out).trim(), "0", "{}", stderr(&out));
+
+    let restart = Instant::now();
+    ok(env.vm(&["restart", vm, "--wait", "--timeout", "180s"]));
+    assert!(!pid_alive(first_pid), "the first boot's qemu has exited");
+    let out = ssh_until_ok(&env, &[vm, "--", "id", "-un"], Duration::from_secs(180));
+    eprintln!(
+        "[{flavor}] reboot to ssh: {:.1}s from restart",
+        restart.elapsed().as_secs_f64()
+    );
+    assert_eq!(stdout(&out), "kubevm\n");
+    assert_eq!(known_hosts_entries(&env), 0, "no known_hosts entry");
+    let out = ssh(
+        &env,
+        &[
+            vm,
+            "--",
+            "wc",
+            "-l",
+            "/etc/ssh/sshd_config.d/50-kubevm.conf",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // cloud-init finished without errors, with or without a reachable package mirror.
+    let out = ssh(
+        &env,
+        &[vm, "--", "cloud-init", "status", "--long", "--wait"],
+    );
+    let status = stdout(&out);
+    eprintln!("[{flavor}] cloud-init status --long:\n{status}");
+    assert!(
+        status.contains("status: done"),
+        "{status}\n{}",
+        stderr(&out)
+    );
+    assert!(
+        !status
+            .lines()
+            .any(|l| l.trim_start().starts_with("errors:") && l.trim() != "errors: []"),
+        "{status}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{status}\n{}", stderr(&out));
+
+    // Stop: finished only when the guest has powered off.
+    let pid = guests.pids()[0];
+    let stop = Instant::now();
+    ok(env.vm(&["stop", vm, "--wait", "--timeout", "120s"]));
+    assert!(!pid_alive(pid), "qemu exited before stop --wait returned");
+    assert!(guests.pids().is_empty());
+    eprintln!(
+        "[{flavor}] stop --wait: {:.1}s",
+        stop.elapsed().as_secs_f64()
+    );
+    ok(env.vm(&["delete", vm]));
+    eprintln!(
+        "[{flavor}] whole scenario: {:.1}s",
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+#[ignore = "needs the qemu guest image: tests/run-all.sh builds it"]
+fn real_guest_kubevirt_restricted_network() {
+    scenario(Env::kubevirt(), true);
+}
+
+#[test]
+#[ignore = "needs the qemu guest image: tests/run-all.sh builds it"]
+fn real_guest_deckhouse_open_network() {
+    scenario(Env::deckhouse(), false);
+}

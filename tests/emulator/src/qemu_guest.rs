@@ -1,0 +1,1009 @@
+//! Real Linux guests: a qemu TCG process per running VM (tests/guest/FACTS-style image built by
+//! `tests/guest/build-image.sh`).
+//!
+//! A VM that runs boots qemu (`-accel tcg,tb-size=256 -cpu max`, the image's kernel and busybox
+//! initramfs) from its own qcow2 overlay of the base image, kept across restarts of the same
+//! VM and removed when the VM is deleted or the emulator stops, with a NoCloud seed (iso9660
+//! `cidata`, `cloud-localds`) holding the VM's cloud-init user data byte for byte
+//! ([`crate::sshd_guest::user_data`]: inline, base64 or the Secret) and meta-data with the VM
+//! uid as `instance-id` (stable across restarts, so per-instance modules run once, as on
+//! KubeVirt) and the VM's hostname as `local-hostname`.
+//!
+//! - Serial console: qemu's serial socket (`logfile=` keeps everything, for failure reports).
+//! - Ports: user-mode networking; [`Guest::dial`] adds a `hostfwd` on the QMP socket the first
+//!   time a port is dialled, so the guest sees a real TCP connection from 10.0.2.2. With
+//!   [`QemuConfig::restrict_network`] the guest reaches neither the host nor the internet
+//!   (`-netdev user,restrict=on`: no package mirror), forwards still work.
+//! - Guest agent: the channel KubeVirt gives every VM (`org.qemu.guest_agent.0` on a
+//!   virtio-serial port); the emulator speaks QGA JSON (`guest-sync`, `guest-get-osinfo`,
+//!   `guest-get-users`, `guest-get-fsinfo`, `guest-ping`) and reports `AgentConnected` (VMI) /
+//!   `AgentReady` (Deckhouse VM), `status.guestOSInfo` and the users and filesystems the
+//!   guest-agent subresources serve from the real agent.
+//! - Stop: ACPI power button (`system_powerdown` on QMP), then SIGKILL after
+//!   [`QemuConfig::stop_timeout`]; the VM's stop completes only once qemu has exited
+//!   ([`crate::guest::Guests::power_off`]).
+//!
+//! Every qemu is started by one long-lived thread with `PR_SET_PDEATHSIG=SIGKILL`, so none
+//! outlives the process that started it, and is killed when the emulator shuts down.
+
+use std::collections::HashMap;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc, watch};
+
+use crate::app::App;
+use crate::guest::{DialFuture, Guest, GuestConn, GuestFactory, GuestSpec, Serial};
+use crate::store::Key;
+use crate::util::meta_str;
+
+const KV: &str = "kubevirt.io";
+const DH: &str = "virtualization.deckhouse.io";
+/// The user-mode network's id on the qemu command line (for `hostfwd_add`).
+const NETDEV: &str = "n0";
+
+/// Where the image is and how guests run.
+#[derive(Debug, Clone)]
+pub struct QemuConfig {
+    /// `qemu-system-x86_64`.
+    pub qemu: PathBuf,
+    /// Firmware directory (`-L`).
+    pub firmware: PathBuf,
+    /// `qemu-img` (for the overlays).
+    pub qemu_img: PathBuf,
+    /// The guest kernel.
+    pub kernel: PathBuf,
+    /// The initramfs that loads the virtio modules and switches to `/dev/vda`.
+    pub initrd: PathBuf,
+    /// The raw ext4 base image.
+    pub base_image: PathBuf,
+    /// `cloud-localds`.
+    pub cloud_localds: PathBuf,
+    /// Guest memory in MiB.
+    pub memory_mib: u32,
+    /// Virtual CPUs.
+    pub cpus: u32,
+    /// `-netdev user,restrict=on`: no route to the host or the internet (the default for
+    /// guests whose VM has no per-VM setting, see [`QemuGuests::set_restricted`]).
+    pub restrict_network: bool,
+    /// At most this many qemu processes at once (booting more fails until one exits).
+    pub max_guests: usize,
+    /// How long a guest may take to power off after the ACPI button before it is killed.
+    pub stop_timeout: Duration,
+}
+
+impl QemuConfig {
+    /// The image directory: `$KUBEVM_GUEST_DIR`, else `<repo>/.cache/guest`.
+    pub fn default_dir() -> PathBuf {
+        match std::env::var_os("KUBEVM_GUEST_DIR") {
+            Some(d) if !d.is_empty() => PathBuf::from(d),
+            _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/guest"),
+        }
+    }
+
+    /// Reads `DIR/env` (`KEY=VALUE` lines written by `tests/guest/build-image.sh`: `QEMU`,
+    /// `QEMU_FW`, `KERNEL`, `INITRD`, `BASE_IMAGE`, `CLOUD_LOCALDS`, optionally `QEMU_IMG`).
+    pub fn from_dir(dir: &Path) -> io::Result<QemuConfig> {
+        let env_path = dir.join("env");
+        let text = std::fs::read_to_string(&env_path).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "{}: {e} (build the guest image: tests/guest/build-image.sh)",
+                    env_path.display()
+                ),
+            )
+        })?;
+        let mut vars = HashMap::new();
+        for line in text.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            if let Some((k, v)) = line.split_once('=') {
+                let v = v.trim().trim_matches('"').trim_matches('\'');
+                vars.insert(k.trim().to_owned(), PathBuf::from(v));
+            }
+        }
+        let get = |k: &str| -> io::Result<PathBuf> {
+            let p = vars.get(k).cloned().ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("{}: no {k}", env_path.display()),
+                )
+            })?;
+            if !p.exists() {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("{}: {k}={} does not exist", env_path.display(), p.display()),
+                ));
+            }
+            Ok(p)
+        };
+        let qemu = get("QEMU")?;
+        let qemu_img = match vars.get("QEMU_IMG") {
+            Some(p) => p.clone(),
+            None => {
+                let sibling = qemu.with_file_name("qemu-img");
+                if sibling.exists() {
+                    sibling
+                } else {
+                    PathBuf::from("qemu-img")
+                }
+            }
+        };
+        Ok(QemuConfig {
+            firmware: get("QEMU_FW")?,
+            kernel: get("KERNEL")?,
+            initrd: get("INITRD")?,
+            base_image: get("BASE_IMAGE")?,
+            cloud_localds: get("CLOUD_LOCALDS")?,
+            qemu,
+            qemu_img,
+            memory_mib: 1024,
+            cpus: 1,
+            restrict_network: false,
+            max_guests: 2,
+            stop_timeout: Duration::from_secs(60),
+        })
+    }
+}
+
+/// What the guest agent last reported.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentInfo {
+    /// `guest-get-osinfo` in KubeVirt's `guestOSInfo` shape.
+    pub os: Value,
+    /// `guest-get-users` in KubeVirt's `VirtualMachineInstanceGuestOSUser` shape.
+    pub users: Vec<Value>,
+    /// `guest-get-fsinfo` in KubeVirt's `VirtualMachineInstanceFileSystem` shape.
+    pub filesystems: Vec<Value>,
+}
+
+// ---- processes ----------------------------------------------------------------------------
+
+type SpawnRequest = (Command, std::sync::mpsc::Sender<io::Result<Child>>);
+
+/// A command that runs `program` with the parent-death signal set to SIGKILL
+/// (`setpriv --pdeathsig KILL`, which keeps it across the exec).
+fn tied_command(program: &Path) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--pdeathsig", "KILL", "--"]).arg(program);
+    cmd
+}
+
+/// Spawns a [`tied_command`] from a thread that lives as long as the process: the kernel kills
+/// the child when that thread (so the process) ends, even on an abort.
+fn spawn_tied(cmd: Command) -> io::Result<Child> {
+    static SPAWNER: OnceLock<Mutex<std::sync::mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    let tx = SPAWNER
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<SpawnRequest>();
+            std::thread::Builder::new()
+                .name("kubevm-qemu-spawner".into())
+                .spawn(move || {
+                    while let Ok((mut cmd, reply)) = rx.recv() {
+                        let _ = reply.send(cmd.spawn());
+                    }
+                })
+                .expect("spawner thread");
+            Mutex::new(tx)
+        })
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let (reply_tx, reply_rx) = std::sync::mpsc::channel();
+    tx.send((cmd, reply_tx))
+        .map_err(|_| io::Error::other("spawner thread gone"))?;
+    reply_rx
+        .recv()
+        .map_err(|_| io::Error::other("spawner thread gone"))?
+}
+
+/// One qemu process.
+struct Proc {
+    key: (String, String),
+    pid: i32,
+    exited: watch::Receiver<bool>,
+    stop_requested: AtomicBool,
+    qmp: PathBuf,
+    stop_timeout: Duration,
+}
+
+// libvirt's default shutdown (what virt-launcher asks for) uses the guest agent when one is
+// connected (`guest-shutdown`), else the ACPI power button: both are sent here, whichever the
+// guest acts on.
+
+impl Proc {
+    fn running(&self) -> bool {
+        !*self.exited.borrow()
+    }
+
+    fn kill(&self) {
+        if self.running() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+
+    /// ACPI power button (and `guest-shutdown` through the agent thread), then SIGKILL after
+    /// the timeout (once).
+    fn power_off(self: &Arc<Self>) {
+        if self.stop_requested.swap(true, Ordering::SeqCst) || !self.running() {
+            return;
+        }
+        let me = self.clone();
+        std::thread::spawn(move || {
+            let _ = qmp(&me.qmp, &json!({"execute": "system_powerdown"}));
+            let mut exited = me.exited.clone();
+            let deadline = Instant::now() + me.stop_timeout;
+            while !*exited.borrow_and_update() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            me.kill();
+        });
+    }
+}
+
+/// One QMP command on a fresh connection (greeting, `qmp_capabilities`, the command).
+fn qmp(path: &Path, command: &Value) -> io::Result<Value> {
+    let stream = UnixStream::connect(path)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut writer = stream.try_clone()?;
+    let mut reader = BufReader::new(stream);
+    let read_reply = |reader: &mut BufReader<UnixStream>| -> io::Result<Value> {
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line)? == 0 {
+                return Err(io::Error::other("QMP connection closed"));
+            }
+            let v: Value = serde_json::from_str(&line).map_err(io::Error::other)?;
+            if v.get("return").is_some() || v.get("QMP").is_some() {
+                return Ok(v);
+            }
+            if let Some(e) = v.get("error") {
+                return Err(io::Error::other(format!("QMP: {e}")));
+            }
+            // Events are skipped.
+        }
+    };
+    read_reply(&mut reader)?;
+    writeln!(writer, "{}", json!({"execute": "qmp_capabilities"}))?;
+    read_reply(&mut reader)?;
+    writeln!(writer, "{command}")?;
+    read_reply(&mut reader)
+}
+
+// ---- the guest ---------------------------------------------------------------------------
+
+/// A running qemu guest.
+pub struct QemuGuest {
+    spec: GuestSpec,
+    serial: Serial,
+    proc_: Arc<Proc>,
+    forwards: Arc<tokio::sync::Mutex<HashMap<u16, u16>>>,
+}
+
+fn free_port() -> io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+impl Guest for QemuGuest {
+    fn spec(&self) -> &GuestSpec {
+        &self.spec
+    }
+
+    fn serial(&self) -> Serial {
+        self.serial.clone()
+    }
+
+    fn dial(&self, port: u16) -> DialFuture {
+        let forwards = self.forwards.clone();
+        let proc_ = self.proc_.clone();
+        Box::pin(async move {
+            if !proc_.running() {
+                return Err(io::Error::new(
+                    io::ErrorKind::ConnectionRefused,
+                    format!("dial tcp :{port}: the guest is not running"),
+                ));
+            }
+            let mut fwd = forwards.lock().await;
+            let host_port = match fwd.get(&port) {
+                Some(p) => *p,
+                None => {
+                    // The port is chosen before slirp binds it; another process may take it
+                    // first, so a few tries.
+                    let qmp_path = proc_.qmp.clone();
+                    let host_port = tokio::task::spawn_blocking(move || {
+                        let mut last = io::Error::other("no free port");
+                        for _ in 0..5 {
+                            let hp = free_port()?;
+                            let cmd = format!("hostfwd_add {NETDEV} tcp:127.0.0.1:{hp}-:{port}");
+                            match qmp(
+                                &qmp_path,
+                                &json!({"execute": "human-monitor-command",
+                                        "arguments": {"command-line": cmd}}),
+                            ) {
+                                Ok(v)
+                                    if v["return"]
+                                        .as_str()
+                                        .is_some_and(|s| s.trim().is_empty()) =>
+                                {
+                                    return Ok(hp);
+                                }
+                                Ok(v) => {
+                                    last = io::Error::other(format!("hostfwd_add: {}", v["return"]))
+                                }
+                                Err(e) => last = e,
+                            }
+                        }
+                        Err(last)
+                    })
+                    .await
+                    .map_err(io::Error::other)??;
+                    fwd.insert(port, host_port);
+                    host_port
+                }
+            };
+            drop(fwd);
+            let stream = tokio::net::TcpStream::connect(("127.0.0.1", host_port)).await?;
+            stream.set_nodelay(true)?;
+            Ok(Box::new(stream) as GuestConn)
+        })
+    }
+
+    fn stop(&self) {
+        self.proc_.power_off();
+    }
+
+    fn kill(&self) {
+        self.proc_.kill();
+    }
+
+    fn graceful(&self) -> bool {
+        true
+    }
+
+    fn stopped(&self) -> watch::Receiver<bool> {
+        self.proc_.exited.clone()
+    }
+}
+
+impl Drop for QemuGuest {
+    fn drop(&mut self) {
+        // Dropped without a stop (a failure somewhere): no qemu left behind. A guest being
+        // powered off is left to its power-off thread.
+        if !self.proc_.stop_requested.load(Ordering::SeqCst) {
+            self.proc_.kill();
+        }
+    }
+}
+
+/// Connects the serial socket to [`Serial`] channels.
+fn bridge_serial(path: &Path, exited: watch::Receiver<bool>) -> io::Result<Serial> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let stream = loop {
+        match UnixStream::connect(path) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() > deadline || *exited.borrow() => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    let mut reader = stream.try_clone()?;
+    let mut writer = stream;
+    let (output, _) = broadcast::channel::<Bytes>(1024);
+    let (input, mut input_rx) = mpsc::unbounded_channel::<Bytes>();
+    let out = output.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let _ = out.send(Bytes::copy_from_slice(&buf[..n]));
+        }
+    });
+    std::thread::spawn(move || {
+        while let Some(bytes) = input_rx.blocking_recv() {
+            if writer.write_all(&bytes).is_err() {
+                break;
+            }
+        }
+    });
+    Ok(Serial { input, output })
+}
+
+// ---- the guest agent ---------------------------------------------------------------------
+
+static SYNC_ID: AtomicU64 = AtomicU64::new(1);
+
+struct Agent {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+}
+
+impl Agent {
+    fn connect(path: &Path) -> io::Result<Agent> {
+        let stream = UnixStream::connect(path)?;
+        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+        Ok(Agent {
+            writer: stream.try_clone()?,
+            reader: BufReader::new(stream),
+        })
+    }
+
+    /// `guest-sync` with a fresh id; lines that are not its answer (late answers to earlier
+    /// requests the agent only read once it started) are skipped.
+    fn sync(&mut self) -> io::Result<()> {
+        let id = SYNC_ID.fetch_add(1, Ordering::SeqCst) + 1_000_000 * std::process::id() as u64;
+        writeln!(
+            self.writer,
+            "{}",
+            json!({"execute": "guest-sync", "arguments": {"id": id}})
+        )?;
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            let mut line = String::new();
+            match self.reader.read_line(&mut line) {
+                Ok(0) => return Err(io::Error::other("agent channel closed")),
+                Ok(_) => {
+                    let line = line.trim_start_matches('\u{ff}');
+                    if serde_json::from_str::<Value>(line).is_ok_and(|v| v["return"] == json!(id)) {
+                        return Ok(());
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(io::Error::new(io::ErrorKind::TimedOut, "guest-sync"))
+    }
+
+    fn execute(&mut self, command: &str) -> io::Result<Value> {
+        writeln!(self.writer, "{}", json!({"execute": command}))?;
+        let mut line = String::new();
+        if self.reader.read_line(&mut line)? == 0 {
+            return Err(io::Error::other("agent channel closed"));
+        }
+        let v: Value = serde_json::from_str(&line).map_err(io::Error::other)?;
+        match v.get("return") {
+            Some(r) => Ok(r.clone()),
+            None => Err(io::Error::other(format!("{command}: {}", v["error"]))),
+        }
+    }
+
+    fn info(&mut self) -> io::Result<AgentInfo> {
+        self.sync()?;
+        let os = self.execute("guest-get-osinfo")?;
+        let field = |k: &str| os.get(k).cloned().unwrap_or(Value::Null);
+        let mut os_info = json!({
+            "id": field("id"), "name": field("name"), "prettyName": field("pretty-name"),
+            "version": field("version"), "versionId": field("version-id"),
+            "kernelRelease": field("kernel-release"), "kernelVersion": field("kernel-version"),
+            "machine": field("machine"),
+        });
+        if let Some(m) = os_info.as_object_mut() {
+            m.retain(|_, v| !v.is_null());
+        }
+        let users = self
+            .execute("guest-get-users")
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .map(|u| {
+                let mut o = json!({"userName": u["user"], "loginTime": u["login-time"]});
+                if let Some(d) = u.get("domain") {
+                    o["domain"] = d.clone();
+                }
+                o
+            })
+            .collect();
+        let filesystems = self
+            .execute("guest-get-fsinfo")
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .map(|f| {
+                json!({"diskName": f["name"], "mountPoint": f["mountpoint"],
+                       "fileSystemType": f["type"], "usedBytes": f["used-bytes"],
+                       "totalBytes": f["total-bytes"]})
+            })
+            .collect();
+        Ok(AgentInfo {
+            os: os_info,
+            users,
+            filesystems,
+        })
+    }
+}
+
+/// Polls the agent while the guest runs and reports changes to the VM's status; asks the
+/// agent to power the guest off once a stop was requested.
+fn watch_agent(app: Weak<App>, spec: GuestSpec, path: PathBuf, proc_: Arc<Proc>) {
+    let mut last: Option<AgentInfo> = None;
+    let mut agent: Option<Agent> = None;
+    let mut shutdown_sent = false;
+    while proc_.running() {
+        if proc_.stop_requested.load(Ordering::SeqCst) {
+            if let (Some(a), false) = (agent.as_mut(), shutdown_sent) {
+                // No answer comes: the agent exits with the guest.
+                let _ = writeln!(
+                    a.writer,
+                    "{}",
+                    json!({"execute": "guest-shutdown", "arguments": {"mode": "powerdown"}})
+                );
+                shutdown_sent = true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        if agent.is_none() {
+            agent = Agent::connect(&path).ok();
+        }
+        let info = match agent.as_mut().map(|a| a.info()) {
+            Some(Ok(info)) => Some(info),
+            // Not answering (yet): requests stay queued for the agent, and guest-sync's id
+            // tells later answers apart.
+            Some(Err(e))
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                None
+            }
+            _ => {
+                agent = None;
+                None
+            }
+        };
+        if info != last {
+            let Some(app) = app.upgrade() else { return };
+            report_agent(&app, &spec, info.as_ref());
+            last = info;
+        }
+        let pause = if last.is_some() { 3000 } else { 300 };
+        for _ in 0..pause / 100 {
+            if !proc_.running() || proc_.stop_requested.load(Ordering::SeqCst) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    if last.is_some()
+        && let Some(app) = app.upgrade()
+    {
+        report_agent(&app, &spec, None);
+    }
+}
+
+/// Writes what the agent reports into the VM's status, if the boot it came from is current:
+/// KubeVirt's VMI condition `AgentConnected` (virt-handler sets it while the agent channel is
+/// connected, `pkg/virt-handler/vm.go`), `status.guestOSInfo`, and the users/filesystems the
+/// guest-agent subresources answer; Deckhouse's VM condition `AgentReady` and
+/// `status.guestOSInfo`.
+pub fn report_agent(app: &App, spec: &GuestSpec, info: Option<&AgentInfo>) {
+    use crate::controllers::set_condition;
+    let vmi_key = Key::new(KV, "virtualmachineinstances", &spec.namespace, &spec.name);
+    if app
+        .registry
+        .find_plural(KV, "virtualmachineinstances")
+        .is_some()
+        && let Some(vmi) = app.store.get(&vmi_key)
+    {
+        if meta_str(&vmi, "uid") != spec.boot_id {
+            return;
+        }
+        app.store.modify(&vmi_key, |o| {
+            let mut st = o["status"].clone();
+            match info {
+                Some(i) => {
+                    set_condition(&mut st, "AgentConnected", true, "", "");
+                    st["guestOSInfo"] = i.os.clone();
+                    let ann = crate::util::meta_mut(o)
+                        .entry("annotations")
+                        .or_insert_with(|| json!({}));
+                    ann["emulator.kubevm.io/guest-users"] =
+                        json!(i.users.to_vec()).to_string().into();
+                    ann["emulator.kubevm.io/guest-filesystems"] =
+                        json!(i.filesystems.to_vec()).to_string().into();
+                }
+                None => {
+                    if let Some(c) = st["conditions"].as_array_mut() {
+                        c.retain(|c| c["type"] != "AgentConnected");
+                    }
+                }
+            }
+            o["status"] = st;
+        });
+        return;
+    }
+    let vm_key = Key::new(DH, "virtualmachines", &spec.namespace, &spec.name);
+    if app.registry.find_plural(DH, "virtualmachines").is_some()
+        && let Some(vm) = app.store.get(&vm_key)
+    {
+        if crate::guest::boot_id(app, &spec.namespace, &spec.name).as_deref()
+            != Some(spec.boot_id.as_str())
+        {
+            return;
+        }
+        let _ = vm;
+        app.store.modify(&vm_key, |o| {
+            let mut st = o["status"].clone();
+            match info {
+                Some(i) => {
+                    set_condition(&mut st, "AgentReady", true, "AgentReady", "");
+                    st["guestOSInfo"] = i.os.clone();
+                }
+                None => {
+                    set_condition(&mut st, "AgentReady", false, "AgentNotReady", "");
+                }
+            }
+            o["status"] = st;
+        });
+    }
+}
+
+// ---- the factory -------------------------------------------------------------------------
+
+/// A VM's disk: its directory (overlay, seed, sockets, serial log), for one VM uid.
+struct Disk {
+    uid: String,
+    dir: PathBuf,
+}
+
+/// Boots [`QemuGuest`]s for the VMs of one emulator.
+pub struct QemuGuests {
+    app: Weak<App>,
+    config: QemuConfig,
+    root: tempfile::TempDir,
+    disks: Mutex<HashMap<(String, String), Disk>>,
+    procs: Mutex<Vec<Arc<Proc>>>,
+    restricted: Mutex<HashMap<(String, String), bool>>,
+}
+
+fn key(ns: &str, name: &str) -> (String, String) {
+    (ns.to_owned(), name.to_owned())
+}
+
+impl QemuGuests {
+    /// A factory reading VMs from `app`; disks live in a fresh temporary directory.
+    pub fn new(app: Weak<App>, config: QemuConfig) -> io::Result<QemuGuests> {
+        let root = tempfile::Builder::new().prefix("kubevm-qemu-").tempdir()?;
+        Ok(QemuGuests {
+            app,
+            config,
+            root,
+            disks: Mutex::default(),
+            procs: Mutex::default(),
+            restricted: Mutex::default(),
+        })
+    }
+
+    /// The configuration guests boot with.
+    pub fn config(&self) -> &QemuConfig {
+        &self.config
+    }
+
+    /// From its next boot on, VM `ns/name` gets a restricted network (`true`) or full
+    /// user-mode networking (`false`), whatever [`QemuConfig::restrict_network`] says.
+    pub fn set_restricted(&self, ns: &str, name: &str, restricted: bool) {
+        self.restricted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key(ns, name), restricted);
+    }
+
+    /// The process ids of the qemu processes that run now.
+    pub fn pids(&self) -> Vec<i32> {
+        self.live().iter().map(|p| p.pid).collect()
+    }
+
+    fn live(&self) -> Vec<Arc<Proc>> {
+        let mut procs = self.procs.lock().unwrap_or_else(|e| e.into_inner());
+        procs.retain(|p| p.running());
+        procs.clone()
+    }
+
+    /// The last `max` bytes of VM `ns/name`'s serial output (every boot, appended).
+    pub fn serial_log_tail(&self, ns: &str, name: &str, max: usize) -> String {
+        let disks = self.disks.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(disk) = disks.get(&key(ns, name)) else {
+            return String::new();
+        };
+        let bytes = std::fs::read(disk.dir.join("serial.log")).unwrap_or_default();
+        let start = bytes.len().saturating_sub(max);
+        String::from_utf8_lossy(&bytes[start..]).into_owned()
+    }
+
+    /// Kills every qemu now.
+    pub fn kill_all(&self) {
+        for p in self.procs.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            p.kill();
+        }
+    }
+
+    /// The VM's uid and hostname (KubeVirt `spec.template.spec.hostname`, else its name).
+    fn vm_identity(app: &App, ns: &str, name: &str) -> Option<(String, String)> {
+        if let Some(vm) = app.store.get(&Key::new(KV, "virtualmachines", ns, name)) {
+            let host = vm
+                .pointer("/spec/template/spec/hostname")
+                .and_then(Value::as_str)
+                .unwrap_or(name)
+                .to_owned();
+            return Some((meta_str(&vm, "uid").to_owned(), host));
+        }
+        let vm = app.store.get(&Key::new(DH, "virtualmachines", ns, name))?;
+        Some((meta_str(&vm, "uid").to_owned(), name.to_owned()))
+    }
+
+    fn prepare_disk(&self, ns: &str, name: &str, uid: &str) -> io::Result<PathBuf> {
+        let mut disks = self.disks.lock().unwrap_or_else(|e| e.into_inner());
+        let k = key(ns, name);
+        if let Some(d) = disks.get(&k)
+            && d.uid != uid
+        {
+            let _ = std::fs::remove_dir_all(&d.dir);
+            disks.remove(&k);
+        }
+        if let Some(d) = disks.get(&k) {
+            return Ok(d.dir.clone());
+        }
+        let short = uid.get(..8).unwrap_or(uid);
+        let dir = self.root.path().join(format!("{ns}--{name}--{short}"));
+        std::fs::create_dir_all(&dir)?;
+        let out = Command::new(&self.config.qemu_img)
+            .args(["create", "-q", "-f", "qcow2", "-b"])
+            .arg(&self.config.base_image)
+            .args(["-F", "raw"])
+            .arg(dir.join("overlay.qcow2"))
+            .output()?;
+        if !out.status.success() {
+            return Err(io::Error::other(format!(
+                "qemu-img create: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        disks.insert(
+            k,
+            Disk {
+                uid: uid.to_owned(),
+                dir: dir.clone(),
+            },
+        );
+        Ok(dir)
+    }
+
+    /// Removes the disks of VMs that are gone (deleted, or recreated with a new uid).
+    fn forget_gone(&self, app: &App) {
+        let live = self.live();
+        let mut disks = self.disks.lock().unwrap_or_else(|e| e.into_inner());
+        disks.retain(|(ns, name), d| {
+            let current = Self::vm_identity(app, ns, name).map(|(uid, _)| uid);
+            let busy = live.iter().any(|p| p.key == (ns.clone(), name.clone()));
+            let keep = busy || current.as_deref() == Some(d.uid.as_str());
+            if !keep {
+                let _ = std::fs::remove_dir_all(&d.dir);
+            }
+            keep
+        });
+    }
+
+    fn boot_guest(&self, app: &App, spec: &GuestSpec) -> io::Result<QemuGuest> {
+        let (ns, name) = (spec.namespace.as_str(), spec.name.as_str());
+        let live = self.live();
+        if live.iter().any(|p| p.key == key(ns, name)) {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!("the previous boot of {ns}/{name} is still shutting down"),
+            ));
+        }
+        if live.len() >= self.config.max_guests {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "{} qemu guests run already (at most {})",
+                    live.len(),
+                    self.config.max_guests
+                ),
+            ));
+        }
+        let (uid, hostname) = Self::vm_identity(app, ns, name)
+            .ok_or_else(|| io::Error::other(format!("VM {ns}/{name} not found")))?;
+        let dir = self.prepare_disk(ns, name, &uid)?;
+        let c = &self.config;
+        let mut cmd = tied_command(&c.qemu);
+        cmd.arg("-L")
+            .arg(&c.firmware)
+            .args(["-accel", "tcg,tb-size=256", "-cpu", "max"])
+            .args(["-m", &c.memory_mib.to_string(), "-smp", &c.cpus.to_string()])
+            .args([
+                "-nographic",
+                "-nodefaults",
+                "-no-reboot",
+                "-monitor",
+                "none",
+                "-display",
+                "none",
+            ])
+            .arg("-kernel")
+            .arg(&c.kernel)
+            .arg("-initrd")
+            .arg(&c.initrd)
+            .args(["-append", "console=ttyS0 root=/dev/vda rw panic=-1"])
+            .arg("-drive")
+            .arg(format!(
+                "file={},if=virtio,format=qcow2",
+                dir.join("overlay.qcow2").display()
+            ));
+        // KubeVirt builds the cloud-init disk afresh for every start from the VM's volume.
+        let seed = dir.join("seed.iso");
+        let _ = std::fs::remove_file(&seed);
+        if let Some(user_data) = crate::sshd_guest::user_data(app, ns, name) {
+            std::fs::write(dir.join("user-data"), user_data.as_bytes())?;
+            std::fs::write(
+                dir.join("meta-data"),
+                format!("instance-id: {uid}\nlocal-hostname: {hostname}\n"),
+            )?;
+            let out = Command::new(&c.cloud_localds)
+                .arg(&seed)
+                .arg(dir.join("user-data"))
+                .arg(dir.join("meta-data"))
+                .output()?;
+            if !out.status.success() {
+                return Err(io::Error::other(format!(
+                    "cloud-localds: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )));
+            }
+            cmd.arg("-drive").arg(format!(
+                "file={},if=virtio,format=raw,readonly=on",
+                seed.display()
+            ));
+        }
+        let restricted = self
+            .restricted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key(ns, name))
+            .copied()
+            .unwrap_or(c.restrict_network);
+        let serial_sock = dir.join("serial.sock");
+        let qmp_sock = dir.join("qmp.sock");
+        let qga_sock = dir.join("qga.sock");
+        for s in [&serial_sock, &qmp_sock, &qga_sock] {
+            let _ = std::fs::remove_file(s);
+        }
+        cmd.arg("-netdev")
+            .arg(format!(
+                "user,id={NETDEV}{}",
+                if restricted { ",restrict=on" } else { "" }
+            ))
+            .args(["-device", &format!("virtio-net-pci,netdev={NETDEV}")])
+            .args(["-device", "virtio-rng-pci"])
+            .arg("-chardev")
+            .arg(format!(
+                "socket,id=ser0,path={},server=on,wait=off,logfile={},logappend=on",
+                serial_sock.display(),
+                dir.join("serial.log").display()
+            ))
+            .args(["-serial", "chardev:ser0"])
+            .arg("-qmp")
+            .arg(format!("unix:{},server=on,wait=off", qmp_sock.display()))
+            .args(["-device", "virtio-serial"])
+            .arg("-chardev")
+            .arg(format!(
+                "socket,id=qga0,path={},server=on,wait=off",
+                qga_sock.display()
+            ))
+            .args([
+                "-device",
+                "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0",
+            ]);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("qemu.log"))?;
+        cmd.stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        let mut child = spawn_tied(cmd)?;
+        let pid = child.id() as i32;
+        let (exited_tx, exited) = watch::channel(false);
+        std::thread::spawn(move || {
+            let _ = child.wait();
+            let _ = exited_tx.send(true);
+        });
+        let proc_ = Arc::new(Proc {
+            key: key(ns, name),
+            pid,
+            exited: exited.clone(),
+            stop_requested: AtomicBool::new(false),
+            qmp: qmp_sock,
+            stop_timeout: c.stop_timeout,
+        });
+        self.procs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(proc_.clone());
+        let serial = match bridge_serial(&serial_sock, exited.clone()) {
+            Ok(s) => s,
+            Err(e) => {
+                proc_.kill();
+                let qemu_log = std::fs::read_to_string(dir.join("qemu.log")).unwrap_or_default();
+                return Err(io::Error::other(format!(
+                    "qemu did not start ({e}): {}",
+                    qemu_log.trim()
+                )));
+            }
+        };
+        let (weak, spec2, proc2) = (self.app.clone(), spec.clone(), proc_.clone());
+        std::thread::spawn(move || watch_agent(weak, spec2, qga_sock, proc2));
+        Ok(QemuGuest {
+            spec: spec.clone(),
+            serial,
+            proc_,
+            forwards: Arc::default(),
+        })
+    }
+}
+
+impl GuestFactory for QemuGuests {
+    fn boot(&self, spec: &GuestSpec) -> io::Result<Arc<dyn Guest>> {
+        let app = self
+            .app
+            .upgrade()
+            .ok_or_else(|| io::Error::other("the emulator is shutting down"))?;
+        Ok(Arc::new(self.boot_guest(&app, spec)?))
+    }
+
+    fn eager(&self) -> bool {
+        true
+    }
+
+    fn real_agent(&self) -> bool {
+        true
+    }
+
+    fn housekeeping(&self, app: &App) {
+        self.forget_gone(app);
+    }
+}
+
+impl Drop for QemuGuests {
+    fn drop(&mut self) {
+        self.kill_all();
+        // The disks go with `root`; wait briefly so qemu has closed them.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self
+            .procs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|p| p.running())
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
