@@ -148,6 +148,10 @@ fn scenario(env: Env, restricted: bool) {
     ]));
     eprintln!("[{flavor}] create --wait: {out}");
     let running = Instant::now();
+    // The guest boots when the VM runs (the emulator looks every second).
+    while guests.pids().is_empty() && running.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let pids = guests.pids();
     assert_eq!(pids.len(), 1, "one qemu for the VM: {pids:?}");
     let first_pid = pids[0];
@@ -210,7 +214,14 @@ fn scenario(env: Env, restricted: bool) {
     );
     assert_eq!(stdout(&out), "ops\n", "{}", stderr(&out));
 
-    // The user's cloud-config: its file and its command.
+    // The user's cloud-config: its file and its command (runcmd runs in cloud-init's last
+    // stage, after sshd started).
+    let out = ssh(&env, &[vm, "--", "cloud-init", "status", "--wait"]);
+    eprintln!(
+        "[{flavor}] first boot: cloud-init finished {:.1}s after the VM ran ({})",
+        running.elapsed().as_secs_f64(),
+        stdout(&out).trim()
+    );
     let out = ssh(&env, &[vm, "--", "cat", MARKER_FILE, RUNCMD_FILE]);
     assert_eq!(
         stdout(&out),
