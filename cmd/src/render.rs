@@ -211,3 +211,14 @@ mod tests {
         assert_eq!(flag(Some(true)), "true");
     }
 }
+
+/// Drops `metadata.managedFields`, as kubectl's printers do unless --show-managed-fields
+/// (k8s.io/cli-runtime/pkg/printers/managedfields.go).
+pub fn without_managed_fields(object: &mut serde_json::Value) {
+    if let Some(meta) = object
+        .get_mut("metadata")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        meta.remove("managedFields");
+    }
+}

@@ -169,6 +169,61 @@ fn get_hides_managed_fields_like_kubectl() {
 }
 
 #[test]
+fn list_hides_managed_fields_like_kubectl() {
+    let env = Env::kubevirt();
+    let mut vm = env
+        .emulator
+        .objects("kubevirt.io", "virtualmachines", Some("dev"))
+        .into_iter()
+        .find(|v| v["metadata"]["name"] == "batch")
+        .unwrap();
+    vm["metadata"]["managedFields"] = serde_json::json!([{
+        "manager": "kubectl-vm", "operation": "Apply", "apiVersion": "kubevirt.io/v1",
+        "time": "2026-01-10T09:00:00Z", "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:spec": {"f:runStrategy": {}}}
+    }]);
+    vm["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    env.emulator.put_object(vm);
+    let ours: Value =
+        serde_json::from_str(&ok(env.vm(&["list", "-n", "dev", "-o", "json"]))).unwrap();
+    let theirs: Value =
+        serde_json::from_str(&ok(env.kubectl(&["get", "vm", "-n", "dev", "-o", "json"]))).unwrap();
+    let metadata = |list: &Value| -> Vec<Value> {
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["metadata"].clone())
+            .collect()
+    };
+    assert!(!metadata(&ours).is_empty());
+    assert_eq!(metadata(&ours), metadata(&theirs));
+    // --show-managed-fields keeps them, as in get.
+    let shown: Value = serde_json::from_str(&ok(env.vm(&[
+        "list",
+        "-n",
+        "dev",
+        "-o",
+        "json",
+        "--show-managed-fields",
+    ])))
+    .unwrap();
+    let batch = shown["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["metadata"]["name"] == "batch")
+        .unwrap();
+    assert_eq!(
+        batch["metadata"]["managedFields"][0]["manager"],
+        "kubectl-vm"
+    );
+}
+
+#[test]
 fn get_wide_is_refused_before_any_request() {
     let env = Env::kubevirt();
     env.emulator.clear_requests();
