@@ -170,18 +170,16 @@ fn signals_restore_the_terminal() {
             .unwrap();
         assert!(status.success());
         assert_eq!(finish(&env, &mut session), 130, "SIG{signal}");
-        if signal != "INT" {
-            // Ended cleanly: the session Lease is released.
-            let leases = env
-                .emulator
-                .objects("coordination.k8s.io", "leases", Some("default"));
-            assert!(
-                leases
-                    .iter()
-                    .all(|l| l["metadata"]["name"] != "kubectl-vm-console-web"),
-                "SIG{signal}: {leases:?}"
-            );
-        }
+        // Ended cleanly: the session Lease is released.
+        let leases = env
+            .emulator
+            .objects("coordination.k8s.io", "leases", Some("default"));
+        assert!(
+            leases
+                .iter()
+                .all(|l| l["metadata"]["name"] != "kubectl-vm-console-web"),
+            "SIG{signal}: {leases:?}"
+        );
     }
 }
 
