@@ -126,8 +126,8 @@ fn verbosity_8_masks_secret_values() {
     assert!(!log.contains("PRIVATE KEY"), "{log}");
 }
 
-#[test]
-fn get_hides_managed_fields_like_kubectl() {
+/// The KubeVirt fixture with managedFields on VM `batch` in `dev`.
+fn with_managed_fields() -> Env {
     let env = Env::kubevirt();
     let mut vm = env
         .emulator
@@ -145,6 +145,12 @@ fn get_hides_managed_fields_like_kubectl() {
         .unwrap()
         .remove("resourceVersion");
     env.emulator.put_object(vm);
+    env
+}
+
+#[test]
+fn get_hides_managed_fields_like_kubectl() {
+    let env = with_managed_fields();
     let ours: Value =
         serde_json::from_str(&ok(env.vm(&["get", "batch.dev", "-o", "json"]))).unwrap();
     assert!(ours["metadata"].get("managedFields").is_none(), "{ours}");
@@ -170,23 +176,7 @@ fn get_hides_managed_fields_like_kubectl() {
 
 #[test]
 fn list_hides_managed_fields_like_kubectl() {
-    let env = Env::kubevirt();
-    let mut vm = env
-        .emulator
-        .objects("kubevirt.io", "virtualmachines", Some("dev"))
-        .into_iter()
-        .find(|v| v["metadata"]["name"] == "batch")
-        .unwrap();
-    vm["metadata"]["managedFields"] = serde_json::json!([{
-        "manager": "kubectl-vm", "operation": "Apply", "apiVersion": "kubevirt.io/v1",
-        "time": "2026-01-10T09:00:00Z", "fieldsType": "FieldsV1",
-        "fieldsV1": {"f:spec": {"f:runStrategy": {}}}
-    }]);
-    vm["metadata"]
-        .as_object_mut()
-        .unwrap()
-        .remove("resourceVersion");
-    env.emulator.put_object(vm);
+    let env = with_managed_fields();
     let ours: Value =
         serde_json::from_str(&ok(env.vm(&["list", "-n", "dev", "-o", "json"]))).unwrap();
     let theirs: Value =
