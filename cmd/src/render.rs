@@ -166,6 +166,17 @@ pub fn list_object(items: Vec<Value>) -> Value {
     })
 }
 
+/// Drops `metadata.managedFields`, as kubectl's printers do unless --show-managed-fields
+/// (k8s.io/cli-runtime/pkg/printers/managedfields.go).
+pub fn without_managed_fields(object: &mut serde_json::Value) {
+    if let Some(meta) = object
+        .get_mut("metadata")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        meta.remove("managedFields");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -149,6 +149,19 @@ fn dropped_connection_reconnects_and_a_lost_vm_ends_with_the_terminal_restored()
     assert_eq!(finish(&env, &mut session), 1);
 }
 
+/// The console Lease of `web` in `default` is gone (released by a session that ended cleanly).
+fn assert_no_console_lease(env: &Env, when: &str) {
+    let leases = env
+        .emulator
+        .objects("coordination.k8s.io", "leases", Some("default"));
+    assert!(
+        leases
+            .iter()
+            .all(|l| l["metadata"]["name"] != "kubectl-vm-console-web"),
+        "{when}: {leases:?}"
+    );
+}
+
 #[test]
 fn signals_restore_the_terminal() {
     let env = Env::kubevirt();
@@ -170,18 +183,8 @@ fn signals_restore_the_terminal() {
             .unwrap();
         assert!(status.success());
         assert_eq!(finish(&env, &mut session), 130, "SIG{signal}");
-        if signal != "INT" {
-            // Ended cleanly: the session Lease is released.
-            let leases = env
-                .emulator
-                .objects("coordination.k8s.io", "leases", Some("default"));
-            assert!(
-                leases
-                    .iter()
-                    .all(|l| l["metadata"]["name"] != "kubectl-vm-console-web"),
-                "SIG{signal}: {leases:?}"
-            );
-        }
+        // Ended cleanly: the session Lease is released.
+        assert_no_console_lease(&env, &format!("SIG{signal}"));
     }
 }
 
@@ -383,15 +386,7 @@ fn two_consoles_kubevirt() {
     let env = Env::kubevirt();
     two_consoles(&env, "web");
     // The holder was recorded in our Lease and released on exit.
-    let leases = env
-        .emulator
-        .objects("coordination.k8s.io", "leases", Some("default"));
-    assert!(
-        leases
-            .iter()
-            .all(|l| l["metadata"]["name"] != "kubectl-vm-console-web"),
-        "{leases:?}"
-    );
+    assert_no_console_lease(&env, "after two consoles");
     let lease_writes: Vec<_> = env
         .emulator
         .requests()

@@ -126,8 +126,8 @@ fn verbosity_8_masks_secret_values() {
     assert!(!log.contains("PRIVATE KEY"), "{log}");
 }
 
-#[test]
-fn get_hides_managed_fields_like_kubectl() {
+/// The KubeVirt fixture with managedFields on VM `batch` in `dev`.
+fn with_managed_fields() -> Env {
     let env = Env::kubevirt();
     let mut vm = env
         .emulator
@@ -145,6 +145,12 @@ fn get_hides_managed_fields_like_kubectl() {
         .unwrap()
         .remove("resourceVersion");
     env.emulator.put_object(vm);
+    env
+}
+
+#[test]
+fn get_hides_managed_fields_like_kubectl() {
+    let env = with_managed_fields();
     let ours: Value =
         serde_json::from_str(&ok(env.vm(&["get", "batch.dev", "-o", "json"]))).unwrap();
     assert!(ours["metadata"].get("managedFields").is_none(), "{ours}");
@@ -164,6 +170,45 @@ fn get_hides_managed_fields_like_kubectl() {
     .unwrap();
     assert_eq!(
         shown["metadata"]["managedFields"][0]["manager"],
+        "kubectl-vm"
+    );
+}
+
+#[test]
+fn list_hides_managed_fields_like_kubectl() {
+    let env = with_managed_fields();
+    let ours: Value =
+        serde_json::from_str(&ok(env.vm(&["list", "-n", "dev", "-o", "json"]))).unwrap();
+    let theirs: Value =
+        serde_json::from_str(&ok(env.kubectl(&["get", "vm", "-n", "dev", "-o", "json"]))).unwrap();
+    let metadata = |list: &Value| -> Vec<Value> {
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["metadata"].clone())
+            .collect()
+    };
+    assert!(!metadata(&ours).is_empty());
+    assert_eq!(metadata(&ours), metadata(&theirs));
+    // --show-managed-fields keeps them, as in get.
+    let shown: Value = serde_json::from_str(&ok(env.vm(&[
+        "list",
+        "-n",
+        "dev",
+        "-o",
+        "json",
+        "--show-managed-fields",
+    ])))
+    .unwrap();
+    let batch = shown["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["metadata"]["name"] == "batch")
+        .unwrap();
+    assert_eq!(
+        batch["metadata"]["managedFields"][0]["manager"],
         "kubectl-vm"
     );
 }

@@ -111,15 +111,17 @@ pub async fn cmd_console(global: &GlobalArgs, args: ConsoleArgs) -> CommandResul
         };
         let _ = err.flush();
     };
-    // SIGTERM and SIGHUP end the session cleanly (the Lease released, then the terminal
-    // restored). SIGINT is the global handler's: the session future is dropped and `raw`
-    // restores the terminal; a KubeVirt Lease then expires after 30 s.
+    // SIGTERM, SIGHUP and SIGINT end the session cleanly: the KubeVirt Lease released (others
+    // see the console free at once, not after its 30 s), then the terminal restored. In raw
+    // mode Ctrl+C is a byte for the guest, so SIGINT only comes from outside (`kill -INT`).
+    let (_ctrl_c, mut presses) = crate::interrupt::take_over();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     plan.stop = Some(stop_rx);
     tokio::spawn(async move {
         tokio::select! {
             _ = term.recv() => {}
             _ = hangup.recv() => {}
+            _ = presses.changed() => {}
         }
         let _ = stop_tx.send(true);
     });

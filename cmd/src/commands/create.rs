@@ -139,6 +139,9 @@ pub struct CreateArgs {
     /// Do not make the guest trust the platform SSH CA or create the platform user
     #[arg(long, help_heading = "Guest")]
     pub no_platform_ssh: bool,
+    /// Do not install or start qemu-guest-agent (by default it is installed at first boot if the image lacks it)
+    #[arg(long, help_heading = "Guest")]
+    pub no_guest_agent: bool,
     /// Platform SSH CA public key(s) from this file instead of the cluster (for offline manifests)
     #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath, help_heading = "Guest")]
     pub ca_public_key: Option<PathBuf>,
@@ -475,6 +478,7 @@ fn build_plan(
     plan.guest.user = args.guest_user.clone();
     plan.guest.env = parse_all::<EnvVar>("env", &args.env)?;
     plan.platform_ssh.enabled = !args.no_platform_ssh;
+    plan.guest.guest_agent = !args.no_guest_agent;
     Ok(plan)
 }
 

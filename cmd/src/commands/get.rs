@@ -49,7 +49,7 @@ pub async fn cmd_get(global: &GlobalArgs, args: GetArgs) -> CommandResult {
         Some(format @ (OutputFormat::Yaml | OutputFormat::Json)) => {
             let mut object = details.summary.object.clone();
             if !args.show_managed_fields {
-                without_managed_fields(&mut object);
+                render::without_managed_fields(&mut object);
             }
             render::write_object(&mut out, &object, format)?;
         }
@@ -63,17 +63,6 @@ pub async fn cmd_get(global: &GlobalArgs, args: GetArgs) -> CommandResult {
         Some(OutputFormat::Wide) | None => describe(&mut out, &details, jiff::Timestamp::now())?,
     }
     Ok(())
-}
-
-/// Drops `metadata.managedFields`, as kubectl's printers do unless --show-managed-fields
-/// (k8s.io/cli-runtime/pkg/printers/managedfields.go).
-fn without_managed_fields(object: &mut serde_json::Value) {
-    if let Some(meta) = object
-        .get_mut("metadata")
-        .and_then(serde_json::Value::as_object_mut)
-    {
-        meta.remove("managedFields");
-    }
 }
 
 fn describe(out: &mut dyn Write, d: &VmDetails, now: jiff::Timestamp) -> std::io::Result<()> {

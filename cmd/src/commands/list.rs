@@ -37,6 +37,10 @@ pub struct ListArgs {
     /// Do not print the header row
     #[arg(long)]
     pub no_headers: bool,
+
+    /// With -o yaml|json, keep metadata.managedFields (hidden by default, as kubectl does)
+    #[arg(long)]
+    pub show_managed_fields: bool,
 }
 
 pub async fn cmd_list(global: &GlobalArgs, args: ListArgs) -> CommandResult {
@@ -67,6 +71,7 @@ pub async fn cmd_list(global: &GlobalArgs, args: ListArgs) -> CommandResult {
         all_namespaces: args.all_namespaces,
         kind: Kind::vm(platform.flavor),
         headers: !args.no_headers,
+        show_managed_fields: args.show_managed_fields,
         widths: RefCell::new(Vec::new()),
         printed: RefCell::new(0),
     };
@@ -90,7 +95,10 @@ pub async fn cmd_list(global: &GlobalArgs, args: ListArgs) -> CommandResult {
     })
     .await?;
     if whole_objects && !args.watch {
-        let objects = kept.into_iter().map(|vm| vm.object).collect();
+        let objects = kept
+            .into_iter()
+            .map(|vm| printer.shown(vm.object))
+            .collect();
         let mut out = std::io::stdout().lock();
         render::write_object(
             &mut out,
@@ -141,6 +149,8 @@ struct Printer {
     kind: Kind,
     /// Whether the header row is printed (once, above the first page).
     headers: bool,
+    /// Whether yaml/json keep `metadata.managedFields`.
+    show_managed_fields: bool,
     /// Column widths printed so far: later pages and watch rows line up with them.
     widths: RefCell<Vec<usize>>,
     /// Objects printed so far (yaml documents are separated by `---`, as kubectl does).
@@ -198,7 +208,15 @@ impl Printer {
             writeln!(out, "---")?;
         }
         *printed += 1;
-        render::write_object(out, object, format)
+        render::write_object(out, &self.shown(object.clone()), format)
+    }
+
+    /// The object as yaml/json print it.
+    fn shown(&self, mut object: serde_json::Value) -> serde_json::Value {
+        if !self.show_managed_fields {
+            render::without_managed_fields(&mut object);
+        }
+        object
     }
 
     /// One page of the initial list (under `-w`, yaml/json objects one by one, no List).

@@ -13,6 +13,7 @@ pub mod deckhouse;
 pub mod execute;
 pub mod kubevirt;
 pub mod limits;
+pub mod options;
 pub mod plan;
 pub mod sizing;
 

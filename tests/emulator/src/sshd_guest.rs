@@ -9,7 +9,8 @@
 //! stock `/etc/ssh/sshd_config` as the "image") runs in that namespace; the only change is
 //! where it listens (`-o Port=… -o ListenAddress=127.0.0.1`). `/tmp` is a private tmpfs. So the accounts `create`
 //! provisions exist inside the guest only, the host's `/etc` is never written, and
-//! `systemctl` (no systemd in a guest here) is a no-op on the scripts' PATH.
+//! `systemctl` (no systemd in a guest here) is a no-op on the scripts' PATH, and the package
+//! managers fail as they do without a mirror; `/var/log` is the guest's own tmpfs.
 //!
 //! This needs root (mount namespaces, overlayfs) and `/usr/sbin/sshd`; [`available`] tells.
 //! Ports: 22 is sshd, 7 is an echo service over TCP and UDP (RFC 862); others refuse.
@@ -258,6 +259,8 @@ mount -t overlay kubevm-guest -o "lowerdir=/etc,upperdir=$G/overlay/etc.u,workdi
 mount -t overlay kubevm-guest -o "lowerdir=/home,upperdir=$G/overlay/home.u,workdir=$G/overlay/home.w" /home
 # A fresh image: its stock sshd_config, no drop-ins or host keys of the machine running us.
 rm -f /etc/ssh/sshd_config.d/*.conf /etc/ssh/ssh_host_*
+# The guest's own logs.
+mount -t tmpfs kubevm-guest-log /var/log
 # Cloud images ship sudo, so /etc/sudoers.d exists.
 mkdir -p /etc/sudoers.d
 export PATH="$G/bin:$PATH"
@@ -354,10 +357,25 @@ impl Sshd {
         let g = dir.path();
         std::fs::create_dir_all(g.join("overlay"))?;
         std::fs::create_dir_all(g.join("bin"))?;
-        let stub = g.join("bin/systemctl");
-        std::fs::write(&stub, "#!/bin/sh\nexit 0\n")?;
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755))?;
+        // No systemd here; and no package mirror: the package managers fail as apt-get does
+        // offline (they must never touch the machine running us).
+        let stubs = [
+            ("systemctl", "exit 0"),
+            (
+                "apt-get",
+                "echo 'E: Failed to fetch: no package mirror in this guest' >&2; exit 100",
+            ),
+            ("dnf", "exit 1"),
+            ("yum", "exit 1"),
+            ("zypper", "exit 1"),
+            ("apk", "exit 1"),
+        ];
+        for (name, body) in stubs {
+            let stub = g.join("bin").join(name);
+            std::fs::write(&stub, format!("#!/bin/sh\n{body}\n"))?;
+            std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755))?;
+        }
         for (i, s) in config.bootcmd.iter().enumerate() {
             std::fs::write(g.join(format!("bootcmd.{i:03}")), s)?;
         }

@@ -41,12 +41,11 @@ pub fn platform_config(plan: &VmPlan, user_has_users: bool) -> Mapping {
     let guest = &plan.guest;
     let ssh = &plan.platform_ssh;
     let mut doc = Mapping::new();
+    // The platform user is not listed here: `bootcmd` creates it on every boot, before the
+    // users module runs, and that module would log `User kubevm already exists, skipping`.
     let mut users = Vec::new();
-    if ssh.enabled {
-        users.push(user_entry(&ssh.user, "kubectl-vm platform user", &[]));
-    }
     if let Some(user) = &guest.user {
-        users.push(user_entry(user, "", &guest.ssh_keys));
+        users.push(user_entry(user, &guest.ssh_keys));
     } else if !guest.ssh_keys.is_empty() {
         doc.insert(s("ssh_authorized_keys"), strings(&guest.ssh_keys));
     }
@@ -65,9 +64,6 @@ pub fn platform_config(plan: &VmPlan, user_has_users: bool) -> Mapping {
     if let Some(tz) = &plan.timezone {
         doc.insert(s("timezone"), s(tz));
     }
-    if guest.guest_agent {
-        doc.insert(s("packages"), strings(["qemu-guest-agent"]));
-    }
     if let (true, Some(host)) = (ssh.enabled, &ssh.host) {
         let mut keys = Mapping::new();
         keys.insert(s("ed25519_private"), s(&host.private_key));
@@ -85,12 +81,9 @@ pub fn platform_config(plan: &VmPlan, user_has_users: bool) -> Mapping {
     doc
 }
 
-fn user_entry(name: &str, gecos: &str, keys: &[String]) -> Value {
+fn user_entry(name: &str, keys: &[String]) -> Value {
     let mut user = Mapping::new();
     user.insert(s("name"), s(name));
-    if !gecos.is_empty() {
-        user.insert(s("gecos"), s(gecos));
-    }
     user.insert(s("shell"), s("/bin/bash"));
     user.insert(s("sudo"), s(SUDO_ALL));
     user.insert(s("lock_passwd"), Value::Bool(true));
@@ -192,10 +185,18 @@ fn first_boot_script(plan: &VmPlan) -> String {
         out.push_str(&unlock_snippet(&users));
     }
     if plan.guest.guest_agent {
-        out.push_str("systemctl enable --now qemu-guest-agent.service >/dev/null 2>&1 || systemctl start qemu-guest-agent.service || true\n");
+        out.push_str(GUEST_AGENT_SCRIPT);
     }
     out
 }
+
+/// Installs qemu-guest-agent only when the image lacks it, with whichever package manager the
+/// image has, and never fails: cloud-init's `packages:` would run `apt-get update` on every
+/// first boot and end in `status: error` without a reachable mirror.
+const GUEST_AGENT_SCRIPT: &str = r#"command -v qemu-ga >/dev/null 2>&1 || { { command -v apt-get >/dev/null && apt-get -qq update && DEBIAN_FRONTEND=noninteractive apt-get -qqy install qemu-guest-agent || dnf -qy install qemu-guest-agent || yum -qy install qemu-guest-agent || zypper -nq in qemu-guest-agent; } >/var/log/kubevm-guest-agent.log 2>&1 || echo "kubectl-vm: qemu-guest-agent is missing and could not be installed: /var/log/kubevm-guest-agent.log"; }
+command -v qemu-ga >/dev/null 2>&1 && systemctl enable --now qemu-guest-agent.service >/dev/null 2>&1
+true
+"#;
 
 /// Whether `value` needs no quoting in any of the three env file formats.
 fn is_plain(value: &str) -> bool {
