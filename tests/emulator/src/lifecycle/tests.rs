@@ -631,3 +631,92 @@ fn operations_supersede_or_fail_and_migrations_fail() {
         "TargetUnschedulable"
     );
 }
+
+/// A guest that powers off only when the test says so (a real OS shutting down).
+struct SlowGuest {
+    spec: crate::guest::GuestSpec,
+    off: tokio::sync::watch::Sender<bool>,
+    asked: std::sync::atomic::AtomicBool,
+}
+
+impl crate::guest::Guest for SlowGuest {
+    fn spec(&self) -> &crate::guest::GuestSpec {
+        &self.spec
+    }
+    fn serial(&self) -> crate::guest::Serial {
+        crate::guest::Serial {
+            input: tokio::sync::mpsc::unbounded_channel().0,
+            output: tokio::sync::broadcast::channel(1).0,
+        }
+    }
+    fn dial(&self, _port: u16) -> crate::guest::DialFuture {
+        Box::pin(async { Err(std::io::Error::other("no ports")) })
+    }
+    fn stop(&self) {
+        self.asked.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn graceful(&self) -> bool {
+        true
+    }
+    fn stopped(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.off.subscribe()
+    }
+}
+
+#[derive(Default)]
+struct SlowGuests(std::sync::Mutex<Vec<std::sync::Arc<SlowGuest>>>);
+
+impl crate::guest::GuestFactory for SlowGuests {
+    fn boot(
+        &self,
+        spec: &crate::guest::GuestSpec,
+    ) -> std::io::Result<std::sync::Arc<dyn crate::guest::Guest>> {
+        let g = std::sync::Arc::new(SlowGuest {
+            spec: spec.clone(),
+            off: tokio::sync::watch::channel(false).0,
+            asked: Default::default(),
+        });
+        self.0.lock().unwrap().push(g.clone());
+        Ok(g)
+    }
+    fn eager(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_stop_waits_for_a_graceful_guest_to_power_off() {
+    let app = kubevirt();
+    let factory = std::sync::Arc::new(SlowGuests::default());
+    app.guests.set_factory(factory.clone());
+    vm(&app, "web", "Always", json!({}));
+    ticks(&app, 4);
+    assert_eq!(
+        get(&app, "virtualmachineinstances", "web").unwrap()["status"]["phase"],
+        "Running"
+    );
+    // Eager: the guest boots because the VM runs, not because someone connected.
+    app.guests.boot_missing(&app);
+    let guest = factory.0.lock().unwrap()[0].clone();
+    assert_eq!(
+        put(&app, "virtualmachines", "web", "stop", json!({})),
+        Ok(202)
+    );
+    ticks(&app, 4);
+    assert!(
+        guest.asked.load(std::sync::atomic::Ordering::SeqCst),
+        "told to power off"
+    );
+    assert!(
+        get(&app, "virtualmachineinstances", "web").is_some(),
+        "VMI kept while the guest runs"
+    );
+    assert_eq!(printable(&app, "web"), "Stopping");
+    // No second boot while the first one is shutting down.
+    app.guests.boot_missing(&app);
+    assert_eq!(factory.0.lock().unwrap().len(), 1);
+    guest.off.send_replace(true);
+    ticks(&app, 2);
+    assert!(get(&app, "virtualmachineinstances", "web").is_none());
+    assert_eq!(printable(&app, "web"), "Stopped");
+}

@@ -27,17 +27,24 @@
 //! outlives the process that started it, and is killed when the emulator shuts down.
 
 use std::collections::HashMap;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
+
+mod agent;
+mod process;
+
+use agent::watch_agent;
+pub use agent::{AgentInfo, report_agent};
+use process::{Proc, qmp, spawn_tied, tied_command};
 
 use crate::app::App;
 use crate::guest::{DialFuture, Guest, GuestConn, GuestFactory, GuestSpec, Serial};
@@ -154,133 +161,6 @@ impl QemuConfig {
             stop_timeout: Duration::from_secs(60),
         })
     }
-}
-
-/// What the guest agent last reported.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AgentInfo {
-    /// `guest-get-osinfo` in KubeVirt's `guestOSInfo` shape.
-    pub os: Value,
-    /// `guest-get-users` in KubeVirt's `VirtualMachineInstanceGuestOSUser` shape.
-    pub users: Vec<Value>,
-    /// `guest-get-fsinfo` in KubeVirt's `VirtualMachineInstanceFileSystem` shape.
-    pub filesystems: Vec<Value>,
-}
-
-// ---- processes ----------------------------------------------------------------------------
-
-type SpawnRequest = (Command, std::sync::mpsc::Sender<io::Result<Child>>);
-
-/// A command that runs `program` with the parent-death signal set to SIGKILL
-/// (`setpriv --pdeathsig KILL`, which keeps it across the exec).
-fn tied_command(program: &Path) -> Command {
-    let mut cmd = Command::new("setpriv");
-    cmd.args(["--pdeathsig", "KILL", "--"]).arg(program);
-    cmd
-}
-
-/// Spawns a [`tied_command`] from a thread that lives as long as the process: the kernel kills
-/// the child when that thread (so the process) ends, even on an abort.
-fn spawn_tied(cmd: Command) -> io::Result<Child> {
-    static SPAWNER: OnceLock<Mutex<std::sync::mpsc::Sender<SpawnRequest>>> = OnceLock::new();
-    let tx = SPAWNER
-        .get_or_init(|| {
-            let (tx, rx) = std::sync::mpsc::channel::<SpawnRequest>();
-            std::thread::Builder::new()
-                .name("kubevm-qemu-spawner".into())
-                .spawn(move || {
-                    while let Ok((mut cmd, reply)) = rx.recv() {
-                        let _ = reply.send(cmd.spawn());
-                    }
-                })
-                .expect("spawner thread");
-            Mutex::new(tx)
-        })
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
-    let (reply_tx, reply_rx) = std::sync::mpsc::channel();
-    tx.send((cmd, reply_tx))
-        .map_err(|_| io::Error::other("spawner thread gone"))?;
-    reply_rx
-        .recv()
-        .map_err(|_| io::Error::other("spawner thread gone"))?
-}
-
-/// One qemu process.
-struct Proc {
-    key: (String, String),
-    pid: i32,
-    exited: watch::Receiver<bool>,
-    stop_requested: AtomicBool,
-    qmp: PathBuf,
-    stop_timeout: Duration,
-}
-
-// libvirt's default shutdown (what virt-launcher asks for) uses the guest agent when one is
-// connected (`guest-shutdown`), else the ACPI power button: both are sent here, whichever the
-// guest acts on.
-
-impl Proc {
-    fn running(&self) -> bool {
-        !*self.exited.borrow()
-    }
-
-    fn kill(&self) {
-        if self.running() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(self.pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-    }
-
-    /// ACPI power button (and `guest-shutdown` through the agent thread), then SIGKILL after
-    /// the timeout (once).
-    fn power_off(self: &Arc<Self>) {
-        if self.stop_requested.swap(true, Ordering::SeqCst) || !self.running() {
-            return;
-        }
-        let me = self.clone();
-        std::thread::spawn(move || {
-            let _ = qmp(&me.qmp, &json!({"execute": "system_powerdown"}));
-            let mut exited = me.exited.clone();
-            let deadline = Instant::now() + me.stop_timeout;
-            while !*exited.borrow_and_update() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            me.kill();
-        });
-    }
-}
-
-/// One QMP command on a fresh connection (greeting, `qmp_capabilities`, the command).
-fn qmp(path: &Path, command: &Value) -> io::Result<Value> {
-    let stream = UnixStream::connect(path)?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut writer = stream.try_clone()?;
-    let mut reader = BufReader::new(stream);
-    let read_reply = |reader: &mut BufReader<UnixStream>| -> io::Result<Value> {
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line)? == 0 {
-                return Err(io::Error::other("QMP connection closed"));
-            }
-            let v: Value = serde_json::from_str(&line).map_err(io::Error::other)?;
-            if v.get("return").is_some() || v.get("QMP").is_some() {
-                return Ok(v);
-            }
-            if let Some(e) = v.get("error") {
-                return Err(io::Error::other(format!("QMP: {e}")));
-            }
-            // Events are skipped.
-        }
-    };
-    read_reply(&mut reader)?;
-    writeln!(writer, "{}", json!({"execute": "qmp_capabilities"}))?;
-    read_reply(&mut reader)?;
-    writeln!(writer, "{command}")?;
-    read_reply(&mut reader)
 }
 
 // ---- the guest ---------------------------------------------------------------------------
@@ -422,246 +302,6 @@ fn bridge_serial(path: &Path, exited: watch::Receiver<bool>) -> io::Result<Seria
         }
     });
     Ok(Serial { input, output })
-}
-
-// ---- the guest agent ---------------------------------------------------------------------
-
-static SYNC_ID: AtomicU64 = AtomicU64::new(1);
-
-struct Agent {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-}
-
-impl Agent {
-    fn connect(path: &Path) -> io::Result<Agent> {
-        let stream = UnixStream::connect(path)?;
-        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-        Ok(Agent {
-            writer: stream.try_clone()?,
-            reader: BufReader::new(stream),
-        })
-    }
-
-    /// `guest-sync` with a fresh id; lines that are not its answer (late answers to earlier
-    /// requests the agent only read once it started) are skipped.
-    fn sync(&mut self) -> io::Result<()> {
-        let id = SYNC_ID.fetch_add(1, Ordering::SeqCst) + 1_000_000 * std::process::id() as u64;
-        writeln!(
-            self.writer,
-            "{}",
-            json!({"execute": "guest-sync", "arguments": {"id": id}})
-        )?;
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline {
-            let mut line = String::new();
-            match self.reader.read_line(&mut line) {
-                Ok(0) => return Err(io::Error::other("agent channel closed")),
-                Ok(_) => {
-                    let line = line.trim_start_matches('\u{ff}');
-                    if serde_json::from_str::<Value>(line).is_ok_and(|v| v["return"] == json!(id)) {
-                        return Ok(());
-                    }
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Err(e);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(io::Error::new(io::ErrorKind::TimedOut, "guest-sync"))
-    }
-
-    fn execute(&mut self, command: &str) -> io::Result<Value> {
-        writeln!(self.writer, "{}", json!({"execute": command}))?;
-        let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
-            return Err(io::Error::other("agent channel closed"));
-        }
-        let v: Value = serde_json::from_str(&line).map_err(io::Error::other)?;
-        match v.get("return") {
-            Some(r) => Ok(r.clone()),
-            None => Err(io::Error::other(format!("{command}: {}", v["error"]))),
-        }
-    }
-
-    fn info(&mut self) -> io::Result<AgentInfo> {
-        self.sync()?;
-        let os = self.execute("guest-get-osinfo")?;
-        let field = |k: &str| os.get(k).cloned().unwrap_or(Value::Null);
-        let mut os_info = json!({
-            "id": field("id"), "name": field("name"), "prettyName": field("pretty-name"),
-            "version": field("version"), "versionId": field("version-id"),
-            "kernelRelease": field("kernel-release"), "kernelVersion": field("kernel-version"),
-            "machine": field("machine"),
-        });
-        if let Some(m) = os_info.as_object_mut() {
-            m.retain(|_, v| !v.is_null());
-        }
-        let users = self
-            .execute("guest-get-users")
-            .ok()
-            .and_then(|v| v.as_array().cloned())
-            .unwrap_or_default()
-            .iter()
-            .map(|u| {
-                let mut o = json!({"userName": u["user"], "loginTime": u["login-time"]});
-                if let Some(d) = u.get("domain") {
-                    o["domain"] = d.clone();
-                }
-                o
-            })
-            .collect();
-        let filesystems = self
-            .execute("guest-get-fsinfo")
-            .ok()
-            .and_then(|v| v.as_array().cloned())
-            .unwrap_or_default()
-            .iter()
-            .map(|f| {
-                json!({"diskName": f["name"], "mountPoint": f["mountpoint"],
-                       "fileSystemType": f["type"], "usedBytes": f["used-bytes"],
-                       "totalBytes": f["total-bytes"]})
-            })
-            .collect();
-        Ok(AgentInfo {
-            os: os_info,
-            users,
-            filesystems,
-        })
-    }
-}
-
-/// Polls the agent while the guest runs and reports changes to the VM's status; asks the
-/// agent to power the guest off once a stop was requested.
-fn watch_agent(app: Weak<App>, spec: GuestSpec, path: PathBuf, proc_: Arc<Proc>) {
-    let mut last: Option<AgentInfo> = None;
-    let mut agent: Option<Agent> = None;
-    let mut shutdown_sent = false;
-    while proc_.running() {
-        if proc_.stop_requested.load(Ordering::SeqCst) {
-            if let (Some(a), false) = (agent.as_mut(), shutdown_sent) {
-                // No answer comes: the agent exits with the guest.
-                let _ = writeln!(
-                    a.writer,
-                    "{}",
-                    json!({"execute": "guest-shutdown", "arguments": {"mode": "powerdown"}})
-                );
-                shutdown_sent = true;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-            continue;
-        }
-        if agent.is_none() {
-            agent = Agent::connect(&path).ok();
-        }
-        let info = match agent.as_mut().map(|a| a.info()) {
-            Some(Ok(info)) => Some(info),
-            // Not answering (yet): requests stay queued for the agent, and guest-sync's id
-            // tells later answers apart.
-            Some(Err(e))
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                None
-            }
-            _ => {
-                agent = None;
-                None
-            }
-        };
-        if info != last {
-            let Some(app) = app.upgrade() else { return };
-            report_agent(&app, &spec, info.as_ref());
-            last = info;
-        }
-        let pause = if last.is_some() { 3000 } else { 300 };
-        for _ in 0..pause / 100 {
-            if !proc_.running() || proc_.stop_requested.load(Ordering::SeqCst) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    if last.is_some()
-        && let Some(app) = app.upgrade()
-    {
-        report_agent(&app, &spec, None);
-    }
-}
-
-/// Writes what the agent reports into the VM's status, if the boot it came from is current:
-/// KubeVirt's VMI condition `AgentConnected` (virt-handler sets it while the agent channel is
-/// connected, `pkg/virt-handler/vm.go`), `status.guestOSInfo`, and the users/filesystems the
-/// guest-agent subresources answer; Deckhouse's VM condition `AgentReady` and
-/// `status.guestOSInfo`.
-pub fn report_agent(app: &App, spec: &GuestSpec, info: Option<&AgentInfo>) {
-    use crate::controllers::set_condition;
-    let vmi_key = Key::new(KV, "virtualmachineinstances", &spec.namespace, &spec.name);
-    if app
-        .registry
-        .find_plural(KV, "virtualmachineinstances")
-        .is_some()
-        && let Some(vmi) = app.store.get(&vmi_key)
-    {
-        if meta_str(&vmi, "uid") != spec.boot_id {
-            return;
-        }
-        app.store.modify(&vmi_key, |o| {
-            let mut st = o["status"].clone();
-            match info {
-                Some(i) => {
-                    set_condition(&mut st, "AgentConnected", true, "", "");
-                    st["guestOSInfo"] = i.os.clone();
-                    let ann = crate::util::meta_mut(o)
-                        .entry("annotations")
-                        .or_insert_with(|| json!({}));
-                    ann["emulator.kubevm.io/guest-users"] =
-                        json!(i.users.to_vec()).to_string().into();
-                    ann["emulator.kubevm.io/guest-filesystems"] =
-                        json!(i.filesystems.to_vec()).to_string().into();
-                }
-                None => {
-                    if let Some(c) = st["conditions"].as_array_mut() {
-                        c.retain(|c| c["type"] != "AgentConnected");
-                    }
-                }
-            }
-            o["status"] = st;
-        });
-        return;
-    }
-    let vm_key = Key::new(DH, "virtualmachines", &spec.namespace, &spec.name);
-    if app.registry.find_plural(DH, "virtualmachines").is_some()
-        && let Some(vm) = app.store.get(&vm_key)
-    {
-        if crate::guest::boot_id(app, &spec.namespace, &spec.name).as_deref()
-            != Some(spec.boot_id.as_str())
-        {
-            return;
-        }
-        let _ = vm;
-        app.store.modify(&vm_key, |o| {
-            let mut st = o["status"].clone();
-            match info {
-                Some(i) => {
-                    set_condition(&mut st, "AgentReady", true, "AgentReady", "");
-                    st["guestOSInfo"] = i.os.clone();
-                }
-                None => {
-                    set_condition(&mut st, "AgentReady", false, "AgentNotReady", "");
-                }
-            }
-            o["status"] = st;
-        });
-    }
 }
 
 // ---- the factory -------------------------------------------------------------------------
@@ -1005,5 +645,58 @@ impl Drop for QemuGuests {
         {
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_image_env_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for f in [
+            "qemu-system-x86_64",
+            "vmlinuz",
+            "initrd.gz",
+            "base.img",
+            "cloud-localds",
+        ] {
+            std::fs::write(d.join(f), "").unwrap();
+        }
+        std::fs::create_dir(d.join("fw")).unwrap();
+        let p = |f: &str| d.join(f).display().to_string();
+        std::fs::write(
+            d.join("env"),
+            format!(
+                "# written by build-image.sh\nQEMU={}\nQEMU_FW={}\nKERNEL=\"{}\"\nINITRD={}\nBASE_IMAGE={}\nCLOUD_LOCALDS={}\n",
+                p("qemu-system-x86_64"),
+                p("fw"),
+                p("vmlinuz"),
+                p("initrd.gz"),
+                p("base.img"),
+                p("cloud-localds")
+            ),
+        )
+        .unwrap();
+        let c = QemuConfig::from_dir(d).unwrap();
+        assert_eq!(c.kernel, d.join("vmlinuz"));
+        assert_eq!(c.firmware, d.join("fw"));
+        // No qemu-img next to qemu: the one on PATH.
+        assert_eq!(c.qemu_img, PathBuf::from("qemu-img"));
+        assert_eq!((c.max_guests, c.restrict_network), (2, false));
+        // A path that is gone is named.
+        std::fs::remove_file(d.join("base.img")).unwrap();
+        let e = QemuConfig::from_dir(d).unwrap_err().to_string();
+        assert!(
+            e.contains("BASE_IMAGE=") && e.contains("does not exist"),
+            "{e}"
+        );
+        // No image at all points at the builder.
+        let e = QemuConfig::from_dir(&d.join("nothing"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tests/guest/build-image.sh"), "{e}");
     }
 }
