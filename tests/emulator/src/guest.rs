@@ -251,12 +251,15 @@ impl GuestFactory for LoginGuests {
     }
 }
 
+/// A VM's namespace and name.
+type VmKey = (String, String);
+
 /// The guests of one emulator, by VM namespace and name.
 pub struct Guests {
     factory: Mutex<Arc<dyn GuestFactory>>,
     running: Mutex<HashMap<(String, String), Arc<dyn Guest>>>,
     /// Graceful guests told to stop that may not have stopped yet.
-    stopping: Mutex<Vec<((String, String), Arc<dyn Guest>)>>,
+    stopping: Mutex<Vec<(VmKey, Arc<dyn Guest>)>>,
 }
 
 impl Default for Guests {
