@@ -260,6 +260,8 @@ pub struct Guests {
     running: Mutex<HashMap<(String, String), Arc<dyn Guest>>>,
     /// Graceful guests told to stop that may not have stopped yet.
     stopping: Mutex<Vec<(VmKey, Arc<dyn Guest>)>>,
+    /// The last boot failure of each VM (reported once).
+    boot_errors: Mutex<HashMap<VmKey, String>>,
 }
 
 impl Default for Guests {
@@ -268,6 +270,7 @@ impl Default for Guests {
             factory: Mutex::new(Arc::new(LoginGuests)),
             running: Mutex::new(HashMap::new()),
             stopping: Mutex::new(Vec::new()),
+            boot_errors: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -300,9 +303,10 @@ impl Guests {
         }
     }
 
-    /// Powers off the guest of VM `namespace/name` (if one runs) and tells whether a guest of
-    /// that VM is still shutting down: the platform's stop is not complete until it is not.
-    pub fn power_off(&self, namespace: &str, name: &str) -> bool {
+    /// Powers off the guest of VM `namespace/name` (if one runs; `force`: at once, as a
+    /// forced stop or an ended grace period does) and tells whether a guest of that VM is
+    /// still shutting down: the platform's stop is not complete until it is not.
+    pub fn power_off(&self, namespace: &str, name: &str, force: bool) -> bool {
         let key = (namespace.to_owned(), name.to_owned());
         let guest = self
             .running
@@ -314,6 +318,11 @@ impl Guests {
         }
         let mut stopping = self.stopping.lock().unwrap_or_else(|e| e.into_inner());
         stopping.retain(|(_, g)| !*g.stopped().borrow());
+        if force {
+            for (_, g) in stopping.iter().filter(|(k, _)| *k == key) {
+                g.kill();
+            }
+        }
         stopping.iter().any(|(k, _)| *k == key)
     }
 
@@ -343,11 +352,22 @@ impl Guests {
             }
         }
         for (ns, name) in vms {
-            if let Err(e) = self.get_or_boot(app, &ns, &name)
-                && e.kind() != io::ErrorKind::WouldBlock
+            let error = match self.get_or_boot(app, &ns, &name) {
+                Err(e) if e.kind() != io::ErrorKind::WouldBlock => Some(e.to_string()),
+                _ => None,
+            };
+            // Each failure once, not every second.
+            let mut errors = self.boot_errors.lock().unwrap_or_else(|e| e.into_inner());
+            let key = (ns, name);
+            if let Some(e) = &error
+                && errors.get(&key) != Some(e)
             {
-                eprintln!("kubevm-emulator: guest {ns}/{name}: {e}");
+                eprintln!("kubevm-emulator: guest {}/{}: {e}", key.0, key.1);
             }
+            match error {
+                Some(e) => errors.insert(key, e),
+                None => errors.remove(&key),
+            };
         }
     }
 

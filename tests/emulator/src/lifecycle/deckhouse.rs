@@ -188,6 +188,8 @@ pub fn vmop(app: &App, op: &Value, tick: bool) {
     };
     let (vm_phase, node) = deckhouse_power(&vm);
     let unschedulable = annotation(&vm, UNSCHEDULABLE) == Some("true");
+    // A forced Stop/Restart powers the guest off at once (spec.force).
+    let forced = op.pointer("/spec/force").and_then(Value::as_bool) == Some(true);
     match (op_type.as_str(), phase(op)) {
         ("Start", "Pending") => {
             set_power(Some("starting"), None);
@@ -203,7 +205,7 @@ pub fn vmop(app: &App, op: &Value, tick: bool) {
             in_progress("StopInProgress", None);
         }
         // A real guest powers off first: the VM is Stopped once its qemu has exited.
-        ("Stop", _) if app.guests.power_off(ns, vm_name) => {}
+        ("Stop", _) if app.guests.power_off(ns, vm_name, forced) => {}
         ("Stop", _) => {
             set_power(Some("off"), None);
             complete(None);
@@ -212,7 +214,7 @@ pub fn vmop(app: &App, op: &Value, tick: bool) {
             set_power(Some("stopping"), None);
             in_progress("RestartInProgress", None);
         }
-        ("Restart", _) if vm_phase == "Stopping" && app.guests.power_off(ns, vm_name) => {}
+        ("Restart", _) if vm_phase == "Stopping" && app.guests.power_off(ns, vm_name, forced) => {}
         ("Restart", _) if vm_phase == "Stopping" => set_power(Some("starting"), None),
         ("Restart", _) => {
             set_power(Some("on"), None);

@@ -129,10 +129,15 @@ pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
     }
     let key = Key::of(KV, "virtualmachineinstances", vmi);
     if annotation(vmi, STOPPING).is_some() {
-        // A real guest powers off first: the VMI goes once its qemu has exited.
+        // A real guest powers off first: the VMI goes once its qemu has exited. A grace period
+        // of at most 1 s (a forced stop or restart, lifecycle.go) ends it at once.
+        let force = vmi
+            .pointer("/spec/terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .is_some_and(|g| g <= 1);
         if app
             .guests
-            .power_off(meta_str(vmi, "namespace"), meta_str(vmi, "name"))
+            .power_off(meta_str(vmi, "namespace"), meta_str(vmi, "name"), force)
         {
             return;
         }

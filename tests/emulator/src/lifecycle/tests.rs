@@ -655,6 +655,9 @@ impl crate::guest::Guest for SlowGuest {
     fn stop(&self) {
         self.asked.store(true, std::sync::atomic::Ordering::SeqCst);
     }
+    fn kill(&self) {
+        self.off.send_replace(true);
+    }
     fn graceful(&self) -> bool {
         true
     }
@@ -719,4 +722,35 @@ fn a_stop_waits_for_a_graceful_guest_to_power_off() {
     ticks(&app, 2);
     assert!(get(&app, "virtualmachineinstances", "web").is_none());
     assert_eq!(printable(&app, "web"), "Stopped");
+}
+
+#[test]
+fn a_forced_restart_kills_a_graceful_guest() {
+    let app = kubevirt();
+    let factory = std::sync::Arc::new(SlowGuests::default());
+    app.guests.set_factory(factory.clone());
+    vm(&app, "web", "Always", json!({}));
+    ticks(&app, 4);
+    app.guests.boot_missing(&app);
+    let first = factory.0.lock().unwrap()[0].clone();
+    let old_uid = get(&app, "virtualmachineinstances", "web").unwrap()["metadata"]["uid"].clone();
+    // gracePeriodSeconds 0 leaves the VMI 1 s (lifecycle.go): no waiting for the guest.
+    assert_eq!(
+        put(
+            &app,
+            "virtualmachines",
+            "web",
+            "restart",
+            json!({"gracePeriodSeconds": 0})
+        ),
+        Ok(202)
+    );
+    ticks(&app, 3);
+    assert!(*first.off.borrow(), "killed");
+    ticks(&app, 4);
+    let vmi = get(&app, "virtualmachineinstances", "web").unwrap();
+    assert_ne!(vmi["metadata"]["uid"], old_uid);
+    assert_eq!(vmi["status"]["phase"], "Running");
+    app.guests.boot_missing(&app);
+    assert_eq!(factory.0.lock().unwrap().len(), 2, "a fresh boot");
 }
