@@ -1,0 +1,64 @@
+//! What the websocket tests of the emulator share: an emulator with a kube client, and a raw
+//! websocket upgrade through kube's HTTP stack.
+
+use hyper_util::rt::TokioIo;
+use kube::client::Body;
+use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
+use serde_json::Value;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::handshake::client::generate_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+
+pub type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+
+pub fn fixture(name: &str) -> String {
+    std::fs::read_to_string(format!("{}/../fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+pub async fn start(flavor: ServeFlavor) -> (Emulator, kube::Client) {
+    let file = match flavor {
+        ServeFlavor::Deckhouse => "deckhouse.yaml",
+        _ => "kubevirt.yaml",
+    };
+    let emu = Emulator::start(EmulatorOptions {
+        fixture_yaml: vec![fixture(file)],
+        flavor,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let kc = kube::config::Kubeconfig::from_yaml(&emu.kubeconfig_yaml()).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    (emu, kube::Client::try_from(cfg).unwrap())
+}
+
+/// Upgrades `path` with `protocol`; Err((status, body)) when the server refuses.
+pub async fn dial(
+    client: &kube::Client,
+    path: &str,
+    protocol: &str,
+) -> Result<(Ws, Option<String>), (u16, Value)> {
+    let request = http::Request::get(path)
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", generate_key())
+        .header("sec-websocket-protocol", protocol)
+        .body(Body::empty())
+        .unwrap();
+    let response = client.send(request).await.unwrap();
+    if response.status() != 101 {
+        let code = response.status().as_u16();
+        let body = response.into_body().collect_bytes().await.unwrap();
+        return Err((code, serde_json::from_slice(&body).unwrap_or(Value::Null)));
+    }
+    let echoed = response
+        .headers()
+        .get("sec-websocket-protocol")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let upgraded = hyper::upgrade::on(response).await.unwrap();
+    let ws = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Client, None).await;
+    Ok((ws, echoed))
+}
