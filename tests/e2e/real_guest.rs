@@ -339,6 +339,13 @@ fn scenario(env: Env, restricted: bool) {
 
     // Stop: finished only when the guest has powered off.
     let pid = guests.pids()[0];
+    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default();
+    eprintln!("[{flavor}] qemu RSS after two boots (tb-size=256): {rss}");
     let stop = Instant::now();
     ok(env.vm(&["stop", vm, "--wait", "--timeout", "120s"]));
     assert!(!pid_alive(pid), "qemu exited before stop --wait returned");
