@@ -31,4 +31,5 @@ if ! wait $image_build; then
 fi
 trap - EXIT
 tail -1 "$image_log"
-cargo test --workspace --locked -- --ignored
+# --nocapture: the scenario prints its timings (boot to ssh, reboot to ssh) into the CI log.
+cargo test --workspace --locked -- --ignored --nocapture
