@@ -107,7 +107,9 @@ where
         .with_state(app);
     let service = hyper_util::service::TowerToHyperService::new(router);
     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+    let _ = builder
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
 }
 
 fn plain(status: StatusCode, text: &str) -> Response {
@@ -158,20 +160,22 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
             Err(plain(StatusCode::NOT_FOUND, "404 page not found"))
         }
         (None, parts) => match parts {
-        // KubeVirt external link.
-        [
-            "api",
-            "export.kubevirt.io",
-            _,
-            "namespaces",
-            ns,
-            "virtualmachineexports",
-            name,
-            rest @ ..,
-        ] => kubevirt(&app, req.headers(), &query, ns, name, rest, "external"),
-        // Deckhouse public URL: /<ns>/<pvc|vd|snap>/<name>/api/v1/block
-        [ns, short, name, "api", "v1", "block"] => deckhouse(&app, req.headers(), ns, short, name),
-        _ => Err(plain(StatusCode::NOT_FOUND, "404 page not found")),
+            // KubeVirt external link.
+            [
+                "api",
+                "export.kubevirt.io",
+                _,
+                "namespaces",
+                ns,
+                "virtualmachineexports",
+                name,
+                rest @ ..,
+            ] => kubevirt(&app, req.headers(), &query, ns, name, rest, "external"),
+            // Deckhouse public URL: /<ns>/<pvc|vd|snap>/<name>/api/v1/block
+            [ns, short, name, "api", "v1", "block"] => {
+                deckhouse(&app, req.headers(), ns, short, name)
+            }
+            _ => Err(plain(StatusCode::NOT_FOUND, "404 page not found")),
         },
     };
     match resolved {

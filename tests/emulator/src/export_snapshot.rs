@@ -82,7 +82,12 @@ pub fn restore_pvcs(
             .pointer("/persistentVolumeClaim/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        if backup.get("volumeSnapshotName").and_then(Value::as_str).is_none() || pvc.is_empty() {
+        if backup
+            .get("volumeSnapshotName")
+            .and_then(Value::as_str)
+            .is_none()
+            || pvc.is_empty()
+        {
             return Err(("NotAllPVCsCreated", "missing VolumeSnapshot name".into()));
         }
         let restore = format!("{export}-{pvc}");

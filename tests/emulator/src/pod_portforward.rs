@@ -3,8 +3,9 @@
 //! Upstream: `pkg/registry/core/pod/rest/subresources.go` (`PortForwardREST`, proxied to the
 //! kubelet), `pkg/kubelet/cri/streaming/portforward/websocket.go`, `httpstream.go` and
 //! `k8s.io/apimachinery/pkg/util/httpstream/wsstream/conn.go`:
-//! - the ports come from the query parameter `ports` (repeated or comma-separated); none is
-//!   400 `query parameter "port" is required`; the pod must be on a node and running;
+//! - for the channel protocol the ports come from the query parameter `ports` (repeated or
+//!   comma-separated); none is 400 `query parameter "port" is required` (SPDY names the port
+//!   in each stream's headers instead); the pod must be on a node and running;
 //! - WebSocket subprotocols `v4.channel.k8s.io` (binary) and `v4.base64.channel.k8s.io`; the
 //!   server picks the first of the client's it supports (kube-rs offers v5 then v4: v4 is
 //!   chosen, v5 is not a port-forward protocol);
@@ -59,7 +60,9 @@ pub fn parse_ports(query: &str) -> Result<Vec<u16>, ApiError> {
         }
     }
     if ports.is_empty() {
-        return Err(ApiError::bad_request("query parameter \"port\" is required"));
+        return Err(ApiError::bad_request(
+            "query parameter \"port\" is required",
+        ));
     }
     Ok(ports)
 }
@@ -145,7 +148,8 @@ pub async fn serve(
         .store
         .get(&Key::new("", "pods", ns, name))
         .ok_or_else(|| ApiError::not_found("", "pods", name))?;
-    let ports = parse_ports(parts.uri.query().unwrap_or_default())?;
+    // SPDY carries the port in each stream's headers; the channel protocol needs the query.
+    let query = parts.uri.query().unwrap_or_default().to_string();
     if pod["spec"]["nodeName"]
         .as_str()
         .unwrap_or_default()
@@ -178,6 +182,7 @@ pub async fn serve(
     if protocol == crate::spdy::TUNNEL_PROTOCOL {
         return Ok(upgrade.on_upgrade(move |socket| crate::spdy::serve_tunnel(app, socket, pod)));
     }
+    let ports = parse_ports(&query)?;
     Ok(upgrade.on_upgrade(move |socket| channels(app, socket, pod, ports)))
 }
 

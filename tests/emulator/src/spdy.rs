@@ -126,6 +126,10 @@ impl HeaderEncoder {
             out.extend_from_slice(&(!len).to_le_bytes());
             out.extend_from_slice(chunk);
         }
+        // An empty stored block (a zlib sync flush, as Go's `Flush` writes): Go's inflater
+        // hands out a block's data only when the next block starts, and must not have to
+        // read past this frame for it.
+        out.extend_from_slice(&[0x00, 0x00, 0x00, 0xff, 0xff]);
         out
     }
 }
@@ -322,7 +326,9 @@ async fn start_if_paired(
     let port = streams[&data_id].port;
     match crate::pod_portforward::dial(app, pod, port) {
         Err(message) => {
-            let _ = out.send(data_frame(error_id, FIN, message.as_bytes())).await;
+            let _ = out
+                .send(data_frame(error_id, FIN, message.as_bytes()))
+                .await;
             let _ = out.send(data_frame(data_id, FIN, &[])).await;
         }
         Ok(conn) => {
