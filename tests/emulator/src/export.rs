@@ -517,6 +517,12 @@ pub fn data_export(app: &App, de: &Value, tick: bool) {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .no_external;
+    let wrong_internal_ca = app
+        .exports
+        .faults
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .wrong_internal_ca;
     let ip = crate::export_pods::pod_ip(&uid);
     if target.is_ok() {
         crate::export_pods::ensure_deckhouse(app, de, &ip);
@@ -541,7 +547,11 @@ pub fn data_export(app: &App, de: &Value, tick: bool) {
                 st["url"] = json!(format!("https://{ip}:{}", crate::export_pods::DE_POD_PORT));
                 // One bundle for both ends: the public endpoint's CA and the export CA that
                 // signed the exporter pod's certificate.
-                let bundle = format!("{ca}{}", app.exports.internal_ca.pem());
+                let bundle = if wrong_internal_ca {
+                    ca.clone()
+                } else {
+                    format!("{ca}{}", app.exports.internal_ca.pem())
+                };
                 st["ca"] = json!(base64::engine::general_purpose::STANDARD.encode(&bundle));
                 if publish && !no_external {
                     st["publicURL"] = json!(format!("{base}/{ns}/{short}/{target_name}/"));
