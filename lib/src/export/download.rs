@@ -11,9 +11,9 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::{Bytes, BytesMut};
 use http::{HeaderName, Method, StatusCode, header};
 use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
@@ -121,37 +121,8 @@ fn open_private(path: &Path) -> std::io::Result<File> {
     options.open(path)
 }
 
-/// A full buffer on its way to disk, shared by the writer and the hashing thread; whoever
-/// drops it last returns it to the pool (no allocation or page faults per buffer).
-type Buf = Arc<Vec<u8>>;
-
-/// Returns `buf` to the pool when nobody else holds it.
-fn recycle(buf: Buf, pool: &std::sync::mpsc::Sender<Vec<u8>>) {
-    if let Ok(mut v) = Arc::try_unwrap(buf) {
-        v.clear();
-        let _ = pool.send(v);
-    }
-}
-
-/// The network side's end of the pipe to the writer.
-struct Pipe {
-    tx: tokio::sync::mpsc::Sender<Msg>,
-    pool: std::sync::Mutex<std::sync::mpsc::Receiver<Vec<u8>>>,
-}
-
-impl Pipe {
-    /// An empty buffer of `WRITE_CHUNK` capacity, reused when one came back.
-    fn buffer(&self) -> Vec<u8> {
-        self.pool
-            .lock()
-            .ok()
-            .and_then(|p| p.try_recv().ok())
-            .unwrap_or_else(|| Vec::with_capacity(WRITE_CHUNK))
-    }
-}
-
 enum Msg {
-    Data(Buf),
+    Data(Bytes),
     /// Start over: empty the file, reset the hash.
     Restart,
 }
@@ -179,7 +150,7 @@ impl Write for Sink {
 }
 
 enum HashMsg {
-    Data(Buf),
+    Data(Bytes),
     Reset(Hasher),
 }
 
@@ -191,15 +162,12 @@ struct HashThread {
 }
 
 impl HashThread {
-    fn start(mut hasher: Hasher, pool: std::sync::mpsc::Sender<Vec<u8>>) -> HashThread {
+    fn start(mut hasher: Hasher) -> HashThread {
         let (tx, rx) = std::sync::mpsc::sync_channel::<HashMsg>(HASH_QUEUE);
         let handle = std::thread::spawn(move || {
             for msg in rx {
                 match msg {
-                    HashMsg::Data(b) => {
-                        hasher.update(&b);
-                        recycle(b, &pool);
-                    }
+                    HashMsg::Data(b) => hasher.update(&b),
                     HashMsg::Reset(h) => hasher = h,
                 }
             }
@@ -230,7 +198,6 @@ fn writer(
     algo: Algo,
     hasher: Hasher,
     decompress: bool,
-    pool: std::sync::mpsc::Sender<Vec<u8>>,
 ) -> std::io::Result<(String, u64)> {
     let open = |file: &Option<File>| -> std::io::Result<Box<dyn Write + Send>> {
         Ok(match file {
@@ -265,25 +232,19 @@ fn writer(
                 written,
             )?)))
         } else {
-            Out::Plain(
-                new_sink(None, written)?,
-                HashThread::start(hasher, pool.clone()),
-            )
+            Out::Plain(new_sink(None, written)?, HashThread::start(hasher))
         })
     };
     let mut out = start(hasher, written)?;
     while let Some(msg) = rx.blocking_recv() {
         match msg {
-            Msg::Data(buf) => {
-                match &mut out {
-                    Out::Plain(s, h) => {
-                        h.send(HashMsg::Data(buf.clone()))?;
-                        s.write_all(&buf)?;
-                    }
-                    Out::Gunzip(d) => d.write_all(&buf)?,
+            Msg::Data(bytes) => match &mut out {
+                Out::Plain(s, h) => {
+                    h.send(HashMsg::Data(bytes.clone()))?;
+                    s.write_all(&bytes)?;
                 }
-                recycle(buf, &pool);
-            }
+                Out::Gunzip(d) => d.write_all(&bytes)?,
+            },
             Msg::Restart => {
                 if let Some(f) = &file {
                     f.set_len(0)?;
@@ -440,28 +401,22 @@ pub async fn download(
     });
 
     let (tx, rx) = tokio::sync::mpsc::channel::<Msg>(QUEUE);
-    let (pool_tx, pool_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     let decompress = job.decompress;
     let writer_file = file;
-    let writer_task =
-        std::thread::spawn(move || writer(rx, writer_file, algo, hasher, decompress, pool_tx));
-    let pipe = Pipe {
-        tx,
-        pool: std::sync::Mutex::new(pool_rx),
-    };
+    let writer_task = std::thread::spawn(move || writer(rx, writer_file, algo, hasher, decompress));
 
     let result = transfer(
         client,
         job,
         options,
-        &pipe,
+        &tx,
         &mut offset,
         &mut meta,
         meta_path.as_deref(),
         on_event,
     )
     .await;
-    drop(pipe);
+    drop(tx);
     let written = writer_task
         .join()
         .map_err(|_| Error::Internal("the writer thread panicked".into()))?;
@@ -521,7 +476,7 @@ async fn transfer(
     client: &HttpClient,
     job: &Job,
     options: &ExportOptions,
-    pipe: &Pipe,
+    tx: &tokio::sync::mpsc::Sender<Msg>,
     offset: &mut u64,
     meta: &mut Option<PartialMeta>,
     meta_path: Option<&Path>,
@@ -604,7 +559,7 @@ async fn transfer(
                                     .into()
                             },
                         });
-                        pipe.tx.send(Msg::Restart).await.map_err(|_| closed())?;
+                        tx.send(Msg::Restart).await.map_err(|_| closed())?;
                         *offset = 0;
                     }
                     *meta = None;
@@ -632,7 +587,7 @@ async fn transfer(
                     });
                 }
                 let before = *offset;
-                let r = stream_body(response, job, pipe, offset, total, on_event).await;
+                let r = stream_body(response, job, tx, offset, total, on_event).await;
                 let progressed = *offset > before;
                 fetched += *offset - before;
                 if progressed {
@@ -689,13 +644,13 @@ enum StreamError {
 async fn stream_body(
     response: http::Response<hyper::body::Incoming>,
     job: &Job,
-    pipe: &Pipe,
+    tx: &tokio::sync::mpsc::Sender<Msg>,
     offset: &mut u64,
     total: Option<u64>,
     on_event: &mut (dyn FnMut(Event) + Send),
 ) -> std::result::Result<(), StreamError> {
     let mut body = response.into_body();
-    let mut buf = pipe.buffer();
+    let mut buf = BytesMut::with_capacity(WRITE_CHUNK);
     let mut last = Instant::now();
     // One idle timer re-armed at most once a second, not a timer per frame.
     let idle = tokio::time::sleep(IDLE_TIMEOUT);
@@ -723,25 +678,22 @@ async fn stream_body(
         if data.is_empty() {
             continue;
         }
-        // Fill fixed-size buffers (never grown): frames are copied once, into a buffer that
-        // goes to disk whole.
-        let mut data: &[u8] = &data;
-        let mut closed = false;
-        while !data.is_empty() {
-            let take = (WRITE_CHUNK - buf.len()).min(data.len());
-            buf.extend_from_slice(&data[..take]);
-            data = &data[take..];
-            if buf.len() == WRITE_CHUNK {
-                let full = std::mem::replace(&mut buf, pipe.buffer());
-                if pipe.tx.send(Msg::Data(Arc::new(full))).await.is_err() {
-                    closed = true;
-                    break;
-                }
-                *offset += WRITE_CHUNK as u64;
+        if buf.is_empty() && data.len() >= WRITE_CHUNK {
+            let n = data.len() as u64;
+            if tx.send(Msg::Data(data)).await.is_err() {
+                break Err(StreamError::Closed);
             }
-        }
-        if closed {
-            break Err(StreamError::Closed);
+            *offset += n;
+        } else {
+            buf.extend_from_slice(&data);
+            if buf.len() >= WRITE_CHUNK {
+                let n = buf.len() as u64;
+                if tx.send(Msg::Data(buf.split().freeze())).await.is_err() {
+                    break Err(StreamError::Closed);
+                }
+                *offset += n;
+                buf.reserve(WRITE_CHUNK);
+            }
         }
         if last.elapsed() >= PROGRESS_EVERY {
             last = Instant::now();
@@ -755,7 +707,7 @@ async fn stream_body(
     // What arrived before an error is good data: keep it.
     if !buf.is_empty() {
         let n = buf.len() as u64;
-        if pipe.tx.send(Msg::Data(Arc::new(buf))).await.is_err() {
+        if tx.send(Msg::Data(buf.freeze())).await.is_err() {
             return Err(StreamError::Closed);
         }
         *offset += n;
