@@ -267,7 +267,7 @@ async fn channels(
             incoming = source.next() => match incoming {
                 Some(Ok(Message::Binary(data))) if !data.is_empty() => {
                     let ch = data[0] as usize;
-                    if ch % 2 == 0
+                    if ch.is_multiple_of(2)
                         && let Some(Some(w)) = writers.get_mut(ch / 2)
                         && w.write_all(&data[1..]).await.is_err()
                     {

@@ -289,11 +289,7 @@ pub async fn serve_tunnel(app: Arc<App>, socket: WebSocket, pod: Value) {
                 RST_STREAM => {
                     streams.remove(&id);
                 }
-                PING => {
-                    if out_tx.send(control(PING, 0, payload)).await.is_err() {
-                        break 'conn;
-                    }
-                }
+                PING if out_tx.send(control(PING, 0, payload)).await.is_err() => break 'conn,
                 GOAWAY => break 'conn,
                 // SETTINGS, HEADERS, WINDOW_UPDATE: nothing to do.
                 _ => {}
