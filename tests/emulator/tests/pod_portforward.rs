@@ -374,3 +374,138 @@ fn kube_rs_port_forward_over_v4_channels() {
     std::fs::write(&file, &body[split..]).unwrap();
     assert_eq!(sha256_file(&file), sha256_of_generated(&emu, "disk", size));
 }
+
+/// Deckhouse: a DataExport without a public URL has an exporter pod with the IP of
+/// `status.url`; real kubectl port-forwards to it and curl fetches `/api/v1/block` with the
+/// kubeconfig's token, TLS verified against `status.ca` for that IP.
+#[test]
+fn kubectl_port_forward_reaches_the_deckhouse_exporter() {
+    let size = 4 * MIB;
+    let emu = Emulator::start_blocking(EmulatorOptions {
+        flavor: ServeFlavor::Deckhouse,
+        import_step: Duration::from_millis(50),
+        ..Default::default()
+    })
+    .unwrap();
+    emu.set_export_faults(ExportFaults {
+        no_external: true,
+        ..Default::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    emu.write_kubeconfig(&dir.path().join("kubeconfig"))
+        .unwrap();
+    emu.put_object(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "disk", "namespace": "default"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size.to_string()}}},
+        "status": {"phase": "Bound", "capacity": {"storage": size.to_string()}}}));
+    let mut create = Command::new(kubectl_path())
+        .arg("--kubeconfig")
+        .arg(dir.path().join("kubeconfig"))
+        .args(["create", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    create
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            json!({"apiVersion": "storage-foundation.deckhouse.io/v1alpha1", "kind": "DataExport",
+                "metadata": {"name": "de", "namespace": "default"},
+                "spec": {"ttl": "1h", "publish": true, "targetRef": {"kind": "PersistentVolumeClaim", "name": "disk"}}})
+            .to_string()
+            .as_bytes(),
+        )
+        .unwrap();
+    assert!(create.wait().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let de = loop {
+        let de = emu
+            .objects(
+                "storage-foundation.deckhouse.io",
+                "dataexports",
+                Some("default"),
+            )
+            .into_iter()
+            .find(|o| o["status"]["phase"] == "Ready");
+        if let Some(de) = de {
+            break de;
+        }
+        assert!(Instant::now() < deadline, "DataExport not ready");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(de["status"].get("publicURL").is_none());
+    let url = de["status"]["url"].as_str().unwrap();
+    let ip = url
+        .strip_prefix("https://")
+        .and_then(|r| r.strip_suffix(":8085"))
+        .unwrap();
+    let pod = emu
+        .objects("", "pods", Some("default"))
+        .into_iter()
+        .find(|p| p["status"]["podIP"] == ip)
+        .expect("a pod with the exporter's IP");
+    assert_eq!(
+        pod["metadata"]["ownerReferences"][0]["uid"],
+        de["metadata"]["uid"]
+    );
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(
+        &ca,
+        base64::engine::general_purpose::STANDARD
+            .decode(de["status"]["ca"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    let yaml: Value = yaml_serde::from_str(&emu.kubeconfig_yaml()).unwrap();
+    let token = yaml["users"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["name"] == "admin")
+        .unwrap()["user"]["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (mut child, local) =
+        port_forward(dir.path(), pod["metadata"]["name"].as_str().unwrap(), 8085);
+    let out_file = dir.path().join("disk.img");
+    let got = curl(&[
+        "-sSf",
+        "--cacert",
+        ca.to_str().unwrap(),
+        "--connect-to",
+        &format!("{ip}:8085:127.0.0.1:{local}"),
+        "-H",
+        &format!("Authorization: Bearer {token}"),
+        "-o",
+        out_file.to_str().unwrap(),
+        &format!("{url}/api/v1/block"),
+    ]);
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert_eq!(
+        sha256_file(&out_file),
+        sha256_of_generated(&emu, "disk", size)
+    );
+    // Without credentials the exporter answers 401.
+    let anonymous = curl(&[
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--cacert",
+        ca.to_str().unwrap(),
+        "--connect-to",
+        &format!("{ip}:8085:127.0.0.1:{local}"),
+        &format!("{url}/api/v1/block"),
+    ]);
+    assert_eq!(String::from_utf8_lossy(&anonymous.stdout), "401");
+    child.kill().unwrap();
+    let _ = child.wait();
+}
