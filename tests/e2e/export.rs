@@ -12,12 +12,12 @@ use serde_json::{Value, json};
 
 use crate::common::{Env, stderr, stdout};
 
-const MIB: u64 = 1 << 20;
+pub(crate) const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
-const KV_EXPORTS: (&str, &str) = ("export.kubevirt.io", "virtualmachineexports");
-const DATA_EXPORTS: (&str, &str) = ("storage-foundation.deckhouse.io", "dataexports");
+pub(crate) const KV_EXPORTS: (&str, &str) = ("export.kubevirt.io", "virtualmachineexports");
+pub(crate) const DATA_EXPORTS: (&str, &str) = ("storage-foundation.deckhouse.io", "dataexports");
 
-fn pvc(name: &str, size: u64) -> Value {
+pub(crate) fn pvc(name: &str, size: u64) -> Value {
     json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
         "metadata": {"name": name, "namespace": "default"},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size.to_string()}}},
@@ -25,7 +25,7 @@ fn pvc(name: &str, size: u64) -> Value {
 }
 
 /// KubeVirt: a stopped VM `exp` with a DataVolume disk `exp-root` and a PVC `exp-data`.
-fn kubevirt(root: u64, data: u64) -> Env {
+pub(crate) fn kubevirt(root: u64, data: u64) -> Env {
     let env = Env::kubevirt();
     env.emulator.put_object(pvc("exp-root", root));
     env.emulator.put_object(pvc("exp-data", data));
@@ -42,7 +42,7 @@ fn kubevirt(root: u64, data: u64) -> Env {
 }
 
 /// Deckhouse: a ready VirtualDisk `big` on PVC `vd-big-0001`.
-fn deckhouse(size: u64) -> Env {
+pub(crate) fn deckhouse(size: u64) -> Env {
     let env = Env::deckhouse();
     env.emulator.put_object(pvc("vd-big-0001", size));
     env.emulator.put_object(json!({
@@ -56,7 +56,7 @@ fn deckhouse(size: u64) -> Env {
 }
 
 /// sha256sum of the bytes the emulator serves for `pvc` (its generator, piped to sha256sum).
-fn reference_sha256(env: &Env, pvc: &str, size: u64) -> String {
+pub(crate) fn reference_sha256(env: &Env, pvc: &str, size: u64) -> String {
     let key = env.emulator.export_content_key("default", pvc);
     let mut child = Command::new("sha256sum")
         .stdin(Stdio::piped())
@@ -77,23 +77,23 @@ fn reference_sha256(env: &Env, pvc: &str, size: u64) -> String {
     String::from_utf8(out.stdout).unwrap()[..64].to_string()
 }
 
-fn sha256_of(path: &Path) -> String {
+pub(crate) fn sha256_of(path: &Path) -> String {
     let out = Command::new("sha256sum").arg(path).output().unwrap();
     assert!(out.status.success());
     String::from_utf8(out.stdout).unwrap()[..64].to_string()
 }
 
-fn objects(env: &Env, (group, plural): (&str, &str)) -> Vec<Value> {
+pub(crate) fn objects(env: &Env, (group, plural): (&str, &str)) -> Vec<Value> {
     env.emulator.objects(group, plural, Some("default"))
 }
 
-fn names(objs: &[Value]) -> Vec<String> {
+pub(crate) fn names(objs: &[Value]) -> Vec<String> {
     objs.iter()
         .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
         .collect()
 }
 
-fn export(env: &Env, args: &[&str]) -> std::process::Output {
+pub(crate) fn export(env: &Env, args: &[&str]) -> std::process::Output {
     let mut all = vec!["export"];
     all.extend_from_slice(args);
     all.extend_from_slice(&["--retry-delay", "50ms"]);
@@ -101,7 +101,7 @@ fn export(env: &Env, args: &[&str]) -> std::process::Output {
 }
 
 #[track_caller]
-fn succeeded(output: &std::process::Output) -> String {
+pub(crate) fn succeeded(output: &std::process::Output) -> String {
     assert!(
         output.status.success(),
         "export failed ({:?}):\n{}",
@@ -111,7 +111,7 @@ fn succeeded(output: &std::process::Output) -> String {
     stderr(output)
 }
 
-fn mode(path: &Path) -> u32 {
+pub(crate) fn mode(path: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }

@@ -14,6 +14,7 @@ mod debug_info;
 mod delete;
 mod errors;
 mod export;
+mod export_paths;
 mod generated;
 mod get;
 mod kubectl_like;

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::http::{Credentials, HttpClient, Route};
 use super::object::{self, ObjKind};
+use super::route;
 use super::{Event, ExportOptions, Format, Output, Source, VolumeLink};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
@@ -164,17 +165,37 @@ async fn fetch(
         ));
     }
     let public = export.pointer("/status/publicURL").and_then(Value::as_str);
-    let base = match public {
+    let (base, route) = match public {
         Some(url) => {
             on_event(Event::Route {
                 description: "reaching the exporter through its public URL".into(),
             });
-            url
+            (url.to_string(), Route::Direct)
         }
         None => {
-            return Err(Error::Transfer(
-                "the DataExport has no public URL (is publishing enabled in storage-foundation?); reaching the exporter pod from outside the cluster is not supported".into(),
-            ));
+            // Only the in-cluster URL (`https://IP:8085`): through the exporter pod with that IP.
+            let url = export
+                .pointer("/status/url")
+                .and_then(Value::as_str)
+                .ok_or_else(|| Error::Transfer("the DataExport is ready but has no URL".into()))?;
+            let uri: http::Uri = url.parse().map_err(|e| {
+                Error::Transfer(format!("the DataExport's URL {url:?} is unreadable: {e}"))
+            })?;
+            let ip = uri
+                .host()
+                .unwrap_or_default()
+                .trim_matches(['[', ']'])
+                .to_string();
+            let port = uri.port_u16().unwrap_or(443);
+            let selector = route::PodSelector::Ip(ip);
+            let (route, pod) =
+                route::port_forward(cluster, &options.namespace, &selector, port).await?;
+            on_event(Event::Route {
+                description: format!(
+                    "no public URL: reaching the exporter at {url} through a port-forward to pod {pod}"
+                ),
+            });
+            (url.to_string(), route)
         }
     };
     let ca = export
@@ -188,7 +209,7 @@ async fn fetch(
         &ca,
         options.insecure,
         Credentials::Kube(Box::new(cluster.config.clone())),
-        Route::Direct,
+        route,
     )?;
     let volume = VolumeLink {
         name: target_name(&options.source).to_string(),

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::http::{Credentials, HttpClient, Route};
 use super::object::{self, ObjKind};
+use super::route;
 use super::{Event, ExportOptions, Format, Output, Source, VolumeLink};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
@@ -243,21 +244,16 @@ async fn fetch(
             let link = links
                 .and_then(|l| l.get("internal"))
                 .ok_or_else(|| Error::Transfer("the export is ready but has no links".into()))?;
-            let pod = format!("virt-export-{name}");
+            let selector =
+                route::PodSelector::Label(format!("{}={name}", route::KUBEVIRT_SERVICE_LABEL));
+            let (route, pod) =
+                route::port_forward(cluster, &options.namespace, &selector, POD_PORT).await?;
             on_event(Event::Route {
                 description: format!(
-                    "no external link: reaching the export server through a port-forward to pod {pod}"
+                    "no external link: reaching the export server's internal link through a port-forward to pod {pod}"
                 ),
             });
-            let pods = kube::Api::namespaced(cluster.client.clone(), &options.namespace);
-            (
-                link,
-                Route::PortForward {
-                    pods,
-                    pod,
-                    port: POD_PORT,
-                },
-            )
+            (link, route)
         }
     };
     let ca = link.get("cert").and_then(Value::as_str).unwrap_or("");

@@ -13,6 +13,7 @@ pub mod download;
 pub mod http;
 pub mod kubevirt;
 pub mod object;
+pub mod route;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -41,6 +41,8 @@ pub struct ExportFaults {
     pub bytes_per_sec: Option<u64>,
     /// Serve no external link (KubeVirt) / no publicURL (Deckhouse).
     pub no_external: bool,
+    /// Publish a CA in the internal link that did not sign the exporter pod's certificate.
+    pub wrong_internal_ca: bool,
 }
 
 /// State of the export server shared with the reconcilers.
@@ -58,6 +60,8 @@ pub struct ExportState {
     pub bytes_served: Arc<AtomicU64>,
     /// Last request per export uid (Deckhouse idle TTL).
     pub last_access: Mutex<HashMap<String, Instant>>,
+    /// The export CA that signs the exporter pods' certificates (`export_pods.rs`).
+    pub internal_ca: crate::export_pods::InternalCa,
 }
 
 impl ExportState {
@@ -255,6 +259,10 @@ pub fn kubevirt_export(app: &App, vme: &Value, _tick: bool) {
             };
             (vec![source.to_string()], blocked)
         }
+        "VirtualMachineSnapshot" => match crate::export_snapshot::restore_pvcs(app, vme, source) {
+            Ok(pvcs) => (pvcs, None),
+            Err((reason, message)) => (vec![], Some((reason, message))),
+        },
         other => (
             vec![],
             Some((
@@ -263,7 +271,15 @@ pub fn kubevirt_export(app: &App, vme: &Value, _tick: bool) {
             )),
         ),
     };
-    let missing = pvcs.iter().find(|p| pvc_size(app, &ns, p).is_none());
+    // A snapshot's volumes are restore PVCs `<export>-<volume>` (vmsnapshot-source.go).
+    let restore_prefix = if kind == "VirtualMachineSnapshot" {
+        format!("{name}-")
+    } else {
+        String::new()
+    };
+    let missing = pvcs
+        .iter()
+        .find(|p| pvc_size(app, &ns, &format!("{restore_prefix}{p}")).is_none());
     let blocked =
         blocked.or_else(|| missing.map(|p| ("PVCNotFound", format!("pvc {ns}/{p} not found"))));
     let token_ref = vme
@@ -288,6 +304,24 @@ pub fn kubevirt_export(app: &App, vme: &Value, _tick: bool) {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .no_external;
+    // The internal link's cert is the export CA that signed the exporter pod's certificate.
+    let internal_ca = if app
+        .exports
+        .faults
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .wrong_internal_ca
+    {
+        ca.clone()
+    } else {
+        app.exports.internal_ca.pem()
+    };
+    let snapshot_vm = (kind == "VirtualMachineSnapshot")
+        .then(|| crate::export_snapshot::snapshot_vm_name(app, &ns, source))
+        .flatten();
+    if blocked.is_none() {
+        crate::export_pods::ensure_kubevirt(app, vme);
+    }
     let ttl = vme
         .pointer("/spec/ttlDuration")
         .and_then(Value::as_str)
@@ -297,12 +331,15 @@ pub fn kubevirt_export(app: &App, vme: &Value, _tick: bool) {
     app.store.modify(&key, |o| {
         let mut st = o.get("status").cloned().unwrap_or(json!({}));
         st["ttlExpirationTime"] = json!(format_rfc3339(created + ttl.as_secs() as i64));
-        st["serviceName"] = json!(format!("virt-export-{name}"));
+        st["serviceName"] = json!(crate::export_pods::kubevirt_object_name(&name));
         if let Some(t) = &token_ref {
             st["tokenSecretRef"] = json!(t);
         }
         if kind == "VirtualMachine" {
             st["virtualMachineName"] = json!(source);
+        }
+        if let Some(vm) = &snapshot_vm {
+            st["virtualMachineName"] = json!(vm);
         }
         match &blocked {
             Some((reason, message)) => {
@@ -321,8 +358,11 @@ pub fn kubevirt_export(app: &App, vme: &Value, _tick: bool) {
                         })
                         .collect()
                 };
-                let internal = format!("https://virt-export-{name}.{ns}.svc");
-                let mut links = json!({"internal": {"cert": ca, "volumes": vols(&internal),
+                let internal = format!(
+                    "https://{}.{ns}.svc",
+                    crate::export_pods::kubevirt_object_name(&name)
+                );
+                let mut links = json!({"internal": {"cert": internal_ca, "volumes": vols(&internal),
                     "manifests": [{"type": "all", "url": format!("{internal}/internal/manifests/all")}]}});
                 if !no_external {
                     let external = format!(
@@ -399,6 +439,7 @@ pub fn data_export_target(app: &App, de: &Value) -> Result<(&'static str, String
                 .map(|p| ("vd", p.to_string()))
                 .ok_or_else(|| format!("VirtualDisk {name} has no PVC yet"))
         }
+        "VirtualDiskSnapshot" => crate::export_snapshot::vds_pvc(app, ns, name).map(|p| ("vds", p)),
         other => Err(format!("the emulator does not export {other} targets")),
     }
 }
@@ -450,7 +491,8 @@ pub fn data_export(app: &App, de: &Value, tick: bool) {
         if pvc_size(app, &ns, &pvc).is_none() {
             return Err(format!("PersistentVolumeClaim {pvc} not found"));
         }
-        if let Some(pod) = pvc_in_use(app, &ns, &pvc) {
+        // A snapshot is exported from its own volume, whoever uses the disk.
+        if let Some(pod) = pvc_in_use(app, &ns, &pvc).filter(|_| short != "vds") {
             return Err(format!(
                 "PersistentVolumeClaim {pvc} is used by the running pod {pod}"
             ));
@@ -475,6 +517,16 @@ pub fn data_export(app: &App, de: &Value, tick: bool) {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .no_external;
+    let wrong_internal_ca = app
+        .exports
+        .faults
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .wrong_internal_ca;
+    let ip = crate::export_pods::pod_ip(&uid);
+    if target.is_ok() {
+        crate::export_pods::ensure_deckhouse(app, de, &ip);
+    }
     let publish = de.pointer("/spec/publish") == Some(&json!(true));
     let target_name = de
         .pointer("/spec/targetRef/name")
@@ -490,9 +542,17 @@ pub fn data_export(app: &App, de: &Value, tick: bool) {
             }
             Ok(short) => {
                 use base64::Engine;
-                // The exporter pod's address: unreachable from outside the cluster.
-                st["url"] = json!("https://10.244.0.250:8085");
-                st["ca"] = json!(base64::engine::general_purpose::STANDARD.encode(&ca));
+                // The exporter pod's address: unreachable from outside the cluster except
+                // through pods/portforward (export_pods.rs).
+                st["url"] = json!(format!("https://{ip}:{}", crate::export_pods::DE_POD_PORT));
+                // One bundle for both ends: the public endpoint's CA and the export CA that
+                // signed the exporter pod's certificate.
+                let bundle = if wrong_internal_ca {
+                    ca.clone()
+                } else {
+                    format!("{ca}{}", app.exports.internal_ca.pem())
+                };
+                st["ca"] = json!(base64::engine::general_purpose::STANDARD.encode(&bundle));
                 if publish && !no_external {
                     st["publicURL"] = json!(format!("{base}/{ns}/{short}/{target_name}/"));
                 }

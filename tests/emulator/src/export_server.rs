@@ -11,6 +11,7 @@
 use crate::app::App;
 use crate::auth::{Attributes, authorize, rbac_allows};
 use crate::export::{ExportState, KV_EXPORT_GROUP, SF_GROUP, data_export_target, fill, pvc_size};
+use crate::export_pods::PodTarget;
 use crate::store::Key;
 use crate::util::meta_str;
 use axum::body::Body;
@@ -86,6 +87,31 @@ async fn serve(
     while conns.join_next().await.is_some() {}
 }
 
+/// Serves one connection that reached exporter pod `target` through pods/portforward: TLS
+/// with the pod's certificate (signed by the export CA), HTTP/1.1, the internal paths.
+pub async fn serve_pod_stream<S>(app: Arc<App>, stream: S, target: PodTarget)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let names = crate::export_pods::cert_names(&app, &target);
+    let Ok(tls) = app.exports.internal_ca.server_config(&names) else {
+        return;
+    };
+    let Ok(stream) = tokio_rustls::TlsAcceptor::from(tls).accept(stream).await else {
+        return;
+    };
+    let router = axum::Router::new()
+        .fallback(handle)
+        .layer(axum::Extension(target))
+        .with_state(app);
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let _ = builder
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+}
+
 fn plain(status: StatusCode, text: &str) -> Response {
     Response::builder()
         .status(status)
@@ -114,21 +140,43 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let resolved = match parts.as_slice() {
-        // KubeVirt external link.
-        [
-            "api",
-            "export.kubevirt.io",
-            _,
-            "namespaces",
-            ns,
-            "virtualmachineexports",
-            name,
-            rest @ ..,
-        ] => kubevirt(&app, req.headers(), &query, ns, name, rest),
-        // Deckhouse public URL: /<ns>/<pvc|vd|snap>/<name>/api/v1/block
-        [ns, short, name, "api", "v1", "block"] => deckhouse(&app, req.headers(), ns, short, name),
-        _ => Err(plain(StatusCode::NOT_FOUND, "404 page not found")),
+    let pod = req.extensions().get::<PodTarget>().cloned();
+    let resolved = match (pod, parts.as_slice()) {
+        // Inside an exporter pod (reached through pods/portforward): the internal paths.
+        (Some(PodTarget::KubeVirt { ns, export }), rest) => {
+            kubevirt(&app, req.headers(), &query, &ns, &export, rest, "internal")
+        }
+        (Some(PodTarget::Deckhouse { ns, export }), ["api", "v1", "block"]) => {
+            let found = app
+                .store
+                .get(&Key::new(SF_GROUP, "dataexports", &ns, &export))
+                .filter(|de| de.pointer("/status/phase").and_then(Value::as_str) == Some("Ready"));
+            match found {
+                Some(de) => deckhouse_volume(&app, req.headers(), &ns, &de),
+                None => Err(plain(StatusCode::NOT_FOUND, "404 page not found")),
+            }
+        }
+        (Some(PodTarget::Deckhouse { .. }), _) => {
+            Err(plain(StatusCode::NOT_FOUND, "404 page not found"))
+        }
+        (None, parts) => match parts {
+            // KubeVirt external link.
+            [
+                "api",
+                "export.kubevirt.io",
+                _,
+                "namespaces",
+                ns,
+                "virtualmachineexports",
+                name,
+                rest @ ..,
+            ] => kubevirt(&app, req.headers(), &query, ns, name, rest, "external"),
+            // Deckhouse public URL: /<ns>/<pvc|vd|snap>/<name>/api/v1/block
+            [ns, short, name, "api", "v1", "block"] => {
+                deckhouse(&app, req.headers(), ns, short, name)
+            }
+            _ => Err(plain(StatusCode::NOT_FOUND, "404 page not found")),
+        },
     };
     match resolved {
         Err(response) => response,
@@ -153,6 +201,7 @@ fn kubevirt(
     ns: &str,
     name: &str,
     rest: &[&str],
+    side: &str,
 ) -> Result<Resolved, Response> {
     let not_found = || plain(StatusCode::NOT_FOUND, "404 page not found");
     let vme = app
@@ -194,19 +243,27 @@ fn kubevirt(
     match rest {
         ["volumes", vol, file @ ("disk.img" | "disk.img.gz")] => {
             let listed = vme
-                .pointer("/status/links/external/volumes")
+                .pointer(&format!("/status/links/{side}/volumes"))
                 .and_then(Value::as_array)
                 .is_some_and(|v| v.iter().any(|v| v["name"] == *vol));
             if !listed {
                 return Err(not_found());
             }
+            // A snapshot's volume is the restore PVC `<export>-<volume>`.
+            let pvc = if vme.pointer("/spec/source/kind").and_then(Value::as_str)
+                == Some("VirtualMachineSnapshot")
+            {
+                format!("{name}-{vol}")
+            } else {
+                vol.to_string()
+            };
             Ok(Resolved::Volume(Volume {
                 ns: ns.to_string(),
-                pvc: vol.to_string(),
+                pvc,
                 gzip: *file == "disk.img.gz",
             }))
         }
-        ["external", "manifests", "all"] => {
+        [s, "manifests", "all"] if *s == side => {
             let vm_name = vme
                 .pointer("/status/virtualMachineName")
                 .and_then(Value::as_str)
@@ -259,6 +316,18 @@ fn deckhouse(
                 && data_export_target(app, de).is_ok_and(|(s, _)| s == short)
         })
         .ok_or_else(not_found)?;
+    deckhouse_volume(app, headers, ns, &de)
+}
+
+/// Authorizes a download from DataExport `de` and resolves its volume.
+#[allow(clippy::result_large_err)] // an error is the response to send
+fn deckhouse_volume(
+    app: &App,
+    headers: &HeaderMap,
+    ns: &str,
+    de: &Value,
+) -> Result<Resolved, Response> {
+    let not_found = || plain(StatusCode::NOT_FOUND, "404 page not found");
     let auth = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
@@ -272,7 +341,7 @@ fn deckhouse(
         resource: "dataexports".into(),
         subresource: "download".into(),
         namespace: ns.into(),
-        name: meta_str(&de, "name").into(),
+        name: meta_str(de, "name").into(),
     };
     if authorize(&user, &attrs).is_err() && !rbac_allows(&app.store, &user, &attrs) {
         return Err(plain(StatusCode::FORBIDDEN, "Forbidden"));
@@ -281,8 +350,8 @@ fn deckhouse(
         .last_access
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(meta_str(&de, "uid").to_string(), Instant::now());
-    let (_, pvc) = data_export_target(app, &de).map_err(|_| not_found())?;
+        .insert(meta_str(de, "uid").to_string(), Instant::now());
+    let (_, pvc) = data_export_target(app, de).map_err(|_| not_found())?;
     Ok(Resolved::Volume(Volume {
         ns: ns.to_string(),
         pvc,
@@ -320,7 +389,10 @@ fn serve_volume(app: &App, method: &Method, headers: &HeaderMap, vol: Volume) ->
     let Some(size) = pvc_size(app, &vol.ns, &vol.pvc) else {
         return plain(StatusCode::NOT_FOUND, "404 page not found");
     };
-    let key = state.key(&vol.ns, &vol.pvc);
+    let key = state.key(
+        &vol.ns,
+        &crate::export_snapshot::content_pvc(app, &vol.ns, &vol.pvc),
+    );
     let etag = format!("\"{key:016x}-{size:x}\"");
     if vol.gzip {
         let body = if method == Method::HEAD {

@@ -313,6 +313,9 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         ("get" | "create", "exec") if def.plural == "pods" && def.group.is_empty() => {
             crate::podexec::serve(app, &mut parts, &user, &ns, &name).await
         }
+        ("get" | "create", "portforward") if def.plural == "pods" && def.group.is_empty() => {
+            crate::pod_portforward::serve(app, &mut parts, &user, &ns, &name).await
+        }
         _ => Err(ApiError::path_not_found()),
     }
 }

@@ -1,0 +1,294 @@
+//! `kubectl vm export` on the paths the first export tests left out: the internal link through
+//! `pods/portforward` when there is no external link (KubeVirt) or no public URL (Deckhouse),
+//! TLS verified against the internal CA, the snapshot sources (`vmsnapshot/`, `vds/`), and the
+//! Deckhouse half of "mismatch fails" and "removes what it created and nothing else".
+//! Expected checksums come from the emulator's generator piped to `sha256sum`.
+
+use kubevm_emulator::export::ExportFaults;
+use serde_json::{Value, json};
+
+use crate::common::{Env, stderr};
+use crate::export::{
+    DATA_EXPORTS, KV_EXPORTS, MIB, deckhouse, export, kubevirt, mode, names, objects,
+    reference_sha256, sha256_of, succeeded,
+};
+
+fn internal_only(env: &Env, wrong_ca: bool) {
+    env.emulator.set_export_faults(ExportFaults {
+        no_external: true,
+        wrong_internal_ca: wrong_ca,
+        ..Default::default()
+    });
+}
+
+/// The pods/portforward upgrades the run made (path, status).
+fn port_forwards(env: &Env) -> Vec<(String, u16)> {
+    env.emulator
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.path.starts_with("/api/v1/namespaces/default/pods/")
+                && r.path.ends_with("/portforward")
+        })
+        .map(|r| (r.path, r.status))
+        .collect()
+}
+
+fn exporter_pods(env: &Env) -> Vec<String> {
+    names(&env.emulator.objects("", "pods", Some("default")))
+        .into_iter()
+        .filter(|n| n.starts_with("virt-export-"))
+        .collect()
+}
+
+/// Waits (bounded) until `cond` holds: garbage collection of owned objects is asynchronous.
+fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// No external link: the run says it uses the internal link through a port-forward to the
+/// exporter pod, fetches the volume through pods/portforward with the internal CA verified
+/// for the service's DNS name, and the result matches the source; the exporter pod goes with
+/// the export.
+#[test]
+fn kubevirt_without_external_link_uses_the_internal_link() {
+    let size = 48 * MIB;
+    let env = kubevirt(size, MIB);
+    internal_only(&env, false);
+    let file = env.dir.path().join("root.img");
+    let want = reference_sha256(&env, "exp-root", size);
+    let err = succeeded(&export(
+        &env,
+        &["pvc/exp-root", "-o", file.to_str().unwrap()],
+    ));
+    let route: Vec<&str> = err.lines().filter(|l| l.contains("reaching")).collect();
+    assert_eq!(route.len(), 1, "{err}");
+    assert!(
+        route[0].contains(
+            "no external link: reaching the export server's internal link through a port-forward to pod virt-export-export-pvc-exp-root-"
+        ),
+        "{err}"
+    );
+    assert_eq!(sha256_of(&file), want);
+    assert!(err.contains(&format!("sha256:{want}")), "{err}");
+    assert_eq!(mode(&file), 0o600);
+    let forwards = port_forwards(&env);
+    assert!(!forwards.is_empty(), "no pods/portforward request");
+    assert!(
+        forwards
+            .iter()
+            .all(|(p, s)| p.contains("/pods/virt-export-export-pvc-exp-root-") && *s == 101),
+        "{forwards:?}"
+    );
+    assert_eq!(env.emulator.export_bytes_served(), size);
+    assert!(objects(&env, KV_EXPORTS).is_empty());
+    eventually("the exporter pod is collected", || {
+        exporter_pods(&env).is_empty()
+    });
+}
+
+/// The internal link's CA did not sign the exporter pod's certificate: the run refuses the
+/// server (exit 1), writes nothing under the final name and keeps the export.
+#[test]
+fn kubevirt_internal_link_with_a_wrong_ca_is_refused() {
+    let env = kubevirt(2 * MIB, MIB);
+    internal_only(&env, true);
+    let file = env.dir.path().join("root.img");
+    let out = export(&env, &["pvc/exp-root", "-o", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("certificate is not trusted"), "{err}");
+    assert!(err.contains("was kept: resume with"), "{err}");
+    assert!(!file.exists());
+    assert_eq!(objects(&env, KV_EXPORTS).len(), 1);
+    // Not retried: a certificate failure is final.
+    assert!(!err.contains("retry"), "{err}");
+}
+
+/// `vmsnapshot/NAME`: an export of kind VirtualMachineSnapshot; each volume is named after the
+/// snapshotted PVC and holds its data; both land in the directory; the restore PVCs the
+/// controller made go with the export and the source PVCs stay.
+#[test]
+fn kubevirt_vmsnapshot_exports_every_volume() {
+    let env = kubevirt(6 * MIB, 3 * MIB);
+    let backup = |vol: &str, pvc: &str, size: u64| {
+        json!({"volumeName": vol, "volumeSnapshotName": format!("vmsnapshot-snap-volume-{vol}"),
+            "persistentVolumeClaim": {"metadata": {"name": pvc},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size.to_string()}}}}})
+    };
+    env.emulator.put_object(json!({"apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineSnapshot",
+        "metadata": {"name": "snap", "namespace": "default"},
+        "spec": {"source": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "exp"}},
+        "status": {"phase": "Succeeded", "readyToUse": true, "virtualMachineSnapshotContentName": "vmsnapshot-content-snap"}}));
+    env.emulator.put_object(json!({"apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineSnapshotContent",
+        "metadata": {"name": "vmsnapshot-content-snap", "namespace": "default"},
+        "spec": {"source": {"virtualMachine": {"metadata": {"name": "exp"}}}, "virtualMachineSnapshotName": "snap",
+            "volumeBackups": [backup("root", "exp-root", 6 * MIB), backup("data", "exp-data", 3 * MIB)]},
+        "status": {"readyToUse": true, "volumeSnapshotStatus": [{"volumeSnapshotName": "vmsnapshot-snap-volume-root", "readyToUse": true},
+            {"volumeSnapshotName": "vmsnapshot-snap-volume-data", "readyToUse": true}]}}));
+    let pvcs_before = names(
+        &env.emulator
+            .objects("", "persistentvolumeclaims", Some("default")),
+    );
+    let dir = env.dir.path().join("snap");
+    let err = succeeded(&export(
+        &env,
+        &["vmsnapshot/snap", "-o", dir.to_str().unwrap()],
+    ));
+    assert!(
+        err.contains("created VirtualMachineExport export-vmsnapshot-snap-"),
+        "{err}"
+    );
+    for (pvc, size) in [("exp-root", 6 * MIB), ("exp-data", 3 * MIB)] {
+        let file = dir.join(format!("{pvc}.img"));
+        assert_eq!(sha256_of(&file), reference_sha256(&env, pvc, size), "{pvc}");
+    }
+    // The export asked for the snapshot (not the VM).
+    let created = env
+        .emulator
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "POST" && r.path.ends_with("/virtualmachineexports"))
+        .unwrap();
+    let body: Value = serde_json::from_str(&created.body).unwrap();
+    assert_eq!(body["spec"]["source"]["kind"], "VirtualMachineSnapshot");
+    assert_eq!(body["spec"]["source"]["apiGroup"], "snapshot.kubevirt.io");
+    assert!(objects(&env, KV_EXPORTS).is_empty());
+    eventually("the restore PVCs are collected", || {
+        names(
+            &env.emulator
+                .objects("", "persistentvolumeclaims", Some("default")),
+        ) == pvcs_before
+    });
+}
+
+/// A VirtualDiskSnapshot on Deckhouse.
+fn put_vds(env: &Env, name: &str, disk: &str) {
+    env.emulator.put_object(json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDiskSnapshot",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"virtualDiskName": disk, "requiredConsistency": true},
+        "status": {"phase": "Ready", "volumeSnapshotName": format!("{name}-vs"), "consistent": true}}));
+}
+
+/// `vds/NAME`: a DataExport of the VirtualDiskSnapshot whose data is the disk's, even while a
+/// pod uses the disk's PVC.
+#[test]
+fn deckhouse_vds_exports_the_snapshot() {
+    let size = 16 * MIB;
+    let env = deckhouse(size);
+    put_vds(&env, "big-snap", "big");
+    // The disk is in use by a running VM's pod: a vd/ export would wait, a snapshot does not.
+    env.emulator
+        .put_object(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "virt-launcher-web-abcde", "namespace": "default"},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "compute", "image": "x"}],
+            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "vd-big-0001"}}]},
+        "status": {"phase": "Running"}}));
+    let file = env.dir.path().join("snap.img");
+    let err = succeeded(&export(
+        &env,
+        &["vds/big-snap", "-o", file.to_str().unwrap()],
+    ));
+    assert!(err.contains("created DataExport de-vds-big-snap-"), "{err}");
+    assert_eq!(
+        sha256_of(&file),
+        reference_sha256(&env, "vd-big-0001", size)
+    );
+    let created = env
+        .emulator
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "POST" && r.path.ends_with("/dataexports"))
+        .unwrap();
+    let body: Value = serde_json::from_str(&created.body).unwrap();
+    assert_eq!(body["spec"]["targetRef"]["kind"], "VirtualDiskSnapshot");
+    assert_eq!(body["spec"]["targetRef"]["name"], "big-snap");
+    assert!(objects(&env, DATA_EXPORTS).is_empty());
+}
+
+/// No public URL: the run reaches the exporter at `status.url` through a port-forward to the
+/// pod with that IP, verified against the DataExport's CA; a CA that did not sign the pod's
+/// certificate is refused.
+#[test]
+fn deckhouse_without_public_url_uses_the_exporter_pod() {
+    let size = 24 * MIB;
+    let env = deckhouse(size);
+    internal_only(&env, false);
+    let file = env.dir.path().join("big.img");
+    let err = succeeded(&export(&env, &["vd/big", "-o", file.to_str().unwrap()]));
+    let route: Vec<&str> = err.lines().filter(|l| l.contains("reaching")).collect();
+    assert_eq!(route.len(), 1, "{err}");
+    assert!(
+        route[0].contains("no public URL: reaching the exporter at https://10.244.")
+            && route[0].contains(":8085 through a port-forward to pod de-vd-big-"),
+        "{err}"
+    );
+    assert_eq!(
+        sha256_of(&file),
+        reference_sha256(&env, "vd-big-0001", size)
+    );
+    let forwards = port_forwards(&env);
+    assert!(
+        !forwards.is_empty() && forwards.iter().all(|(_, s)| *s == 101),
+        "{forwards:?}"
+    );
+    assert!(objects(&env, DATA_EXPORTS).is_empty());
+
+    let env = deckhouse(MIB);
+    internal_only(&env, true);
+    let file = env.dir.path().join("big.img");
+    let out = export(&env, &["vd/big", "-o", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("certificate is not trusted"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!file.exists());
+    assert_eq!(objects(&env, DATA_EXPORTS).len(), 1);
+}
+
+/// Deckhouse: a wrong --checksum exits 1, leaves nothing under the final name and keeps the
+/// DataExport; a successful run removes its own DataExport and leaves someone else's.
+#[test]
+fn deckhouse_checksum_mismatch_and_cleanup() {
+    let env = deckhouse(4 * MIB);
+    env.emulator.put_object(json!({"apiVersion": "storage-foundation.deckhouse.io/v1alpha1", "kind": "DataExport",
+        "metadata": {"name": "someone-elses", "namespace": "default"},
+        "spec": {"ttl": "1h", "targetRef": {"kind": "PersistentVolumeClaim", "name": "vd-big-0001"}}}));
+    let file = env.dir.path().join("disk.img");
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    let out = export(
+        &env,
+        &["vd/big", "-o", file.to_str().unwrap(), "--checksum", &wrong],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("checksum mismatch"), "{err}");
+    assert!(err.contains("--reuse de-vd-big-"), "{err}");
+    assert!(!file.exists());
+    assert!(!env.dir.path().join("disk.img.sha256").exists());
+    assert_eq!(objects(&env, DATA_EXPORTS).len(), 2);
+
+    let right = format!("sha256:{}", reference_sha256(&env, "vd-big-0001", 4 * MIB));
+    let other = env.dir.path().join("other.img");
+    succeeded(&export(
+        &env,
+        &[
+            "vd/big",
+            "-o",
+            other.to_str().unwrap(),
+            "--checksum",
+            &right,
+        ],
+    ));
+    assert!(other.exists());
+    // Its own DataExport is gone; the failed run's (kept for --reuse) and someone else's stay.
+    let left = names(&objects(&env, DATA_EXPORTS));
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(left.contains(&"someone-elses".to_string()), "{left:?}");
+}
