@@ -18,7 +18,7 @@
 
 use crate::app::App;
 use crate::controllers::{NODE, owner_ref};
-use crate::store::Key;
+use crate::store::{Key, Propagation};
 use crate::util::meta_str;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
@@ -173,7 +173,18 @@ pub fn pod_ip(uid: &str) -> String {
     format!("10.244.{}.{}", 1 + (h % 250), 2 + ((h >> 8) % 250))
 }
 
-fn ensure(app: &App, obj: Value) {
+/// Creates `obj` (a Pod or Service owned by `owner`, stored under `owner_key`) unless it exists
+/// or its owner is gone. A reconciler may act on an export read just before it was deleted: the
+/// garbage collector deletes a dependent whose owners are all absent
+/// (k8s.io/kubernetes pkg/controller/garbagecollector/garbagecollector.go `attemptToDeleteItem`),
+/// so an object created after its owner went is removed again at once.
+fn ensure(app: &App, owner_key: &Key, owner: &Value, obj: Value) {
+    let uid = meta_str(owner, "uid");
+    let owner_alive = || {
+        app.store
+            .get(owner_key)
+            .is_some_and(|o| meta_str(&o, "uid") == uid)
+    };
     let key = Key::of(
         "",
         if obj["kind"] == "Pod" {
@@ -183,9 +194,12 @@ fn ensure(app: &App, obj: Value) {
         },
         &obj,
     );
-    if app.store.get(&key).is_none() {
-        let plural = key.plural.clone();
-        let _ = app.store.create("", &plural, obj);
+    if !owner_alive() || app.store.get(&key).is_some() {
+        return;
+    }
+    let plural = key.plural.clone();
+    if app.store.create("", &plural, obj).is_ok() && !owner_alive() {
+        app.store.delete(&key, Propagation::Cascade);
     }
 }
 
@@ -195,8 +209,11 @@ pub fn ensure_kubevirt(app: &App, vme: &Value) {
     let export = meta_str(vme, "name");
     let name = kubevirt_object_name(export);
     let owner = owner_ref(vme);
+    let owner_key = Key::of(crate::export::KV_EXPORT_GROUP, "virtualmachineexports", vme);
     ensure(
         app,
+        &owner_key,
+        vme,
         json!({"apiVersion": "v1", "kind": "Service",
             "metadata": {"name": name, "namespace": ns, "labels": {"kubevirt.io": "virt-exporter"},
                 "ownerReferences": [owner]},
@@ -205,6 +222,8 @@ pub fn ensure_kubevirt(app: &App, vme: &Value) {
     );
     ensure(
         app,
+        &owner_key,
+        vme,
         json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": ns, "labels": {KV_SERVICE_LABEL: export},
                 "ownerReferences": [owner]},
@@ -220,8 +239,11 @@ pub fn ensure_kubevirt(app: &App, vme: &Value) {
 pub fn ensure_deckhouse(app: &App, de: &Value, ip: &str) {
     let ns = meta_str(de, "namespace");
     let name = meta_str(de, "name");
+    let owner_key = Key::of(crate::export::SF_GROUP, "dataexports", de);
     ensure(
         app,
+        &owner_key,
+        de,
         json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": format!("{name}-exporter"), "namespace": ns,
                 "labels": {DE_LABEL: name}, "ownerReferences": [owner_ref(de)]},
@@ -272,5 +294,49 @@ pub fn cert_names(app: &App, target: &PodTarget) -> Vec<String> {
                 .unwrap_or_default();
             vec![ip]
         }
+    }
+}
+
+#[cfg(test)]
+mod gc_tests {
+    use super::*;
+    use crate::ServeFlavor;
+    use crate::registry::Registry;
+    use std::time::Duration;
+
+    /// The race a CI run hit: the reconciler read an export, the client deleted it (its
+    /// dependents went with it), then the reconciler created the exporter pod. The pod must not
+    /// outlive its owner.
+    #[test]
+    fn an_exporter_made_after_its_export_went_is_collected() {
+        let app = App::new(Registry::new(ServeFlavor::KubeVirt), Duration::from_secs(1));
+        let vme = app
+            .store
+            .create(
+                crate::export::KV_EXPORT_GROUP,
+                "virtualmachineexports",
+                json!({"apiVersion": "export.kubevirt.io/v1beta1", "kind": "VirtualMachineExport",
+                    "metadata": {"name": "ex", "namespace": "default"},
+                    "spec": {"source": {"apiGroup": "", "kind": "PersistentVolumeClaim", "name": "disk"}}}),
+            )
+            .unwrap();
+        let key = Key::of(
+            crate::export::KV_EXPORT_GROUP,
+            "virtualmachineexports",
+            &vme,
+        );
+        ensure_kubevirt(&app, &vme);
+        let pod = Key::new("", "pods", "default", "virt-export-ex");
+        assert!(
+            app.store.get(&pod).is_some(),
+            "made while the export exists"
+        );
+        app.store.delete(&key, Propagation::Cascade);
+        assert!(app.store.get(&pod).is_none(), "deleted with its owner");
+        // The stale read acts now.
+        ensure_kubevirt(&app, &vme);
+        assert!(app.store.get(&pod).is_none());
+        let service = Key::new("", "services", "default", "virt-export-ex");
+        assert!(app.store.get(&service).is_none());
     }
 }
