@@ -18,7 +18,7 @@
 
 use crate::app::App;
 use crate::controllers::{NODE, owner_ref};
-use crate::store::{Key, Propagation};
+use crate::store::Key;
 use crate::util::meta_str;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
@@ -174,32 +174,15 @@ pub fn pod_ip(uid: &str) -> String {
 }
 
 /// Creates `obj` (a Pod or Service owned by `owner`, stored under `owner_key`) unless it exists
-/// or its owner is gone. A reconciler may act on an export read just before it was deleted: the
-/// garbage collector deletes a dependent whose owners are all absent
-/// (k8s.io/kubernetes pkg/controller/garbagecollector/garbagecollector.go `attemptToDeleteItem`),
-/// so an object created after its owner went is removed again at once.
+/// or its owner is gone.
 fn ensure(app: &App, owner_key: &Key, owner: &Value, obj: Value) {
-    let uid = meta_str(owner, "uid");
-    let owner_alive = || {
-        app.store
-            .get(owner_key)
-            .is_some_and(|o| meta_str(&o, "uid") == uid)
+    let plural = if obj["kind"] == "Pod" {
+        "pods"
+    } else {
+        "services"
     };
-    let key = Key::of(
-        "",
-        if obj["kind"] == "Pod" {
-            "pods"
-        } else {
-            "services"
-        },
-        &obj,
-    );
-    if !owner_alive() || app.store.get(&key).is_some() {
-        return;
-    }
-    let plural = key.plural.clone();
-    if app.store.create("", &plural, obj).is_ok() && !owner_alive() {
-        app.store.delete(&key, Propagation::Cascade);
+    if app.store.get(&Key::of("", plural, &obj)).is_none() {
+        crate::gc::create_dependent(app, owner_key, owner, "", plural, obj);
     }
 }
 
@@ -302,6 +285,7 @@ mod gc_tests {
     use super::*;
     use crate::ServeFlavor;
     use crate::registry::Registry;
+    use crate::store::Propagation;
     use std::time::Duration;
 
     /// The race a CI run hit: the reconciler read an export, the client deleted it (its

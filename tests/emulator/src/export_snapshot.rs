@@ -100,7 +100,11 @@ pub fn restore_pvcs(
                 .pointer("/persistentVolumeClaim/spec/resources/requests/storage")
                 .cloned()
                 .unwrap_or(json!("0"));
-            let _ = app.store.create(
+            let owner_key = Key::of(crate::export::KV_EXPORT_GROUP, "virtualmachineexports", vme);
+            crate::gc::create_dependent(
+                app,
+                &owner_key,
+                vme,
                 "",
                 "persistentvolumeclaims",
                 json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",

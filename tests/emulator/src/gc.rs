@@ -48,3 +48,34 @@ pub fn delete_foreground(app: &Arc<App>, key: &Key) -> Option<Value> {
     });
     Some(marked)
 }
+
+/// Creates `obj` (in `group`/`plural`) as a dependent of `owner` (stored under `owner_key`),
+/// unless its owner is gone. A reconciler may act on an owner it read just before the owner was
+/// deleted: the garbage collector deletes a dependent whose owners are all absent
+/// (k8s.io/kubernetes pkg/controller/garbagecollector/garbagecollector.go `attemptToDeleteItem`),
+/// so an object created after its owner went is removed again at once. Returns whether the
+/// object exists afterwards.
+pub fn create_dependent(
+    app: &App,
+    owner_key: &Key,
+    owner: &Value,
+    group: &str,
+    plural: &str,
+    obj: Value,
+) -> bool {
+    let uid = meta_str(owner, "uid");
+    let owner_alive = || {
+        app.store
+            .get(owner_key)
+            .is_some_and(|o| meta_str(&o, "uid") == uid)
+    };
+    if !owner_alive() {
+        return false;
+    }
+    let key = Key::of(group, plural, &obj);
+    if app.store.create(group, plural, obj).is_ok() && !owner_alive() {
+        app.store.delete(&key, Propagation::Cascade);
+        return false;
+    }
+    true
+}
