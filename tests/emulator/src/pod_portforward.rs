@@ -21,10 +21,9 @@
 //! `failed to connect to localhost:PORT inside namespace …: connection refused`).
 
 use crate::app::App;
-use crate::auth::{Attributes, User, authorize, rbac_allows};
+use crate::auth::User;
 use crate::export_pods::{PodTarget, target_of};
 use crate::status::ApiError;
-use crate::store::Key;
 use axum::extract::FromRequestParts;
 use axum::extract::ws::{Message, WebSocketUpgrade};
 use axum::response::Response;
@@ -130,24 +129,7 @@ pub async fn serve(
     ns: &str,
     name: &str,
 ) -> Result<Response, ApiError> {
-    // Since Kubernetes 1.35 a WebSocket upgrade also needs `create` on the subresource.
-    let attrs = Attributes {
-        verb: "create".into(),
-        group: String::new(),
-        resource: "pods".into(),
-        subresource: "portforward".into(),
-        namespace: ns.into(),
-        name: name.into(),
-    };
-    if let Err(denied) = authorize(user, &attrs)
-        && !rbac_allows(&app.store, user, &attrs)
-    {
-        return Err(denied);
-    }
-    let pod = app
-        .store
-        .get(&Key::new("", "pods", ns, name))
-        .ok_or_else(|| ApiError::not_found("", "pods", name))?;
+    let pod = crate::podexec::authorized_pod(app, user, ns, name, "portforward")?;
     // SPDY carries the port in each stream's headers; the channel protocol needs the query.
     let query = parts.uri.query().unwrap_or_default().to_string();
     if pod["spec"]["nodeName"]

@@ -32,19 +32,21 @@ use axum::response::Response;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-/// Serves one exec request on pod `ns/name`.
-pub async fn serve(
-    app: &Arc<App>,
-    parts: &mut http::request::Parts,
+/// The pod `ns/name` for a streaming subresource (`exec`, `portforward`), once `user` may
+/// `create` that subresource (kubelet streaming subresources are authorized as `create`; for
+/// WebSocket upgrades too since Kubernetes 1.35).
+pub(crate) fn authorized_pod(
+    app: &App,
     user: &User,
     ns: &str,
     name: &str,
-) -> Result<Response, ApiError> {
+    subresource: &str,
+) -> Result<Value, ApiError> {
     let attrs = Attributes {
         verb: "create".into(),
         group: String::new(),
         resource: "pods".into(),
-        subresource: "exec".into(),
+        subresource: subresource.into(),
         namespace: ns.into(),
         name: name.into(),
     };
@@ -53,10 +55,20 @@ pub async fn serve(
     {
         return Err(denied);
     }
-    let pod = app
-        .store
+    app.store
         .get(&Key::new("", "pods", ns, name))
-        .ok_or_else(|| ApiError::not_found("", "pods", name))?;
+        .ok_or_else(|| ApiError::not_found("", "pods", name))
+}
+
+/// Serves one exec request on pod `ns/name`.
+pub async fn serve(
+    app: &Arc<App>,
+    parts: &mut http::request::Parts,
+    user: &User,
+    ns: &str,
+    name: &str,
+) -> Result<Response, ApiError> {
+    let pod = authorized_pod(app, user, ns, name, "exec")?;
     let query = parts.uri.query().unwrap_or_default().to_owned();
     let params: Vec<(String, String)> = url_pairs(&query);
     let command: Vec<String> = params

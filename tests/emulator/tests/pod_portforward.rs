@@ -54,11 +54,11 @@ fn sha256_file(path: &Path) -> String {
     String::from_utf8(out.stdout).unwrap()[..64].to_string()
 }
 
-/// A KubeVirt emulator with PVC `disk` (`size` bytes) and a ready export `ex` of it that has no
-/// external link.
-fn ready_export(size: u64) -> (BlockingEmulator, tempfile::TempDir, Value) {
+/// An emulator of `flavor` whose exports have no external link, its kubeconfig written in a
+/// temporary directory, and PVC `disk` of `size` bytes.
+fn without_external_links(flavor: ServeFlavor, size: u64) -> (BlockingEmulator, tempfile::TempDir) {
     let emu = Emulator::start_blocking(EmulatorOptions {
-        flavor: ServeFlavor::KubeVirt,
+        flavor,
         import_step: Duration::from_millis(50),
         ..Default::default()
     })
@@ -74,6 +74,13 @@ fn ready_export(size: u64) -> (BlockingEmulator, tempfile::TempDir, Value) {
         "metadata": {"name": "disk", "namespace": "default"},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size.to_string()}}},
         "status": {"phase": "Bound", "capacity": {"storage": size.to_string()}}}));
+    (emu, dir)
+}
+
+/// A KubeVirt emulator with PVC `disk` (`size` bytes) and a ready export `ex` of it that has no
+/// external link.
+fn ready_export(size: u64) -> (BlockingEmulator, tempfile::TempDir, Value) {
+    let (emu, dir) = without_external_links(ServeFlavor::KubeVirt, size);
     emu.put_object(json!({"apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "ex-token", "namespace": "default"},
         "data": {"token": base64::engine::general_purpose::STANDARD.encode(TOKEN)}}));
@@ -381,23 +388,7 @@ fn kube_rs_port_forward_over_v4_channels() {
 #[test]
 fn kubectl_port_forward_reaches_the_deckhouse_exporter() {
     let size = 4 * MIB;
-    let emu = Emulator::start_blocking(EmulatorOptions {
-        flavor: ServeFlavor::Deckhouse,
-        import_step: Duration::from_millis(50),
-        ..Default::default()
-    })
-    .unwrap();
-    emu.set_export_faults(ExportFaults {
-        no_external: true,
-        ..Default::default()
-    });
-    let dir = tempfile::tempdir().unwrap();
-    emu.write_kubeconfig(&dir.path().join("kubeconfig"))
-        .unwrap();
-    emu.put_object(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "disk", "namespace": "default"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size.to_string()}}},
-        "status": {"phase": "Bound", "capacity": {"storage": size.to_string()}}}));
+    let (emu, dir) = without_external_links(ServeFlavor::Deckhouse, size);
     let mut create = Command::new(kubectl_path())
         .arg("--kubeconfig")
         .arg(dir.path().join("kubeconfig"))
