@@ -77,17 +77,12 @@ fn without_external_links(flavor: ServeFlavor, size: u64) -> (BlockingEmulator, 
     (emu, dir)
 }
 
-/// A KubeVirt emulator with PVC `disk` (`size` bytes) and a ready export `ex` of it that has no
-/// external link.
-fn ready_export(size: u64) -> (BlockingEmulator, tempfile::TempDir, Value) {
-    let (emu, dir) = without_external_links(ServeFlavor::KubeVirt, size);
-    emu.put_object(json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "ex-token", "namespace": "default"},
-        "data": {"token": base64::engine::general_purpose::STANDARD.encode(TOKEN)}}));
-    // Created through the API (as a client would), so the controller reconciles it.
+/// `kubectl create -f -` of `object` with the kubeconfig in `dir`, as a client would (so the
+/// emulator's controllers reconcile it).
+fn kubectl_create(dir: &std::path::Path, object: Value) {
     let mut create = Command::new(kubectl_path())
         .arg("--kubeconfig")
-        .arg(dir.path().join("kubeconfig"))
+        .arg(dir.join("kubeconfig"))
         .args(["create", "-f", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -97,16 +92,25 @@ fn ready_export(size: u64) -> (BlockingEmulator, tempfile::TempDir, Value) {
         .stdin
         .take()
         .unwrap()
-        .write_all(
-            json!({"apiVersion": "export.kubevirt.io/v1", "kind": "VirtualMachineExport",
-                "metadata": {"name": "ex", "namespace": "default"},
-                "spec": {"source": {"apiGroup": "", "kind": "PersistentVolumeClaim", "name": "disk"},
-                         "tokenSecretRef": "ex-token"}})
-            .to_string()
-            .as_bytes(),
-        )
+        .write_all(object.to_string().as_bytes())
         .unwrap();
     assert!(create.wait().unwrap().success());
+}
+
+/// A KubeVirt emulator with PVC `disk` (`size` bytes) and a ready export `ex` of it that has no
+/// external link.
+fn ready_export(size: u64) -> (BlockingEmulator, tempfile::TempDir, Value) {
+    let (emu, dir) = without_external_links(ServeFlavor::KubeVirt, size);
+    emu.put_object(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "ex-token", "namespace": "default"},
+        "data": {"token": base64::engine::general_purpose::STANDARD.encode(TOKEN)}}));
+    kubectl_create(
+        dir.path(),
+        json!({"apiVersion": "export.kubevirt.io/v1", "kind": "VirtualMachineExport",
+            "metadata": {"name": "ex", "namespace": "default"},
+            "spec": {"source": {"apiGroup": "", "kind": "PersistentVolumeClaim", "name": "disk"},
+                     "tokenSecretRef": "ex-token"}}),
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let vme = emu
@@ -389,27 +393,12 @@ fn kube_rs_port_forward_over_v4_channels() {
 fn kubectl_port_forward_reaches_the_deckhouse_exporter() {
     let size = 4 * MIB;
     let (emu, dir) = without_external_links(ServeFlavor::Deckhouse, size);
-    let mut create = Command::new(kubectl_path())
-        .arg("--kubeconfig")
-        .arg(dir.path().join("kubeconfig"))
-        .args(["create", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    create
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(
-            json!({"apiVersion": "storage-foundation.deckhouse.io/v1alpha1", "kind": "DataExport",
-                "metadata": {"name": "de", "namespace": "default"},
-                "spec": {"ttl": "1h", "publish": true, "targetRef": {"kind": "PersistentVolumeClaim", "name": "disk"}}})
-            .to_string()
-            .as_bytes(),
-        )
-        .unwrap();
-    assert!(create.wait().unwrap().success());
+    kubectl_create(
+        dir.path(),
+        json!({"apiVersion": "storage-foundation.deckhouse.io/v1alpha1", "kind": "DataExport",
+            "metadata": {"name": "de", "namespace": "default"},
+            "spec": {"ttl": "1h", "publish": true, "targetRef": {"kind": "PersistentVolumeClaim", "name": "disk"}}}),
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     let de = loop {
         let de = emu
