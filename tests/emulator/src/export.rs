@@ -65,6 +65,17 @@ pub struct ExportState {
 }
 
 impl ExportState {
+    /// What a reconcile pass reads of the export server: its URL, its CA and the fault switches.
+    pub fn server(&self) -> (String, String, ExportFaults) {
+        let read = |m: &Mutex<String>| m.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let faults = self
+            .faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        (read(&self.base_url), read(&self.ca_pem), faults)
+    }
+
     /// The content key of volume `ns/pvc` at its current generation.
     pub fn key(&self, ns: &str, pvc: &str) -> u64 {
         let id = format!("{ns}/{pvc}");
@@ -286,32 +297,10 @@ pub fn kubevirt_export(app: &App, vme: &Value, _tick: bool) {
         .pointer("/spec/tokenSecretRef")
         .and_then(Value::as_str)
         .map(String::from);
-    let base = app
-        .exports
-        .base_url
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
-    let ca = app
-        .exports
-        .ca_pem
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
-    let no_external = app
-        .exports
-        .faults
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .no_external;
+    let (base, ca, faults) = app.exports.server();
+    let no_external = faults.no_external;
     // The internal link's cert is the export CA that signed the exporter pod's certificate.
-    let internal_ca = if app
-        .exports
-        .faults
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .wrong_internal_ca
-    {
+    let internal_ca = if faults.wrong_internal_ca {
         ca.clone()
     } else {
         app.exports.internal_ca.pem()
@@ -499,30 +488,9 @@ pub fn data_export(app: &App, de: &Value, tick: bool) {
         }
         Ok(short)
     });
-    let base = app
-        .exports
-        .base_url
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
-    let ca = app
-        .exports
-        .ca_pem
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
-    let no_external = app
-        .exports
-        .faults
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .no_external;
-    let wrong_internal_ca = app
-        .exports
-        .faults
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .wrong_internal_ca;
+    let (base, ca, faults) = app.exports.server();
+    let no_external = faults.no_external;
+    let wrong_internal_ca = faults.wrong_internal_ca;
     let ip = crate::export_pods::pod_ip(&uid);
     if target.is_ok() {
         crate::export_pods::ensure_deckhouse(app, de, &ip);
