@@ -83,6 +83,58 @@ pub(crate) fn sha256_of(path: &Path) -> String {
     String::from_utf8(out.stdout).unwrap()[..64].to_string()
 }
 
+/// Bytes of `path` in the page cache, by util-linux's `fincore`.
+fn cached_bytes(path: &Path) -> u64 {
+    let out = Command::new("fincore")
+        .args(["--bytes", "--noheadings", "--output", "RES"])
+        .arg(path)
+        .output()
+        .expect("fincore (util-linux) is installed");
+    assert!(out.status.success(), "{}", stderr(&out));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Whether the file system under `dir` takes `O_DIRECT` writes (probed with `dd oflag=direct`).
+fn direct_io_works(dir: &Path) -> bool {
+    let probe = dir.join("direct-probe");
+    let ok = Command::new("dd")
+        .args([
+            "if=/dev/zero",
+            "bs=4096",
+            "count=1",
+            "oflag=direct",
+            "status=none",
+        ])
+        .arg(format!("of={}", probe.display()))
+        .status()
+        .is_ok_and(|s| s.success());
+    let _ = std::fs::remove_file(probe);
+    ok
+}
+
+/// A downloaded image is written around the page cache where the file system allows it: at
+/// most a few pages of it stay cached (the unaligned tail), not the whole volume.
+#[track_caller]
+fn assert_page_cache_spared(path: &Path) {
+    if !direct_io_works(path.parent().unwrap()) {
+        eprintln!(
+            "O_DIRECT not supported under {}: page-cache check skipped",
+            path.display()
+        );
+        return;
+    }
+    let cached = cached_bytes(path);
+    assert!(
+        cached < MIB,
+        "{cached} bytes of {} are in the page cache",
+        path.display()
+    );
+}
+
 pub(crate) fn objects(env: &Env, (group, plural): (&str, &str)) -> Vec<Value> {
     env.emulator.objects(group, plural, Some("default"))
 }
@@ -118,7 +170,8 @@ pub(crate) fn mode(path: &Path) -> u32 {
 
 /// A 1 GiB volume on each platform: the file's sha256 (by sha256sum) equals the source's,
 /// the printed digest and FILE.sha256 agree and `sha256sum -c` accepts it, the file is 0600,
-/// and what the run created is gone while everything else stays.
+/// it did not go through the page cache, and what the run created is gone while everything
+/// else stays.
 #[test]
 fn one_gib_volume_matches_the_source_on_both_platforms() {
     // KubeVirt, pvc/ target; an unrelated export and Secret must survive.
@@ -138,6 +191,7 @@ fn one_gib_volume_matches_the_source_on_both_platforms() {
         &["pvc/exp-root", "-o", file.to_str().unwrap()],
     ));
     eprintln!("kubevirt 1 GiB: {:.1}s", start.elapsed().as_secs_f64());
+    assert_page_cache_spared(&file);
     assert_eq!(sha256_of(&file), want);
     assert!(err.contains(&format!("sha256:{want}")), "{err}");
     assert!(err.contains("external link"), "{err}");
@@ -166,6 +220,7 @@ fn one_gib_volume_matches_the_source_on_both_platforms() {
     let start = Instant::now();
     let err = succeeded(&export(&env, &["big", "-o", file.to_str().unwrap()]));
     eprintln!("deckhouse 1 GiB: {:.1}s", start.elapsed().as_secs_f64());
+    assert_page_cache_spared(&file);
     assert_eq!(sha256_of(&file), want);
     assert!(err.contains(&format!("sha256:{want}")), "{err}");
     assert!(err.contains("created DataExport de-vd-big-"), "{err}");

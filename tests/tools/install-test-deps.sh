@@ -2,7 +2,8 @@
 # Installs what the test suite needs beyond the Rust toolchain, idempotently:
 #   - Debian packages: cloud-init (its schema checker validates generated user data),
 #     openssh-client (ssh-keygen checks certificates; ssh/scp for the ssh-config tests),
-#     openssh-server (a real sshd: the client's tests and the emulator's guests);
+#     openssh-server (a real sshd: the client's tests and the emulator's guests),
+#     util-linux-extra (fincore: the export test checks what stays in the page cache);
 #   - kubectl v1.36 into <repo>/.tools/bin (Debian's kubectl is too old for plugin completion).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -12,6 +13,7 @@ command -v cloud-init >/dev/null 2>&1 || need+=(cloud-init)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v python3 >/dev/null 2>&1 || need+=(python3 python3-pip)
+command -v fincore >/dev/null 2>&1 || need+=(util-linux-extra)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -2,33 +2,34 @@
 //! (bounded, with backoff) and across runs through `FILE.partial` (validated with If-Range on
 //! the ETag or Last-Modified, and the size); the checksum is computed while streaming (over
 //! the kept part first on resume). The file takes its final name only when complete and
-//! verified. Memory stays bounded: the network side coalesces into 512 KiB buffers handed to a
-//! writer thread through a channel of four; the writer writes each buffer while a hashing
-//! thread hashes the same (shared) buffer, so hashing and writing overlap (measured with
-//! `perf`: one thread doing both was the bottleneck, the page-cache copy and sha256 each
-//! taking about as long as the network side).
+//! verified. Memory stays bounded: each received chunk is written at once by the task that
+//! received it and handed (shared, not copied) to a hashing thread through a queue of four
+//! 512 KiB batches, so receiving, writing and hashing overlap.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::{HeaderName, Method, StatusCode, header};
 use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
 
 use super::checksum::{Algo, Hasher};
+use super::file::DownloadFile;
 use super::http::{HttpClient, HttpError};
 use super::{Event, ExportOptions};
 use crate::error::{Error, Result};
 
-/// Size of the buffers handed to the writer (large sequential writes).
-const WRITE_CHUNK: usize = 512 << 10;
-/// Buffers in flight between network and disk.
-const QUEUE: usize = 4;
-/// Buffers in flight between the writer and the hashing thread.
-const HASH_QUEUE: usize = 2;
+/// Bytes of received chunks handed to the hashing thread at once.
+const HASH_BATCH: usize = 512 << 10;
+/// Batches in flight between the network side and the hashing thread.
+const HASH_QUEUE: usize = 4;
+/// Buffer in front of stdout (a pipe takes large writes best).
+const STDOUT_BUFFER: usize = 512 << 10;
+/// Read size when hashing the kept part of a partial download.
+const READ_CHUNK: usize = 512 << 10;
 /// A body that sends nothing for this long is broken.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Progress events at most this often.
@@ -96,8 +97,8 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Opens a file for appending with mode 0600 (also when it already existed), emptied unless
-/// `keep`. Appending keeps writes sequential after a restart that empties it.
+/// Opens a file for writing with mode 0600 (also when it already existed), emptied unless
+/// `keep`.
 pub fn create_private(path: &Path, keep: bool) -> std::io::Result<File> {
     let file = open_private(path)?;
     if !keep {
@@ -108,7 +109,7 @@ pub fn create_private(path: &Path, keep: bool) -> std::io::Result<File> {
 
 fn open_private(path: &Path) -> std::io::Result<File> {
     let mut options = OpenOptions::new();
-    options.append(true).create(true);
+    options.write(true).create(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -121,10 +122,15 @@ fn open_private(path: &Path) -> std::io::Result<File> {
     options.open(path)
 }
 
-enum Msg {
-    Data(Bytes),
-    /// Start over: empty the file, reset the hash.
-    Restart,
+/// Runs a blocking call (a file write) from async code: on a multi-threaded runtime through
+/// `block_in_place` so other tasks move to another worker; on a current-thread runtime
+/// directly, as the whole runtime serves this transfer.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }
 
 /// The output side: a file or stdout, optionally behind a gzip decoder; when it hashes what it
@@ -150,15 +156,19 @@ impl Write for Sink {
 }
 
 enum HashMsg {
-    Data(Bytes),
+    Data(Vec<Bytes>),
     Reset(Hasher),
 }
 
-/// Hashes buffers on its own thread while the writer writes the same buffers (shared, not
-/// copied): hashing and the page-cache copy of `write` then overlap instead of adding up.
+/// Hashes buffers on its own thread while the network side writes the same buffers (shared,
+/// not copied): hashing then overlaps receiving and writing instead of adding to them.
 struct HashThread {
     tx: std::sync::mpsc::SyncSender<HashMsg>,
     handle: std::thread::JoinHandle<Hasher>,
+    /// Received chunks not yet handed over, sent in batches of `HASH_BATCH` bytes so the
+    /// thread wakes up once per batch, not once per chunk.
+    batch: Vec<Bytes>,
+    batched: usize,
 }
 
 impl HashThread {
@@ -167,22 +177,56 @@ impl HashThread {
         let handle = std::thread::spawn(move || {
             for msg in rx {
                 match msg {
-                    HashMsg::Data(b) => hasher.update(&b),
+                    HashMsg::Data(chunks) => chunks.iter().for_each(|c| hasher.update(c)),
                     HashMsg::Reset(h) => hasher = h,
                 }
             }
             hasher
         });
-        HashThread { tx, handle }
+        HashThread {
+            tx,
+            handle,
+            batch: Vec::new(),
+            batched: 0,
+        }
     }
 
     fn send(&self, msg: HashMsg) -> std::io::Result<()> {
-        self.tx
-            .send(msg)
-            .map_err(|_| std::io::Error::other("the hashing thread stopped"))
+        // Blocks only when the hashing thread is `HASH_QUEUE` batches behind: back-pressure
+        // that keeps memory bounded.
+        if blocking(|| self.tx.send(msg).is_ok()) {
+            Ok(())
+        } else {
+            Err(std::io::Error::other("the hashing thread stopped"))
+        }
     }
 
-    fn finish(self) -> std::io::Result<Hasher> {
+    fn push(&mut self, data: Bytes) -> std::io::Result<()> {
+        self.batched += data.len();
+        self.batch.push(data);
+        if self.batched >= HASH_BATCH {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        self.batched = 0;
+        let batch = std::mem::take(&mut self.batch);
+        self.send(HashMsg::Data(batch))
+    }
+
+    fn reset(&mut self, hasher: Hasher) -> std::io::Result<()> {
+        self.batch.clear();
+        self.batched = 0;
+        self.send(HashMsg::Reset(hasher))
+    }
+
+    fn finish(mut self) -> std::io::Result<Hasher> {
+        self.flush()?;
         drop(self.tx);
         self.handle
             .join()
@@ -190,92 +234,131 @@ impl HashThread {
     }
 }
 
-/// The writer thread: writes buffers as they come, hashing them on a second thread (or inline
-/// after decompression).
-fn writer(
-    mut rx: tokio::sync::mpsc::Receiver<Msg>,
-    file: Option<File>,
+/// Where received bytes go. Each chunk is written by the task that received it, right away,
+/// while it is still in that CPU's cache (into [`DownloadFile`]'s staging buffer, or stdout's):
+/// `perf` showed a separate writer thread spending most of its time copying buffers another
+/// core had just filled. Hashing stays on its own thread, fed the same chunks.
+struct Output {
+    /// The partial file; `None` is stdout.
+    path: Option<PathBuf>,
     algo: Algo,
-    hasher: Hasher,
-    decompress: bool,
-) -> std::io::Result<(String, u64)> {
-    let open = |file: &Option<File>| -> std::io::Result<Box<dyn Write + Send>> {
-        Ok(match file {
-            Some(f) => Box::new(f.try_clone()?),
-            None => Box::new(std::io::BufWriter::with_capacity(
-                WRITE_CHUNK,
-                std::io::stdout(),
-            )),
-        })
-    };
-    let new_sink = |hasher: Option<Hasher>, written: u64| -> std::io::Result<Sink> {
-        Ok(Sink {
-            out: open(&file)?,
-            hasher,
-            written,
-        })
-    };
-    #[allow(clippy::large_enum_variant)]
-    enum Out {
-        Plain(Sink, HashThread),
-        Gunzip(Box<flate2::write::GzDecoder<Sink>>),
-    }
-    let written = file
-        .as_ref()
-        .map(|f| f.metadata().map(|m| m.len()))
-        .transpose()?
-        .unwrap_or(0);
-    let start = |hasher: Hasher, written: u64| -> std::io::Result<Out> {
-        Ok(if decompress {
-            Out::Gunzip(Box::new(flate2::write::GzDecoder::new(new_sink(
+    kind: OutputKind,
+}
+
+#[allow(clippy::large_enum_variant)]
+enum OutputKind {
+    Plain(Sink, HashThread),
+    Gunzip(Box<flate2::write::GzDecoder<Sink>>),
+}
+
+impl Output {
+    /// Continues `path` after its first `written` bytes (which `hasher` has seen), or writes
+    /// to stdout.
+    fn new(
+        path: Option<PathBuf>,
+        written: u64,
+        algo: Algo,
+        hasher: Hasher,
+        decompress: bool,
+    ) -> std::io::Result<Output> {
+        let kind = if decompress {
+            OutputKind::Gunzip(Box::new(flate2::write::GzDecoder::new(Self::sink(
+                path.as_deref(),
                 Some(hasher),
                 written,
             )?)))
         } else {
-            Out::Plain(new_sink(None, written)?, HashThread::start(hasher))
+            OutputKind::Plain(
+                Self::sink(path.as_deref(), None, written)?,
+                HashThread::start(hasher),
+            )
+        };
+        Ok(Output { path, algo, kind })
+    }
+
+    fn sink(path: Option<&Path>, hasher: Option<Hasher>, written: u64) -> std::io::Result<Sink> {
+        let out: Box<dyn Write + Send> = match path {
+            Some(p) => Box::new(DownloadFile::open(p, written)?),
+            None => Box::new(std::io::BufWriter::with_capacity(
+                STDOUT_BUFFER,
+                std::io::stdout(),
+            )),
+        };
+        Ok(Sink {
+            out,
+            hasher,
+            written,
         })
-    };
-    let mut out = start(hasher, written)?;
-    while let Some(msg) = rx.blocking_recv() {
-        match msg {
-            Msg::Data(bytes) => match &mut out {
-                Out::Plain(s, h) => {
-                    h.send(HashMsg::Data(bytes.clone()))?;
-                    s.write_all(&bytes)?;
-                }
-                Out::Gunzip(d) => d.write_all(&bytes)?,
-            },
-            Msg::Restart => {
-                if let Some(f) = &file {
-                    f.set_len(0)?;
-                }
-                match &mut out {
-                    Out::Plain(s, h) => {
-                        h.send(HashMsg::Reset(algo.hasher()))?;
-                        *s = new_sink(None, 0)?;
-                    }
-                    Out::Gunzip(_) => out = start(algo.hasher(), 0)?,
-                }
+    }
+
+    fn write(&mut self, data: Bytes) -> std::io::Result<()> {
+        match &mut self.kind {
+            OutputKind::Plain(sink, hash) => {
+                blocking(|| sink.write_all(&data))?;
+                hash.push(data)
             }
+            OutputKind::Gunzip(decoder) => blocking(|| decoder.write_all(&data)),
         }
     }
-    let (mut sink, hasher) = match out {
-        Out::Plain(s, h) => (s, h.finish()?),
-        Out::Gunzip(d) => {
-            let mut s = d.finish()?;
-            let h = s.hasher.take().unwrap_or_else(|| algo.hasher());
-            (s, h)
+
+    /// Starts over: empties the file and resets the hash.
+    fn restart(&mut self) -> std::io::Result<()> {
+        // Fresh sinks (and decoder) first: the old ones hold data of the abandoned stream,
+        // and dropping a file sink waits for its queued writes, which must not land after
+        // the file is emptied.
+        match &mut self.kind {
+            OutputKind::Plain(sink, hash) => {
+                hash.reset(self.algo.hasher())?;
+                *sink = Sink {
+                    out: Box::new(std::io::sink()),
+                    hasher: None,
+                    written: 0,
+                };
+            }
+            OutputKind::Gunzip(decoder) => {
+                **decoder = flate2::write::GzDecoder::new(Sink {
+                    out: Box::new(std::io::sink()),
+                    hasher: None,
+                    written: 0,
+                });
+            }
         }
-    };
-    sink.flush()?;
-    Ok((hasher.finish_hex(), sink.written))
+        if let Some(p) = &self.path {
+            File::options().write(true).open(p)?.set_len(0)?;
+        }
+        match &mut self.kind {
+            OutputKind::Plain(sink, _) => *sink = Self::sink(self.path.as_deref(), None, 0)?,
+            OutputKind::Gunzip(decoder) => {
+                **decoder = flate2::write::GzDecoder::new(Self::sink(
+                    self.path.as_deref(),
+                    Some(self.algo.hasher()),
+                    0,
+                )?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes everything; returns the digest (hex) and the bytes in the output.
+    fn finish(self) -> std::io::Result<(String, u64)> {
+        let (mut sink, hasher) = match self.kind {
+            OutputKind::Plain(sink, hash) => (sink, hash.finish()?),
+            OutputKind::Gunzip(decoder) => {
+                let mut sink = blocking(|| decoder.finish())?;
+                let hasher = sink.hasher.take().unwrap_or_else(|| self.algo.hasher());
+                (sink, hasher)
+            }
+        };
+        blocking(|| sink.flush())?;
+        Ok((hasher.finish_hex(), sink.written))
+    }
 }
 
 /// Hashes the first `len` bytes of a file with a bounded buffer.
 fn hash_prefix(path: &Path, len: u64, algo: Algo) -> std::io::Result<Hasher> {
     let mut hasher = algo.hasher();
     let mut file = File::open(path)?.take(len);
-    let mut buf = vec![0u8; WRITE_CHUNK];
+    let mut buf = vec![0u8; READ_CHUNK];
     loop {
         let n = file.read(&mut buf)?;
         if n == 0 {
@@ -389,10 +472,10 @@ pub async fn download(
             (false, None) => {}
         }
     }
-    let file = match &partial {
-        Some(p) => Some(create_private(p, offset > 0).map_err(|e| io_err("create", p, e))?),
-        None => None,
-    };
+    if let Some(p) = &partial {
+        // Emptied unless resuming; the kept part ends at `offset`.
+        create_private(p, offset > 0).map_err(|e| io_err("create", p, e))?;
+    }
     on_event(Event::VolumeStarted {
         volume: job.volume.clone(),
         path: job.path.clone(),
@@ -400,31 +483,30 @@ pub async fn download(
         offset,
     });
 
-    let (tx, rx) = tokio::sync::mpsc::channel::<Msg>(QUEUE);
-    let decompress = job.decompress;
-    let writer_file = file;
-    let writer_task = std::thread::spawn(move || writer(rx, writer_file, algo, hasher, decompress));
-
+    let write_error = |e: std::io::Error| match &partial {
+        Some(p) => io_err("write", p, e),
+        None => Error::Transfer(format!("cannot write to stdout: {e}")),
+    };
+    let mut output =
+        Output::new(partial.clone(), offset, algo, hasher, job.decompress).map_err(write_error)?;
     let result = transfer(
         client,
         job,
         options,
-        &tx,
+        &mut output,
         &mut offset,
         &mut meta,
         meta_path.as_deref(),
         on_event,
     )
     .await;
-    drop(tx);
-    let written = writer_task
-        .join()
-        .map_err(|_| Error::Internal("the writer thread panicked".into()))?;
-    let fetched = result?;
-    let (hex, bytes) = written.map_err(|e| match &partial {
-        Some(p) => io_err("write", p, e),
-        None => Error::Transfer(format!("cannot write to stdout: {e}")),
+    // Everything received so far is written even when the transfer failed: it is kept.
+    let finished = output.finish();
+    let fetched = result.map_err(|e| match e {
+        TransferError::Write(e) => write_error(e),
+        TransferError::Other(e) => e,
     })?;
+    let (hex, bytes) = finished.map_err(write_error)?;
 
     if let Some(expected) = &options.expected
         && expected.hex != hex
@@ -476,17 +558,16 @@ async fn transfer(
     client: &HttpClient,
     job: &Job,
     options: &ExportOptions,
-    tx: &tokio::sync::mpsc::Sender<Msg>,
+    output: &mut Output,
     offset: &mut u64,
     meta: &mut Option<PartialMeta>,
     meta_path: Option<&Path>,
     on_event: &mut (dyn FnMut(Event) + Send),
-) -> Result<u64> {
+) -> std::result::Result<u64, TransferError> {
     let ranged = !job.gzip;
     let format = if job.gzip { "gzip" } else { "raw" }.to_string();
     let mut fetched = 0u64;
     let mut failures = 0u32;
-    let closed = || Error::Transfer("the writer stopped (disk full or output closed?)".into());
     loop {
         let mut headers: Vec<(HeaderName, String)> = vec![];
         if ranged && *offset > 0 {
@@ -548,7 +629,8 @@ async fn transfer(
                         if options.output == super::Output::Stdout {
                             return Err(Error::Transfer(
                                 "the source changed during the transfer and stdout cannot start over".into(),
-                            ));
+                            )
+                            .into());
                         }
                         on_event(Event::Notice {
                             message: if job.gzip {
@@ -559,7 +641,7 @@ async fn transfer(
                                     .into()
                             },
                         });
-                        tx.send(Msg::Restart).await.map_err(|_| closed())?;
+                        output.restart().map_err(TransferError::Write)?;
                         *offset = 0;
                     }
                     *meta = None;
@@ -587,7 +669,7 @@ async fn transfer(
                     });
                 }
                 let before = *offset;
-                let r = stream_body(response, job, tx, offset, total, on_event).await;
+                let r = stream_body(response, job, output, offset, total, on_event).await;
                 let progressed = *offset > before;
                 fetched += *offset - before;
                 if progressed {
@@ -599,7 +681,7 @@ async fn transfer(
                         "the body ended at byte {offset} of {}",
                         total.unwrap_or(0)
                     ))),
-                    Err(StreamError::Closed) => return Err(closed()),
+                    Err(StreamError::Write(e)) => return Err(TransferError::Write(e)),
                     Err(StreamError::Http(e)) => Err(e),
                 }
             }
@@ -615,7 +697,8 @@ async fn transfer(
             return Err(Error::Transfer(format!(
                 "downloading volume {}: {error}{tries}",
                 job.volume
-            )));
+            ))
+            .into());
         }
         if job.gzip && *offset > 0 {
             // Start the stream over; the restart is announced on the next response.
@@ -635,22 +718,34 @@ async fn transfer(
     }
 }
 
-enum StreamError {
-    Http(HttpError),
-    Closed,
+/// Why the request loop stopped.
+enum TransferError {
+    /// Writing the output failed.
+    Write(std::io::Error),
+    Other(Error),
 }
 
-/// Reads the body into 1 MiB buffers for the writer, counting `offset` and reporting progress.
+impl From<Error> for TransferError {
+    fn from(e: Error) -> Self {
+        TransferError::Other(e)
+    }
+}
+
+enum StreamError {
+    Http(HttpError),
+    Write(std::io::Error),
+}
+
+/// Writes the body's chunks as they arrive, counting `offset` and reporting progress.
 async fn stream_body(
     response: http::Response<hyper::body::Incoming>,
     job: &Job,
-    tx: &tokio::sync::mpsc::Sender<Msg>,
+    output: &mut Output,
     offset: &mut u64,
     total: Option<u64>,
     on_event: &mut (dyn FnMut(Event) + Send),
 ) -> std::result::Result<(), StreamError> {
     let mut body = response.into_body();
-    let mut buf = BytesMut::with_capacity(WRITE_CHUNK);
     let mut last = Instant::now();
     // One idle timer re-armed at most once a second, not a timer per frame.
     let idle = tokio::time::sleep(IDLE_TIMEOUT);
@@ -675,43 +770,20 @@ async fn stream_body(
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        if data.is_empty() {
-            continue;
+        let n = data.len() as u64;
+        if let Err(e) = output.write(data) {
+            break Err(StreamError::Write(e));
         }
-        if buf.is_empty() && data.len() >= WRITE_CHUNK {
-            let n = data.len() as u64;
-            if tx.send(Msg::Data(data)).await.is_err() {
-                break Err(StreamError::Closed);
-            }
-            *offset += n;
-        } else {
-            buf.extend_from_slice(&data);
-            if buf.len() >= WRITE_CHUNK {
-                let n = buf.len() as u64;
-                if tx.send(Msg::Data(buf.split().freeze())).await.is_err() {
-                    break Err(StreamError::Closed);
-                }
-                *offset += n;
-                buf.reserve(WRITE_CHUNK);
-            }
-        }
+        *offset += n;
         if last.elapsed() >= PROGRESS_EVERY {
             last = Instant::now();
             on_event(Event::Progress {
                 volume: job.volume.clone(),
-                done: *offset + buf.len() as u64,
+                done: *offset,
                 total,
             });
         }
     };
-    // What arrived before an error is good data: keep it.
-    if !buf.is_empty() {
-        let n = buf.len() as u64;
-        if tx.send(Msg::Data(buf.freeze())).await.is_err() {
-            return Err(StreamError::Closed);
-        }
-        *offset += n;
-    }
     on_event(Event::Progress {
         volume: job.volume.clone(),
         done: *offset,

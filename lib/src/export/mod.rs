@@ -10,6 +10,7 @@
 pub mod checksum;
 pub mod deckhouse;
 pub mod download;
+pub mod file;
 pub mod http;
 pub mod kubevirt;
 pub mod object;
