@@ -84,7 +84,7 @@ pub struct Event {
     pub rv: u64,
 }
 
-/// Why a store operation failed; `handlers.rs` turns these into `Status` errors.
+/// Why a store operation failed; `handlers/` turns these into `Status` errors.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreError {
     /// No such object.
