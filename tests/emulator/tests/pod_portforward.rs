@@ -3,12 +3,15 @@
 //! curl through the forwarded port, and kube-rs (`v4.channel.k8s.io`, what kubectl-vm uses).
 //! Expected bytes come from the emulator's content generator piped to `sha256sum`.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
+use common::kubectl::kubectl_path;
 use kubevm_emulator::export::{ExportFaults, fill};
 use kubevm_emulator::{BlockingEmulator, Emulator, EmulatorOptions, ServeFlavor};
 use rustls::pki_types::pem::PemObject;
@@ -16,18 +19,6 @@ use serde_json::{Value, json};
 
 const MIB: u64 = 1 << 20;
 const TOKEN: &str = "s3cr3t-export-token";
-
-fn kubectl_path() -> PathBuf {
-    if let Some(k) = std::env::var_os("KUBECTL") {
-        return PathBuf::from(k);
-    }
-    let local = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.tools/bin/kubectl");
-    assert!(
-        local.is_file(),
-        "kubectl not found: run tests/tools/get-kubectl.sh or set KUBECTL"
-    );
-    local
-}
 
 fn sha256_of_generated(emu: &BlockingEmulator, pvc: &str, size: u64) -> String {
     let key = emu.export_content_key("default", pvc);
