@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use kubevm_emulator::FailureRule;
 use serde_json::Value;
 
-use crate::common::{BIN, Env, ok, on_tty, stderr};
+use crate::common::{BIN, Env, etcd_timeout, find_object, ok, on_tty, stderr};
 
 const IMAGE: &str = "quay.io/containerdisks/ubuntu:24.04";
 const SHA256: &str = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
@@ -166,12 +166,7 @@ fn kubevirt_create_and_wait() {
     );
     assert!(names(&env, "kubevirt.io", "virtualmachines", "dev").contains(&"app".to_owned()));
     assert!(names(&env, "cdi.kubevirt.io", "datavolumes", "dev").contains(&"app-root".to_owned()));
-    let vm = env
-        .emulator
-        .objects("kubevirt.io", "virtualmachines", Some("dev"))
-        .into_iter()
-        .find(|v| v["metadata"]["name"] == "app")
-        .unwrap();
+    let vm = find_object(&env, "kubevirt.io", "virtualmachines", Some("dev"), "app").unwrap();
     assert_eq!(vm["spec"]["template"]["spec"]["domain"]["cpu"]["cores"], 2);
     assert_eq!(
         vm["spec"]["template"]["spec"]["domain"]["memory"]["guest"],
@@ -219,22 +214,26 @@ fn deckhouse_create_and_wait() {
         "{}",
         stderr(&output)
     );
-    let disk = env
-        .emulator
-        .objects("virtualization.deckhouse.io", "virtualdisks", Some(&ns))
-        .into_iter()
-        .find(|d| d["metadata"]["name"] == "app-root")
-        .unwrap();
+    let disk = find_object(
+        &env,
+        "virtualization.deckhouse.io",
+        "virtualdisks",
+        Some(&ns),
+        "app-root",
+    )
+    .unwrap();
     assert_eq!(
         disk["spec"]["dataSource"]["http"]["checksum"]["sha256"],
         SHA256.trim_start_matches("sha256:")
     );
-    let vm = env
-        .emulator
-        .objects("virtualization.deckhouse.io", "virtualmachines", Some(&ns))
-        .into_iter()
-        .find(|v| v["metadata"]["name"] == "app")
-        .unwrap();
+    let vm = find_object(
+        &env,
+        "virtualization.deckhouse.io",
+        "virtualmachines",
+        Some(&ns),
+        "app",
+    )
+    .unwrap();
     let user_data = vm["spec"]["provisioning"]["userData"]
         .as_str()
         .unwrap_or_default();
@@ -247,15 +246,8 @@ fn deckhouse_create_and_wait() {
 #[test]
 fn failure_after_the_first_object_leaves_nothing_behind() {
     let env = Env::kubevirt();
-    env.emulator.inject_failure(FailureRule {
-        verb: "create".into(),
-        plural: "virtualmachines".into(),
-        // A POST names no object in its path.
-        name: None,
-        code: 500,
-        message: "etcdserver: request timed out".into(),
-        times: None,
-    });
+    env.emulator
+        .inject_failure(etcd_timeout("create", "virtualmachines"));
     let output = env.vm(&[
         "create",
         "app",
@@ -374,12 +366,7 @@ fn checksums_the_cluster_cannot_verify_are_refused() {
         "{}",
         stderr(&output)
     );
-    let vm = env
-        .emulator
-        .objects("kubevirt.io", "virtualmachines", Some("dev"))
-        .into_iter()
-        .find(|v| v["metadata"]["name"] == "app")
-        .unwrap();
+    let vm = find_object(&env, "kubevirt.io", "virtualmachines", Some("dev"), "app").unwrap();
     assert!(
         !vm.to_string().contains("checksum"),
         "no checksum is sent that nobody checks"
@@ -432,6 +419,18 @@ fn require_ca_fails_without_a_ca() {
     );
 }
 
+/// A create that asks for what its flags leave out (on a terminal), writing nothing.
+const INTERACTIVE_DEMO: [&str; 8] = [
+    "create",
+    "demo",
+    "-n",
+    "dev",
+    "--dry-run=client",
+    "--flavor",
+    "kubevirt",
+    "--no-platform-ssh",
+];
+
 #[test]
 fn interactive_create_through_a_terminal() {
     let env = Env::kubevirt();
@@ -439,21 +438,7 @@ fn interactive_create_through_a_terminal() {
     std::fs::create_dir(&ssh).unwrap();
     let (user, _) = keys(&env);
     std::fs::copy(&user, ssh.join("id_ed25519.pub")).unwrap();
-    let mut session = on_tty(
-        &env,
-        &[
-            "create",
-            "demo",
-            "-n",
-            "dev",
-            "--dry-run=client",
-            "--flavor",
-            "kubevirt",
-            "-o",
-            "name",
-            "--no-platform-ssh",
-        ],
-    );
+    let mut session = on_tty(&env, &[&INTERACTIVE_DEMO[..], &["-o", "name"]].concat());
     session.exp_string("Boot image").unwrap();
     session.send_line("").unwrap();
     session.exp_string("Boot disk size").unwrap();
@@ -477,12 +462,14 @@ fn interactive_create_through_a_terminal() {
 fn with_a_cluster_ca_the_guest_gets_a_signed_host_key_in_a_secret() {
     let env = Env::kubevirt();
     ok(env.vm(&["ca", "init"]));
-    let ca_public = env
-        .emulator
-        .objects("", "configmaps", Some("kubevm-system"))
-        .into_iter()
-        .find(|c| c["metadata"]["name"] == "kubevm-ssh-ca")
-        .unwrap()["data"]["ca.pub"]
+    let ca_public = find_object(
+        &env,
+        "",
+        "configmaps",
+        Some("kubevm-system"),
+        "kubevm-ssh-ca",
+    )
+    .unwrap()["data"]["ca.pub"]
         .as_str()
         .unwrap()
         .trim()
@@ -500,12 +487,7 @@ fn with_a_cluster_ca_the_guest_gets_a_signed_host_key_in_a_secret() {
         text,
         "virtualmachine.kubevirt.io/app created\nsecret/app-cloudinit created\n"
     );
-    let secret = env
-        .emulator
-        .objects("", "secrets", Some("dev"))
-        .into_iter()
-        .find(|s| s["metadata"]["name"] == "app-cloudinit")
-        .unwrap();
+    let secret = find_object(&env, "", "secrets", Some("dev"), "app-cloudinit").unwrap();
     assert_eq!(
         secret["metadata"]["ownerReferences"][0]["kind"],
         "VirtualMachine"
@@ -537,12 +519,7 @@ fn with_a_cluster_ca_the_guest_gets_a_signed_host_key_in_a_secret() {
         data.contains("ssh-ed25519-cert-v01@openssh.com"),
         "host certificate delivered"
     );
-    let vm = env
-        .emulator
-        .objects("kubevirt.io", "virtualmachines", Some("dev"))
-        .into_iter()
-        .find(|v| v["metadata"]["name"] == "app")
-        .unwrap();
+    let vm = find_object(&env, "kubevirt.io", "virtualmachines", Some("dev"), "app").unwrap();
     assert!(
         !vm.to_string().contains("PRIVATE KEY"),
         "no private key inline in the VM"
@@ -625,19 +602,7 @@ fn wait_shows_progress_bars_on_a_terminal() {
 #[test]
 fn ctrl_c_at_an_interactive_prompt_exits_130() {
     let env = Env::kubevirt();
-    let mut session = on_tty(
-        &env,
-        &[
-            "create",
-            "demo",
-            "-n",
-            "dev",
-            "--dry-run=client",
-            "--flavor",
-            "kubevirt",
-            "--no-platform-ssh",
-        ],
-    );
+    let mut session = on_tty(&env, &INTERACTIVE_DEMO);
     session.exp_string("Boot image").unwrap();
     session.send_control('c').unwrap();
     // The menu hid the cursor; it is shown again before the program ends.
