@@ -2,6 +2,7 @@
 //! schemas, all-or-nothing creation, waiting, cluster-side checks and every validation error.
 
 use std::path::PathBuf;
+use std::process::Output;
 
 use kubevm_emulator::FailureRule;
 use serde_json::Value;
@@ -117,6 +118,11 @@ fn deckhouse_offline_manifests_pass_the_real_schemas() {
     offline_manifests_validate(&Env::deckhouse(), "deckhouse");
 }
 
+/// `kubectl-vm create app -n NS ARGS`.
+fn create_app(env: &Env, ns: &str, args: &[&str]) -> Output {
+    env.vm(&[&["create", "app", "-n", ns], args].concat())
+}
+
 fn names(env: &Env, group: &str, plural: &str, ns: &str) -> Vec<String> {
     let mut names: Vec<String> = env
         .emulator
@@ -132,23 +138,23 @@ fn names(env: &Env, group: &str, plural: &str, ns: &str) -> Vec<String> {
 fn kubevirt_create_and_wait() {
     let env = Env::kubevirt();
     let (user, _) = keys(&env);
-    let output = env.vm(&[
-        "create",
-        "app",
-        "-n",
+    let output = create_app(
+        &env,
         "dev",
-        "--image",
-        IMAGE,
-        "--cpu",
-        "2",
-        "--memory",
-        "2Gi",
-        "--ssh-key",
-        user.to_str().unwrap(),
-        "--wait",
-        "--timeout",
-        "60s",
-    ]);
+        &[
+            "--image",
+            IMAGE,
+            "--cpu",
+            "2",
+            "--memory",
+            "2Gi",
+            "--ssh-key",
+            user.to_str().unwrap(),
+            "--wait",
+            "--timeout",
+            "60s",
+        ],
+    );
     let text = ok(output.clone());
     assert_eq!(text, "virtualmachine.kubevirt.io/app created\n");
     let log = stderr(&output);
@@ -188,25 +194,25 @@ fn deckhouse_create_and_wait() {
         .as_str()
         .unwrap()
         .to_owned();
-    let output = env.vm(&[
-        "create",
-        "app",
-        "-n",
+    let output = create_app(
+        &env,
         &ns,
-        "--url",
-        "https://images.example.org/disk.qcow2",
-        "--checksum",
-        SHA256,
-        "--data-disk",
-        "data=5Gi",
-        "--ssh-key",
-        user.to_str().unwrap(),
-        "--ca-public-key",
-        ca.to_str().unwrap(),
-        "--wait",
-        "--timeout",
-        "60s",
-    ]);
+        &[
+            "--url",
+            "https://images.example.org/disk.qcow2",
+            "--checksum",
+            SHA256,
+            "--data-disk",
+            "data=5Gi",
+            "--ssh-key",
+            user.to_str().unwrap(),
+            "--ca-public-key",
+            ca.to_str().unwrap(),
+            "--wait",
+            "--timeout",
+            "60s",
+        ],
+    );
     let text = ok(output.clone());
     assert_eq!(
         text,
@@ -248,17 +254,17 @@ fn failure_after_the_first_object_leaves_nothing_behind() {
     let env = Env::kubevirt();
     env.emulator
         .inject_failure(etcd_timeout("create", "virtualmachines"));
-    let output = env.vm(&[
-        "create",
-        "app",
-        "-n",
+    let output = create_app(
+        &env,
         "dev",
-        "--url",
-        "https://images.example.org/disk.qcow2",
-        "--checksum",
-        SHA256,
-        "--no-platform-ssh",
-    ]);
+        &[
+            "--url",
+            "https://images.example.org/disk.qcow2",
+            "--checksum",
+            SHA256,
+            "--no-platform-ssh",
+        ],
+    );
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     assert_eq!(
         stderr(&output),
@@ -288,18 +294,18 @@ fn failure_of_an_owned_secret_removes_the_vm_too() {
     // A password makes the user data secret, so it goes into a Secret owned by the VM.
     let cloud_init = env.dir.path().join("user-data");
     std::fs::write(&cloud_init, "#cloud-config\nchpasswd:\n  expire: false\n  users:\n  - {name: root, password: hunter2, type: text}\n").unwrap();
-    let output = env.vm(&[
-        "create",
-        "app",
-        "-n",
+    let output = create_app(
+        &env,
         "dev",
-        "--image",
-        IMAGE,
-        "--ca-public-key",
-        ca.to_str().unwrap(),
-        "--cloud-init",
-        cloud_init.to_str().unwrap(),
-    ]);
+        &[
+            "--image",
+            IMAGE,
+            "--ca-public-key",
+            ca.to_str().unwrap(),
+            "--cloud-init",
+            cloud_init.to_str().unwrap(),
+        ],
+    );
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         stderr(&output),
@@ -312,16 +318,11 @@ fn failure_of_an_owned_secret_removes_the_vm_too() {
 #[test]
 fn server_dry_run_writes_nothing() {
     let env = Env::kubevirt();
-    let text = ok(env.vm(&[
-        "create",
-        "app",
-        "-n",
+    let text = ok(create_app(
+        &env,
         "dev",
-        "--image",
-        IMAGE,
-        "--dry-run=server",
-        "--no-platform-ssh",
-    ]));
+        &["--image", IMAGE, "--dry-run=server", "--no-platform-ssh"],
+    ));
     assert_eq!(
         text,
         "virtualmachine.kubevirt.io/app created (server dry run)\n"
@@ -376,21 +377,21 @@ fn checksums_the_cluster_cannot_verify_are_refused() {
 #[test]
 fn deckhouse_sizing_policy_violations_are_reported_together() {
     let env = Env::deckhouse();
-    let output = env.vm(&[
-        "create",
-        "app",
-        "-n",
+    let output = create_app(
+        &env,
         "default",
-        "--image",
-        IMAGE,
-        "--cpu",
-        "2",
-        "--memory",
-        "1Mi",
-        "--core-fraction",
-        "7%",
-        "--no-platform-ssh",
-    ]);
+        &[
+            "--image",
+            IMAGE,
+            "--cpu",
+            "2",
+            "--memory",
+            "1Mi",
+            "--core-fraction",
+            "7%",
+            "--no-platform-ssh",
+        ],
+    );
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     let err = stderr(&output);
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -403,15 +404,7 @@ fn deckhouse_sizing_policy_violations_are_reported_together() {
 #[test]
 fn require_ca_fails_without_a_ca() {
     let env = Env::kubevirt();
-    let output = env.vm(&[
-        "create",
-        "app",
-        "-n",
-        "dev",
-        "--image",
-        IMAGE,
-        "--require-ca",
-    ]);
+    let output = create_app(&env, "dev", &["--image", IMAGE, "--require-ca"]);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         stderr(&output),
@@ -474,15 +467,7 @@ fn with_a_cluster_ca_the_guest_gets_a_signed_host_key_in_a_secret() {
         .unwrap()
         .trim()
         .to_owned();
-    let text = ok(env.vm(&[
-        "create",
-        "app",
-        "-n",
-        "dev",
-        "--image",
-        IMAGE,
-        "--require-ca",
-    ]));
+    let text = ok(create_app(&env, "dev", &["--image", IMAGE, "--require-ca"]));
     assert_eq!(
         text,
         "virtualmachine.kubevirt.io/app created\nsecret/app-cloudinit created\n"
@@ -530,25 +515,25 @@ fn with_a_cluster_ca_the_guest_gets_a_signed_host_key_in_a_secret() {
 fn create_then_delete_leaves_nothing() {
     let env = Env::kubevirt();
     let (_, ca) = keys(&env);
-    ok(env.vm(&[
-        "create",
-        "app",
-        "-n",
+    ok(create_app(
+        &env,
         "dev",
-        "--url",
-        "https://images.example.org/disk.qcow2",
-        "--checksum",
-        SHA256,
-        "--data-disk",
-        "data=1Gi",
-        "--ca-public-key",
-        ca.to_str().unwrap(),
-        "--env",
-        "K=v",
-        "--wait",
-        "--timeout",
-        "60s",
-    ]));
+        &[
+            "--url",
+            "https://images.example.org/disk.qcow2",
+            "--checksum",
+            SHA256,
+            "--data-disk",
+            "data=1Gi",
+            "--ca-public-key",
+            ca.to_str().unwrap(),
+            "--env",
+            "K=v",
+            "--wait",
+            "--timeout",
+            "60s",
+        ],
+    ));
     let before = names(&env, "cdi.kubevirt.io", "datavolumes", "dev");
     assert!(
         before.contains(&"app-root".to_owned()) && before.contains(&"app-data".to_owned()),
