@@ -2,9 +2,9 @@
 //! and a bin directory where kubectl finds `kubectl-vm` and `kubectl_complete-vm`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
-use kubevm_emulator::{BlockingEmulator, Emulator, EmulatorOptions, ServeFlavor};
+use kubevm_emulator::{BlockingEmulator, Emulator, EmulatorOptions, FailureRule, ServeFlavor};
 use tempfile::TempDir;
 
 /// The binary under test.
@@ -83,6 +83,16 @@ impl Env {
         self.command(BIN).args(args).output().unwrap()
     }
 
+    /// Start `kubectl-vm ARGS` in the background, stdout and stderr piped.
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        self.command(BIN)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
     /// Run real kubectl (`KUBECTL`, else `.tools/bin/kubectl`, else PATH).
     pub fn kubectl(&self, args: &[&str]) -> Output {
         self.command(kubectl()).args(args).output().unwrap()
@@ -155,6 +165,33 @@ pub fn fails(env: &Env, args: &[&str], code: i32) -> String {
     );
     assert!(stdout(&output).is_empty(), "nothing on stdout for {args:?}");
     err.trim_end().to_owned()
+}
+
+/// The stored object `name` of `group`/`plural` (in namespace `ns`, or any), if there is one.
+pub fn find_object(
+    env: &Env,
+    group: &str,
+    plural: &str,
+    ns: Option<&str>,
+    name: &str,
+) -> Option<serde_json::Value> {
+    env.emulator
+        .objects(group, plural, ns)
+        .into_iter()
+        .find(|o| o["metadata"]["name"] == name)
+}
+
+/// Fails every `verb` of `plural` with the 500 the API server answers when etcd times out.
+pub fn etcd_timeout(verb: &str, plural: &str) -> FailureRule {
+    FailureRule {
+        verb: verb.into(),
+        plural: plural.into(),
+        // A POST names no object in its path: match any name.
+        name: None,
+        code: 500,
+        message: "etcdserver: request timed out".into(),
+        times: None,
+    }
 }
 
 /// Exit code of a program run in a pseudo-terminal, once it ended.

@@ -2,7 +2,7 @@
 //! guests: log in, run a command, leave, and the terminal modes are exactly as before.
 
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use rexpect::session::PtySession;
@@ -224,25 +224,30 @@ fn missing_vm_is_one_line_and_a_stopped_vm_is_waited_for() {
     assert!(tries >= 2, "{tries}");
 }
 
-#[test]
-fn piped_session_runs_a_command_and_exits_zero() {
-    let env = Env::kubevirt();
+/// `kubectl-vm ARGS` off a terminal: `input` on stdin, then end of input; the output once it
+/// ends.
+fn piped(env: &Env, args: &[&str], input: &[u8]) -> Output {
     let mut child = env
         .command(BIN)
-        .args(["console", "web"])
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"cloud\ncloud\necho piped-$((40+2))\n")
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn piped_session_runs_a_command_and_exits_zero() {
+    let env = Env::kubevirt();
+    let output = piped(
+        &env,
+        &["console", "web"],
+        b"cloud\ncloud\necho piped-$((40+2))\n",
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{output:?}");
     assert!(stdout.contains("piped-42"), "{stdout}");
@@ -434,22 +439,11 @@ fn two_consoles_deckhouse() {
 fn a_user_without_lease_rights_still_connects_and_is_warned_once() {
     let env = Env::kubevirt();
     // alice may read in `dev` (the emulator's restricted user) but not write Leases.
-    let mut child = env
-        .command(BIN)
-        .args(["console", "api", "--context", "emulator-restricted"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"cloud\ncloud\necho alice-$((40+2))\n")
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
+    let output = piped(
+        &env,
+        &["console", "api", "--context", "emulator-restricted"],
+        b"cloud\ncloud\necho alice-$((40+2))\n",
+    );
     assert!(output.status.success(), "{output:?}");
     assert!(String::from_utf8_lossy(&output.stdout).contains("alice-42"));
     let err = String::from_utf8_lossy(&output.stderr);
@@ -486,23 +480,18 @@ fn off_a_terminal_the_holder_is_disconnected_with_a_warning() {
     let mut first = on_tty(&env, &["console", "web"]);
     first.exp_string(CONNECTED).unwrap();
     first.exp_string("web login: ").unwrap();
-    let mut second = env
-        .command(BIN)
-        .args([
+    let output = piped(
+        &env,
+        &[
             "console",
             "web",
             "--as",
             "bob",
             "--as-group",
             "system:masters",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(second.stdin.take());
-    let output = second.wait_with_output().unwrap();
+        ],
+        b"",
+    );
     assert!(output.status.success(), "{output:?}");
     let err = String::from_utf8_lossy(&output.stderr);
     assert!(

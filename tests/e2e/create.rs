@@ -2,11 +2,12 @@
 //! schemas, all-or-nothing creation, waiting, cluster-side checks and every validation error.
 
 use std::path::PathBuf;
+use std::process::Output;
 
 use kubevm_emulator::FailureRule;
 use serde_json::Value;
 
-use crate::common::{BIN, Env, ok, on_tty, stderr};
+use crate::common::{BIN, Env, etcd_timeout, find_object, ok, on_tty, stderr};
 
 const IMAGE: &str = "quay.io/containerdisks/ubuntu:24.04";
 const SHA256: &str = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
@@ -117,6 +118,11 @@ fn deckhouse_offline_manifests_pass_the_real_schemas() {
     offline_manifests_validate(&Env::deckhouse(), "deckhouse");
 }
 
+/// `kubectl-vm create app -n NS ARGS`.
+fn create_app(env: &Env, ns: &str, args: &[&str]) -> Output {
+    env.vm(&[&["create", "app", "-n", ns], args].concat())
+}
+
 fn names(env: &Env, group: &str, plural: &str, ns: &str) -> Vec<String> {
     let mut names: Vec<String> = env
         .emulator
@@ -132,23 +138,23 @@ fn names(env: &Env, group: &str, plural: &str, ns: &str) -> Vec<String> {
 fn kubevirt_create_and_wait() {
     let env = Env::kubevirt();
     let (user, _) = keys(&env);
-    let output = env.vm(&[
-        "create",
-        "app",
-        "-n",
+    let output = create_app(
+        &env,
         "dev",
-        "--image",
-        IMAGE,
-        "--cpu",
-        "2",
-        "--memory",
-        "2Gi",
-        "--ssh-key",
-        user.to_str().unwrap(),
-        "--wait",
-        "--timeout",
-        "60s",
-    ]);
+        &[
+            "--image",
+            IMAGE,
+            "--cpu",
+            "2",
+            "--memory",
+            "2Gi",
+            "--ssh-key",
+            user.to_str().unwrap(),
+            "--wait",
+            "--timeout",
+            "60s",
+        ],
+    );
     let text = ok(output.clone());
     assert_eq!(text, "virtualmachine.kubevirt.io/app created\n");
     let log = stderr(&output);
@@ -166,12 +172,7 @@ fn kubevirt_create_and_wait() {
     );
     assert!(names(&env, "kubevirt.io", "virtualmachines", "dev").contains(&"app".to_owned()));
     assert!(names(&env, "cdi.kubevirt.io", "datavolumes", "dev").contains(&"app-root".to_owned()));
-    let vm = env
-        .emulator
-        .objects("kubevirt.io", "virtualmachines", Some("dev"))
-        .into_iter()
-        .find(|v| v["metadata"]["name"] == "app")
-        .unwrap();
+    let vm = find_object(&env, "kubevirt.io", "virtualmachines", Some("dev"), "app").unwrap();
     assert_eq!(vm["spec"]["template"]["spec"]["domain"]["cpu"]["cores"], 2);
     assert_eq!(
         vm["spec"]["template"]["spec"]["domain"]["memory"]["guest"],
@@ -193,25 +194,25 @@ fn deckhouse_create_and_wait() {
         .as_str()
         .unwrap()
         .to_owned();
-    let output = env.vm(&[
-        "create",
-        "app",
-        "-n",
+    let output = create_app(
+        &env,
         &ns,
-        "--url",
-        "https://images.example.org/disk.qcow2",
-        "--checksum",
-        SHA256,
-        "--data-disk",
-        "data=5Gi",
-        "--ssh-key",
-        user.to_str().unwrap(),
-        "--ca-public-key",
-        ca.to_str().unwrap(),
-        "--wait",
-        "--timeout",
-        "60s",
-    ]);
+        &[
+            "--url",
+            "https://images.example.org/disk.qcow2",
+            "--checksum",
+            SHA256,
+            "--data-disk",
+            "data=5Gi",
+            "--ssh-key",
+            user.to_str().unwrap(),
+            "--ca-public-key",
+            ca.to_str().unwrap(),
+            "--wait",
+            "--timeout",
+            "60s",
+        ],
+    );
     let text = ok(output.clone());
     assert_eq!(
         text,
@@ -219,22 +220,26 @@ fn deckhouse_create_and_wait() {
         "{}",
         stderr(&output)
     );
-    let disk = env
-        .emulator
-        .objects("virtualization.deckhouse.io", "virtualdisks", Some(&ns))
-        .into_iter()
-        .find(|d| d["metadata"]["name"] == "app-root")
-        .unwrap();
+    let disk = find_object(
+        &env,
+        "virtualization.deckhouse.io",
+        "virtualdisks",
+        Some(&ns),
+        "app-root",
+    )
+    .unwrap();
     assert_eq!(
         disk["spec"]["dataSource"]["http"]["checksum"]["sha256"],
         SHA256.trim_start_matches("sha256:")
     );
-    let vm = env
-        .emulator
-        .objects("virtualization.deckhouse.io", "virtualmachines", Some(&ns))
-        .into_iter()
-        .find(|v| v["metadata"]["name"] == "app")
-        .unwrap();
+    let vm = find_object(
+        &env,
+        "virtualization.deckhouse.io",
+        "virtualmachines",
+        Some(&ns),
+        "app",
+    )
+    .unwrap();
     let user_data = vm["spec"]["provisioning"]["userData"]
         .as_str()
         .unwrap_or_default();
@@ -247,26 +252,19 @@ fn deckhouse_create_and_wait() {
 #[test]
 fn failure_after_the_first_object_leaves_nothing_behind() {
     let env = Env::kubevirt();
-    env.emulator.inject_failure(FailureRule {
-        verb: "create".into(),
-        plural: "virtualmachines".into(),
-        // A POST names no object in its path.
-        name: None,
-        code: 500,
-        message: "etcdserver: request timed out".into(),
-        times: None,
-    });
-    let output = env.vm(&[
-        "create",
-        "app",
-        "-n",
+    env.emulator
+        .inject_failure(etcd_timeout("create", "virtualmachines"));
+    let output = create_app(
+        &env,
         "dev",
-        "--url",
-        "https://images.example.org/disk.qcow2",
-        "--checksum",
-        SHA256,
-        "--no-platform-ssh",
-    ]);
+        &[
+            "--url",
+            "https://images.example.org/disk.qcow2",
+            "--checksum",
+            SHA256,
+            "--no-platform-ssh",
+        ],
+    );
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     assert_eq!(
         stderr(&output),
@@ -296,18 +294,18 @@ fn failure_of_an_owned_secret_removes_the_vm_too() {
     // A password makes the user data secret, so it goes into a Secret owned by the VM.
     let cloud_init = env.dir.path().join("user-data");
     std::fs::write(&cloud_init, "#cloud-config\nchpasswd:\n  expire: false\n  users:\n  - {name: root, password: hunter2, type: text}\n").unwrap();
-    let output = env.vm(&[
-        "create",
-        "app",
-        "-n",
+    let output = create_app(
+        &env,
         "dev",
-        "--image",
-        IMAGE,
-        "--ca-public-key",
-        ca.to_str().unwrap(),
-        "--cloud-init",
-        cloud_init.to_str().unwrap(),
-    ]);
+        &[
+            "--image",
+            IMAGE,
+            "--ca-public-key",
+            ca.to_str().unwrap(),
+            "--cloud-init",
+            cloud_init.to_str().unwrap(),
+        ],
+    );
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         stderr(&output),
@@ -320,16 +318,11 @@ fn failure_of_an_owned_secret_removes_the_vm_too() {
 #[test]
 fn server_dry_run_writes_nothing() {
     let env = Env::kubevirt();
-    let text = ok(env.vm(&[
-        "create",
-        "app",
-        "-n",
+    let text = ok(create_app(
+        &env,
         "dev",
-        "--image",
-        IMAGE,
-        "--dry-run=server",
-        "--no-platform-ssh",
-    ]));
+        &["--image", IMAGE, "--dry-run=server", "--no-platform-ssh"],
+    ));
     assert_eq!(
         text,
         "virtualmachine.kubevirt.io/app created (server dry run)\n"
@@ -374,12 +367,7 @@ fn checksums_the_cluster_cannot_verify_are_refused() {
         "{}",
         stderr(&output)
     );
-    let vm = env
-        .emulator
-        .objects("kubevirt.io", "virtualmachines", Some("dev"))
-        .into_iter()
-        .find(|v| v["metadata"]["name"] == "app")
-        .unwrap();
+    let vm = find_object(&env, "kubevirt.io", "virtualmachines", Some("dev"), "app").unwrap();
     assert!(
         !vm.to_string().contains("checksum"),
         "no checksum is sent that nobody checks"
@@ -389,21 +377,21 @@ fn checksums_the_cluster_cannot_verify_are_refused() {
 #[test]
 fn deckhouse_sizing_policy_violations_are_reported_together() {
     let env = Env::deckhouse();
-    let output = env.vm(&[
-        "create",
-        "app",
-        "-n",
+    let output = create_app(
+        &env,
         "default",
-        "--image",
-        IMAGE,
-        "--cpu",
-        "2",
-        "--memory",
-        "1Mi",
-        "--core-fraction",
-        "7%",
-        "--no-platform-ssh",
-    ]);
+        &[
+            "--image",
+            IMAGE,
+            "--cpu",
+            "2",
+            "--memory",
+            "1Mi",
+            "--core-fraction",
+            "7%",
+            "--no-platform-ssh",
+        ],
+    );
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     let err = stderr(&output);
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -416,21 +404,25 @@ fn deckhouse_sizing_policy_violations_are_reported_together() {
 #[test]
 fn require_ca_fails_without_a_ca() {
     let env = Env::kubevirt();
-    let output = env.vm(&[
-        "create",
-        "app",
-        "-n",
-        "dev",
-        "--image",
-        IMAGE,
-        "--require-ca",
-    ]);
+    let output = create_app(&env, "dev", &["--image", IMAGE, "--require-ca"]);
     assert_eq!(output.status.code(), Some(1));
     assert_eq!(
         stderr(&output),
         "Error: no platform SSH CA in namespace \"kubevm-system\": run `kubectl vm ca init`, or pass --ca-public-key\n"
     );
 }
+
+/// A create that asks for what its flags leave out (on a terminal), writing nothing.
+const INTERACTIVE_DEMO: [&str; 8] = [
+    "create",
+    "demo",
+    "-n",
+    "dev",
+    "--dry-run=client",
+    "--flavor",
+    "kubevirt",
+    "--no-platform-ssh",
+];
 
 #[test]
 fn interactive_create_through_a_terminal() {
@@ -439,21 +431,7 @@ fn interactive_create_through_a_terminal() {
     std::fs::create_dir(&ssh).unwrap();
     let (user, _) = keys(&env);
     std::fs::copy(&user, ssh.join("id_ed25519.pub")).unwrap();
-    let mut session = on_tty(
-        &env,
-        &[
-            "create",
-            "demo",
-            "-n",
-            "dev",
-            "--dry-run=client",
-            "--flavor",
-            "kubevirt",
-            "-o",
-            "name",
-            "--no-platform-ssh",
-        ],
-    );
+    let mut session = on_tty(&env, &[&INTERACTIVE_DEMO[..], &["-o", "name"]].concat());
     session.exp_string("Boot image").unwrap();
     session.send_line("").unwrap();
     session.exp_string("Boot disk size").unwrap();
@@ -477,35 +455,24 @@ fn interactive_create_through_a_terminal() {
 fn with_a_cluster_ca_the_guest_gets_a_signed_host_key_in_a_secret() {
     let env = Env::kubevirt();
     ok(env.vm(&["ca", "init"]));
-    let ca_public = env
-        .emulator
-        .objects("", "configmaps", Some("kubevm-system"))
-        .into_iter()
-        .find(|c| c["metadata"]["name"] == "kubevm-ssh-ca")
-        .unwrap()["data"]["ca.pub"]
+    let ca_public = find_object(
+        &env,
+        "",
+        "configmaps",
+        Some("kubevm-system"),
+        "kubevm-ssh-ca",
+    )
+    .unwrap()["data"]["ca.pub"]
         .as_str()
         .unwrap()
         .trim()
         .to_owned();
-    let text = ok(env.vm(&[
-        "create",
-        "app",
-        "-n",
-        "dev",
-        "--image",
-        IMAGE,
-        "--require-ca",
-    ]));
+    let text = ok(create_app(&env, "dev", &["--image", IMAGE, "--require-ca"]));
     assert_eq!(
         text,
         "virtualmachine.kubevirt.io/app created\nsecret/app-cloudinit created\n"
     );
-    let secret = env
-        .emulator
-        .objects("", "secrets", Some("dev"))
-        .into_iter()
-        .find(|s| s["metadata"]["name"] == "app-cloudinit")
-        .unwrap();
+    let secret = find_object(&env, "", "secrets", Some("dev"), "app-cloudinit").unwrap();
     assert_eq!(
         secret["metadata"]["ownerReferences"][0]["kind"],
         "VirtualMachine"
@@ -537,12 +504,7 @@ fn with_a_cluster_ca_the_guest_gets_a_signed_host_key_in_a_secret() {
         data.contains("ssh-ed25519-cert-v01@openssh.com"),
         "host certificate delivered"
     );
-    let vm = env
-        .emulator
-        .objects("kubevirt.io", "virtualmachines", Some("dev"))
-        .into_iter()
-        .find(|v| v["metadata"]["name"] == "app")
-        .unwrap();
+    let vm = find_object(&env, "kubevirt.io", "virtualmachines", Some("dev"), "app").unwrap();
     assert!(
         !vm.to_string().contains("PRIVATE KEY"),
         "no private key inline in the VM"
@@ -553,25 +515,25 @@ fn with_a_cluster_ca_the_guest_gets_a_signed_host_key_in_a_secret() {
 fn create_then_delete_leaves_nothing() {
     let env = Env::kubevirt();
     let (_, ca) = keys(&env);
-    ok(env.vm(&[
-        "create",
-        "app",
-        "-n",
+    ok(create_app(
+        &env,
         "dev",
-        "--url",
-        "https://images.example.org/disk.qcow2",
-        "--checksum",
-        SHA256,
-        "--data-disk",
-        "data=1Gi",
-        "--ca-public-key",
-        ca.to_str().unwrap(),
-        "--env",
-        "K=v",
-        "--wait",
-        "--timeout",
-        "60s",
-    ]));
+        &[
+            "--url",
+            "https://images.example.org/disk.qcow2",
+            "--checksum",
+            SHA256,
+            "--data-disk",
+            "data=1Gi",
+            "--ca-public-key",
+            ca.to_str().unwrap(),
+            "--env",
+            "K=v",
+            "--wait",
+            "--timeout",
+            "60s",
+        ],
+    ));
     let before = names(&env, "cdi.kubevirt.io", "datavolumes", "dev");
     assert!(
         before.contains(&"app-root".to_owned()) && before.contains(&"app-data".to_owned()),
@@ -625,19 +587,7 @@ fn wait_shows_progress_bars_on_a_terminal() {
 #[test]
 fn ctrl_c_at_an_interactive_prompt_exits_130() {
     let env = Env::kubevirt();
-    let mut session = on_tty(
-        &env,
-        &[
-            "create",
-            "demo",
-            "-n",
-            "dev",
-            "--dry-run=client",
-            "--flavor",
-            "kubevirt",
-            "--no-platform-ssh",
-        ],
-    );
+    let mut session = on_tty(&env, &INTERACTIVE_DEMO);
     session.exp_string("Boot image").unwrap();
     session.send_control('c').unwrap();
     // The menu hid the cursor; it is shown again before the program ends.

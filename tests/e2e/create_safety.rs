@@ -2,20 +2,16 @@
 //! create, new objects are POSTed, rollbacks delete with uid preconditions and name what they
 //! could not remove, and `delete --keep-disks` releases only the VM's ownerReference.
 
-use kubevm_emulator::FailureRule;
 use serde_json::{Value, json};
 
-use crate::common::{Env, fails, ok, stderr};
+use crate::common::{Env, etcd_timeout, fails, find_object, ok, stderr};
 
 const IMAGE: &str = "quay.io/containerdisks/ubuntu:24.04";
 const NS: &str = "dev";
 const DVD: &str = "virtualization.deckhouse.io";
 
 fn get(env: &Env, group: &str, plural: &str, name: &str) -> Option<Value> {
-    env.emulator
-        .objects(group, plural, Some(NS))
-        .into_iter()
-        .find(|o| o["metadata"]["name"] == name)
+    find_object(env, group, plural, Some(NS), name)
 }
 
 /// Methods of every write request the emulator received.
@@ -35,16 +31,19 @@ fn virtual_disk(name: &str, labels: Value) -> Value {
         "status": {"phase": "Ready", "progress": "100%"}})
 }
 
+/// The create most tests here run: VM `web` from an image, no platform SSH.
+const CREATE_WEB: [&str; 7] = [
+    "create",
+    "web",
+    "-n",
+    NS,
+    "--image",
+    IMAGE,
+    "--no-platform-ssh",
+];
+
 fn create_web(env: &Env, extra: &[&str]) -> std::process::Output {
-    let mut args = vec![
-        "create",
-        "web",
-        "-n",
-        NS,
-        "--image",
-        IMAGE,
-        "--no-platform-ssh",
-    ];
+    let mut args = CREATE_WEB.to_vec();
     args.extend(extra);
     env.vm(&args)
 }
@@ -57,19 +56,7 @@ fn an_existing_object_it_did_not_make_refuses_the_create_and_nothing_changes() {
         .put_object(virtual_disk("web-root", json!({"team": "db"})));
     let before = get(&env, DVD, "virtualdisks", "web-root").unwrap();
     env.emulator.clear_requests();
-    let err = fails(
-        &env,
-        &[
-            "create",
-            "web",
-            "-n",
-            NS,
-            "--image",
-            IMAGE,
-            "--no-platform-ssh",
-        ],
-        1,
-    );
+    let err = fails(&env, &CREATE_WEB, 1);
     assert_eq!(
         err,
         "Error: virtualdisk \"web-root\" already exists in namespace \"dev\" and was not created by kubectl vm for VM \"web\"; nothing was changed (delete it or choose another VM name)"
@@ -85,19 +72,7 @@ fn an_existing_object_it_did_not_make_refuses_the_create_and_nothing_changes() {
         "metadata": {"name": "web-root", "namespace": NS},
         "spec": {"source": {"blank": {}}, "storage": {"resources": {"requests": {"storage": "1Gi"}}}}}));
     env.emulator.clear_requests();
-    let err = fails(
-        &env,
-        &[
-            "create",
-            "web",
-            "-n",
-            NS,
-            "--image",
-            IMAGE,
-            "--no-platform-ssh",
-        ],
-        1,
-    );
+    let err = fails(&env, &CREATE_WEB, 1);
     assert!(
         err.contains("datavolume \"web-root\" already exists"),
         "{err}"
@@ -154,27 +129,9 @@ fn a_disk_kept_for_the_vm_is_reused_and_every_new_object_is_posted() {
 #[test]
 fn rollback_deletes_with_uid_preconditions() {
     let env = Env::deckhouse();
-    env.emulator.inject_failure(FailureRule {
-        verb: "create".into(),
-        plural: "virtualmachines".into(),
-        name: None,
-        code: 500,
-        message: "etcdserver: request timed out".into(),
-        times: None,
-    });
-    let err = fails(
-        &env,
-        &[
-            "create",
-            "web",
-            "-n",
-            NS,
-            "--image",
-            IMAGE,
-            "--no-platform-ssh",
-        ],
-        1,
-    );
+    env.emulator
+        .inject_failure(etcd_timeout("create", "virtualmachines"));
+    let err = fails(&env, &CREATE_WEB, 1);
     assert_eq!(
         err,
         "Error: cannot create virtualmachine \"web\": the server answered 500 InternalError: etcdserver: request timed out; removed the 1 object created before it"
@@ -208,28 +165,11 @@ fn rollback_deletes_with_uid_preconditions() {
 fn a_rollback_that_cannot_delete_names_what_is_left_and_how_to_remove_it() {
     let env = Env::deckhouse();
     for (verb, plural) in [("create", "virtualmachines"), ("delete", "virtualdisks")] {
-        env.emulator.inject_failure(FailureRule {
-            verb: verb.into(),
-            plural: plural.into(),
-            name: None,
-            code: 500,
-            message: "etcdserver: request timed out".into(),
-            times: None,
-        });
+        env.emulator.inject_failure(etcd_timeout(verb, plural));
     }
     let err = fails(
         &env,
-        &[
-            "create",
-            "web",
-            "-n",
-            NS,
-            "--image",
-            IMAGE,
-            "--no-platform-ssh",
-            "--data-disk",
-            "data=1Gi",
-        ],
+        &[&CREATE_WEB[..], &["--data-disk", "data=1Gi"]].concat(),
         1,
     );
     assert!(
@@ -248,20 +188,15 @@ fn two_concurrent_creates_of_one_name_cannot_both_succeed() {
     let env = Env::kubevirt();
     for _ in 0..5 {
         let spawn = || {
-            env.command(crate::common::BIN)
-                .args([
-                    "create",
-                    "race",
-                    "-n",
-                    NS,
-                    "--image",
-                    IMAGE,
-                    "--no-platform-ssh",
-                ])
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
+            env.spawn(&[
+                "create",
+                "race",
+                "-n",
+                NS,
+                "--image",
+                IMAGE,
+                "--no-platform-ssh",
+            ])
         };
         let (a, b) = (spawn(), spawn());
         let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
@@ -446,22 +381,7 @@ fn until_held(env: &Env, n: usize) {
 
 #[test]
 fn ctrl_c_during_create_rolls_back_and_a_second_one_abandons_the_rollback() {
-    let spawn = |env: &Env| {
-        env.command(crate::common::BIN)
-            .args([
-                "create",
-                "web",
-                "-n",
-                NS,
-                "--image",
-                IMAGE,
-                "--no-platform-ssh",
-            ])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
+    let spawn = |env: &Env| env.spawn(&CREATE_WEB);
     // Ctrl-C while the VM is being created: the disk this run made is removed again.
     let env = Env::deckhouse();
     env.emulator.hold("create", "virtualmachines");

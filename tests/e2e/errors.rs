@@ -141,15 +141,8 @@ fn platform_missing_is_explained() {
 #[test]
 fn closed_stdout_exits_quietly() {
     use std::io::Read;
-    use std::process::Stdio;
     let env = Env::kubevirt();
-    let mut child = env
-        .command(crate::common::BIN)
-        .args(["list", "-A", "-w"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = env.spawn(&["list", "-A", "-w"]);
     let mut first = [0u8; 4];
     child
         .stdout

@@ -18,13 +18,7 @@ struct Watch {
 
 impl Watch {
     fn start(env: &Env, args: &[&str]) -> Watch {
-        let mut child = env
-            .command(BIN)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = env.spawn(args);
         let (tx, lines) = mpsc::channel();
         let out = child.stdout.take().unwrap();
         std::thread::spawn(move || {

@@ -168,17 +168,14 @@ fn host_key_changes_and_strict_checking() {
         stderr(&out)
     );
     assert!(!known.exists());
-    let out = ssh(
-        &env,
-        &[
-            "--strict-host-key-checking",
-            "accept-new",
-            "plain",
-            "--",
-            "true",
-        ],
-        b"",
-    );
+    let accept_new = [
+        "--strict-host-key-checking",
+        "accept-new",
+        "plain",
+        "--",
+        "true",
+    ];
+    let out = ssh(&env, &accept_new, b"");
     // The host is recorded; the login itself fails (the guest does not trust the CA).
     assert_eq!(out.status.code(), Some(255));
     let err = stderr(&out);
@@ -196,17 +193,7 @@ fn host_key_changes_and_strict_checking() {
     );
     let old = fingerprint_of(recorded.split_once(' ').unwrap().1);
     env.emulator.change_guest_host_key("default", "plain");
-    let out = ssh(
-        &env,
-        &[
-            "--strict-host-key-checking",
-            "accept-new",
-            "plain",
-            "--",
-            "true",
-        ],
-        b"",
-    );
+    let out = ssh(&env, &accept_new, b"");
     assert_eq!(out.status.code(), Some(255));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");

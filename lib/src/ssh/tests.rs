@@ -159,6 +159,28 @@ fn setup(with_cert: bool) -> Setup {
     }
 }
 
+impl Setup {
+    /// A certificate from this setup's CA for the test user, with the default permissions.
+    async fn user_identity(&self) -> Auth {
+        identity(&self.ca, &request(&self.user)).await
+    }
+
+    /// Connects to this setup's sshd as the test user, trusting its CA and known_hosts.
+    async fn connect(
+        &self,
+        strict: StrictHostKeyChecking,
+        auth: &Auth,
+    ) -> Result<Connection, SshError> {
+        Connection::connect(
+            self.sshd.stream().await,
+            verifier(&self.ca, &self.known_hosts, strict),
+            &self.user,
+            auth,
+        )
+        .await
+    }
+}
+
 async fn identity(ca: &CaBundle, req: &CertRequest) -> Auth {
     Auth::Certificate(Box::new(
         UserIdentity::issue(&CaSigner::new(ca.clone()), req)
@@ -211,15 +233,11 @@ async fn exec(
 #[tokio::test]
 async fn certificate_login_exec_and_streams() {
     let s = setup(true);
-    let auth = identity(&s.ca, &request(&s.user)).await;
-    let conn = Connection::connect(
-        s.sshd.stream().await,
-        verifier(&s.ca, &s.known_hosts, StrictHostKeyChecking::Yes),
-        &s.user,
-        &auth,
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", s.sshd.log()));
+    let auth = s.user_identity().await;
+    let conn = s
+        .connect(StrictHostKeyChecking::Yes, &auth)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", s.sshd.log()));
     assert!(matches!(conn.trust, HostTrust::Certificate { .. }));
     let (exit, out, _) = exec(&conn, "id -un", b"").await;
     assert_eq!(
@@ -243,15 +261,10 @@ async fn certificate_login_exec_and_streams() {
     );
 }
 
-async fn refused(s: &Setup, auth: &Auth, user: &str) -> SshError {
-    Connection::connect(
-        s.sshd.stream().await,
-        verifier(&s.ca, &s.known_hosts, StrictHostKeyChecking::Yes),
-        user,
-        auth,
-    )
-    .await
-    .unwrap_err()
+async fn refused(s: &Setup, auth: &Auth) -> SshError {
+    s.connect(StrictHostKeyChecking::Yes, auth)
+        .await
+        .unwrap_err()
 }
 
 #[tokio::test]
@@ -275,23 +288,14 @@ async fn sshd_refuses_bad_certificates() {
         key: Arc::new(key.clone()),
         certificate: expired,
     }));
-    assert!(matches!(
-        refused(&s, &auth, &s.user).await,
-        SshError::AuthRefused(_)
-    ));
+    assert!(matches!(refused(&s, &auth).await, SshError::AuthRefused(_)));
     // Another CA.
     let other = CaBundle::generate().unwrap();
     let auth = identity(&other, &request(&s.user)).await;
-    assert!(matches!(
-        refused(&s, &auth, &s.user).await,
-        SshError::AuthRefused(_)
-    ));
+    assert!(matches!(refused(&s, &auth).await, SshError::AuthRefused(_)));
     // Wrong principal.
     let auth = identity(&s.ca, &request("nobody-else")).await;
-    assert!(matches!(
-        refused(&s, &auth, &s.user).await,
-        SshError::AuthRefused(_)
-    ));
+    assert!(matches!(refused(&s, &auth).await, SshError::AuthRefused(_)));
     let log = s.sshd.log();
     assert!(log.contains("Certificate invalid: expired"), "{log}");
     assert!(
@@ -310,7 +314,7 @@ async fn sshd_refuses_bad_certificates() {
 async fn host_certificate_from_another_ca_refuses() {
     let s = setup(true);
     let other = CaBundle::generate().unwrap();
-    let auth = identity(&s.ca, &request(&s.user)).await;
+    let auth = s.user_identity().await;
     // The client trusts only `other`: the host's certificate is not from it.
     let err = Connection::connect(
         s.sshd.stream().await,
@@ -338,28 +342,17 @@ async fn host_certificate_from_another_ca_refuses() {
 #[tokio::test]
 async fn known_hosts_accept_new_then_changed_key() {
     let s = setup(false);
-    let auth = identity(&s.ca, &request(&s.user)).await;
-    let conn = Connection::connect(
-        s.sshd.stream().await,
-        verifier(&s.ca, &s.known_hosts, StrictHostKeyChecking::AcceptNew),
-        &s.user,
-        &auth,
-    )
-    .await
-    .unwrap();
+    let auth = s.user_identity().await;
+    let conn = s
+        .connect(StrictHostKeyChecking::AcceptNew, &auth)
+        .await
+        .unwrap();
     assert!(matches!(conn.trust, HostTrust::Recorded { .. }));
     let recorded = std::fs::read_to_string(&s.known_hosts).unwrap();
     assert!(recorded.starts_with("web.prod ssh-ed25519 "), "{recorded}");
     conn.close().await;
     // The same host again: known.
-    let conn = Connection::connect(
-        s.sshd.stream().await,
-        verifier(&s.ca, &s.known_hosts, StrictHostKeyChecking::Yes),
-        &s.user,
-        &auth,
-    )
-    .await
-    .unwrap();
+    let conn = s.connect(StrictHostKeyChecking::Yes, &auth).await.unwrap();
     assert_eq!(conn.trust, HostTrust::Known);
     // Another sshd (another host key) under the same name: refused with both fingerprints.
     let host2 = HostKeys::issue(&s.ca, "web", "prod", Duration::from_secs(3600)).unwrap();
@@ -389,15 +382,8 @@ async fn known_hosts_accept_new_then_changed_key() {
 async fn pty_shell_with_resize() {
     use tokio::io::AsyncWriteExt;
     let s = setup(true);
-    let auth = identity(&s.ca, &request(&s.user)).await;
-    let conn = Connection::connect(
-        s.sshd.stream().await,
-        verifier(&s.ca, &s.known_hosts, StrictHostKeyChecking::Yes),
-        &s.user,
-        &auth,
-    )
-    .await
-    .unwrap();
+    let auth = s.user_identity().await;
+    let conn = s.connect(StrictHostKeyChecking::Yes, &auth).await.unwrap();
     let (mut stdin_w, stdin_r) = tokio::io::duplex(4096);
     let (out_w, out_r) = tokio::io::duplex(1 << 20);
     let (resize_tx, resize_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -456,15 +442,8 @@ async fn local_forward_through_the_guest() {
             });
         }
     });
-    let auth = identity(&s.ca, &request(&s.user)).await;
-    let conn = Connection::connect(
-        s.sshd.stream().await,
-        verifier(&s.ca, &s.known_hosts, StrictHostKeyChecking::Yes),
-        &s.user,
-        &auth,
-    )
-    .await
-    .unwrap();
+    let auth = s.user_identity().await;
+    let conn = s.connect(StrictHostKeyChecking::Yes, &auth).await.unwrap();
     let mut stream = conn
         .open_tcp("127.0.0.1", echo_port, "127.0.0.1:5555".parse().unwrap())
         .await
@@ -477,14 +456,7 @@ async fn local_forward_through_the_guest() {
     let mut req = request(&s.user);
     req.port_forwarding = false;
     let auth = identity(&s.ca, &req).await;
-    let conn = Connection::connect(
-        s.sshd.stream().await,
-        verifier(&s.ca, &s.known_hosts, StrictHostKeyChecking::Yes),
-        &s.user,
-        &auth,
-    )
-    .await
-    .unwrap();
+    let conn = s.connect(StrictHostKeyChecking::Yes, &auth).await.unwrap();
     assert!(
         conn.open_tcp("127.0.0.1", echo_port, "127.0.0.1:5555".parse().unwrap())
             .await

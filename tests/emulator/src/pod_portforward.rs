@@ -132,15 +132,7 @@ pub async fn serve(
     let pod = crate::podexec::authorized_pod(app, user, ns, name, "portforward")?;
     // SPDY carries the port in each stream's headers; the channel protocol needs the query.
     let query = parts.uri.query().unwrap_or_default().to_string();
-    if pod["spec"]["nodeName"]
-        .as_str()
-        .unwrap_or_default()
-        .is_empty()
-    {
-        return Err(ApiError::bad_request(format!(
-            "pod {name} does not have a host assigned"
-        )));
-    }
+    crate::podexec::require_host(&pod, name)?;
     if pod["status"]["phase"] != "Running" {
         return Err(ApiError::bad_request(format!(
             "unable to upgrade connection: pod {name} is not running"

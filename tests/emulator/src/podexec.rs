@@ -60,6 +60,21 @@ pub(crate) fn authorized_pod(
         .ok_or_else(|| ApiError::not_found("", "pods", name))
 }
 
+/// Streaming needs the pod's kubelet: a pod not scheduled to a node yet is refused with the
+/// API server's 400.
+pub(crate) fn require_host(pod: &Value, name: &str) -> Result<(), ApiError> {
+    if pod["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        return Err(ApiError::bad_request(format!(
+            "pod {name} does not have a host assigned"
+        )));
+    }
+    Ok(())
+}
+
 /// Serves one exec request on pod `ns/name`.
 pub async fn serve(
     app: &Arc<App>,
@@ -105,15 +120,7 @@ pub async fn serve(
     if command.is_empty() {
         return Err(ApiError::bad_request("you must specify at least 1 command"));
     }
-    if pod["spec"]["nodeName"]
-        .as_str()
-        .unwrap_or_default()
-        .is_empty()
-    {
-        return Err(ApiError::bad_request(format!(
-            "pod {name} does not have a host assigned"
-        )));
-    }
+    require_host(&pod, name)?;
     if pod["status"]["phase"] != "Running" {
         return Err(ApiError::bad_request(format!(
             "unable to upgrade connection: container not found (\"{container}\")"

@@ -84,7 +84,7 @@ pub struct Event {
     pub rv: u64,
 }
 
-/// Why a store operation failed; `handlers.rs` turns these into `Status` errors.
+/// Why a store operation failed; `handlers/` turns these into `Status` errors.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreError {
     /// No such object.
@@ -280,6 +280,26 @@ impl Store {
         meta_mut(obj).insert("resourceVersion".into(), json!(inner.rv.to_string()));
     }
 
+    /// Stores `obj` at `key` with the next resourceVersion and sends its event: `Added`
+    /// without an `old` object, `Modified` with one. Returns the stored object.
+    fn put_locked(
+        inner: &mut Inner,
+        tx: &broadcast::Sender<Arc<Event>>,
+        key: Key,
+        mut obj: Value,
+        old: Option<Value>,
+    ) -> Value {
+        Self::bump(inner, &mut obj);
+        inner.objects.insert(key.clone(), obj.clone());
+        let kind = if old.is_some() {
+            EventType::Modified
+        } else {
+            EventType::Added
+        };
+        Self::emit(inner, tx, kind, key, obj.clone(), old);
+        obj
+    }
+
     /// Fills the server-owned metadata of a new object.
     fn init_meta(obj: &mut Value) {
         let generation = has_generation(obj);
@@ -317,17 +337,7 @@ impl Store {
             return Err(StoreError::AlreadyExists);
         }
         Self::init_meta(&mut obj);
-        Self::bump(&mut inner, &mut obj);
-        inner.objects.insert(key.clone(), obj.clone());
-        Self::emit(
-            &mut inner,
-            &self.tx,
-            EventType::Added,
-            key,
-            obj.clone(),
-            None,
-        );
-        Ok(obj)
+        Ok(Self::put_locked(&mut inner, &self.tx, key, obj, None))
     }
 
     /// Replaces an existing object. `expected_rv` is the client's precondition; uid and
@@ -355,17 +365,7 @@ impl Store {
             // A no-op write does not bump resourceVersion (like etcd3's GuaranteedUpdate).
             return Ok(old);
         }
-        Self::bump(&mut inner, &mut obj);
-        inner.objects.insert(key.clone(), obj.clone());
-        Self::emit(
-            &mut inner,
-            &self.tx,
-            EventType::Modified,
-            key,
-            obj.clone(),
-            Some(old),
-        );
-        Ok(obj)
+        Ok(Self::put_locked(&mut inner, &self.tx, key, obj, Some(old)))
     }
 
     /// Copies server-owned metadata from `old` and computes generation.
@@ -417,15 +417,7 @@ impl Store {
             }
         }
         Self::init_meta(&mut obj);
-        Self::bump(&mut inner, &mut obj);
-        inner.objects.insert(key.clone(), obj.clone());
-        let kind = if old.is_some() {
-            EventType::Modified
-        } else {
-            EventType::Added
-        };
-        Self::emit(&mut inner, &self.tx, kind, key, obj.clone(), old);
-        obj
+        Self::put_locked(&mut inner, &self.tx, key, obj, old)
     }
 
     /// Read-modify-write for controllers: `f` edits the object; nothing is written (and no
@@ -439,17 +431,13 @@ impl Store {
             return Some(old);
         }
         Self::carry_meta(&old, &mut obj);
-        Self::bump(&mut inner, &mut obj);
-        inner.objects.insert(key.clone(), obj.clone());
-        Self::emit(
+        Some(Self::put_locked(
             &mut inner,
             &self.tx,
-            EventType::Modified,
             key.clone(),
-            obj.clone(),
+            obj,
             Some(old),
-        );
-        Some(obj)
+        ))
     }
 
     /// Sets `deletionTimestamp` (server-owned, so `modify` cannot) and adds `finalizer`:
@@ -472,17 +460,13 @@ impl Store {
         if obj == old {
             return Some(old);
         }
-        Self::bump(&mut inner, &mut obj);
-        inner.objects.insert(key.clone(), obj.clone());
-        Self::emit(
+        Some(Self::put_locked(
             &mut inner,
             &self.tx,
-            EventType::Modified,
             key.clone(),
-            obj.clone(),
+            obj,
             Some(old),
-        );
-        Some(obj)
+        ))
     }
 
     /// Deletes an object and, depending on `propagation`, its dependents (recursively); a
@@ -522,16 +506,7 @@ impl Store {
                     {
                         meta_mut(&mut obj).remove("ownerReferences");
                     }
-                    Self::bump(&mut inner, &mut obj);
-                    inner.objects.insert(dk.clone(), obj.clone());
-                    Self::emit(
-                        &mut inner,
-                        &self.tx,
-                        EventType::Modified,
-                        dk,
-                        obj,
-                        Some(old),
-                    );
+                    Self::put_locked(&mut inner, &self.tx, dk, obj, Some(old));
                 } else if let Some(d) = Self::delete_locked(&mut inner, &self.tx, &dk) {
                     queue.push((dk, d));
                 }

@@ -2,75 +2,9 @@
 //! (protobuf) creates, Secret conversion and limits, the request-body limit, KubeVirt/CDI
 //! webhook rules, object-count quota and webhook denials.
 
-use kubevm_emulator::{BlockingEmulator, Emulator, EmulatorOptions};
-use serde_json::Value;
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+mod common;
 
-fn kubectl_path() -> PathBuf {
-    if let Some(k) = std::env::var_os("KUBECTL") {
-        return PathBuf::from(k);
-    }
-    let local = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.tools/bin/kubectl");
-    assert!(
-        local.is_file(),
-        "kubectl not found: run tests/tools/get-kubectl.sh or set KUBECTL"
-    );
-    local
-}
-
-struct Env {
-    _emu: BlockingEmulator,
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Env {
-        let emu = Emulator::start_blocking(EmulatorOptions::default()).expect("emulator");
-        let dir = tempfile::tempdir().unwrap();
-        emu.write_kubeconfig(&dir.path().join("kubeconfig"))
-            .unwrap();
-        Env { _emu: emu, dir }
-    }
-
-    /// Runs kubectl; (success, stdout, stderr).
-    fn run(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-        let mut child = Command::new(kubectl_path())
-            .arg("--kubeconfig")
-            .arg(self.dir.path().join("kubeconfig"))
-            .arg("--cache-dir")
-            .arg(self.dir.path().join("cache"))
-            .args(args)
-            .env_remove("KUBECONFIG")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl runs");
-        let mut input = child.stdin.take().unwrap();
-        if let Some(text) = stdin {
-            input.write_all(text.as_bytes()).unwrap();
-        }
-        drop(input);
-        let o = child.wait_with_output().unwrap();
-        (
-            o.status.success(),
-            String::from_utf8_lossy(&o.stdout).into(),
-            String::from_utf8_lossy(&o.stderr).into(),
-        )
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let (ok, out, err) = self.run(args, None);
-        assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
-        out
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        serde_json::from_str(&self.ok(args)).unwrap()
-    }
-}
+use common::kubectl::KubectlEnv as Env;
 
 #[test]
 fn kubectl_create_secret_namespace_and_configmap() {
@@ -122,7 +56,7 @@ fn secret_string_data_is_stored_as_data() {
     // kubectl reads YAML 1.1 (an unquoted `y` is a boolean), so the values are quoted.
     let manifest = "apiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: default}\n\
                     data: {keep: a2VlcA==, over: b2xk}\nstringData: {over: new, answer: \"y\", other: \"no\"}\n";
-    env.run(&["apply", "-f", "-"], Some(manifest));
+    env.run(&["apply", "-f", "-"], manifest);
     let secret = env.json(&["get", "secret", "s", "-o", "json"]);
     assert!(secret.get("stringData").is_none(), "{secret}");
     // base64 of "keep", "new", "y", "no".
@@ -139,7 +73,7 @@ fn secret_over_one_mebibyte_is_refused_like_the_api_server() {
     let manifest = format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: big, namespace: default}}\nstringData: {{k: {big}}}\n"
     );
-    let (ok, _, err) = env.run(&["create", "-f", "-"], Some(&manifest));
+    let (ok, _, err) = env.run(&["create", "-f", "-"], &manifest);
     assert!(!ok);
     assert!(
         err.contains(
@@ -156,7 +90,7 @@ fn request_body_over_three_mebibytes_is_413() {
     let manifest = format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: huge, namespace: default}}\ndata: {{k: {big}}}\n"
     );
-    let (ok, _, err) = env.run(&["create", "-f", "-"], Some(&manifest));
+    let (ok, _, err) = env.run(&["create", "-f", "-"], &manifest);
     assert!(!ok);
     assert!(
         err.contains("Error from server (RequestEntityTooLarge)")
@@ -169,7 +103,7 @@ fn request_body_over_three_mebibytes_is_413() {
 fn secret_string_data_must_be_strings() {
     let env = Env::new();
     let manifest = "apiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: default}\nstringData: {answer: y}\n";
-    let (ok, _, err) = env.run(&["create", "-f", "-"], Some(manifest));
+    let (ok, _, err) = env.run(&["create", "-f", "-"], manifest);
     assert!(!ok);
     assert!(
         err.contains(r#"Secret in version "v1" cannot be handled as a Secret: json: cannot unmarshal bool into Go struct field Secret.stringData of type string"#),
@@ -198,7 +132,7 @@ fn kubevirt_and_cdi_webhooks_refuse_what_they_refuse() {
         "runStrategy: Halted",
         "runStrategy: Halted\n  running: false",
     );
-    let (ok, _, err) = env.run(&["create", "-f", "-"], Some(&both));
+    let (ok, _, err) = env.run(&["create", "-f", "-"], &both);
     assert!(!ok);
     // kubectl prints a 422 whose details carry only causes (as webhook denials do) as
     // "The request is invalid: FIELD: MESSAGE"; the Status message itself is checked in the
@@ -211,7 +145,7 @@ fn kubevirt_and_cdi_webhooks_refuse_what_they_refuse() {
         "disks: [{name: root}]",
         "disks: [{name: root}, {name: data}]",
     );
-    let (ok, _, err) = env.run(&["create", "-f", "-"], Some(&no_volume));
+    let (ok, _, err) = env.run(&["create", "-f", "-"], &no_volume);
     assert!(!ok);
     assert!(
         err.contains("The request is invalid: spec.template.spec.domain.devices.disks[1].name: spec.template.spec.domain.devices.disks[1].Name 'data' not found."),
@@ -219,13 +153,13 @@ fn kubevirt_and_cdi_webhooks_refuse_what_they_refuse() {
     );
     let dv = "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {name: zero, namespace: default}\n\
               spec:\n  source: {blank: {}}\n  storage: {resources: {requests: {storage: \"0\"}}}\n";
-    let (ok, _, err) = env.run(&["create", "-f", "-"], Some(dv));
+    let (ok, _, err) = env.run(&["create", "-f", "-"], dv);
     assert!(!ok);
     assert!(
         err.contains("The request is invalid: spec.Storage.resources.requests.size: Storage size can't be equal or less than zero"),
         "{err}"
     );
-    env.run(&["create", "-f", "-"], Some(&VM.replace("NAME", "fine")));
+    env.run(&["create", "-f", "-"], &VM.replace("NAME", "fine"));
     env.ok(&["get", "vm", "fine"]);
 }
 
@@ -234,10 +168,10 @@ fn object_count_quota_refuses_with_the_real_message() {
     let env = Env::new();
     let quota = "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: vms, namespace: default}\n\
                  spec: {hard: {count/virtualmachines.kubevirt.io: \"1\"}}\n";
-    env.run(&["create", "-f", "-"], Some(quota));
-    env.run(&["create", "-f", "-"], Some(&VM.replace("NAME", "one")));
+    env.run(&["create", "-f", "-"], quota);
+    env.run(&["create", "-f", "-"], &VM.replace("NAME", "one"));
     env.ok(&["get", "vm", "one"]);
-    let (ok, _, err) = env.run(&["create", "-f", "-"], Some(&VM.replace("NAME", "two")));
+    let (ok, _, err) = env.run(&["create", "-f", "-"], &VM.replace("NAME", "two"));
     assert!(!ok);
     assert!(
         err.contains(r#"virtualmachines.kubevirt.io "two" is forbidden: exceeded quota: vms, requested: count/virtualmachines.kubevirt.io=1, used: count/virtualmachines.kubevirt.io=1, limited: count/virtualmachines.kubevirt.io=1"#),
@@ -249,33 +183,33 @@ fn object_count_quota_refuses_with_the_real_message() {
 #[test]
 fn admission_denial_switch() {
     let env = Env::new();
-    env._emu.deny_admission(
+    env.emu.deny_admission(
         "policy.example.com",
         "create",
         "virtualmachines",
         "no VMs on Fridays",
         Some(1),
     );
-    let (ok, _, err) = env.run(&["create", "-f", "-"], Some(&VM.replace("NAME", "fri")));
+    let (ok, _, err) = env.run(&["create", "-f", "-"], &VM.replace("NAME", "fri"));
     assert!(!ok);
     assert!(
         err.contains(r#"Error from server (Forbidden): error when creating "STDIN": admission webhook "policy.example.com" denied the request: no VMs on Fridays"#),
         "{err}"
     );
-    env.run(&["create", "-f", "-"], Some(&VM.replace("NAME", "fri")));
+    env.run(&["create", "-f", "-"], &VM.replace("NAME", "fri"));
     env.ok(&["get", "vm", "fri"]);
 }
 
 #[test]
 fn foreground_deletion_takes_time() {
     let env = Env::new();
-    env.run(&["create", "-f", "-"], Some(&VM.replace("NAME", "owner")));
+    env.run(&["create", "-f", "-"], &VM.replace("NAME", "owner"));
     let owner = env.json(&["get", "vm", "owner", "-o", "json"]);
     let uid = owner["metadata"]["uid"].as_str().unwrap().to_owned();
     let dependent = format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: dep\n  namespace: default\n  ownerReferences:\n  - {{apiVersion: kubevirt.io/v1, kind: VirtualMachine, name: owner, uid: {uid}, blockOwnerDeletion: true}}\n"
     );
-    env.run(&["create", "-f", "-"], Some(&dependent));
+    env.run(&["create", "-f", "-"], &dependent);
     env.ok(&[
         "delete",
         "vm",

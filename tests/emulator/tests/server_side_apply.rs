@@ -4,63 +4,12 @@
 //! fieldmanager (k8s.io/apiserver .../fieldmanager/internal/conflict.go) and the examples of
 //! kubernetes.io/docs/reference/using-api/server-side-apply.
 
-use kubevm_emulator::{BlockingEmulator, Emulator, EmulatorOptions};
+mod common;
+
+use common::kubectl::KubectlEnv as Env;
 use serde_json::{Value, json};
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-
-fn kubectl_path() -> PathBuf {
-    if let Some(k) = std::env::var_os("KUBECTL") {
-        return PathBuf::from(k);
-    }
-    let local = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.tools/bin/kubectl");
-    assert!(
-        local.is_file(),
-        "kubectl not found: run tests/tools/get-kubectl.sh or set KUBECTL"
-    );
-    local
-}
-
-struct Env {
-    _emu: BlockingEmulator,
-    dir: tempfile::TempDir,
-}
 
 impl Env {
-    fn new() -> Env {
-        let emu = Emulator::start_blocking(EmulatorOptions::default()).expect("emulator");
-        let dir = tempfile::tempdir().unwrap();
-        emu.write_kubeconfig(&dir.path().join("kubeconfig"))
-            .unwrap();
-        Env { _emu: emu, dir }
-    }
-
-    /// Runs kubectl with `stdin`; (success, stdout, stderr).
-    fn run(&self, args: &[&str], stdin: &str) -> (bool, String, String) {
-        let mut child = Command::new(kubectl_path())
-            .arg("--kubeconfig")
-            .arg(self.dir.path().join("kubeconfig"))
-            .arg("--cache-dir")
-            .arg(self.dir.path().join("cache"))
-            .args(args)
-            .env_remove("KUBECONFIG")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl runs");
-        let mut input = child.stdin.take().unwrap();
-        input.write_all(stdin.as_bytes()).unwrap();
-        drop(input);
-        let o = child.wait_with_output().unwrap();
-        (
-            o.status.success(),
-            String::from_utf8_lossy(&o.stdout).into(),
-            String::from_utf8_lossy(&o.stderr).into(),
-        )
-    }
-
     /// `kubectl apply --server-side --field-manager=M [extra] -f -`.
     fn apply(&self, manager: &str, extra: &[&str], yaml: &str) -> (bool, String, String) {
         let fm = format!("--field-manager={manager}");
@@ -76,14 +25,8 @@ impl Env {
         out
     }
 
-    fn get(&self, args: &[&str]) -> Value {
-        let (ok, out, err) = self.run(args, "");
-        assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
-        serde_json::from_str(&out).unwrap()
-    }
-
     fn configmap(&self) -> Value {
-        self.get(&["get", "cm", "c", "-o", "json", "--show-managed-fields"])
+        self.json(&["get", "cm", "c", "-o", "json", "--show-managed-fields"])
     }
 }
 
@@ -127,7 +70,7 @@ fn conflict_then_force_takes_the_field_over() {
     );
     assert_eq!(obj["metadata"]["managedFields"][0]["apiVersion"], "v1");
     // kubectl hides managedFields unless asked.
-    let plain = env.get(&["get", "cm", "c", "-o", "json"]);
+    let plain = env.json(&["get", "cm", "c", "-o", "json"]);
     assert!(plain["metadata"].get("managedFields").is_none(), "{plain}");
 
     // B changes foo: kubectl shows the server's conflict and its advice.
@@ -261,7 +204,7 @@ spec:
 fn custom_resource_lists_are_atomic_and_conflicts_name_the_path() {
     let env = Env::new();
     env.apply_ok("a", &[], &VM.replace("MEMORY", "1Gi"));
-    let vm = env.get(&["get", "vm", "vm", "-o", "json", "--show-managed-fields"]);
+    let vm = env.json(&["get", "vm", "vm", "-o", "json", "--show-managed-fields"]);
     let o = owners(&vm);
     assert_eq!(o.len(), 1);
     // KubeVirt's CRD gives disks/volumes no x-kubernetes-list-type: atomic, one field each.

@@ -61,6 +61,47 @@ async fn until(api: &Api<DynamicObject>, name: &str, done: impl Fn(&Value) -> bo
     }
 }
 
+fn data_volumes(client: &kube::Client) -> Api<DynamicObject> {
+    api(
+        client,
+        "cdi.kubevirt.io",
+        "v1beta1",
+        "DataVolume",
+        "datavolumes",
+    )
+}
+
+/// Creates KubeVirt VM `vm` that is to run with DataVolume `dv` as its root disk (its consumer).
+async fn run_kubevirt_vm_on(client: &kube::Client, dv: &str) {
+    let vms = api(
+        client,
+        "kubevirt.io",
+        "v1",
+        "VirtualMachine",
+        "virtualmachines",
+    );
+    create(
+        &vms,
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {"name": "vm"},
+        "spec": {"runStrategy": "Always", "template": {"spec": {
+            "domain": {"devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}},
+            "volumes": [{"name": "root", "dataVolume": {"name": dv}}]}}}}),
+    )
+    .await;
+}
+
+/// The condition of `type_` in an object's status.
+fn condition(object: &Value, type_: &str) -> Value {
+    object["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == type_)
+        .unwrap()
+        .clone()
+}
+
 fn http_dv(name: &str, annotations: Value) -> Value {
     json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
         "metadata": {"name": name, "annotations": annotations},
@@ -71,13 +112,7 @@ fn http_dv(name: &str, annotations: Value) -> Value {
 #[tokio::test]
 async fn cdi_waits_for_a_consumer_on_wait_for_first_consumer_storage() {
     let (emu, client) = start(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
-    let dvs = api(
-        &client,
-        "cdi.kubevirt.io",
-        "v1beta1",
-        "DataVolume",
-        "datavolumes",
-    );
+    let dvs = data_volumes(&client);
     create(&dvs, http_dv("disk", json!({}))).await;
     let phase = |v: &Value| v["status"]["phase"].as_str().unwrap_or("").to_owned();
     let dv = until(&dvs, "disk", |v| !phase(v).is_empty()).await;
@@ -90,22 +125,7 @@ async fn cdi_waits_for_a_consumer_on_wait_for_first_consumer_storage() {
     );
 
     // A VM that is to run consumes it: the import goes on to the end.
-    let vms = api(
-        &client,
-        "kubevirt.io",
-        "v1",
-        "VirtualMachine",
-        "virtualmachines",
-    );
-    create(
-        &vms,
-        json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
-        "metadata": {"name": "vm"},
-        "spec": {"runStrategy": "Always", "template": {"spec": {
-            "domain": {"devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}},
-            "volumes": [{"name": "root", "dataVolume": {"name": "disk"}}]}}}}),
-    )
-    .await;
+    run_kubevirt_vm_on(&client, "disk").await;
     until(&dvs, "disk", |v| phase(v) == "Succeeded").await;
     emu.shutdown().await;
 }
@@ -113,13 +133,7 @@ async fn cdi_waits_for_a_consumer_on_wait_for_first_consumer_storage() {
 #[tokio::test]
 async fn a_failing_cdi_import_is_retried_with_a_growing_restart_count() {
     let (emu, client) = start(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
-    let dvs = api(
-        &client,
-        "cdi.kubevirt.io",
-        "v1beta1",
-        "DataVolume",
-        "datavolumes",
-    );
+    let dvs = data_volumes(&client);
     let message = "Unable to connect to http data source: expected status code 200, got 404. Status: 404 Not Found";
     create(
         &dvs,
@@ -127,34 +141,13 @@ async fn a_failing_cdi_import_is_retried_with_a_growing_restart_count() {
     )
     .await;
     // The default class waits for a consumer: a running VM makes the import start.
-    let vms = api(
-        &client,
-        "kubevirt.io",
-        "v1",
-        "VirtualMachine",
-        "virtualmachines",
-    );
-    create(
-        &vms,
-        json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
-        "metadata": {"name": "vm"},
-        "spec": {"runStrategy": "Always", "template": {"spec": {
-            "domain": {"devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}},
-            "volumes": [{"name": "root", "dataVolume": {"name": "bad"}}]}}}}),
-    )
-    .await;
+    run_kubevirt_vm_on(&client, "bad").await;
     let dv = until(&dvs, "bad", |v| {
         v["status"]["restartCount"].as_i64().unwrap_or(0) >= 3
     })
     .await;
     assert_eq!(dv["status"]["phase"], "ImportInProgress");
-    let running = dv["status"]["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Running")
-        .unwrap()
-        .clone();
+    let running = condition(&dv, "Running");
     assert_eq!(
         (running["status"].as_str(), running["reason"].as_str()),
         (Some("False"), Some("Error"))
@@ -206,13 +199,7 @@ async fn deckhouse_disks_wait_for_first_consumer_or_fail() {
     )
     .await;
     let broken = until(&vds, "broken", |v| phase(v) == "Failed").await;
-    let ready = broken["status"]["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Ready")
-        .unwrap()
-        .clone();
+    let ready = condition(&broken, "Ready");
     assert_eq!(ready["reason"], "ProvisioningFailed");
     assert_eq!(ready["message"], "404 Not Found");
     assert_eq!(

@@ -53,6 +53,20 @@ fn get(app: &App, plural: &str, name: &str) -> Option<Value> {
     app.store.get(&Key::new(KV, plural, "default", name))
 }
 
+/// A `subresources.kubevirt.io` action on a VirtualMachine.
+fn vm_action(app: &App, name: &str, sub: &str, body: Value) -> Result<u16, (u16, String)> {
+    put(app, "virtualmachines", name, sub, body)
+}
+
+/// A `subresources.kubevirt.io` action on a VirtualMachineInstance.
+fn vmi_action(app: &App, name: &str, sub: &str, body: Value) -> Result<u16, (u16, String)> {
+    put(app, "virtualmachineinstances", name, sub, body)
+}
+
+fn get_vmi(app: &App, name: &str) -> Option<Value> {
+    get(app, "virtualmachineinstances", name)
+}
+
 fn printable(app: &App, name: &str) -> String {
     get(app, "virtualmachines", name).unwrap()["status"]["printableStatus"]
         .as_str()
@@ -65,16 +79,10 @@ fn start_goes_through_vmi_phases_with_a_launcher_pod() {
     let app = kubevirt();
     vm(&app, "web", "Always", json!({}));
     reconcile_all(&app, false);
-    assert_eq!(
-        phase(&get(&app, "virtualmachineinstances", "web").unwrap()),
-        "Pending"
-    );
+    assert_eq!(phase(&get_vmi(&app, "web").unwrap()), "Pending");
     assert_eq!(printable(&app, "web"), "Starting");
     ticks(&app, 1);
-    assert_eq!(
-        phase(&get(&app, "virtualmachineinstances", "web").unwrap()),
-        "Scheduling"
-    );
+    assert_eq!(phase(&get_vmi(&app, "web").unwrap()), "Scheduling");
     let pods = app.store.list("", "pods", Some("default")).0;
     assert_eq!(pods.len(), 1);
     assert_eq!(pods[0]["status"]["phase"], "Pending");
@@ -90,13 +98,10 @@ fn always_stop_sets_halted_and_start_is_refused_while_running() {
     vm(&app, "web", "Always", json!({}));
     ticks(&app, 5);
     assert_eq!(
-        put(&app, "virtualmachines", "web", "start", json!({})),
+        vm_action(&app, "web", "start", json!({})),
         Err((409, "VM is already running".into()))
     );
-    assert_eq!(
-        put(&app, "virtualmachines", "web", "stop", json!({})),
-        Ok(202)
-    );
+    assert_eq!(vm_action(&app, "web", "stop", json!({})), Ok(202));
     assert_eq!(
         get(&app, "virtualmachines", "web").unwrap()["spec"]["runStrategy"],
         "Halted"
@@ -105,17 +110,14 @@ fn always_stop_sets_halted_and_start_is_refused_while_running() {
     assert_eq!(printable(&app, "web"), "Stopping");
     ticks(&app, 2);
     assert_eq!(printable(&app, "web"), "Stopped");
-    assert!(get(&app, "virtualmachineinstances", "web").is_none());
+    assert!(get_vmi(&app, "web").is_none());
     assert!(app.store.list("", "pods", Some("default")).0.is_empty());
     assert_eq!(
-        put(&app, "virtualmachines", "web", "stop", json!({})),
+        vm_action(&app, "web", "stop", json!({})),
         Err((409, "VM is not running".into()))
     );
     // Halted + start: runStrategy back to Always.
-    assert_eq!(
-        put(&app, "virtualmachines", "web", "start", json!({})),
-        Ok(202)
-    );
+    assert_eq!(vm_action(&app, "web", "start", json!({})), Ok(202));
     assert_eq!(
         get(&app, "virtualmachines", "web").unwrap()["spec"]["runStrategy"],
         "Always"
@@ -128,24 +130,18 @@ fn always_stop_sets_halted_and_start_is_refused_while_running() {
             o["spec"]["runStrategy"] = json!("Halted")
         });
     assert_eq!(
-        put(&app, "virtualmachines", "web", "stop", json!({})),
+        vm_action(&app, "web", "stop", json!({})),
         Err((
             409,
             "Halted only supports manual stop requests with a shorter graceperiod".into()
         ))
     );
     assert_eq!(
-        put(
-            &app,
-            "virtualmachines",
-            "web",
-            "stop",
-            json!({"gracePeriod": 1})
-        ),
+        vm_action(&app, "web", "stop", json!({"gracePeriod": 1})),
         Ok(202)
     );
     assert_eq!(
-        get(&app, "virtualmachineinstances", "web").unwrap()["spec"]["terminationGracePeriodSeconds"],
+        get_vmi(&app, "web").unwrap()["spec"]["terminationGracePeriodSeconds"],
         1
     );
 }
@@ -155,15 +151,9 @@ fn manual_uses_state_change_requests() {
     let app = kubevirt();
     vm(&app, "m", "Manual", json!({}));
     ticks(&app, 2);
-    assert!(get(&app, "virtualmachineinstances", "m").is_none());
+    assert!(get_vmi(&app, "m").is_none());
     assert_eq!(
-        put(
-            &app,
-            "virtualmachines",
-            "m",
-            "start",
-            json!({"paused": true})
-        ),
+        vm_action(&app, "m", "start", json!({"paused": true})),
         Ok(202)
     );
     let reqs = state_requests(&get(&app, "virtualmachines", "m").unwrap());
@@ -172,7 +162,7 @@ fn manual_uses_state_change_requests() {
         vec![json!({"action": "Start", "data": {"paused": "true"}})]
     );
     assert_eq!(
-        put(&app, "virtualmachines", "m", "start", json!({})),
+        vm_action(&app, "m", "start", json!({})),
         Err((
             409,
             "unable to complete request: stop/start already underway".into()
@@ -181,15 +171,9 @@ fn manual_uses_state_change_requests() {
     ticks(&app, 5);
     assert_eq!(printable(&app, "m"), "Paused");
     assert!(state_requests(&get(&app, "virtualmachines", "m").unwrap()).is_empty());
-    let uid = get(&app, "virtualmachineinstances", "m").unwrap()["metadata"]["uid"].clone();
+    let uid = get_vmi(&app, "m").unwrap()["metadata"]["uid"].clone();
     assert_eq!(
-        put(
-            &app,
-            "virtualmachines",
-            "m",
-            "stop",
-            json!({"gracePeriod": 0})
-        ),
+        vm_action(&app, "m", "stop", json!({"gracePeriod": 0})),
         Ok(202)
     );
     assert_eq!(
@@ -197,13 +181,13 @@ fn manual_uses_state_change_requests() {
         vec![json!({"action": "Stop", "uid": uid})]
     );
     assert_eq!(
-        get(&app, "virtualmachineinstances", "m").unwrap()["spec"]["terminationGracePeriodSeconds"],
+        get_vmi(&app, "m").unwrap()["spec"]["terminationGracePeriodSeconds"],
         0
     );
     ticks(&app, 3);
     assert_eq!(printable(&app, "m"), "Stopped");
     assert_eq!(
-        put(&app, "virtualmachines", "m", "restart", json!({})),
+        vm_action(&app, "m", "restart", json!({})),
         Err((409, "VM is not running: Stopped".into()))
     );
 }
@@ -215,41 +199,29 @@ fn restart_makes_a_new_vmi_and_refuses_halted_once_and_grace() {
     vm(&app, "h", "Halted", json!({}));
     vm(&app, "o", "Once", json!({}));
     ticks(&app, 5);
-    let old = get(&app, "virtualmachineinstances", "web").unwrap()["metadata"]["uid"].clone();
+    let old = get_vmi(&app, "web").unwrap()["metadata"]["uid"].clone();
     assert_eq!(
-        put(
-            &app,
-            "virtualmachines",
-            "web",
-            "restart",
-            json!({"gracePeriodSeconds": 5})
-        ),
+        vm_action(&app, "web", "restart", json!({"gracePeriodSeconds": 5})),
         Err((
             400,
             "For force restart, only gracePeriod=0 is supported for now".into()
         ))
     );
     assert_eq!(
-        put(
-            &app,
-            "virtualmachines",
-            "web",
-            "restart",
-            json!({"gracePeriodSeconds": 0})
-        ),
+        vm_action(&app, "web", "restart", json!({"gracePeriodSeconds": 0})),
         Ok(202)
     );
     assert_eq!(
-        get(&app, "virtualmachineinstances", "web").unwrap()["spec"]["terminationGracePeriodSeconds"],
+        get_vmi(&app, "web").unwrap()["spec"]["terminationGracePeriodSeconds"],
         1
     );
     ticks(&app, 8);
-    let new = get(&app, "virtualmachineinstances", "web").unwrap();
+    let new = get_vmi(&app, "web").unwrap();
     assert_ne!(new["metadata"]["uid"], old);
     assert_eq!(printable(&app, "web"), "Running");
     for (name, rs) in [("h", "Halted"), ("o", "Once")] {
         assert_eq!(
-            put(&app, "virtualmachines", name, "restart", json!({})),
+            vm_action(&app, name, "restart", json!({})),
             Err((
                 409,
                 format!("RunStategy {rs} does not support manual restart requests")
@@ -257,11 +229,11 @@ fn restart_makes_a_new_vmi_and_refuses_halted_once_and_grace() {
         );
     }
     assert_eq!(
-        put(&app, "virtualmachines", "o", "start", json!({})),
+        vm_action(&app, "o", "start", json!({})),
         Err((409, "VM is already running".into()))
     );
     assert_eq!(
-        put(&app, "virtualmachines", "h", "stop", json!({})),
+        vm_action(&app, "h", "stop", json!({})),
         Err((409, "VM is not running".into()))
     );
 }
@@ -273,33 +245,15 @@ fn dry_run_changes_nothing() {
     ticks(&app, 5);
     let before = get(&app, "virtualmachines", "web").unwrap();
     assert_eq!(
-        put(
-            &app,
-            "virtualmachines",
-            "web",
-            "stop",
-            json!({"dryRun": ["All"]})
-        ),
+        vm_action(&app, "web", "stop", json!({"dryRun": ["All"]})),
         Ok(202)
     );
     assert_eq!(
-        put(
-            &app,
-            "virtualmachines",
-            "web",
-            "migrate",
-            json!({"dryRun": ["All"]})
-        ),
+        vm_action(&app, "web", "migrate", json!({"dryRun": ["All"]})),
         Ok(202)
     );
     assert_eq!(
-        put(
-            &app,
-            "virtualmachineinstances",
-            "web",
-            "pause",
-            json!({"dryRun": ["All"]})
-        ),
+        vmi_action(&app, "web", "pause", json!({"dryRun": ["All"]})),
         Ok(200)
     );
     assert_eq!(get(&app, "virtualmachines", "web").unwrap(), before);
@@ -317,45 +271,24 @@ fn pause_unpause_and_soft_reboot() {
     vm(&app, "web", "Always", json!({}));
     ticks(&app, 5);
     assert_eq!(
-        put(&app, "virtualmachineinstances", "web", "unpause", json!({})),
+        vmi_action(&app, "web", "unpause", json!({})),
         Err((409, "VMI is not paused".into()))
     );
-    assert_eq!(
-        put(&app, "virtualmachineinstances", "web", "pause", json!({})),
-        Ok(200)
-    );
+    assert_eq!(vmi_action(&app, "web", "pause", json!({})), Ok(200));
     reconcile_all(&app, false);
     assert_eq!(printable(&app, "web"), "Paused");
     assert_eq!(
-        put(&app, "virtualmachineinstances", "web", "pause", json!({})),
+        vmi_action(&app, "web", "pause", json!({})),
         Err((409, "VMI is already paused".into()))
     );
     assert_eq!(
-        put(
-            &app,
-            "virtualmachineinstances",
-            "web",
-            "softreboot",
-            json!({})
-        ),
+        vmi_action(&app, "web", "softreboot", json!({})),
         Err((409, "VMI is paused".into()))
     );
-    assert_eq!(
-        put(&app, "virtualmachineinstances", "web", "unpause", json!({})),
-        Ok(200)
-    );
+    assert_eq!(vmi_action(&app, "web", "unpause", json!({})), Ok(200));
     reconcile_all(&app, false);
     assert_eq!(printable(&app, "web"), "Running");
-    assert_eq!(
-        put(
-            &app,
-            "virtualmachineinstances",
-            "web",
-            "softreboot",
-            json!({})
-        ),
-        Ok(200)
-    );
+    assert_eq!(vmi_action(&app, "web", "softreboot", json!({})), Ok(200));
 }
 
 #[test]
@@ -381,15 +314,12 @@ fn migration_moves_the_vmi_through_phases() {
     let app = kubevirt();
     vm(&app, "web", "Always", json!({}));
     ticks(&app, 5);
-    assert_eq!(
-        put(&app, "virtualmachines", "web", "migrate", json!({})),
-        Ok(202)
-    );
+    assert_eq!(vm_action(&app, "web", "migrate", json!({})), Ok(202));
     let m = &migrations(&app)[0];
     assert!(meta_str(m, "name").starts_with("kubevirt-migrate-vm-"));
     assert_eq!(m["metadata"]["labels"]["kubevirt.io/vmi-name"], "web");
     // A second one while the first is active is refused by admission.
-    let (code, msg) = put(&app, "virtualmachines", "web", "migrate", json!({})).unwrap_err();
+    let (code, msg) = vm_action(&app, "web", "migrate", json!({})).unwrap_err();
     assert_eq!(code, 400);
     assert!(msg.contains("in-flight migration detected"), "{msg}");
     let mut seen = vec![];
@@ -412,7 +342,7 @@ fn migration_moves_the_vmi_through_phases() {
             "Succeeded"
         ]
     );
-    let vmi = get(&app, "virtualmachineinstances", "web").unwrap();
+    let vmi = get_vmi(&app, "web").unwrap();
     assert_eq!(vmi["status"]["nodeName"], "node-2");
     assert_eq!(vmi["status"]["migrationState"]["sourceNode"], "node-1");
     assert_eq!(vmi["status"]["migrationState"]["targetNode"], "node-2");
@@ -429,19 +359,15 @@ fn migrations_fail_without_a_target_or_on_timeout() {
     vm(&app, "b", "Always", json!({MIGRATION_FAIL: "timeout"}));
     ticks(&app, 5);
     assert_eq!(
-        put(
+        vm_action(
             &app,
-            "virtualmachines",
             "a",
             "migrate",
             json!({"addedNodeSelector": {"kubernetes.io/hostname": "node-9"}})
         ),
         Ok(202)
     );
-    assert_eq!(
-        put(&app, "virtualmachines", "b", "migrate", json!({})),
-        Ok(202)
-    );
+    assert_eq!(vm_action(&app, "b", "migrate", json!({})), Ok(202));
     ticks(&app, 15);
     for (vmi, why) in [("a", NO_TARGET_MESSAGE), ("b", TIMEOUT_MESSAGE)] {
         let m = migrations(&app)
@@ -450,7 +376,7 @@ fn migrations_fail_without_a_target_or_on_timeout() {
             .unwrap();
         assert_eq!(phase(&m), "Failed");
         assert_eq!(m["status"]["migrationState"]["failureReason"], why);
-        let v = get(&app, "virtualmachineinstances", vmi).unwrap();
+        let v = get_vmi(&app, vmi).unwrap();
         assert_eq!(v["status"]["nodeName"], "node-1", "{vmi} stays");
         assert_eq!(v["status"]["migrationState"]["failed"], true);
     }
@@ -494,6 +420,10 @@ fn dh(app: &App, plural: &str, name: &str) -> Value {
         .unwrap()
 }
 
+fn op_phase(app: &App, name: &str) -> String {
+    phase(&dh(app, "virtualmachineoperations", name)).to_string()
+}
+
 #[test]
 fn operations_start_stop_and_migrate_with_progress() {
     let app = deckhouse();
@@ -501,21 +431,12 @@ fn operations_start_stop_and_migrate_with_progress() {
     assert_eq!(phase(&dh(&app, "virtualmachines", "linux")), "Stopped");
     let start = op(&app, "Start", json!({}));
     reconcile_all(&app, false);
-    assert_eq!(
-        phase(&dh(&app, "virtualmachineoperations", &start)),
-        "Pending"
-    );
+    assert_eq!(op_phase(&app, &start), "Pending");
     ticks(&app, 1);
-    assert_eq!(
-        phase(&dh(&app, "virtualmachineoperations", &start)),
-        "InProgress"
-    );
+    assert_eq!(op_phase(&app, &start), "InProgress");
     assert_eq!(phase(&dh(&app, "virtualmachines", "linux")), "Starting");
     ticks(&app, 1);
-    assert_eq!(
-        phase(&dh(&app, "virtualmachineoperations", &start)),
-        "Completed"
-    );
+    assert_eq!(op_phase(&app, &start), "Completed");
     assert_eq!(phase(&dh(&app, "virtualmachines", "linux")), "Running");
     let migrate = op(
         &app,
@@ -533,20 +454,14 @@ fn operations_start_stop_and_migrate_with_progress() {
         }
     }
     assert_eq!(progress, ["0%", "25%", "50%", "75%", "100%"]);
-    assert_eq!(
-        phase(&dh(&app, "virtualmachineoperations", &migrate)),
-        "Completed"
-    );
+    assert_eq!(op_phase(&app, &migrate), "Completed");
     assert_eq!(
         dh(&app, "virtualmachines", "linux")["status"]["nodeName"],
         "node-2"
     );
     let stop = op(&app, "Stop", json!({}));
     ticks(&app, 3);
-    assert_eq!(
-        phase(&dh(&app, "virtualmachineoperations", &stop)),
-        "Completed"
-    );
+    assert_eq!(op_phase(&app, &stop), "Completed");
     assert_eq!(phase(&dh(&app, "virtualmachines", "linux")), "Stopped");
     // Stopping a stopped VM fails with the platform's reason.
     let again = op(&app, "Stop", json!({}));
@@ -571,25 +486,16 @@ fn operations_supersede_or_fail_and_migrations_fail() {
     let s = dh(&app, "virtualmachineoperations", &start);
     assert_eq!(phase(&s), "Superseded");
     assert_eq!(s["status"]["conditions"][0]["reason"], "Superseded");
-    assert_eq!(
-        phase(&dh(&app, "virtualmachineoperations", &stop)),
-        "Failed"
-    );
+    assert_eq!(op_phase(&app, &stop), "Failed");
     let start = op(&app, "Start", json!({}));
     ticks(&app, 3);
-    assert_eq!(
-        phase(&dh(&app, "virtualmachineoperations", &start)),
-        "Completed"
-    );
+    assert_eq!(op_phase(&app, &start), "Completed");
     // A forced Stop supersedes a Stop; a Start does not supersede it and fails.
     let stop = op(&app, "Stop", json!({}));
     reconcile_all(&app, false);
     let forced = op(&app, "Stop", json!({"force": true}));
     reconcile_all(&app, false);
-    assert_eq!(
-        phase(&dh(&app, "virtualmachineoperations", &stop)),
-        "Superseded"
-    );
+    assert_eq!(op_phase(&app, &stop), "Superseded");
     let start2 = op(&app, "Start", json!({}));
     reconcile_all(&app, false);
     let o = dh(&app, "virtualmachineoperations", &start2);
@@ -599,16 +505,10 @@ fn operations_supersede_or_fail_and_migrations_fail() {
         "NotReadyToBeExecuted"
     );
     ticks(&app, 3);
-    assert_eq!(
-        phase(&dh(&app, "virtualmachineoperations", &forced)),
-        "Completed"
-    );
+    assert_eq!(op_phase(&app, &forced), "Completed");
     let start3 = op(&app, "Start", json!({}));
     ticks(&app, 3);
-    assert_eq!(
-        phase(&dh(&app, "virtualmachineoperations", &start3)),
-        "Completed"
-    );
+    assert_eq!(op_phase(&app, &start3), "Completed");
     app.store
         .modify(&Key::new(DH, "virtualmachines", "default", "linux"), |o| {
             set_annotation(o, MIGRATION_FAIL, Some("timeout"))
@@ -687,31 +587,31 @@ impl crate::guest::GuestFactory for SlowGuests {
     }
 }
 
-#[test]
-fn a_stop_waits_for_a_graceful_guest_to_power_off() {
+/// A KubeVirt app whose guests power off only when told, with VM `web` running.
+fn running_with_slow_guests() -> (App, std::sync::Arc<SlowGuests>) {
     let app = kubevirt();
     let factory = std::sync::Arc::new(SlowGuests::default());
     app.guests.set_factory(factory.clone());
     vm(&app, "web", "Always", json!({}));
     ticks(&app, 4);
-    assert_eq!(
-        get(&app, "virtualmachineinstances", "web").unwrap()["status"]["phase"],
-        "Running"
-    );
+    (app, factory)
+}
+
+#[test]
+fn a_stop_waits_for_a_graceful_guest_to_power_off() {
+    let (app, factory) = running_with_slow_guests();
+    assert_eq!(get_vmi(&app, "web").unwrap()["status"]["phase"], "Running");
     // Eager: the guest boots because the VM runs, not because someone connected.
     app.guests.boot_missing(&app);
     let guest = factory.0.lock().unwrap()[0].clone();
-    assert_eq!(
-        put(&app, "virtualmachines", "web", "stop", json!({})),
-        Ok(202)
-    );
+    assert_eq!(vm_action(&app, "web", "stop", json!({})), Ok(202));
     ticks(&app, 4);
     assert!(
         guest.asked.load(std::sync::atomic::Ordering::SeqCst),
         "told to power off"
     );
     assert!(
-        get(&app, "virtualmachineinstances", "web").is_some(),
+        get_vmi(&app, "web").is_some(),
         "VMI kept while the guest runs"
     );
     assert_eq!(printable(&app, "web"), "Stopping");
@@ -720,35 +620,25 @@ fn a_stop_waits_for_a_graceful_guest_to_power_off() {
     assert_eq!(factory.0.lock().unwrap().len(), 1);
     guest.off.send_replace(true);
     ticks(&app, 2);
-    assert!(get(&app, "virtualmachineinstances", "web").is_none());
+    assert!(get_vmi(&app, "web").is_none());
     assert_eq!(printable(&app, "web"), "Stopped");
 }
 
 #[test]
 fn a_forced_restart_kills_a_graceful_guest() {
-    let app = kubevirt();
-    let factory = std::sync::Arc::new(SlowGuests::default());
-    app.guests.set_factory(factory.clone());
-    vm(&app, "web", "Always", json!({}));
-    ticks(&app, 4);
+    let (app, factory) = running_with_slow_guests();
     app.guests.boot_missing(&app);
     let first = factory.0.lock().unwrap()[0].clone();
-    let old_uid = get(&app, "virtualmachineinstances", "web").unwrap()["metadata"]["uid"].clone();
+    let old_uid = get_vmi(&app, "web").unwrap()["metadata"]["uid"].clone();
     // gracePeriodSeconds 0 leaves the VMI 1 s (lifecycle.go): no waiting for the guest.
     assert_eq!(
-        put(
-            &app,
-            "virtualmachines",
-            "web",
-            "restart",
-            json!({"gracePeriodSeconds": 0})
-        ),
+        vm_action(&app, "web", "restart", json!({"gracePeriodSeconds": 0})),
         Ok(202)
     );
     ticks(&app, 3);
     assert!(*first.off.borrow(), "killed");
     ticks(&app, 4);
-    let vmi = get(&app, "virtualmachineinstances", "web").unwrap();
+    let vmi = get_vmi(&app, "web").unwrap();
     assert_ne!(vmi["metadata"]["uid"], old_uid);
     assert_eq!(vmi["status"]["phase"], "Running");
     app.guests.boot_missing(&app);

@@ -1,5 +1,9 @@
-//! What the websocket tests of the emulator share: an emulator with a kube client, and a raw
-//! websocket upgrade through kube's HTTP stack.
+//! What the emulator's integration tests share: an emulator with a kube client, a raw
+//! websocket upgrade through kube's HTTP stack, and real kubectl (`kubectl`).
+// Each test binary uses a part of this module.
+#![allow(dead_code)]
+
+pub mod kubectl;
 
 use hyper_util::rt::TokioIo;
 use kube::client::Body;

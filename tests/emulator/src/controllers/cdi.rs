@@ -1,0 +1,119 @@
+//! CDI DataVolume imports.
+
+use super::{STEP_PERCENT, ensure_pvc, key_of, percent, set_condition};
+use crate::app::App;
+use crate::util::meta_str;
+use serde_json::{Value, json};
+
+/// CDI DataVolume: ImportScheduled → ImportInProgress (progress in steps) → Succeeded, with a
+/// bound PVC of the same name. A blank source is Succeeded at once.
+pub(super) fn data_volume(app: &App, dv: &Value, tick: bool) {
+    let phase = dv
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let blank = dv.pointer("/spec/source/blank").is_some();
+    // Unbound WaitForFirstConsumer storage: CDI waits in PendingPopulation for a consumer.
+    let waiting = matches!(phase, "" | "PendingPopulation")
+        && crate::storage::waits_for_first_consumer(app, dv_storage_class(dv).as_deref())
+        && !crate::storage::kubevirt_consumer(app, dv);
+    if waiting {
+        if phase.is_empty() {
+            app.store
+                .modify(&key_of("cdi.kubevirt.io", "datavolumes", dv), |o| {
+                    let mut st = o.get("status").cloned().unwrap_or(json!({}));
+                    st["phase"] = json!("PendingPopulation");
+                    st["progress"] = json!("N/A");
+                    set_condition(&mut st, "Bound", false, "Pending", "PVC is pending");
+                    set_condition(&mut st, "Ready", false, "PendingPopulation", "");
+                    o["status"] = st;
+                });
+        }
+        return;
+    }
+    if phase == "ImportInProgress"
+        && tick
+        && let Some(message) = crate::storage::import_error(dv)
+    {
+        // The importer pod fails and is restarted, again and again.
+        app.store
+            .modify(&key_of("cdi.kubevirt.io", "datavolumes", dv), |o| {
+                let mut st = o.get("status").cloned().unwrap_or(json!({}));
+                let restarts = st["restartCount"].as_i64().unwrap_or(0) + 1;
+                st["restartCount"] = json!(restarts);
+                set_condition(&mut st, "Running", false, "Error", &message);
+                o["status"] = st;
+            });
+        return;
+    }
+    let (next_phase, progress) = match phase {
+        "" if blank => ("Succeeded", "100.0%".to_string()),
+        "" | "PendingPopulation" => ("ImportScheduled", "N/A".to_string()),
+        "ImportScheduled" if tick => ("ImportInProgress", "0.0%".to_string()),
+        "ImportInProgress" if tick => {
+            let p = (percent(&dv["status"]["progress"]) + STEP_PERCENT).min(100.0);
+            if p >= 100.0 {
+                ("Succeeded", "100.0%".to_string())
+            } else {
+                ("ImportInProgress", format!("{p:.1}%"))
+            }
+        }
+        _ => return,
+    };
+    ensure_pvc(
+        app,
+        dv,
+        meta_str(dv, "name"),
+        &dv_size(dv),
+        dv_storage_class(dv),
+    );
+    app.store
+        .modify(&key_of("cdi.kubevirt.io", "datavolumes", dv), |o| {
+            let mut st = o.get("status").cloned().unwrap_or(json!({}));
+            st["phase"] = json!(next_phase);
+            st["progress"] = json!(progress);
+            st["claimName"] = o["metadata"]["name"].clone();
+            let done = next_phase == "Succeeded";
+            set_condition(&mut st, "Bound", true, "Bound", "PVC bound");
+            set_condition(
+                &mut st,
+                "Running",
+                next_phase == "ImportInProgress",
+                if done { "Completed" } else { "Pending" },
+                "",
+            );
+            set_condition(
+                &mut st,
+                "Ready",
+                done,
+                if done { "" } else { "TransferRunning" },
+                "",
+            );
+            o["status"] = st;
+        });
+}
+
+fn dv_size(dv: &Value) -> String {
+    [
+        "/spec/storage/resources/requests/storage",
+        "/spec/pvc/resources/requests/storage",
+    ]
+    .iter()
+    .find_map(|p| dv.pointer(p))
+    .map(|v| {
+        v.as_str()
+            .map(String::from)
+            .unwrap_or_else(|| v.to_string())
+    })
+    .unwrap_or_else(|| "1Gi".into())
+}
+
+fn dv_storage_class(dv: &Value) -> Option<String> {
+    [
+        "/spec/storage/storageClassName",
+        "/spec/pvc/storageClassName",
+    ]
+    .iter()
+    .find_map(|p| dv.pointer(p).and_then(Value::as_str))
+    .map(String::from)
+}

@@ -1,0 +1,240 @@
+//! Deckhouse virtualization: VirtualDisk, VirtualImage / ClusterVirtualImage,
+//! VirtualMachineClass and VirtualMachine.
+
+use super::{STEP_PERCENT, ensure_pvc, key_of, percent, set_condition, uid_bytes};
+use crate::app::App;
+use crate::store::Key;
+use crate::util::{meta_str, now_rfc3339};
+use serde_json::{Value, json};
+
+const DH: &str = "virtualization.deckhouse.io";
+
+/// VirtualDisk: Pending → Provisioning (progress "NN%") → Ready with a PVC
+/// `vd-<name>-<uid8>`; a disk without dataSource is Ready at the first tick.
+pub(super) fn virtual_disk(app: &App, vd: &Value, tick: bool) {
+    let phase = vd
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let has_source = vd.pointer("/spec/dataSource").is_some_and(|s| !s.is_null());
+    let class_name = vd
+        .pointer("/spec/persistentVolumeClaim/storageClassName")
+        .and_then(Value::as_str);
+    let waiting = matches!(phase, "" | "Pending" | "WaitForFirstConsumer")
+        && crate::storage::waits_for_first_consumer(app, class_name)
+        && !crate::storage::deckhouse_consumer(app, vd);
+    if waiting || (phase == "Provisioning" && tick && crate::storage::import_error(vd).is_some()) {
+        let failure = crate::storage::import_error(vd).filter(|_| !waiting);
+        if phase == "WaitForFirstConsumer" && failure.is_none() {
+            return;
+        }
+        app.store.modify(&key_of(DH, "virtualdisks", vd), |o| {
+            let mut st = o.get("status").cloned().unwrap_or(json!({}));
+            match &failure {
+                Some(message) => {
+                    st["phase"] = json!("Failed");
+                    set_condition(&mut st, "Ready", false, "ProvisioningFailed", message);
+                }
+                None => {
+                    st["phase"] = json!("WaitForFirstConsumer");
+                    st["progress"] = json!("0%");
+                    set_condition(&mut st, "Ready", false, "WaitingForFirstConsumer", "");
+                }
+            }
+            st["observedGeneration"] = o["metadata"]["generation"].clone();
+            o["status"] = st;
+        });
+        return;
+    }
+    let (next, progress) = match phase {
+        "" | "WaitForFirstConsumer" => ("Pending", "0%".to_string()),
+        "Pending" if tick && !has_source => ("Ready", "100%".to_string()),
+        "Pending" if tick => ("Provisioning", "0%".to_string()),
+        "Provisioning" if tick => {
+            let p = (percent(&vd["status"]["progress"]) + STEP_PERCENT).min(100.0);
+            if p >= 100.0 {
+                ("Ready", "100%".to_string())
+            } else {
+                ("Provisioning", format!("{p:.0}%"))
+            }
+        }
+        _ => return,
+    };
+    let name = meta_str(vd, "name");
+    let pvc_name = format!(
+        "vd-{name}-{}",
+        meta_str(vd, "uid").get(..8).unwrap_or("00000000")
+    );
+    let size = vd
+        .pointer("/spec/persistentVolumeClaim/size")
+        .map(|v| {
+            v.as_str()
+                .map(String::from)
+                .unwrap_or_else(|| v.to_string())
+        })
+        .unwrap_or_else(|| "10Gi".into());
+    let class = vd
+        .pointer("/spec/persistentVolumeClaim/storageClassName")
+        .and_then(Value::as_str)
+        .map(String::from);
+    if next != "Pending" {
+        ensure_pvc(app, vd, &pvc_name, &size, class.clone());
+    }
+    app.store.modify(&key_of(DH, "virtualdisks", vd), |o| {
+        let mut st = o.get("status").cloned().unwrap_or(json!({}));
+        st["phase"] = json!(next);
+        st["progress"] = json!(progress);
+        st["target"] = json!({"persistentVolumeClaimName": pvc_name});
+        st["storageClassName"] = json!(class.unwrap_or_else(|| "local-path".into()));
+        let ready = next == "Ready";
+        if ready {
+            st["capacity"] = json!(size);
+        }
+        set_condition(&mut st, "DatasourceReady", true, "DatasourceReady", "");
+        set_condition(
+            &mut st,
+            "Ready",
+            ready,
+            if ready { "Ready" } else { "Provisioning" },
+            "",
+        );
+        st["observedGeneration"] = o["metadata"]["generation"].clone();
+        o["status"] = st;
+    });
+}
+
+/// VirtualImage / ClusterVirtualImage: Ready at once, stored in DVCR.
+pub(super) fn virtual_image(app: &App, img: &Value, _tick: bool) {
+    if img.pointer("/status/phase").and_then(Value::as_str) == Some("Ready") {
+        return;
+    }
+    let cluster = img["kind"] == "ClusterVirtualImage";
+    let name = meta_str(img, "name");
+    let url = if cluster {
+        format!("dvcr.d8-virtualization.svc/cvi/{name}:latest")
+    } else {
+        format!(
+            "dvcr.d8-virtualization.svc/vi/{}/{name}:latest",
+            meta_str(img, "namespace")
+        )
+    };
+    let plural = if cluster {
+        "clustervirtualimages"
+    } else {
+        "virtualimages"
+    };
+    app.store.modify(&key_of(DH, plural, img), |o| {
+        let mut st = o.get("status").cloned().unwrap_or(json!({}));
+        st["phase"] = json!("Ready");
+        st["progress"] = json!("100%");
+        st["format"] = json!("qcow2");
+        st["cdrom"] = json!(false);
+        st["size"] = json!({"stored": "256Mi", "storedBytes": "268435456", "unpacked": "2Gi", "unpackedBytes": "2147483648"});
+        st["target"] = json!({"registryURL": url});
+        set_condition(&mut st, "Ready", true, "Ready", "");
+        o["status"] = st;
+    });
+}
+
+/// VirtualMachineClass: Ready.
+pub(super) fn vm_class(app: &App, class: &Value, _tick: bool) {
+    if class.pointer("/status/phase").is_none() {
+        app.store
+            .modify(&key_of(DH, "virtualmachineclasses", class), |o| {
+                o["status"] = json!({"phase": "Ready"});
+            });
+    }
+}
+
+/// Deckhouse VM: Pending until every referenced disk/image exists and is Ready, then Running
+/// (runPolicy AlwaysOn / AlwaysOnUnlessStoppedManually, the default) or Stopped (Manual /
+/// AlwaysOff).
+pub(super) fn deckhouse_vm(app: &App, vm: &Value, _tick: bool) {
+    let ns = meta_str(vm, "namespace").to_string();
+    let refs: Vec<Value> = vm
+        .pointer("/spec/blockDeviceRefs")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut devices_ready = true;
+    let mut ref_status = vec![];
+    for (i, r) in refs.iter().enumerate() {
+        let kind = r["kind"].as_str().unwrap_or("");
+        let name = r["name"].as_str().unwrap_or("");
+        let key = match kind {
+            "VirtualDisk" => Key::new(DH, "virtualdisks", &ns, name),
+            "VirtualImage" => Key::new(DH, "virtualimages", &ns, name),
+            "ClusterVirtualImage" => Key::new(DH, "clustervirtualimages", "", name),
+            _ => continue,
+        };
+        let dev = app.store.get(&key);
+        let ready = dev
+            .as_ref()
+            .and_then(|d| d.pointer("/status/phase").and_then(Value::as_str))
+            == Some("Ready");
+        devices_ready &= ready;
+        let size = dev
+            .as_ref()
+            .and_then(|d| {
+                d.pointer("/status/capacity")
+                    .or_else(|| d.pointer("/status/size/unpacked"))
+                    .cloned()
+            })
+            .unwrap_or(json!(""));
+        ref_status.push(json!({"kind": kind, "name": name, "size": size, "target": format!("vd{}", (b'a' + i as u8) as char), "attached": ready}));
+    }
+    // Power state from runPolicy and operations: lifecycle/.
+    let (power_phase, node) = crate::lifecycle::deckhouse_power(vm);
+    let phase = if !devices_ready {
+        "Pending"
+    } else {
+        power_phase
+    };
+    let unschedulable = phase == "Starting"
+        && vm
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(crate::lifecycle::UNSCHEDULABLE))
+            == Some(&json!("true"));
+    let [a, b, ..] = uid_bytes(vm);
+    let ip = format!("10.66.{}.{}", a, b % 254 + 1);
+    let name = meta_str(vm, "name").to_string();
+    let uid5 = meta_str(vm, "uid").get(..5).unwrap_or("00000").to_string();
+    let real_agent = app.guests.real_agent();
+    app.store.modify(&key_of(DH, "virtualmachines", vm), |o| {
+        let mut st = o.get("status").cloned().unwrap_or(json!({}));
+        st["phase"] = json!(phase);
+        st["blockDeviceRefs"] = json!(ref_status);
+        st["observedGeneration"] = o["metadata"]["generation"].clone();
+        st["resources"] = json!({
+            "cpu": {"cores": o.pointer("/spec/cpu/cores").cloned().unwrap_or(json!(1)),
+                    "coreFraction": o.pointer("/spec/cpu/coreFraction").cloned().unwrap_or(json!("100%"))},
+            "memory": {"size": o.pointer("/spec/memory/size").cloned().unwrap_or(json!("1Gi"))}
+        });
+        let running = matches!(phase, "Running" | "Migrating" | "Stopping");
+        let m = st.as_object_mut().expect("object");
+        if running {
+            m.insert("nodeName".into(), json!(node));
+            m.insert("ipAddress".into(), json!(ip));
+            m.insert("virtualMachinePods".into(), json!([{"name": format!("virt-launcher-{name}-{uid5}"), "active": true}]));
+            m.insert("versions".into(), json!({"qemu": "9.2.0", "libvirt": "10.9.0"}));
+            if m.get("stats").and_then(|s| s.get("lastStartTime")).is_none() {
+                m.insert("stats".into(), json!({"lastStartTime": now_rfc3339(), "phasesTransitions": [{"phase": "Running", "timestamp": now_rfc3339()}]}));
+            }
+        } else {
+            for f in ["nodeName", "ipAddress", "virtualMachinePods", "stats"] {
+                m.remove(f);
+            }
+        }
+        set_condition(&mut st, "BlockDevicesReady", devices_ready, if devices_ready { "BlockDevicesReady" } else { "BlockDevicesNotReady" }, "");
+        if unschedulable {
+            set_condition(&mut st, "Running", false, "PodNotStarted", crate::lifecycle::UNSCHEDULABLE_MESSAGE);
+        } else {
+            set_condition(&mut st, "Running", running, if running { "Running" } else { "NotRunning" }, "");
+        }
+        // With real guests the agent reports itself (qemu_guest.rs); it is gone once the VM stops.
+        let agent = running && (!real_agent || crate::table::eval_first(&st, ".conditions[?(@.type=='AgentReady')].status") == Some(&json!("True")));
+        set_condition(&mut st, "AgentReady", agent, if agent { "AgentReady" } else { "AgentNotReady" }, "");
+        set_condition(&mut st, "Migratable", running, if running { "VirtualMachineMigratable" } else { "NotRunning" }, "");
+        o["status"] = st;
+    });
+}

@@ -1,0 +1,222 @@
+//! One request against a stored kind, and what every verb shares: presenting and decoding
+//! objects, checking a body's identity against the URL, validation, field ownership, responses.
+
+use super::{Query, json_response, wants_table};
+use crate::app::App;
+use crate::auth::User;
+use crate::registry::ResourceDef;
+use crate::schema::FieldValidation;
+use crate::status::ApiError;
+use crate::store::{Key, StoreError};
+use crate::table::{self, IncludeObject};
+use crate::util::{meta_mut, parse_yaml_or_json};
+use axum::body::Bytes;
+use axum::response::Response;
+use http::{HeaderMap, StatusCode, header};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// One request against a stored kind.
+pub(super) struct Ctx<'a> {
+    pub(super) app: &'a Arc<App>,
+    pub(super) def: &'a ResourceDef,
+    pub(super) version: &'a str,
+    pub(super) ns: &'a str,
+    pub(super) name: &'a str,
+    pub(super) q: &'a Query,
+    pub(super) headers: &'a HeaderMap,
+    pub(super) user: &'a User,
+}
+
+impl Ctx<'_> {
+    pub(super) fn key(&self) -> Key {
+        Key::new(&self.def.group, &self.def.plural, self.ns, self.name)
+    }
+
+    /// The object as served at the request's version.
+    pub(super) fn present(&self, mut obj: Value) -> Value {
+        if let Some(m) = obj.as_object_mut() {
+            m.insert(
+                "apiVersion".into(),
+                json!(self.def.api_version(self.version)),
+            );
+            m.insert("kind".into(), json!(self.def.kind));
+        }
+        obj
+    }
+
+    /// Records field ownership of a create/update/non-apply patch (see fieldmanager.rs).
+    pub(super) fn own_update(&self, live: Option<&Value>, new: &mut Value) {
+        let ua = self
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let manager = crate::fieldmanager::manager_or_user_agent(
+            self.q.get("fieldManager").map(String::as_str),
+            ua,
+        );
+        let av = self.def.api_version(self.version);
+        let w = crate::fieldmanager::Writer {
+            manager: &manager,
+            api_version: &av,
+            shape: crate::fieldmanager::shape_of(self.def),
+        };
+        crate::fieldmanager::update(&w, live, new);
+    }
+
+    /// Server-side apply ownership: conflicts (unless `force=true`), pruning, managedFields.
+    pub(super) fn own_apply(
+        &self,
+        live: Option<&Value>,
+        applied: &Value,
+        merged: &mut Value,
+    ) -> Result<(), ApiError> {
+        let manager = self.q.get("fieldManager").cloned().unwrap_or_default();
+        let av = self.def.api_version(self.version);
+        let w = crate::fieldmanager::Writer {
+            manager: &manager,
+            api_version: &av,
+            shape: crate::fieldmanager::shape_of(self.def),
+        };
+        let force = self.q.get("force").is_some_and(|f| f == "true");
+        crate::fieldmanager::apply(&w, live, applied, merged, force)
+    }
+
+    pub(super) fn respond(
+        &self,
+        code: StatusCode,
+        obj: Value,
+        warnings: &[String],
+    ) -> Result<Response, ApiError> {
+        let obj = self.present(obj);
+        if wants_table(self.headers) {
+            let include = IncludeObject::parse(self.q.get("includeObject").map(String::as_str));
+            return Ok(json_response(
+                code,
+                &table::table(self.def, &[obj], None, include),
+                warnings,
+            ));
+        }
+        Ok(json_response(code, &obj, warnings))
+    }
+
+    pub(super) fn store_err(&self, e: StoreError) -> ApiError {
+        match e {
+            StoreError::NotFound => {
+                ApiError::not_found(&self.def.group, &self.def.plural, self.name)
+            }
+            StoreError::AlreadyExists => {
+                ApiError::already_exists(&self.def.group, &self.def.plural, self.name)
+            }
+            StoreError::Conflict => {
+                ApiError::conflict(&self.def.group, &self.def.plural, self.name)
+            }
+        }
+    }
+
+    pub(super) fn current(&self) -> Result<Value, ApiError> {
+        self.app
+            .store
+            .get(&self.key())
+            .ok_or_else(|| ApiError::not_found(&self.def.group, &self.def.plural, self.name))
+    }
+
+    pub(super) fn decode(&self, body: &Bytes) -> Result<Value, ApiError> {
+        let ct = self
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if ct.contains("protobuf") || ct.contains("cbor") {
+            // Typed clients (e.g. `kubectl auth whoami`) send protobuf; a review's body carries
+            // nothing the answer depends on, anything else must be JSON or YAML here.
+            if !self.def.stored {
+                return Ok(json!({}));
+            }
+            if ct.contains("protobuf")
+                && crate::protobuf::supported(&self.def.group, &self.def.plural)
+            {
+                return crate::protobuf::decode(&self.def.kind, body).map_err(|e| {
+                    ApiError::bad_request(format!("error decoding request body: {e}"))
+                });
+            }
+            return Err(ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                format!(
+                    "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {ct})"
+                ),
+            ));
+        }
+        let v = parse_yaml_or_json(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding request body: {e}")))?;
+        if !v.is_object() {
+            return Err(ApiError::bad_request("the request body must be an object"));
+        }
+        Ok(v)
+    }
+
+    /// Checks apiVersion/kind/namespace of a body against the URL and fills what is missing.
+    pub(super) fn check_identity(&self, obj: &mut Value) -> Result<(), ApiError> {
+        let want_av = self.def.api_version(self.version);
+        let av = obj
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let kind = obj
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if (!kind.is_empty() && kind != self.def.kind) || (!av.is_empty() && av != want_av) {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({av}) does not match the expected API version ({want_av})"
+            ))
+            .with_kind_hint(&kind, &self.def.kind));
+        }
+        obj["apiVersion"] = json!(want_av);
+        obj["kind"] = json!(self.def.kind);
+        let meta = meta_mut(obj);
+        let body_ns = meta
+            .get("namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if self.def.namespaced {
+            if !body_ns.is_empty() && body_ns != self.ns {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            meta.insert("namespace".into(), json!(self.ns));
+        } else {
+            meta.remove("namespace");
+        }
+        Ok(())
+    }
+
+    pub(super) fn validate(&self, obj: &mut Value) -> Result<Vec<String>, ApiError> {
+        let mode = FieldValidation::parse(self.q.get("fieldValidation").map(String::as_str))?;
+        crate::strategy::prepare(self.def, obj)?;
+        let warnings = crate::schema::validate(self.def, self.version, obj, mode)?;
+        crate::admission::admit(self.def, obj)?;
+        Ok(warnings)
+    }
+}
+
+trait KindHint {
+    fn with_kind_hint(self, got: &str, want: &str) -> Self;
+}
+
+impl KindHint for ApiError {
+    /// A kind mismatch reads better than the apiVersion message.
+    fn with_kind_hint(mut self, got: &str, want: &str) -> Self {
+        if !got.is_empty() && got != want {
+            self.message =
+                format!("the kind in the data ({got}) does not match the expected kind ({want})");
+        }
+        self
+    }
+}
