@@ -78,6 +78,17 @@ pub trait Guest: Send + Sync {
     }
     /// Powers the guest off (idempotent).
     fn stop(&self);
+    /// Powers the guest off, ending it at once if it has not stopped after `grace` (the
+    /// platform's termination grace period); by default the same as [`Guest::stop`].
+    fn stop_within(&self, grace: std::time::Duration) {
+        let _ = grace;
+        self.stop();
+    }
+    /// How the guest ended by itself (a power-off or a crash from inside), once it has; `None`
+    /// while it runs or when it ended because it was told to.
+    fn exit(&self) -> Option<GuestExit> {
+        None
+    }
     /// Ends the guest at once (emulator shutdown); by default the same as [`Guest::stop`].
     fn kill(&self) {
         self.stop();
@@ -89,6 +100,15 @@ pub trait Guest: Send + Sync {
     }
     /// Becomes `true` when the guest has stopped, for whatever reason.
     fn stopped(&self) -> watch::Receiver<bool>;
+}
+
+/// How a guest ended by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuestExit {
+    /// The guest OS powered the machine off (`poweroff`, shutdown from inside).
+    PoweredOff,
+    /// The machine ended otherwise (qemu failed or was killed by someone else).
+    Crashed,
 }
 
 /// Boots guests.
@@ -293,9 +313,18 @@ impl Guests {
         self.factory().real_agent()
     }
 
-    /// Tells a guest to stop; a graceful one is remembered until it has stopped.
-    fn retire(&self, key: (String, String), guest: Arc<dyn Guest>) {
-        guest.stop();
+    /// Tells a guest to stop (within `grace` when the platform's grace period is known); a
+    /// graceful one is remembered until it has stopped.
+    fn retire(
+        &self,
+        key: (String, String),
+        guest: Arc<dyn Guest>,
+        grace: Option<std::time::Duration>,
+    ) {
+        match grace {
+            Some(g) => guest.stop_within(g),
+            None => guest.stop(),
+        }
         if guest.graceful() && !*guest.stopped().borrow() {
             let mut stopping = self.stopping.lock().unwrap_or_else(|e| e.into_inner());
             stopping.retain(|(_, g)| !*g.stopped().borrow());
@@ -303,10 +332,17 @@ impl Guests {
         }
     }
 
-    /// Powers off the guest of VM `namespace/name` (if one runs; `force`: at once, as a
-    /// forced stop or an ended grace period does) and tells whether a guest of that VM is
-    /// still shutting down: the platform's stop is not complete until it is not.
-    pub fn power_off(&self, namespace: &str, name: &str, force: bool) -> bool {
+    /// Powers off the guest of VM `namespace/name` (if one runs, killing it once `grace` has
+    /// passed; `force`: at once, as a forced stop or an ended grace period does) and tells
+    /// whether a guest of that VM is still shutting down: the platform's stop is not complete
+    /// until it is not.
+    pub fn power_off(
+        &self,
+        namespace: &str,
+        name: &str,
+        force: bool,
+        grace: std::time::Duration,
+    ) -> bool {
         let key = (namespace.to_owned(), name.to_owned());
         let guest = self
             .running
@@ -314,7 +350,7 @@ impl Guests {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&key);
         if let Some(guest) = guest {
-            self.retire(key.clone(), guest);
+            self.retire(key.clone(), guest, Some(grace));
         }
         let mut stopping = self.stopping.lock().unwrap_or_else(|e| e.into_inner());
         stopping.retain(|(_, g)| !*g.stopped().borrow());
@@ -385,12 +421,22 @@ impl Guests {
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(guest) = running.get(&key)
             && guest.spec().boot_id == boot_id
-            && !*guest.stopped().borrow()
         {
-            return Ok(Some(guest.clone()));
+            if !*guest.stopped().borrow() {
+                return Ok(Some(guest.clone()));
+            }
+            // The guest ended by itself: the platform sees that (the VMI ends), it is not
+            // booted again here.
+            if let Some(exit) = guest.exit() {
+                let spec = guest.spec().clone();
+                running.remove(&key);
+                drop(running);
+                crate::lifecycle::guest_exited(app, &spec, exit);
+                return Ok(None);
+            }
         }
         if let Some(old) = running.remove(&key) {
-            self.retire(key.clone(), old);
+            self.retire(key.clone(), old, None);
         }
         let spec = GuestSpec {
             namespace: namespace.to_owned(),
@@ -402,21 +448,33 @@ impl Guests {
         Ok(Some(guest))
     }
 
-    /// Stops guests whose VM stopped or restarted.
+    /// Stops guests whose VM stopped or restarted (within the VM's grace period), and tells
+    /// the platform about guests that ended by themselves.
     pub fn sync(&self, app: &App) {
         let mut gone = vec![];
+        let mut exited = vec![];
         self.running
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|(ns, name), guest| {
+                if *guest.stopped().borrow()
+                    && let Some(exit) = guest.exit()
+                {
+                    exited.push((guest.spec().clone(), exit));
+                    return false;
+                }
                 let keep = boot_id(app, ns, name).as_deref() == Some(guest.spec().boot_id.as_str());
                 if !keep {
                     gone.push(((ns.clone(), name.clone()), guest.clone()));
                 }
                 keep
             });
+        for (spec, exit) in exited {
+            crate::lifecycle::guest_exited(app, &spec, exit);
+        }
         for (key, guest) in gone {
-            self.retire(key, guest);
+            let grace = crate::lifecycle::grace_period(app, &key.0, &key.1);
+            self.retire(key, guest, grace);
         }
     }
 
@@ -429,7 +487,7 @@ impl Guests {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&key)
         {
-            self.retire(key, guest);
+            self.retire(key, guest, None);
         }
     }
 

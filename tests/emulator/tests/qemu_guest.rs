@@ -1,7 +1,9 @@
 //! The qemu guest (src/qemu_guest.rs) on the real image of tests/guest/build-image.sh: a VM that
 //! runs boots Debian under qemu TCG with the VM's cloud-init; the serial console shows a login
 //! prompt and a command typed there runs; port 22 answers with OpenSSH's banner; the guest
-//! agent reports the OS; a stop is an ACPI power-off, finished only when qemu has exited.
+//! agent reports the OS; a stop is an ACPI power-off, finished only when qemu has exited, and
+//! kills qemu when the grace period ends; a guest reboot stays in its qemu and VMI, a guest
+//! power-off ends the VMI (Succeeded) and the run strategy decides what follows.
 //!
 //! Ignored by default (they need the image): `cargo test -p kubevm-emulator --test qemu_guest
 //! -- --ignored` after `tests/guest/build-image.sh` (or with `KUBEVM_GUEST_DIR`).
@@ -277,4 +279,225 @@ async fn shutdown_kills_every_qemu() {
         (!pid_alive(pid)).then_some(())
     })
     .await;
+}
+
+/// Types `line` and a return into the serial console.
+fn type_line(serial: &kubevm_emulator::guest::Serial, line: &str) {
+    serial
+        .input
+        .send(Bytes::from(format!("{line}\r").into_bytes()))
+        .unwrap();
+}
+
+/// Presses return until the login prompt shows, then logs in as root.
+async fn login(
+    serial: &kubevm_emulator::guest::Serial,
+    out: &mut tokio::sync::broadcast::Receiver<Bytes>,
+    limit: Duration,
+) {
+    let mut seen = String::new();
+    let deadline = Instant::now() + limit;
+    let mut last_enter = Instant::now() - Duration::from_secs(10);
+    while !seen.contains("login: ") {
+        assert!(Instant::now() < deadline, "no login prompt; seen {seen:?}");
+        if last_enter.elapsed() > Duration::from_secs(5) {
+            type_line(serial, "");
+            last_enter = Instant::now();
+        }
+        if let Ok(Ok(b)) = tokio::time::timeout(Duration::from_millis(500), out.recv()).await {
+            seen.push_str(&String::from_utf8_lossy(&b));
+        }
+    }
+    type_line(serial, "root");
+    expect("Password: ", out).await;
+    type_line(serial, "root");
+    expect("# ", out).await;
+}
+
+fn printable_status(emu: &Emulator, name: &str) -> String {
+    emu.objects("kubevirt.io", "virtualmachines", Some("default"))
+        .into_iter()
+        .find(|o| o["metadata"]["name"] == name)
+        .and_then(|vm| vm["status"]["printableStatus"].as_str().map(String::from))
+        .unwrap_or_default()
+}
+
+/// A guest `reboot` resets the machine in the same qemu (same VMI, same process); a power-off
+/// from inside (`systemctl poweroff`) ends the VMI `Succeeded` and, under runStrategy Manual,
+/// the VM stays `Stopped` (vm.go `syncRunStrategy`) with no new boot. The disk is as large as
+/// the VM's PVC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the qemu guest image: tests/run-all.sh builds it"]
+async fn qemu_guest_reboots_in_place_and_powering_off_stops_a_manual_vm() {
+    let config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
+    let emu = Emulator::start(EmulatorOptions {
+        flavor: ServeFlavor::KubeVirt,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let guests = emu.use_qemu_guests(config).unwrap();
+    let _tail = Tail(guests.clone(), "default", "qoff");
+    let client = client(&emu).await;
+    let started = Instant::now();
+    let pvc = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "qoff-root", "namespace": "default"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "3Gi"}}}});
+    let request = http::Request::post("/api/v1/namespaces/default/persistentvolumeclaims")
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&pvc).unwrap())
+        .unwrap();
+    client.request_text(request).await.unwrap();
+    create_vm(
+        &client,
+        json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": "qoff", "namespace": "default"},
+            "spec": {"runStrategy": "Manual", "template": {"spec": {
+                "domain": {"devices": {"disks": [
+                    {"name": "rootdisk", "disk": {"bus": "virtio"}, "bootOrder": 1},
+                    {"name": "cloudinit", "disk": {"bus": "virtio"}}]}},
+                "volumes": [
+                    {"name": "rootdisk", "persistentVolumeClaim": {"claimName": "qoff-root"}},
+                    {"name": "cloudinit", "cloudInitNoCloud": {"userData": USER_DATA}}]}}}
+        }),
+    )
+    .await;
+    vm_action(&client, "qoff", "start").await;
+    let pid = wait_for("a qemu process", Duration::from_secs(30), || {
+        guests.pids().first().copied()
+    })
+    .await;
+    let uid = wait_for("a running VMI", Duration::from_secs(10), || {
+        let v = vmi(&emu, "qoff")?;
+        (v["status"]["phase"] == "Running").then(|| v["metadata"]["uid"].clone())
+    })
+    .await;
+    let guest = emu.guest("default", "qoff").unwrap().expect("running");
+    let serial = guest.serial();
+    let mut out = serial.output.subscribe();
+    login(&serial, &mut out, Duration::from_secs(150)).await;
+    eprintln!("logged in after {:.1}s", started.elapsed().as_secs_f64());
+
+    // The disk is the PVC's 3Gi (in 512-byte sectors), not the 2 GiB base image.
+    type_line(&serial, "echo sectors=$(cat /sys/block/vda/size)");
+    expect(
+        &format!("sectors={}", 3u64 * 1024 * 1024 * 1024 / 512),
+        &mut out,
+    )
+    .await;
+
+    // reboot: the machine resets in the same qemu, for the same VMI (a new kernel boots). A
+    // unit enabled now powers the next boot off early, from inside (no second login needed).
+    type_line(
+        &serial,
+        concat!(
+            r"printf '[Unit]\nDefaultDependencies=no\n[Service]\nType=oneshot\n",
+            r"ExecStart=/bin/systemctl poweroff --no-block\n[Install]\nWantedBy=sysinit.target\n'",
+            " > /etc/systemd/system/off-at-boot.service && systemctl enable off-at-boot 2>&1",
+            " && echo unit=$((40+2))"
+        ),
+    );
+    expect("unit=42", &mut out).await;
+    let reboot = Instant::now();
+    type_line(&serial, "reboot");
+    expect("reboot: Restarting system", &mut out).await;
+    expect("Linux version", &mut out).await;
+    eprintln!(
+        "reset in place after {:.1}s",
+        reboot.elapsed().as_secs_f64()
+    );
+    assert!(pid_alive(pid), "the same qemu process");
+    assert_eq!(guests.pids(), vec![pid]);
+    let v = vmi(&emu, "qoff").expect("the VMI");
+    assert_eq!(
+        (&v["metadata"]["uid"], &v["status"]["phase"]),
+        (&uid, &json!("Running"))
+    );
+
+    // The guest powers off: the VMI succeeds, qemu is gone, the Manual VM is Stopped and
+    // stays so.
+    let poweroff = Instant::now();
+    wait_for("the VMI to succeed", Duration::from_secs(120), || {
+        let v = vmi(&emu, "qoff")?;
+        (v["status"]["phase"] == "Succeeded").then_some(())
+    })
+    .await;
+    eprintln!(
+        "powered off from inside {:.1}s after the reset",
+        poweroff.elapsed().as_secs_f64()
+    );
+    assert!(!pid_alive(pid));
+    wait_for("printableStatus Stopped", Duration::from_secs(10), || {
+        (printable_status(&emu, "qoff") == "Stopped").then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let v = vmi(&emu, "qoff").expect("the final VMI stays (Manual)");
+    assert_eq!(
+        (&v["metadata"]["uid"], &v["status"]["phase"]),
+        (&uid, &json!("Succeeded"))
+    );
+    assert!(guests.pids().is_empty(), "not booted again");
+    assert!(emu.guest("default", "qoff").unwrap().is_none());
+    emu.shutdown().await;
+}
+
+/// A stop kills a guest that does not power off (one still in early boot, where nothing
+/// handles the ACPI button) once the VMI's `terminationGracePeriodSeconds` has passed. Also:
+/// starting removes the disk directory of an emulator that died (its owner process is gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the qemu guest image: tests/run-all.sh builds it"]
+async fn qemu_guest_stop_kills_after_the_grace_period() {
+    // A directory left by an emulator that was killed: its owner process has exited.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let stale = std::env::temp_dir().join(format!("kubevm-qemu-stale-{}", std::process::id()));
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join("owner"), format!("{dead} 1\n")).unwrap();
+    std::fs::write(stale.join("overlay.qcow2"), "left behind").unwrap();
+
+    let config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
+    let emu = Emulator::start(EmulatorOptions {
+        flavor: ServeFlavor::KubeVirt,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let guests = emu.use_qemu_guests(config).unwrap();
+    assert!(!stale.exists(), "the dead emulator's directory is removed");
+    let _tail = Tail(guests.clone(), "default", "qgrace");
+    let client = client(&emu).await;
+    create_vm(
+        &client,
+        json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": "qgrace", "namespace": "default"},
+            "spec": {"runStrategy": "Always", "template": {"spec": {
+                "terminationGracePeriodSeconds": 3, "domain": {"devices": {}}}}}
+        }),
+    )
+    .await;
+    let pid = wait_for("a qemu process", Duration::from_secs(30), || {
+        guests.pids().first().copied()
+    })
+    .await;
+    let stop = Instant::now();
+    vm_action(&client, "qgrace", "stop").await;
+    wait_for("qemu to be killed", Duration::from_secs(20), || {
+        (!pid_alive(pid)).then_some(())
+    })
+    .await;
+    let took = stop.elapsed();
+    eprintln!("killed {:.1}s after the stop", took.as_secs_f64());
+    assert!(
+        took >= Duration::from_millis(2500),
+        "the grace period was given: {took:?}"
+    );
+    wait_for("the VMI to go", Duration::from_secs(10), || {
+        vmi(&emu, "qgrace").is_none().then_some(())
+    })
+    .await;
+    emu.shutdown().await;
 }

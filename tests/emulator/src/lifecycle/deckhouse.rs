@@ -205,7 +205,10 @@ pub fn vmop(app: &App, op: &Value, tick: bool) {
             in_progress("StopInProgress", None);
         }
         // A real guest powers off first: the VM is Stopped once its qemu has exited.
-        ("Stop", _) if app.guests.power_off(ns, vm_name, forced) => {}
+        ("Stop", _)
+            if app
+                .guests
+                .power_off(ns, vm_name, forced, super::deckhouse_grace(&vm)) => {}
         ("Stop", _) => {
             set_power(Some("off"), None);
             complete(None);
@@ -214,7 +217,11 @@ pub fn vmop(app: &App, op: &Value, tick: bool) {
             set_power(Some("stopping"), None);
             in_progress("RestartInProgress", None);
         }
-        ("Restart", _) if vm_phase == "Stopping" && app.guests.power_off(ns, vm_name, forced) => {}
+        ("Restart", _)
+            if vm_phase == "Stopping"
+                && app
+                    .guests
+                    .power_off(ns, vm_name, forced, super::deckhouse_grace(&vm)) => {}
         ("Restart", _) if vm_phase == "Stopping" => set_power(Some("starting"), None),
         ("Restart", _) => {
             set_power(Some("on"), None);

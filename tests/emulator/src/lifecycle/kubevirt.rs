@@ -42,10 +42,20 @@ pub fn kubevirt_run(app: &App, vm: &Value, provisioning: bool) -> Option<Value> 
             _ => pop_request(app, &vm_key),
         }
     }
+    // A final VMI (its guest powered off or failed): vm.go by run strategy (guest_exit.rs).
+    if let Some(v) = vmi
+        .as_ref()
+        .filter(|v| is_final(v) && annotation(v, STOPPING).is_none())
+    {
+        return guest_exit::kubevirt_final_vmi(app, &vm_key, &vmi_key, &rs, v);
+    }
     let once_done = annotation(vm, "emulator.kubevm.io/ran-once").is_some();
     let want = match rs.as_str() {
         "Always" => true,
-        "RerunOnFailure" => vmi.as_ref().is_none_or(|v| phase(v) != "Succeeded"),
+        "RerunOnFailure" => match &vmi {
+            Some(v) => phase(v) != "Succeeded",
+            None => !guest_exit::stopped_from_guest(vm),
+        },
         "Once" => vmi.as_ref().map_or(!once_done, |v| !is_final(v)),
         "Manual" => vmi.is_some(),
         _ => false,
@@ -62,15 +72,6 @@ pub fn kubevirt_run(app: &App, vm: &Value, provisioning: bool) -> Option<Value> 
         Some(v) if !want && owned(v, vm) && !is_final(v) => {
             shut_down(app, &vmi_key, v);
             app.store.get(&vmi_key)
-        }
-        // A failed VMI is replaced under Always and RerunOnFailure.
-        Some(v)
-            if want
-                && phase(v) == "Failed"
-                && matches!(rs.as_str(), "Always" | "RerunOnFailure") =>
-        {
-            app.store.delete(&vmi_key, Propagation::Cascade);
-            None
         }
         _ => vmi,
     }
@@ -109,6 +110,7 @@ fn shut_down(app: &App, vmi_key: &Key, vmi: &Value) {
 }
 
 fn create_vmi(app: &App, vm: &Value, paused: bool) -> Option<Value> {
+    guest_exit::clear_stopped_from_guest(app, &Key::of(KV, "virtualmachines", vm));
     let mut vmi = new_vmi(vm);
     vmi["status"] = json!({"phase": "Pending",
         "phaseTransitionTimestamps": [{"phase": "Pending", "phaseTransitionTimestamp": now_rfc3339()}]});
@@ -129,16 +131,19 @@ pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
     }
     let key = Key::of(KV, "virtualmachineinstances", vmi);
     if annotation(vmi, STOPPING).is_some() {
-        // A real guest powers off first: the VMI goes once its qemu has exited. A grace period
-        // of at most 1 s (a forced stop or restart, lifecycle.go) ends it at once.
+        // A real guest powers off first: the VMI goes once its qemu has exited, killed when
+        // the VMI's grace period ends. A grace period of at most 1 s (a forced stop or
+        // restart, lifecycle.go) ends it at once.
         let force = vmi
             .pointer("/spec/terminationGracePeriodSeconds")
             .and_then(Value::as_i64)
             .is_some_and(|g| g <= 1);
-        if app
-            .guests
-            .power_off(meta_str(vmi, "namespace"), meta_str(vmi, "name"), force)
-        {
+        if app.guests.power_off(
+            meta_str(vmi, "namespace"),
+            meta_str(vmi, "name"),
+            force,
+            guest_exit::kubevirt_grace(vmi),
+        ) {
             return;
         }
         delete_launcher_pods(app, vmi);

@@ -22,11 +22,18 @@ use http::StatusCode;
 use serde_json::{Value, json};
 
 mod deckhouse;
+mod guest_exit;
+#[cfg(test)]
+mod guest_exit_tests;
 mod kubevirt;
 #[cfg(test)]
 mod tests;
 
 pub use deckhouse::{deckhouse_power, vmop};
+pub use guest_exit::{
+    DeckhouseAfterExit, FinalVmi, after_final_vmi, deckhouse_after_exit, deckhouse_grace,
+    grace_period, guest_exited, kubevirt_grace,
+};
 pub use kubevirt::{kubevirt_printable, kubevirt_run, kubevirt_vmi, migration};
 
 const KV: &str = "kubevirt.io";

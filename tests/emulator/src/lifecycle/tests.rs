@@ -7,7 +7,7 @@ use crate::handlers::parse_path;
 use crate::registry::Registry;
 use std::time::Duration;
 
-fn kubevirt() -> App {
+pub(super) fn kubevirt() -> App {
     let app = App::new(Registry::new(ServeFlavor::KubeVirt), Duration::from_secs(1));
     for (n, labels) in [
         ("node-1", json!({"kubernetes.io/hostname": "node-1"})),
@@ -20,7 +20,7 @@ fn kubevirt() -> App {
     app
 }
 
-fn vm(app: &App, name: &str, rs: &str, annotations: Value) -> Value {
+pub(super) fn vm(app: &App, name: &str, rs: &str, annotations: Value) -> Value {
     app.store
         .create(
             KV,
@@ -32,7 +32,13 @@ fn vm(app: &App, name: &str, rs: &str, annotations: Value) -> Value {
         .unwrap()
 }
 
-fn put(app: &App, plural: &str, name: &str, sub: &str, body: Value) -> Result<u16, (u16, String)> {
+pub(super) fn put(
+    app: &App,
+    plural: &str,
+    name: &str,
+    sub: &str,
+    body: Value,
+) -> Result<u16, (u16, String)> {
     let path =
         format!("/apis/subresources.kubevirt.io/v1/namespaces/default/{plural}/{name}/{sub}");
     let rp = parse_path(&path).unwrap();
@@ -43,13 +49,13 @@ fn put(app: &App, plural: &str, name: &str, sub: &str, body: Value) -> Result<u1
     }
 }
 
-fn ticks(app: &App, n: usize) {
+pub(super) fn ticks(app: &App, n: usize) {
     for _ in 0..n {
         reconcile_all(app, true);
     }
 }
 
-fn get(app: &App, plural: &str, name: &str) -> Option<Value> {
+pub(super) fn get(app: &App, plural: &str, name: &str) -> Option<Value> {
     app.store.get(&Key::new(KV, plural, "default", name))
 }
 
@@ -67,7 +73,7 @@ fn get_vmi(app: &App, name: &str) -> Option<Value> {
     get(app, "virtualmachineinstances", name)
 }
 
-fn printable(app: &App, name: &str) -> String {
+pub(super) fn printable(app: &App, name: &str) -> String {
     get(app, "virtualmachines", name).unwrap()["status"]["printableStatus"]
         .as_str()
         .unwrap_or("")
@@ -382,7 +388,7 @@ fn migrations_fail_without_a_target_or_on_timeout() {
     }
 }
 
-fn deckhouse() -> App {
+pub(super) fn deckhouse() -> App {
     let app = App::new(
         Registry::new(ServeFlavor::Deckhouse),
         Duration::from_secs(1),
@@ -401,7 +407,7 @@ fn deckhouse() -> App {
     app
 }
 
-fn op(app: &App, ty: &str, extra: Value) -> String {
+pub(super) fn op(app: &App, ty: &str, extra: Value) -> String {
     let mut spec = json!({"type": ty, "virtualMachineName": "linux"});
     for (k, v) in extra.as_object().unwrap() {
         spec[k] = v.clone();
@@ -414,7 +420,7 @@ fn op(app: &App, ty: &str, extra: Value) -> String {
     name
 }
 
-fn dh(app: &App, plural: &str, name: &str) -> Value {
+pub(super) fn dh(app: &App, plural: &str, name: &str) -> Value {
     app.store
         .get(&Key::new(DH, plural, "default", name))
         .unwrap()

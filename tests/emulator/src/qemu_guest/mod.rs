@@ -19,9 +19,15 @@
 //!   `guest-get-users`, `guest-get-fsinfo`, `guest-ping`) and reports `AgentConnected` (VMI) /
 //!   `AgentReady` (Deckhouse VM), `status.guestOSInfo` and the users and filesystems the
 //!   guest-agent subresources serve from the real agent.
-//! - Stop: ACPI power button (`system_powerdown` on QMP), then SIGKILL after
-//!   [`QemuConfig::stop_timeout`]; the VM's stop completes only once qemu has exited
-//!   ([`crate::guest::Guests::power_off`]).
+//! - Stop: ACPI power button (`system_powerdown` on QMP), then SIGKILL once the platform's
+//!   grace period has passed (KubeVirt: the VMI's `spec.terminationGracePeriodSeconds`;
+//!   Deckhouse: the VM's; see `lifecycle/guest_exit.rs`); the VM's stop completes only once
+//!   qemu has exited ([`crate::guest::Guests::power_off`]).
+//! - From inside: a guest `reboot` resets the machine in the same qemu (the same VMI, as under
+//!   libvirt's default `on_reboot=restart`); a `poweroff` ends qemu with status 0, which the
+//!   platform sees as a guest shutdown (VMI `Succeeded`, then the run strategy decides).
+//! - Disk: the overlay's virtual size is the VM's boot disk size ([`disk`]); the directory of
+//!   an emulator that died is removed by the next one ([`stale`]).
 //!
 //! Every qemu is started by one long-lived thread with `PR_SET_PDEATHSIG=SIGKILL`, so none
 //! outlives the process that started it, and is killed when the emulator shuts down.
@@ -40,7 +46,9 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
 
 mod agent;
+pub mod disk;
 mod process;
+pub mod stale;
 
 use agent::watch_agent;
 pub use agent::{AgentInfo, report_agent};
@@ -82,7 +90,8 @@ pub struct QemuConfig {
     pub restrict_network: bool,
     /// At most this many qemu processes at once (booting more fails until one exits).
     pub max_guests: usize,
-    /// How long a guest may take to power off after the ACPI button before it is killed.
+    /// How long a guest may take to power off after the ACPI button before it is killed, when
+    /// the platform names no grace period (the VMI's or VM's `terminationGracePeriodSeconds`).
     pub stop_timeout: Duration,
 }
 
@@ -171,6 +180,8 @@ pub struct QemuGuest {
     serial: Serial,
     proc_: Arc<Proc>,
     forwards: Arc<tokio::sync::Mutex<HashMap<u16, u16>>>,
+    /// The grace period of a stop that does not name one.
+    stop_timeout: Duration,
 }
 
 fn free_port() -> io::Result<u16> {
@@ -244,7 +255,15 @@ impl Guest for QemuGuest {
     }
 
     fn stop(&self) {
-        self.proc_.power_off();
+        self.proc_.power_off(self.stop_timeout);
+    }
+
+    fn stop_within(&self, grace: Duration) {
+        self.proc_.power_off(grace);
+    }
+
+    fn exit(&self) -> Option<crate::guest::GuestExit> {
+        self.proc_.guest_exit()
     }
 
     fn kill(&self) {
@@ -327,9 +346,15 @@ fn key(ns: &str, name: &str) -> (String, String) {
 }
 
 impl QemuGuests {
-    /// A factory reading VMs from `app`; disks live in a fresh temporary directory.
+    /// A factory reading VMs from `app`; disks live in a fresh temporary directory, owned by
+    /// this process. The directories of emulators that died without removing theirs go first.
     pub fn new(app: Weak<App>, config: QemuConfig) -> io::Result<QemuGuests> {
-        let root = tempfile::Builder::new().prefix("kubevm-qemu-").tempdir()?;
+        let removed = stale::remove_stale(&std::env::temp_dir());
+        if removed > 0 {
+            eprintln!("kubevm-emulator: removed {removed} disk directories of dead emulators");
+        }
+        let root = tempfile::Builder::new().prefix(stale::PREFIX).tempdir()?;
+        stale::claim(root.path())?;
         Ok(QemuGuests {
             app,
             config,
@@ -397,7 +422,7 @@ impl QemuGuests {
         Some((meta_str(&vm, "uid").to_owned(), name.to_owned()))
     }
 
-    fn prepare_disk(&self, ns: &str, name: &str, uid: &str) -> io::Result<PathBuf> {
+    fn prepare_disk(&self, app: &App, ns: &str, name: &str, uid: &str) -> io::Result<PathBuf> {
         let mut disks = self.disks.lock().unwrap_or_else(|e| e.into_inner());
         let k = key(ns, name);
         if let Some(d) = disks.get(&k)
@@ -412,11 +437,16 @@ impl QemuGuests {
         let short = uid.get(..8).unwrap_or(uid);
         let dir = self.root.path().join(format!("{ns}--{name}--{short}"));
         std::fs::create_dir_all(&dir)?;
+        // The guest sees a disk of the VM's disk size (the raw base image's size is its
+        // file's length).
+        let base = std::fs::metadata(&self.config.base_image)?.len();
+        let size = disk::overlay_size(disk::vm_disk_size(app, ns, name), base);
         let out = Command::new(&self.config.qemu_img)
             .args(["create", "-q", "-f", "qcow2", "-b"])
             .arg(&self.config.base_image)
             .args(["-F", "raw"])
             .arg(dir.join("overlay.qcow2"))
+            .arg(size.to_string())
             .output()?;
         if !out.status.success() {
             return Err(io::Error::other(format!(
@@ -470,7 +500,7 @@ impl QemuGuests {
         }
         let (uid, hostname) = Self::vm_identity(app, ns, name)
             .ok_or_else(|| io::Error::other(format!("VM {ns}/{name} not found")))?;
-        let dir = self.prepare_disk(ns, name, &uid)?;
+        let dir = self.prepare_disk(app, ns, name, &uid)?;
         let c = &self.config;
         let mut cmd = tied_command(&c.qemu);
         cmd.arg("-L")
@@ -480,7 +510,6 @@ impl QemuGuests {
             .args([
                 "-nographic",
                 "-nodefaults",
-                "-no-reboot",
                 "-monitor",
                 "none",
                 "-display",
@@ -570,8 +599,11 @@ impl QemuGuests {
         let mut child = spawn_tied(cmd)?;
         let pid = child.id() as i32;
         let (exited_tx, exited) = watch::channel(false);
+        let status = Arc::new(Mutex::new(None));
+        let status2 = status.clone();
         std::thread::spawn(move || {
-            let _ = child.wait();
+            let s = child.wait().ok();
+            *status2.lock().unwrap_or_else(|e| e.into_inner()) = s;
             let _ = exited_tx.send(true);
         });
         let proc_ = Arc::new(Proc {
@@ -580,7 +612,7 @@ impl QemuGuests {
             exited: exited.clone(),
             stop_requested: AtomicBool::new(false),
             qmp: qmp_sock,
-            stop_timeout: c.stop_timeout,
+            status,
         });
         self.procs
             .lock()
@@ -604,6 +636,7 @@ impl QemuGuests {
             serial,
             proc_,
             forwards: Arc::default(),
+            stop_timeout: c.stop_timeout,
         })
     }
 }

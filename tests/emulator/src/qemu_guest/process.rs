@@ -56,7 +56,8 @@ pub(super) struct Proc {
     pub(super) exited: watch::Receiver<bool>,
     pub(super) stop_requested: AtomicBool,
     pub(super) qmp: PathBuf,
-    pub(super) stop_timeout: Duration,
+    /// How qemu exited (set before [`Proc::exited`] turns true).
+    pub(super) status: Arc<Mutex<Option<std::process::ExitStatus>>>,
 }
 
 // libvirt's default shutdown (what virt-launcher asks for) uses the guest agent when one is
@@ -68,7 +69,9 @@ impl Proc {
         !*self.exited.borrow()
     }
 
+    /// Ends qemu at once (counts as a requested stop: not a guest exit).
     pub(super) fn kill(&self) {
+        self.stop_requested.store(true, Ordering::SeqCst);
         if self.running() {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(self.pid),
@@ -77,9 +80,23 @@ impl Proc {
         }
     }
 
-    /// ACPI power button (and `guest-shutdown` through the agent thread), then SIGKILL after
-    /// the timeout (once).
-    pub(super) fn power_off(self: &Arc<Self>) {
+    /// How the guest ended by itself, once qemu has exited without being told to: exit status
+    /// 0 is a power-off from inside (qemu exits so when the guest turns the machine off; a
+    /// reboot stays in the same qemu), anything else a crash.
+    pub(super) fn guest_exit(&self) -> Option<crate::guest::GuestExit> {
+        if self.running() || self.stop_requested.load(Ordering::SeqCst) {
+            return None;
+        }
+        let status = *self.status.lock().unwrap_or_else(|e| e.into_inner());
+        Some(match status {
+            Some(s) if s.success() => crate::guest::GuestExit::PoweredOff,
+            _ => crate::guest::GuestExit::Crashed,
+        })
+    }
+
+    /// ACPI power button (and `guest-shutdown` through the agent thread), then SIGKILL once
+    /// `grace` has passed (once).
+    pub(super) fn power_off(self: &Arc<Self>, grace: Duration) {
         if self.stop_requested.swap(true, Ordering::SeqCst) || !self.running() {
             return;
         }
@@ -87,7 +104,7 @@ impl Proc {
         std::thread::spawn(move || {
             let _ = qmp(&me.qmp, &json!({"execute": "system_powerdown"}));
             let mut exited = me.exited.clone();
-            let deadline = Instant::now() + me.stop_timeout;
+            let deadline = Instant::now() + grace;
             while !*exited.borrow_and_update() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(100));
             }
