@@ -256,12 +256,13 @@ fn stop(
         return Err(conflict("VM is not running"));
     }
     if rs == "Halted" {
+        // Only a VMI that has a grace period of its own limits the new one: upstream compares
+        // with it only when `vmi.Spec.TerminationGracePeriodSeconds != nil`.
         let current = vmi
             .as_ref()
             .and_then(|v| v.pointer("/spec/terminationGracePeriodSeconds"))
-            .and_then(Value::as_i64)
-            .unwrap_or(180);
-        if grace.is_none_or(|g| g >= current) {
+            .and_then(Value::as_i64);
+        if grace.is_none_or(|g| current.is_some_and(|c| g >= c)) {
             return Err(conflict(
                 "Halted only supports manual stop requests with a shorter graceperiod",
             ));

@@ -142,6 +142,12 @@ fn always_stop_sets_halted_and_start_is_refused_while_running() {
             "Halted only supports manual stop requests with a shorter graceperiod".into()
         ))
     );
+    // The VMI has no grace period of its own: any given one is accepted (upstream compares
+    // only with a set `terminationGracePeriodSeconds`).
+    assert_eq!(
+        vm_action(&app, "web", "stop", json!({"gracePeriod": 600, "dryRun": ["All"]})),
+        Ok(202)
+    );
     assert_eq!(
         vm_action(&app, "web", "stop", json!({"gracePeriod": 1})),
         Ok(202)
@@ -149,6 +155,14 @@ fn always_stop_sets_halted_and_start_is_refused_while_running() {
     assert_eq!(
         get_vmi(&app, "web").unwrap()["spec"]["terminationGracePeriodSeconds"],
         1
+    );
+    // Now it has one: an equal or longer one is refused.
+    assert_eq!(
+        vm_action(&app, "web", "stop", json!({"gracePeriod": 1})),
+        Err((
+            409,
+            "Halted only supports manual stop requests with a shorter graceperiod".into()
+        ))
     );
 }
 
