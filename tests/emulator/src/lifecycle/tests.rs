@@ -145,7 +145,12 @@ fn always_stop_sets_halted_and_start_is_refused_while_running() {
     // The VMI has no grace period of its own: any given one is accepted (upstream compares
     // only with a set `terminationGracePeriodSeconds`).
     assert_eq!(
-        vm_action(&app, "web", "stop", json!({"gracePeriod": 600, "dryRun": ["All"]})),
+        vm_action(
+            &app,
+            "web",
+            "stop",
+            json!({"gracePeriod": 600, "dryRun": ["All"]})
+        ),
         Ok(202)
     );
     assert_eq!(
