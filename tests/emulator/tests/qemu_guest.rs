@@ -42,6 +42,19 @@ impl Drop for Tail {
     }
 }
 
+/// A KubeVirt emulator whose VMs boot the real guest image.
+async fn kubevirt_with_qemu_guests() -> (Emulator, Arc<QemuGuests>) {
+    let config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
+    let emu = Emulator::start(EmulatorOptions {
+        flavor: ServeFlavor::KubeVirt,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let guests = emu.use_qemu_guests(config).unwrap();
+    (emu, guests)
+}
+
 async fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + limit;
     loop {
@@ -93,14 +106,7 @@ const USER_DATA: &str =
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the qemu guest image: tests/run-all.sh builds it"]
 async fn qemu_guest_boots_serves_console_ssh_agent_and_powers_off() {
-    let config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
-    let emu = Emulator::start(EmulatorOptions {
-        flavor: ServeFlavor::KubeVirt,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let guests = emu.use_qemu_guests(config).unwrap();
+    let (emu, guests) = kubevirt_with_qemu_guests().await;
     let _tail = Tail(guests.clone(), "default", "qvm");
     let client = client(&emu).await;
     let started = Instant::now();
@@ -253,14 +259,7 @@ async fn wait_for_banner(guest: &dyn kubevm_emulator::guest::Guest) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the qemu guest image: tests/run-all.sh builds it"]
 async fn shutdown_kills_every_qemu() {
-    let config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
-    let emu = Emulator::start(EmulatorOptions {
-        flavor: ServeFlavor::KubeVirt,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let guests = emu.use_qemu_guests(config).unwrap();
+    let (emu, guests) = kubevirt_with_qemu_guests().await;
     create_vm(
         &client(&emu).await,
         json!({
@@ -329,14 +328,7 @@ fn printable_status(emu: &Emulator, name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the qemu guest image: tests/run-all.sh builds it"]
 async fn qemu_guest_reboots_in_place_and_powering_off_stops_a_manual_vm() {
-    let config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
-    let emu = Emulator::start(EmulatorOptions {
-        flavor: ServeFlavor::KubeVirt,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let guests = emu.use_qemu_guests(config).unwrap();
+    let (emu, guests) = kubevirt_with_qemu_guests().await;
     let _tail = Tail(guests.clone(), "default", "qoff");
     let client = client(&emu).await;
     let started = Instant::now();
@@ -458,14 +450,7 @@ async fn qemu_guest_stop_kills_after_the_grace_period() {
     std::fs::write(stale.join("owner"), format!("{dead} 1\n")).unwrap();
     std::fs::write(stale.join("overlay.qcow2"), "left behind").unwrap();
 
-    let config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
-    let emu = Emulator::start(EmulatorOptions {
-        flavor: ServeFlavor::KubeVirt,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let guests = emu.use_qemu_guests(config).unwrap();
+    let (emu, guests) = kubevirt_with_qemu_guests().await;
     assert!(!stale.exists(), "the dead emulator's directory is removed");
     let _tail = Tail(guests.clone(), "default", "qgrace");
     let client = client(&emu).await;
