@@ -11,6 +11,7 @@ use kubevm_emulator::export::{ExportFaults, fill};
 use serde_json::{Value, json};
 
 use crate::common::{Env, stderr, stdout};
+use crate::lifecycle::eventually;
 
 pub(crate) const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -554,11 +555,26 @@ fn manifest_of_a_vm() {
     assert!(objects(&env, KV_EXPORTS).is_empty());
 }
 
-/// A running VM keeps the export waiting; the wait says why and the timeout fails the run,
-/// keeping the export.
+/// A running VM with a disk keeps the export waiting; the wait says why and the timeout fails
+/// the run, keeping the export. (A VM without PVC-backed disks, running or not, ends the
+/// export `Skipped` instead: `export_paths::kubevirt_sources_without_volumes_fail_with_the_reason`.)
 #[test]
 fn running_vm_waits_with_the_reason() {
-    let env = Env::kubevirt();
+    let env = kubevirt(MIB, MIB);
+    env.emulator.put_object(pvc("web-root", MIB));
+    env.emulator.put_object(json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"runStrategy": "Always", "template": {"spec": {
+            "domain": {"devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}},
+            "volumes": [{"name": "root", "persistentVolumeClaim": {"claimName": "web-root"}}]}}}
+    }));
+    eventually("the VM runs", || {
+        env.emulator
+            .objects("kubevirt.io", "virtualmachineinstances", Some("default"))
+            .iter()
+            .any(|o| o["metadata"]["name"] == "web")
+    });
     let out = export(
         &env,
         &[

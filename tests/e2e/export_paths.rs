@@ -12,6 +12,7 @@ use crate::export::{
     DATA_EXPORTS, KV_EXPORTS, MIB, deckhouse, export, kubevirt, mode, names, objects,
     reference_sha256, sha256_of, succeeded,
 };
+use crate::lifecycle::eventually;
 
 fn internal_only(env: &Env, wrong_ca: bool) {
     env.emulator.set_export_faults(ExportFaults {
@@ -39,15 +40,6 @@ fn exporter_pods(env: &Env) -> Vec<String> {
         .into_iter()
         .filter(|n| n.starts_with("virt-export-"))
         .collect()
-}
-
-/// Waits (bounded) until `cond` holds: garbage collection of owned objects is asynchronous.
-fn eventually(what: &str, cond: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !cond() {
-        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
 }
 
 /// No external link: the run says it uses the internal link through a port-forward to the
@@ -164,6 +156,61 @@ fn kubevirt_vmsnapshot_exports_every_volume() {
                 .objects("", "persistentvolumeclaims", Some("default")),
         ) == pvcs_before
     });
+}
+
+/// A source without volumes: the export ends `Skipped` (upstream's final phase), so the run
+/// fails at once with the controller's reason, writes nothing, and removes the export and
+/// token Secret it made (there is nothing to resume).
+#[test]
+fn kubevirt_sources_without_volumes_fail_with_the_reason() {
+    let env = kubevirt(MIB, MIB);
+    env.emulator.put_object(
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {"name": "diskless", "namespace": "default"},
+        "spec": {"runStrategy": "Halted", "template": {"spec": {"domain": {"devices": {}}}}}}),
+    );
+    env.emulator.put_object(json!({"apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineSnapshot",
+        "metadata": {"name": "empty", "namespace": "default"},
+        "spec": {"source": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "diskless"}},
+        "status": {"phase": "Succeeded", "readyToUse": true, "virtualMachineSnapshotContentName": "content-empty"}}));
+    env.emulator.put_object(json!({"apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineSnapshotContent",
+        "metadata": {"name": "content-empty", "namespace": "default"},
+        "spec": {"virtualMachineSnapshotName": "empty", "volumeBackups": []},
+        "status": {"readyToUse": true}}));
+    let secrets_before = names(&env.emulator.objects("", "secrets", Some("default")));
+    for (target, reason) in [
+        (
+            "vmsnapshot/empty",
+            "VirtualMachineSnapshot default/empty does not contain any volume snapshots",
+        ),
+        (
+            "vm/diskless",
+            "the source has no volumes to export (VMNoVolumes)",
+        ),
+    ] {
+        let out_dir = env.dir.path().join(target.replace('/', "-"));
+        let start = std::time::Instant::now();
+        let out = export(
+            &env,
+            &[target, "-o", out_dir.to_str().unwrap(), "--timeout", "60s"],
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{target}: {err}");
+        assert!(err.contains("was skipped: "), "{target}: {err}");
+        assert!(err.contains(reason), "{target}: {err}");
+        assert!(!err.contains("resume with"), "{target}: {err}");
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "{target} waited"
+        );
+        assert!(!out_dir.exists(), "{target}");
+        assert!(objects(&env, KV_EXPORTS).is_empty(), "{target}");
+        assert_eq!(
+            names(&env.emulator.objects("", "secrets", Some("default"))),
+            secrets_before,
+            "{target}"
+        );
+    }
 }
 
 /// A VirtualDiskSnapshot on Deckhouse.

@@ -142,12 +142,33 @@ pub async fn run(
             ns,
             &name,
             options.wait_timeout,
-            |o| Ok(o.pointer("/status/phase").and_then(Value::as_str) == Some("Ready")),
+            |o| {
+                let phase = o.pointer("/status/phase").and_then(Value::as_str);
+                Ok(matches!(phase, Some("Ready" | "Skipped")))
+            },
             |o| format!("VirtualMachineExport {name}: {}", object::ready_message(o)),
             on_event,
         )
         .await
         .map_err(kept_hint)?;
+    if ready.pointer("/status/phase").and_then(Value::as_str) == Some("Skipped") {
+        // Final upstream (a VM or snapshot without volumes): nothing to download or resume.
+        let why = object::skipped_message(&ready);
+        remove_created(
+            cluster,
+            &kind,
+            &name,
+            &export_uid,
+            &ready,
+            created_secret.as_ref(),
+            options,
+            on_event,
+        )
+        .await?;
+        return Err(Error::Transfer(format!(
+            "VirtualMachineExport {name} was skipped: {why}"
+        )));
+    }
     on_event(Event::Ready { name: name.clone() });
 
     let secret_name = ready
@@ -183,40 +204,69 @@ pub async fn run(
             e
         }),
         Ok(()) => {
-            // Delete only what this run (or an earlier failed kubectl-vm run) created.
-            if options.keep {
-                on_event(Event::Kept {
-                    kind: "VirtualMachineExport",
-                    name: name.clone(),
-                    why: "--keep".into(),
-                });
-            } else if options.reuse.is_some() && !object::ours(&ready) {
-                on_event(Event::Kept {
-                    kind: "VirtualMachineExport",
-                    name: name.clone(),
-                    why: "it was not created by kubectl vm".into(),
-                });
-            } else {
-                kind.delete(cluster, ns, &name, &export_uid).await?;
-                on_event(Event::Deleted {
-                    kind: "VirtualMachineExport",
-                    name: name.clone(),
-                });
-                // Garbage collection removes the owned Secret; make sure, with its uid.
-                let secret_uid = object::uid(&secret);
-                if object::ours(&secret) {
-                    secrets
-                        .delete(cluster, ns, &secret_name, &secret_uid)
-                        .await?;
-                    on_event(Event::Deleted {
-                        kind: "Secret",
-                        name: secret_name,
-                    });
-                }
-            }
+            remove_created(
+                cluster,
+                &kind,
+                &name,
+                &export_uid,
+                &ready,
+                Some(&secret),
+                options,
+                on_event,
+            )
+            .await?;
             Ok(())
         }
     }
+}
+
+/// Deletes the export and its token Secret when this run (or an earlier failed kubectl-vm
+/// run) created them, with uid preconditions; keeps them with `--keep` or when they are not
+/// ours.
+#[allow(clippy::too_many_arguments)]
+async fn remove_created(
+    cluster: &Cluster,
+    kind: &ObjKind,
+    name: &str,
+    export_uid: &str,
+    export: &Value,
+    secret: Option<&Value>,
+    options: &ExportOptions,
+    on_event: &mut (dyn FnMut(Event) + Send),
+) -> Result<()> {
+    let kept = |why: &str| Event::Kept {
+        kind: "VirtualMachineExport",
+        name: name.to_string(),
+        why: why.into(),
+    };
+    if options.keep {
+        on_event(kept("--keep"));
+        return Ok(());
+    }
+    if options.reuse.is_some() && !object::ours(export) {
+        on_event(kept("it was not created by kubectl vm"));
+        return Ok(());
+    }
+    let ns = options.namespace.as_str();
+    // The uid read when this run created (or picked) the export: a namesake made meanwhile
+    // is not ours to delete.
+    kind.delete(cluster, ns, name, export_uid).await?;
+    on_event(Event::Deleted {
+        kind: "VirtualMachineExport",
+        name: name.to_string(),
+    });
+    // Garbage collection removes the owned Secret; make sure, with its uid.
+    if let Some(secret) = secret.filter(|s| object::ours(s)) {
+        let secret_name = object::name(secret);
+        secret_kind()
+            .delete(cluster, ns, &secret_name, &object::uid(secret))
+            .await?;
+        on_event(Event::Deleted {
+            kind: "Secret",
+            name: secret_name,
+        });
+    }
+    Ok(())
 }
 
 /// Picks the link (external, else internal through a port-forward), then downloads the

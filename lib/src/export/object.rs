@@ -154,6 +154,37 @@ pub fn ready_message(obj: &Value) -> String {
         .unwrap_or_else(|| "the export controller to pick it up".into())
 }
 
+/// Why an export ended `Skipped`: the message of a false condition (upstream sets `Ready`
+/// with `VMNoVolumes` for a VM, `VolumesCreated` with `VMSnapshotNoVolumes` for a snapshot).
+pub fn skipped_message(obj: &Value) -> String {
+    let conditions = obj
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let false_ones = || conditions.iter().filter(|c| c["status"] == "False");
+    let text = |c: &Value, key: &str| c[key].as_str().filter(|t| !t.is_empty()).map(String::from);
+    false_ones()
+        .find_map(|c| text(c, "message"))
+        .unwrap_or_else(|| {
+            let reason = false_ones()
+                .filter_map(|c| text(c, "reason"))
+                .find(|r| r != "Initializing");
+            match reason {
+                Some(r) => format!("the source has no volumes to export ({r})"),
+                None => "the source has no volumes to export".into(),
+            }
+        })
+}
+
+/// `metadata.name`.
+pub fn name(obj: &Value) -> String {
+    obj.pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
 /// `metadata.uid`.
 pub fn uid(obj: &Value) -> String {
     obj.pointer("/metadata/uid")
@@ -173,4 +204,29 @@ pub fn ours(obj: &Value) -> bool {
 /// Labels for objects `export` creates.
 pub fn labels(export: &str) -> Value {
     serde_json::json!({super::MANAGED_BY.0: super::MANAGED_BY.1, super::EXPORT_LABEL: export})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skipped_message_prefers_a_false_condition_message_then_its_reason() {
+        // Shapes from kubevirt's export controller tests: a snapshot without volume snapshots,
+        // a VM without volumes (empty message).
+        let snapshot = serde_json::json!({"status": {"phase": "Skipped", "conditions": [
+            {"type": "Ready", "status": "False", "reason": "Initializing", "message": ""},
+            {"type": "VolumesCreated", "status": "False", "reason": "VMSnapshotNoVolumes",
+             "message": "VirtualMachineSnapshot ns/s does not contain any volume snapshots"}]}});
+        assert_eq!(
+            skipped_message(&snapshot),
+            "VirtualMachineSnapshot ns/s does not contain any volume snapshots"
+        );
+        let vm = serde_json::json!({"status": {"phase": "Skipped", "conditions": [
+            {"type": "Ready", "status": "False", "reason": "VMNoVolumes", "message": ""}]}});
+        assert_eq!(
+            skipped_message(&vm),
+            "the source has no volumes to export (VMNoVolumes)"
+        );
+    }
 }

@@ -291,6 +291,23 @@ pub fn kubevirt_export(app: &App, vme: &Value, _tick: bool) {
             )),
         ),
     };
+    // A source without volumes ends the export `Skipped` (final): a VM gets a false Ready
+    // condition `VMNoVolumes` with the source's availability message, which is empty unless
+    // it is running (vm-source.go `updateVMExportVMStatus`); a snapshot gets a false
+    // `VolumesCreated` condition `VMSnapshotNoVolumes` while Ready stays `Initializing`
+    // (vmsnapshot-source.go).
+    let skipped: Option<(&str, &str, String)> = match (kind, &blocked) {
+        ("VirtualMachine", Some((reason, _))) if *reason == "VMNotFound" => None,
+        ("VirtualMachine", _) if pvcs.is_empty() => Some((
+            "Ready",
+            "VMNoVolumes",
+            blocked.as_ref().map(|(_, m)| m.clone()).unwrap_or_default(),
+        )),
+        ("VirtualMachineSnapshot", Some((reason, message))) if *reason == "VMSnapshotNoVolumes" => {
+            Some(("VolumesCreated", "VMSnapshotNoVolumes", message.clone()))
+        }
+        _ => None,
+    };
     // A snapshot's volumes are restore PVCs `<export>-<volume>` (vmsnapshot-source.go).
     let restore_prefix = if kind == "VirtualMachineSnapshot" {
         format!("{name}-")
@@ -317,7 +334,7 @@ pub fn kubevirt_export(app: &App, vme: &Value, _tick: bool) {
     let snapshot_vm = (kind == "VirtualMachineSnapshot")
         .then(|| crate::export_snapshot::snapshot_vm_name(app, &ns, source))
         .flatten();
-    if blocked.is_none() {
+    if blocked.is_none() && skipped.is_none() {
         crate::export_pods::ensure_kubevirt(app, vme);
     }
     let ttl = vme
@@ -338,6 +355,26 @@ pub fn kubevirt_export(app: &App, vme: &Value, _tick: bool) {
         }
         if let Some(vm) = &snapshot_vm {
             st["virtualMachineName"] = json!(vm);
+        }
+        if let Some((condition, reason, message)) = &skipped {
+            st["phase"] = json!("Skipped");
+            st.as_object_mut().map(|m| m.remove("links"));
+            if *condition == "Ready" {
+                ready_condition(&mut st, false, reason, message);
+            } else {
+                let since = st["conditions"]
+                    .as_array()
+                    .and_then(|c| c.iter().find(|c| c["type"] == *condition))
+                    .map(|c| c["lastTransitionTime"].clone())
+                    .unwrap_or_else(|| json!(now_rfc3339()));
+                ready_condition(&mut st, false, "Initializing", "");
+                if let Some(conds) = st["conditions"].as_array_mut() {
+                    conds.push(json!({"type": condition, "status": "False", "reason": reason,
+                        "message": message, "lastTransitionTime": since}));
+                }
+            }
+            o["status"] = st;
+            return;
         }
         match &blocked {
             Some((reason, message)) => {

@@ -245,6 +245,71 @@ fn kubevirt_export_server_serves_ranges_gzip_and_checks_the_token() {
     assert!(got <= 300_000, "{got}");
 }
 
+/// Sources without volumes end `Skipped` (kubevirt vm-source.go / vmsnapshot-source.go): a VM
+/// with a false Ready `VMNoVolumes`; a snapshot whose content has no volume backups with a
+/// false `VolumesCreated` `VMSnapshotNoVolumes` while Ready stays `Initializing`.
+#[test]
+fn sources_without_volumes_end_skipped() {
+    let env = Env::new(ServeFlavor::KubeVirt);
+    env.emu.put_object(
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {"name": "diskless", "namespace": "default"},
+        "spec": {"runStrategy": "Halted", "template": {"spec": {"domain": {"devices": {}}}}}}),
+    );
+    env.emu.put_object(json!({"apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineSnapshot",
+        "metadata": {"name": "empty", "namespace": "default"},
+        "spec": {"source": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "diskless"}},
+        "status": {"phase": "Succeeded", "readyToUse": true, "virtualMachineSnapshotContentName": "content-empty"}}));
+    env.emu.put_object(json!({"apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineSnapshotContent",
+        "metadata": {"name": "content-empty", "namespace": "default"},
+        "spec": {"virtualMachineSnapshotName": "empty", "volumeBackups": []},
+        "status": {"readyToUse": true}}));
+    let exports = "/apis/export.kubevirt.io/v1/namespaces/default/virtualmachineexports";
+    env.create(exports, json!({"apiVersion": "export.kubevirt.io/v1", "kind": "VirtualMachineExport",
+        "metadata": {"name": "vm"}, "spec": {"source": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "diskless"}}}));
+    env.create(exports, json!({"apiVersion": "export.kubevirt.io/v1", "kind": "VirtualMachineExport",
+        "metadata": {"name": "snap"}, "spec": {"source": {"apiGroup": "snapshot.kubevirt.io", "kind": "VirtualMachineSnapshot", "name": "empty"}}}));
+
+    let vm = env.wait_for(
+        "export.kubevirt.io",
+        "virtualmachineexports",
+        "vm",
+        "Skipped",
+    );
+    let conditions = vm["status"]["conditions"].as_array().unwrap();
+    let ready = conditions.iter().find(|c| c["type"] == "Ready").unwrap();
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("False"), &json!("VMNoVolumes"))
+    );
+    assert!(vm["status"].get("links").is_none());
+
+    let snap = env.wait_for(
+        "export.kubevirt.io",
+        "virtualmachineexports",
+        "snap",
+        "Skipped",
+    );
+    let conditions = snap["status"]["conditions"].as_array().unwrap();
+    let ready = conditions.iter().find(|c| c["type"] == "Ready").unwrap();
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("False"), &json!("Initializing"))
+    );
+    let created = conditions
+        .iter()
+        .find(|c| c["type"] == "VolumesCreated")
+        .unwrap();
+    assert_eq!(created["status"], "False");
+    assert_eq!(created["reason"], "VMSnapshotNoVolumes");
+    assert_eq!(
+        created["message"],
+        "VirtualMachineSnapshot default/empty does not contain any volume snapshots"
+    );
+    // No exporter pod for a skipped export.
+    assert!(env.emu.objects("", "pods", Some("default")).is_empty());
+}
+
 #[test]
 fn running_vm_keeps_the_export_pending() {
     let env = Env::new(ServeFlavor::KubeVirt);
