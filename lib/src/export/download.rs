@@ -2,9 +2,10 @@
 //! (bounded, with backoff) and across runs through `FILE.partial` (validated with If-Range on
 //! the ETag or Last-Modified, and the size); the checksum is computed while streaming (over
 //! the kept part first on resume). The file takes its final name only when complete and
-//! verified. Memory stays bounded: each received chunk is written at once by the task that
-//! received it and handed (shared, not copied) to a hashing thread through a queue of four
-//! 512 KiB batches, so receiving, writing and hashing overlap.
+//! verified. Memory stays bounded: each received chunk is copied at once, while still in
+//! cache, into [`DownloadFile`]'s aligned 1 MiB blocks (written with `O_DIRECT` by its writer
+//! thread) and handed (shared, not copied) to a hashing thread through a queue of four 512 KiB
+//! batches, so receiving, writing and hashing overlap.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
