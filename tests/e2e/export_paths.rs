@@ -101,6 +101,27 @@ fn kubevirt_internal_link_with_a_wrong_ca_is_refused() {
     assert!(!err.contains("retry"), "{err}");
 }
 
+/// A ready VirtualMachineSnapshot `name` of VM `vm` whose content holds `backups`
+/// (`spec.volumeBackups`, each with a ready volume snapshot).
+fn put_vm_snapshot(env: &Env, name: &str, vm: &str, backups: Value) {
+    let content = format!("vmsnapshot-content-{name}");
+    let statuses: Vec<Value> = backups
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| json!({"volumeSnapshotName": b["volumeSnapshotName"], "readyToUse": true}))
+        .collect();
+    env.emulator.put_object(json!({"apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineSnapshot",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"source": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": vm}},
+        "status": {"phase": "Succeeded", "readyToUse": true, "virtualMachineSnapshotContentName": content}}));
+    env.emulator.put_object(json!({"apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineSnapshotContent",
+        "metadata": {"name": content, "namespace": "default"},
+        "spec": {"source": {"virtualMachine": {"metadata": {"name": vm}}}, "virtualMachineSnapshotName": name,
+            "volumeBackups": backups},
+        "status": {"readyToUse": true, "volumeSnapshotStatus": statuses}}));
+}
+
 /// `vmsnapshot/NAME`: an export of kind VirtualMachineSnapshot; each volume is named after the
 /// snapshotted PVC and holds its data; both land in the directory; the restore PVCs the
 /// controller made go with the export and the source PVCs stay.
@@ -112,16 +133,15 @@ fn kubevirt_vmsnapshot_exports_every_volume() {
             "persistentVolumeClaim": {"metadata": {"name": pvc},
                 "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size.to_string()}}}}})
     };
-    env.emulator.put_object(json!({"apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineSnapshot",
-        "metadata": {"name": "snap", "namespace": "default"},
-        "spec": {"source": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "exp"}},
-        "status": {"phase": "Succeeded", "readyToUse": true, "virtualMachineSnapshotContentName": "vmsnapshot-content-snap"}}));
-    env.emulator.put_object(json!({"apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineSnapshotContent",
-        "metadata": {"name": "vmsnapshot-content-snap", "namespace": "default"},
-        "spec": {"source": {"virtualMachine": {"metadata": {"name": "exp"}}}, "virtualMachineSnapshotName": "snap",
-            "volumeBackups": [backup("root", "exp-root", 6 * MIB), backup("data", "exp-data", 3 * MIB)]},
-        "status": {"readyToUse": true, "volumeSnapshotStatus": [{"volumeSnapshotName": "vmsnapshot-snap-volume-root", "readyToUse": true},
-            {"volumeSnapshotName": "vmsnapshot-snap-volume-data", "readyToUse": true}]}}));
+    put_vm_snapshot(
+        &env,
+        "snap",
+        "exp",
+        json!([
+            backup("root", "exp-root", 6 * MIB),
+            backup("data", "exp-data", 3 * MIB)
+        ]),
+    );
     let pvcs_before = names(
         &env.emulator
             .objects("", "persistentvolumeclaims", Some("default")),
@@ -169,14 +189,7 @@ fn kubevirt_sources_without_volumes_fail_with_the_reason() {
         "metadata": {"name": "diskless", "namespace": "default"},
         "spec": {"runStrategy": "Halted", "template": {"spec": {"domain": {"devices": {}}}}}}),
     );
-    env.emulator.put_object(json!({"apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineSnapshot",
-        "metadata": {"name": "empty", "namespace": "default"},
-        "spec": {"source": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "diskless"}},
-        "status": {"phase": "Succeeded", "readyToUse": true, "virtualMachineSnapshotContentName": "content-empty"}}));
-    env.emulator.put_object(json!({"apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineSnapshotContent",
-        "metadata": {"name": "content-empty", "namespace": "default"},
-        "spec": {"virtualMachineSnapshotName": "empty", "volumeBackups": []},
-        "status": {"readyToUse": true}}));
+    put_vm_snapshot(&env, "empty", "diskless", json!([]));
     let secrets_before = names(&env.emulator.objects("", "secrets", Some("default")));
     for (target, reason) in [
         (
