@@ -8,13 +8,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kubevm_emulator::{Emulator, EmulatorOptions};
 
-async fn client(emu: &Emulator) -> kube::Client {
-    let kc = kube::config::Kubeconfig::from_yaml(&emu.kubeconfig_yaml()).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(cfg).unwrap()
-}
+mod common;
+use common::client;
 
 fn with_uid(uid: &str) -> DeleteParams {
     DeleteParams {

@@ -9,20 +9,15 @@ use kube::api::{
 use kubevm_emulator::{Emulator, EmulatorOptions};
 use serde_json::json;
 
+mod common;
+use common::client;
+
 fn fixture() -> String {
     std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../fixtures/kubevirt.yaml"
     ))
     .unwrap()
-}
-
-async fn client(emu: &Emulator) -> kube::Client {
-    let kc = kube::config::Kubeconfig::from_yaml(&emu.kubeconfig_yaml()).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(cfg).unwrap()
 }
 
 #[tokio::test]

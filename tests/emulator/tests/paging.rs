@@ -7,13 +7,8 @@ use kube::api::{
 use kubevm_emulator::{Emulator, EmulatorOptions};
 use serde_json::json;
 
-async fn client(emu: &Emulator) -> kube::Client {
-    let kc = kube::config::Kubeconfig::from_yaml(&emu.kubeconfig_yaml()).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(cfg).unwrap()
-}
+mod common;
+use common::client;
 
 fn vm(ns: &str, name: &str) -> serde_json::Value {
     json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",

@@ -17,6 +17,9 @@ use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
+mod common;
+use common::client;
+
 fn pid_alive(pid: i32) -> bool {
     // Not a zombie either: the emulator reaps its qemu.
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
@@ -64,14 +67,6 @@ async fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-async fn client(emu: &Emulator) -> kube::Client {
-    let kc = kube::config::Kubeconfig::from_yaml(&emu.kubeconfig_yaml()).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(cfg).unwrap()
 }
 
 /// Creates a VM through the API (objects put directly are fixtures the controllers leave alone).

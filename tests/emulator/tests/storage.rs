@@ -11,6 +11,8 @@ use kubevm_emulator::storage::IMPORT_ERROR_ANNOTATION;
 use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
 use serde_json::{Value, json};
 
+mod common;
+
 fn fixture(name: &str) -> String {
     std::fs::read_to_string(format!("{}/../fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
@@ -24,11 +26,8 @@ async fn start(flavor: ServeFlavor, fixture_name: &str) -> (Emulator, kube::Clie
     })
     .await
     .unwrap();
-    let kc = kube::config::Kubeconfig::from_yaml(&emu.kubeconfig_yaml()).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
-    (emu, kube::Client::try_from(cfg).unwrap())
+    let client = common::client(&emu).await;
+    (emu, client)
 }
 
 fn api(

@@ -31,11 +31,17 @@ pub async fn start(flavor: ServeFlavor) -> (Emulator, kube::Client) {
     })
     .await
     .unwrap();
+    let client = client(&emu).await;
+    (emu, client)
+}
+
+/// A kube client for the emulator's kubeconfig (its current context: admin, namespace default).
+pub async fn client(emu: &Emulator) -> kube::Client {
     let kc = kube::config::Kubeconfig::from_yaml(&emu.kubeconfig_yaml()).unwrap();
     let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .unwrap();
-    (emu, kube::Client::try_from(cfg).unwrap())
+    kube::Client::try_from(cfg).unwrap()
 }
 
 /// Upgrades `path` with `protocol`; Err((status, body)) when the server refuses.
