@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kubevm_emulator::export::{ExportFaults, fill};
+use kubevm_emulator::export::{ExportFaults, write_content};
 use serde_json::{Value, json};
 
 use crate::common::{Env, stderr, stdout};
@@ -65,14 +65,7 @@ pub(crate) fn reference_sha256(env: &Env, pvc: &str, size: u64) -> String {
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    let mut buf = vec![0u8; MIB as usize];
-    let mut pos = 0;
-    while pos < size {
-        let n = (size - pos).min(MIB) as usize;
-        fill(key, pos, &mut buf[..n]);
-        stdin.write_all(&buf[..n]).unwrap();
-        pos += n as u64;
-    }
+    write_content(key, size, &mut stdin).unwrap();
     drop(stdin);
     let out = child.wait_with_output().unwrap();
     String::from_utf8(out.stdout).unwrap()[..64].to_string()

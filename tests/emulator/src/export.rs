@@ -122,6 +122,21 @@ pub fn fill(key: u64, offset: u64, buf: &mut [u8]) {
     fill_bytes(key, word * 8, chunks.into_remainder());
 }
 
+/// Writes the first `size` bytes of the volume content of `key` to `out`, 1 MiB at a time
+/// (tests pipe it into `sha256sum` for an independent checksum of what the server sends).
+pub fn write_content(key: u64, size: u64, out: &mut impl std::io::Write) -> std::io::Result<()> {
+    const STEP: u64 = 1 << 20;
+    let mut buf = vec![0u8; STEP as usize];
+    let mut pos = 0;
+    while pos < size {
+        let n = (size - pos).min(STEP) as usize;
+        fill(key, pos, &mut buf[..n]);
+        out.write_all(&buf[..n])?;
+        pos += n as u64;
+    }
+    Ok(())
+}
+
 /// `fill` a byte at a time: the definition, used for the unaligned ends.
 fn fill_bytes(key: u64, offset: u64, buf: &mut [u8]) {
     for (i, b) in buf.iter_mut().enumerate() {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use common::kubectl::kubectl_path;
-use kubevm_emulator::export::{ExportFaults, fill};
+use kubevm_emulator::export::{ExportFaults, write_content};
 use kubevm_emulator::{BlockingEmulator, Emulator, EmulatorOptions, ServeFlavor};
 use rustls::pki_types::pem::PemObject;
 use serde_json::{Value, json};
@@ -28,14 +28,7 @@ fn sha256_of_generated(emu: &BlockingEmulator, pvc: &str, size: u64) -> String {
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    let mut buf = vec![0u8; MIB as usize];
-    let mut pos = 0;
-    while pos < size {
-        let n = (size - pos).min(MIB) as usize;
-        fill(key, pos, &mut buf[..n]);
-        stdin.write_all(&buf[..n]).unwrap();
-        pos += n as u64;
-    }
+    write_content(key, size, &mut stdin).unwrap();
     drop(stdin);
     String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap()[..64].to_string()
 }
