@@ -213,37 +213,37 @@ fn kubectl_port_forward_reaches_the_export_server() {
     let url = format!("https://{host}:{local}/volumes/disk/disk.img");
     let out_file = dir.path().join("disk.img");
     let token = format!("x-kubevirt-export-token: {TOKEN}");
-    let got = curl(&[
-        "-sSf",
-        "--cacert",
-        ca.to_str().unwrap(),
-        "--resolve",
-        &resolve,
-        "-H",
-        &token,
-        "-o",
-        out_file.to_str().unwrap(),
-        &url,
-    ]);
+    // curl for the volume through the forward, trusting `cacert`.
+    let fetch = |cacert: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "-sS",
+            "--cacert",
+            cacert.to_str().unwrap(),
+            "--resolve",
+            &resolve,
+        ];
+        args.extend_from_slice(extra);
+        args.push(&url);
+        curl(&args)
+    };
+    let got = fetch(&ca, &["-f", "-H", &token, "-o", out_file.to_str().unwrap()]);
     assert_got_the_disk(&emu, &got, &out_file, size);
 
     // A second connection through the same forward, with a Range.
-    let range = curl(&[
-        "-sSf",
-        "--cacert",
-        ca.to_str().unwrap(),
-        "--resolve",
-        &resolve,
-        "-H",
-        &token,
-        "-r",
-        "100-199",
-        "-D",
-        "-",
-        "-o",
-        "/dev/null",
-        &url,
-    ]);
+    let range = fetch(
+        &ca,
+        &[
+            "-f",
+            "-H",
+            &token,
+            "-r",
+            "100-199",
+            "-D",
+            "-",
+            "-o",
+            "/dev/null",
+        ],
+    );
     let headers = String::from_utf8_lossy(&range.stdout).to_lowercase();
     assert!(
         headers.contains(&format!("content-range: bytes 100-199/{size}")),
@@ -253,18 +253,7 @@ fn kubectl_port_forward_reaches_the_export_server() {
     // The external server's CA did not sign the pod's certificate: curl refuses (60).
     let wrong = dir.path().join("wrong.pem");
     std::fs::write(&wrong, emu.export_ca_pem()).unwrap();
-    let refused = curl(&[
-        "-sS",
-        "--cacert",
-        wrong.to_str().unwrap(),
-        "--resolve",
-        &resolve,
-        "-H",
-        &token,
-        "-o",
-        "/dev/null",
-        &url,
-    ]);
+    let refused = fetch(&wrong, &["-H", &token, "-o", "/dev/null"]);
     assert_eq!(refused.status.code(), Some(60), "{refused:?}");
     // The certificate names the service, not another host.
     let other = curl(&[
@@ -279,18 +268,7 @@ fn kubectl_port_forward_reaches_the_export_server() {
     ]);
     assert_eq!(other.status.code(), Some(60), "{other:?}");
     // No token: 401 from the export server.
-    let unauthorized = curl(&[
-        "-sS",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        "--cacert",
-        ca.to_str().unwrap(),
-        "--resolve",
-        &resolve,
-        &url,
-    ]);
+    let unauthorized = fetch(&ca, &["-o", "/dev/null", "-w", "%{http_code}"]);
     assert_eq!(String::from_utf8_lossy(&unauthorized.stdout), "401");
     child.kill().unwrap();
     let _ = child.wait();
