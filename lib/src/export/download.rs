@@ -304,31 +304,14 @@ impl Output {
 
     /// Starts over: empties the file and resets the hash.
     fn restart(&mut self) -> std::io::Result<()> {
-        // Fresh sinks (and decoder) first: the old ones hold data of the abandoned stream,
-        // and dropping a file sink waits for its queued writes, which must not land after
-        // the file is emptied.
+        // Fresh sinks (and decoder): the old ones hold data of the abandoned stream. Replacing
+        // a file sink drops it, which waits for its queued writes; only then is the file
+        // emptied, so none of them lands after the truncation.
         match &mut self.kind {
             OutputKind::Plain(sink, hash) => {
                 hash.reset(self.algo.hasher())?;
-                *sink = Sink {
-                    out: Box::new(std::io::sink()),
-                    hasher: None,
-                    written: 0,
-                };
+                *sink = Self::sink(self.path.as_deref(), None, 0)?;
             }
-            OutputKind::Gunzip(decoder) => {
-                **decoder = flate2::write::GzDecoder::new(Sink {
-                    out: Box::new(std::io::sink()),
-                    hasher: None,
-                    written: 0,
-                });
-            }
-        }
-        if let Some(p) = &self.path {
-            File::options().write(true).open(p)?.set_len(0)?;
-        }
-        match &mut self.kind {
-            OutputKind::Plain(sink, _) => *sink = Self::sink(self.path.as_deref(), None, 0)?,
             OutputKind::Gunzip(decoder) => {
                 **decoder = flate2::write::GzDecoder::new(Self::sink(
                     self.path.as_deref(),
@@ -336,6 +319,9 @@ impl Output {
                     0,
                 )?);
             }
+        }
+        if let Some(p) = &self.path {
+            File::options().write(true).open(p)?.set_len(0)?;
         }
         Ok(())
     }

@@ -166,11 +166,6 @@ impl DownloadFile {
         })
     }
 
-    /// Whether whole blocks go out with `O_DIRECT` (unless the device refuses them later).
-    pub fn is_direct(&self) -> bool {
-        self.direct.is_some()
-    }
-
     /// Bytes to stage before writing: a whole block once the file offset is aligned, else
     /// just enough to reach the next boundary.
     fn capacity(&self) -> usize {
