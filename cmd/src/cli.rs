@@ -158,6 +158,8 @@ pub enum Command {
     Export(Box<commands::export::ExportArgs>),
     /// Manage the platform SSH certificate authority (init, show, rotate)
     Ca(commands::ca::CaArgs),
+    /// The in-cluster SSH certificate signer (run by the Deployment `ca init --signer` makes)
+    Signer(commands::signer::SignerArgs),
     /// Collect a VM's objects, logs, events and domain XML into one tar.gz (secrets masked)
     CollectDebugInfo(commands::collect_debug_info::CollectDebugInfoArgs),
     /// Log in to a VM with a short-lived certificate signed by the platform CA

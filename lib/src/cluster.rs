@@ -116,6 +116,10 @@ impl Cluster {
             http::header::USER_AGENT,
             http::HeaderValue::from_str(&user_agent()).expect("a plain ASCII user agent"),
         ));
+        // kube's default retry repeats a 429/503/504 up to 15 times with a backoff that grows
+        // to minutes, and below the request log: an aggregated API that is down (503) hung a
+        // command silently. kubectl does not retry those either; the server's answer is shown.
+        config.default_retry = false;
         let builder = kube::client::ClientBuilder::try_from(config.clone())
             .map_err(|e| Error::Config(format!("cannot set up the API client: {e}")))?;
         let client: Client = match options.http_log.clone().filter(|log| log.level >= 6) {

@@ -22,6 +22,7 @@ pub mod quantity;
 pub mod scp;
 pub mod selector;
 pub mod session;
+pub mod signer;
 pub mod ssh;
 pub mod stream;
 pub mod target;

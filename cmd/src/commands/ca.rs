@@ -7,6 +7,7 @@ use clap_complete::engine::ArgValueCompleter;
 use kubevm::ca::store::{self, DEFAULT_CA_NAMESPACE, InitOutcome, PublishedKey, RotateOutcome};
 use kubevm::ca::{CONFIGMAP_NAME, CaBundle, SECRET_NAME, fingerprint, objects::READER_NAME};
 use kubevm::cluster::Cluster;
+use kubevm::signer::install;
 use serde_json::json;
 
 use crate::cli::GlobalArgs;
@@ -31,12 +32,44 @@ pub struct CaArgs {
 /// The `ca` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum CaCommand {
-    /// Create the CA: an Ed25519 key in a Secret, its public key in a ConfigMap everyone may read
-    Init,
+    /// Create the CA: an Ed25519 key in a Secret, its public key in a ConfigMap everyone may read;
+    /// with --signer also the in-cluster signer that alone uses the key
+    Init(InitArgs),
     /// Print the trusted public keys with their fingerprints (needs only read access)
     Show(ShowArgs),
     /// Start a key rotation (the old key stays trusted), or finish one with --finish
     Rotate(RotateArgs),
+}
+
+/// Arguments of `ca init`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "With --signer, users get certificates from the signer through the API server and never read the\nCA Secret. Grant SSH with the ClusterRoles it installs, per namespace or per VM:\n  kubectl create rolebinding alice-ssh -n dev --clusterrole kubevm:ssh --user alice\n  kubectl create role web-ssh -n dev --verb create --resource virtualmachines.ssh.kubevm.io/sshcertificate --resource-name web\n  kubectl create rolebinding alice-web -n dev --role web-ssh --user alice\nand let VM creators get host certificates with kubevm:ssh-host-certificates.\n\nExamples:\n  kubectl vm ca init\n  kubectl vm ca init --signer --image registry.example/kubectl-vm:0.1.0\n  kubectl vm ca init --signer --image registry.example/kubectl-vm:0.1.0 --dry-run=client -o yaml"
+)]
+pub struct InitArgs {
+    /// Also install the SSH signer (Deployment, Service, APIService, RBAC)
+    #[arg(long)]
+    pub signer: bool,
+
+    /// Container image of the signer (kubectl-vm as its entrypoint; see Containerfile)
+    #[arg(long, value_name = "IMAGE", requires = "signer")]
+    pub image: Option<String>,
+
+    /// Replicas of the signer's Deployment
+    #[arg(long, value_name = "N", default_value_t = 2, requires = "signer", value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub replicas: u32,
+
+    /// Longest user certificate lifetime the signer issues
+    #[arg(long, value_name = "DURATION", default_value = "1h", requires = "signer", value_parser = kubevm::cluster::parse_duration)]
+    pub max_ttl: std::time::Duration,
+
+    /// client: print the signer's manifests without contacting the cluster; server: have the server check them
+    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "client", value_parser = ["client", "server", "none"], requires = "signer")]
+    pub dry_run: Option<String>,
+
+    /// Output format of --dry-run=client
+    #[arg(short, long, value_enum)]
+    pub output: Option<DataFormat>,
 }
 
 /// Arguments of `ca show`.
@@ -68,9 +101,14 @@ pub async fn cmd_ca(global: &GlobalArgs, args: CaArgs) -> CommandResult {
     let ns = args.ca_namespace;
     kubevm::target::validate_namespace(&ns)
         .map_err(|e| CommandError::usage(format!("--ca-namespace: {e}")))?;
+    if let CaCommand::Init(init_args) = &args.command
+        && init_args.signer
+    {
+        return init_signer(global, &ns, init_args).await;
+    }
     let cluster = Cluster::connect(&global.connect_options()).await?;
     match args.command {
-        CaCommand::Init => init(&cluster, &ns).await,
+        CaCommand::Init(_) => init(&cluster, &ns).await,
         CaCommand::Show(show_args) => show(&cluster, &ns, show_args.output).await,
         CaCommand::Rotate(rotate_args) => rotate(&cluster, &ns, rotate_args.finish).await,
     }
@@ -145,14 +183,133 @@ async fn init(cluster: &Cluster, ns: &str) -> CommandResult {
     }
 }
 
+fn data_format(format: DataFormat) -> OutputFormat {
+    match format {
+        DataFormat::Yaml => OutputFormat::Yaml,
+        DataFormat::Json => OutputFormat::Json,
+    }
+}
+
+/// `ca init --signer`: the CA if missing, then the signer's objects (server-side apply).
+async fn init_signer(global: &GlobalArgs, ns: &str, args: &InitArgs) -> CommandResult {
+    let image = args
+        .image
+        .clone()
+        .filter(|i| !i.trim().is_empty())
+        .ok_or_else(|| {
+            CommandError::usage("--signer needs --image IMAGE (built from the Containerfile)")
+        })?;
+    if args.max_ttl.is_zero() {
+        return Err(CommandError::usage("--max-ttl must be more than 0"));
+    }
+    let dry_run = args.dry_run.as_deref().filter(|m| *m != "none");
+    if args.output.is_some() && dry_run != Some("client") {
+        return Err(CommandError::usage("-o goes with --dry-run=client"));
+    }
+    let options = install::InstallOptions {
+        namespace: ns.to_owned(),
+        image,
+        replicas: args.replicas,
+        max_ttl_seconds: args.max_ttl.as_secs(),
+    };
+    if dry_run == Some("client") {
+        let tls = install::ServingCert::generate(ns)?;
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": install::manifests(&options, &tls)});
+        let mut out = std::io::stdout().lock();
+        render::write_object(
+            &mut out,
+            &list,
+            data_format(args.output.unwrap_or(DataFormat::Yaml)),
+        )?;
+        eprintln!(
+            "Note: the CA itself (Secret and ConfigMap {SECRET_NAME}) is made by `kubectl vm ca init` against the cluster; the signer only reads it."
+        );
+        return Ok(());
+    }
+    let cluster = Cluster::connect(&global.connect_options()).await?;
+    let mut out = std::io::stdout().lock();
+    let server_dry_run = dry_run == Some("server");
+    if !server_dry_run {
+        match store::init(&cluster, ns).await? {
+            InitOutcome::Exists => {
+                writeln!(out, "secret/{SECRET_NAME} unchanged (the SSH CA exists)")?
+            }
+            InitOutcome::Created { bundle, .. } => writeln!(
+                out,
+                "SSH CA created in namespace {ns:?}, signing key: {}",
+                signing_line(&bundle)
+            )?,
+        }
+    }
+    // Keep the serving certificate across re-runs: the APIService's caBundle stays valid.
+    let tls = match install::existing_serving_cert(&cluster, ns).await? {
+        Some(tls) => tls,
+        None => install::ServingCert::generate(ns)?,
+    };
+    let suffix = if server_dry_run {
+        " (server dry run)"
+    } else {
+        ""
+    };
+    for applied in install::apply(
+        &cluster,
+        &install::manifests(&options, &tls),
+        server_dry_run,
+    )
+    .await?
+    {
+        let verb = if applied.created {
+            "created"
+        } else {
+            "configured"
+        };
+        writeln!(out, "{} {verb}{suffix}", applied.object)?;
+    }
+    if !server_dry_run {
+        writeln!(
+            out,
+            "The signer serves {} once its pods are ready (`kubectl get apiservice {}`). Grant SSH with ClusterRole {} (see `kubectl vm ca init --help`).",
+            kubevm::signer::GROUP,
+            kubevm::signer::APISERVICE_NAME,
+            install::USER_ROLE
+        )?;
+    }
+    Ok(())
+}
+
+/// `Signer (APIService …, Available)` or `Direct (…)`, for `ca show`.
+async fn mode_line(cluster: &Cluster) -> CommandResult<(String, bool)> {
+    use kubevm::signer::client::{Mode, mode};
+    match mode(cluster, None).await? {
+        Mode::Signer => {
+            let available = install::apiservice_available(cluster).await;
+            let state = match available {
+                Some((true, _)) => "Available".to_owned(),
+                Some((false, why)) => format!("not available: {why}"),
+                None => "availability unknown".to_owned(),
+            };
+            Ok((
+                format!("signer: certificates come from APIService {} ({state}); the CA Secret is read by the signer only", kubevm::signer::APISERVICE_NAME),
+                true,
+            ))
+        }
+        Mode::Direct => Ok((
+            "direct (unsafe): no signer is installed, so users who can read the CA Secret sign their own certificates; install it with `kubectl vm ca init --signer --image IMAGE`".to_owned(),
+            false,
+        )),
+    }
+}
+
 async fn show(cluster: &Cluster, ns: &str, format: Option<DataFormat>) -> CommandResult {
     let keys = store::published_keys(cluster, ns)
         .await?
         .ok_or_else(|| no_ca(ns))?;
     let rotating = keys.len() > 1;
+    let (mode, signer) = mode_line(cluster).await?;
     let mut out = std::io::stdout().lock();
     if let Some(format) = format {
         let value = json!({
+            "mode": if signer { "signer" } else { "direct" },
             "namespace": ns,
             "configMap": CONFIGMAP_NAME,
             "rotationInProgress": rotating,
@@ -165,13 +322,10 @@ async fn show(cluster: &Cluster, ns: &str, format: Option<DataFormat>) -> Comman
                 "publicKey": k.openssh,
             })).collect::<Vec<_>>(),
         });
-        let format = match format {
-            DataFormat::Yaml => OutputFormat::Yaml,
-            DataFormat::Json => OutputFormat::Json,
-        };
-        render::write_object(&mut out, &value, format)?;
+        render::write_object(&mut out, &value, data_format(format))?;
         return Ok(());
     }
+    writeln!(out, "{:<12}{mode}", "Mode:")?;
     writeln!(out, "{:<12}{ns}", "Namespace:")?;
     writeln!(out, "{:<12}configmap/{CONFIGMAP_NAME}", "Published:")?;
     let rotation = if rotating {

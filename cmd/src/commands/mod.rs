@@ -16,6 +16,7 @@ pub mod lifecycle_render;
 pub mod list;
 pub mod port_forward;
 pub mod scp;
+pub mod signer;
 pub mod ssh;
 pub mod ssh_config;
 pub mod version;
@@ -77,6 +78,7 @@ async fn dispatch(cli: Cli) -> CommandResult {
             collect_debug_info::cmd_collect_debug_info(&global, args).await
         }
         Command::Vnc(args) => vnc::cmd_vnc(&global, args).await,
+        Command::Signer(args) => signer::cmd_signer(&global, args).await,
         Command::Completion(args) => completion::cmd_completion(args),
         Command::GenerateDocs(args) => generate_docs::cmd_generate_docs(args),
         Command::Start(args) => lifecycle::cmd_power(&global, lifecycle::Power::Start(args)).await,

@@ -85,6 +85,7 @@ pub async fn cmd_scp(global: &GlobalArgs, args: ScpArgs) -> CommandResult {
         ca_namespace: args.ca_namespace.clone(),
         pty: false,
         port_forwarding: false,
+        mode: kubevm::signer::client::mode(&cluster, Some(&platform)).await?,
     };
     let connection = sshvm::connect(&cluster, &options, Some(terminal_prompt()), &print_event)
         .await

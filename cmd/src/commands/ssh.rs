@@ -161,7 +161,7 @@ pub fn terminal_prompt() -> Prompt {
 /// Print connection events on stderr, OpenSSH style.
 pub fn print_event(event: SshEvent) {
     match event {
-        SshEvent::Fallback(notice) => eprintln!("Notice: {notice}"),
+        SshEvent::Fallback(notice) | SshEvent::Notice(notice) => eprintln!("Notice: {notice}"),
         SshEvent::HostRecorded { host, file, .. } => eprintln!(
             "Warning: Permanently added '{host}' (ED25519) to the list of known hosts ({}).",
             file.display()
@@ -205,6 +205,7 @@ pub async fn cmd_ssh(global: &GlobalArgs, args: SshArgs) -> CommandResult {
         ca_namespace: args.ca_namespace.clone(),
         pty: plan.pty,
         port_forwarding: !plan.forwards.is_empty(),
+        mode: kubevm::signer::client::mode(&cluster, Some(&platform)).await?,
     };
     let connection = sshvm::connect(&cluster, &options, Some(terminal_prompt()), &print_event)
         .await

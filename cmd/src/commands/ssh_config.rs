@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use clap::Args;
 use kubevm::ca::store::{self, DEFAULT_CA_NAMESPACE};
-use kubevm::ssh::cert::{self, CertRequest, UserIdentity};
+use kubevm::ssh::cert;
 use kubevm::ssh::config::{self, ConfigPaths, Invocation, VmEntry};
+use kubevm::ssh::files;
 use kubevm::ssh::vm as sshvm;
-use kubevm::ssh::{CaSigner, files};
 use kubevm::target::Target;
 use kubevm::vm::Scope;
 
@@ -164,29 +164,39 @@ pub async fn cmd_ssh_cert(global: &GlobalArgs, args: SshCertArgs) -> CommandResu
     let host = args.host.strip_suffix(".vm").unwrap_or(&args.host);
     let target = Target::parse(host, false)?;
     let paths = ConfigPaths::under(&home()?);
-    let cluster = kubevm::cluster::Cluster::connect(&global.connect_options()).await?;
+    let (cluster, platform) = super::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
-    let bundle = store::read_bundle(&cluster, &args.ca_namespace)
-        .await?
+    let cert_target = sshvm::CertTarget {
+        mode: kubevm::signer::client::mode(&cluster, Some(&platform)).await?,
+        flavor: platform.flavor,
+        namespace: &namespace,
+        vm: &target.name,
+        ca_namespace: &args.ca_namespace,
+    };
+    // OpenSSH may forward ports and open a terminal: the certificate allows both.
+    let spec = kubevm::signer::CertificateRequestSpec {
+        login: Some(args.login.clone()),
+        ttl_seconds: Some(args.ttl.as_secs()),
+        pty: true,
+        port_forwarding: true,
+        ..Default::default()
+    };
+    // Notices go to stderr, which OpenSSH shows for `Match exec`.
+    let notice = |event: sshvm::SshEvent| {
+        if let sshvm::SshEvent::Notice(text) = event {
+            eprintln!("Notice: {text}");
+        }
+    };
+    let id = sshvm::issue_certificate(&cluster, &cert_target, spec, &notice)
+        .await
+        .map_err(|e| CommandError::Failed(e.to_string()))?
         .ok_or_else(|| {
             CommandError::Failed(format!(
-                "cannot read the SSH CA (Secret {}/{}): use your own key with ssh -i",
+                "cannot read the SSH CA (Secret {}/{}) and the cluster has no SSH signer: use your own key with ssh -i",
                 args.ca_namespace,
                 kubevm::ca::SECRET_NAME
             ))
         })?;
-    let user = sshvm::kubernetes_user(&cluster).await;
-    let request = CertRequest {
-        principal: args.login.clone(),
-        key_id: cert::key_id(&user, &namespace, &target.name),
-        ttl: args.ttl,
-        pty: true,
-        port_forwarding: true,
-        interactive_all: true,
-    };
-    let id = UserIdentity::issue(&CaSigner::new(bundle), &request)
-        .await
-        .map_err(|e| CommandError::Failed(e.to_string()))?;
     let (key, cert) = id
         .openssh_files()
         .map_err(|e| CommandError::Failed(e.to_string()))?;

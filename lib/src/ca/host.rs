@@ -1,10 +1,10 @@
 //! A VM's SSH host identity: an Ed25519 host key and a host certificate signed by the CA, so
 //! clients trust the VM through the CA instead of trust-on-first-use.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use ssh_key::certificate::{Builder, CertType};
-use ssh_key::{Algorithm, LineEnding, PrivateKey};
+use ssh_key::certificate::CertType;
+use ssh_key::{Algorithm, Certificate, LineEnding, PrivateKey};
 
 use super::{CaBundle, CaError};
 
@@ -12,12 +12,10 @@ use super::{CaBundle, CaError};
 /// needs a reboot of the VM.
 pub const DEFAULT_HOST_CERT_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-/// Clock skew tolerated between the signer and the VM.
-const BACKDATE: u64 = 300;
-
-/// The principals a VM's host certificate names: `NAME.NAMESPACE` and `NAME`.
-pub fn host_principals(vm: &str, namespace: &str) -> [String; 2] {
-    [format!("{vm}.{namespace}"), vm.to_string()]
+/// The principals a VM's host certificate names: `NAME.NAMESPACE` and `NAME.NAMESPACE.vm`
+/// (see [`crate::signer::host_principals`]); never the bare name.
+pub fn host_principals(vm: &str, namespace: &str) -> Vec<String> {
+    crate::signer::host_principals(vm, namespace)
 }
 
 /// A host key pair and its certificate, all in OpenSSH text form, ready for cloud-init.
@@ -42,38 +40,48 @@ impl std::fmt::Debug for HostKeys {
 }
 
 impl HostKeys {
+    /// A fresh Ed25519 host key for VM `vm` in `namespace`.
+    pub fn generate_key(vm: &str, namespace: &str) -> Result<PrivateKey, CaError> {
+        let mut rng = ssh_key::rand_core::UnwrapErr(ssh_key::getrandom::SysRng);
+        let mut key = PrivateKey::random(&mut rng, Algorithm::Ed25519)?;
+        key.set_comment(format!("kubevm-host:{namespace}/{vm}"));
+        Ok(key)
+    }
+
+    /// The key and a certificate for it (from the signer) in cloud-init form.
+    pub fn with_certificate(
+        key: &PrivateKey,
+        certificate: &Certificate,
+    ) -> Result<HostKeys, CaError> {
+        Ok(HostKeys {
+            private_key: key.to_openssh(LineEnding::LF)?.to_string(),
+            public_key: key.public_key().to_openssh()?,
+            certificate: certificate.to_openssh()?,
+        })
+    }
+
     /// Generate a host key for VM `vm` in `namespace` and sign a host certificate for it with
-    /// the CA's signing key, valid from now (less a few minutes of clock skew) for `validity`.
+    /// the CA's signing key (the direct mode, without a signer service), valid from now (less
+    /// a minute of clock skew) for `validity`.
     pub fn issue(
         ca: &CaBundle,
         vm: &str,
         namespace: &str,
         validity: Duration,
     ) -> Result<HostKeys, CaError> {
-        let mut rng = ssh_key::rand_core::UnwrapErr(ssh_key::getrandom::SysRng);
-        let mut key = PrivateKey::random(&mut rng, Algorithm::Ed25519)?;
-        key.set_comment(format!("kubevm-host:{namespace}/{vm}"));
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or_default();
-        let mut builder = Builder::new_with_random_nonce(
-            &mut rng,
-            key.public_key().key_data().clone(),
-            now.saturating_sub(BACKDATE),
-            now.saturating_add(validity.as_secs()),
+        let key = Self::generate_key(vm, namespace)?;
+        let limits = crate::signer::policy::Limits {
+            host_validity: validity,
+            ..Default::default()
+        };
+        let decision = crate::signer::policy::host_certificate(&limits, vm, namespace);
+        let signed = crate::signer::sign::sign(
+            ca.signing_key(),
+            key.public_key(),
+            CertType::Host,
+            &decision,
         )?;
-        builder.cert_type(CertType::Host)?;
-        builder.key_id(format!("kubevm-host:{namespace}/{vm}"))?;
-        for principal in host_principals(vm, namespace) {
-            builder.valid_principal(principal)?;
-        }
-        let certificate = builder.sign(ca.signing_key())?;
-        Ok(HostKeys {
-            private_key: key.to_openssh(LineEnding::LF)?.to_string(),
-            public_key: key.public_key().to_openssh()?,
-            certificate: certificate.to_openssh()?,
-        })
+        Self::with_certificate(&key, &signed.certificate)
     }
 }
 
@@ -88,7 +96,7 @@ mod tests {
         let host = HostKeys::issue(&ca, "web", "prod", DEFAULT_HOST_CERT_VALIDITY).unwrap();
         let cert = Certificate::from_openssh(&host.certificate).unwrap();
         assert_eq!(cert.cert_type(), CertType::Host);
-        assert_eq!(cert.valid_principals(), ["web.prod", "web"]);
+        assert_eq!(cert.valid_principals(), ["web.prod", "web.prod.vm"]);
         let ca_fp = ca.signing_key().public_key().fingerprint(HashAlg::Sha256);
         cert.validate([&ca_fp]).unwrap();
         let key = PrivateKey::from_openssh(&host.private_key).unwrap();

@@ -12,6 +12,7 @@ use crate::create::plan::OsType;
 use crate::create::{BootSource, VmPlan, sizing};
 use crate::error::{Error, Result};
 use crate::flavor::{Flavor, Platform};
+use crate::signer::{self, client::Mode};
 use crate::validate::{Checksum, ChecksumAlgo};
 
 /// First CDI release that verifies `http.checksum`.
@@ -121,12 +122,15 @@ pub struct CaSource {
     pub require: bool,
 }
 
-/// Fill in the platform SSH CA keys (file, else cluster) and, when the CA's private key is
-/// readable, a host key with a CA-signed certificate. Without a CA the platform SSH part is
-/// switched off with a warning (or an error with `require`). Nothing is looked up when the
-/// plan does not use platform SSH (`--no-platform-ssh`, Windows).
+/// Fill in the platform SSH CA keys (file, else cluster) and a host key with a CA-signed
+/// certificate: from the SSH signer when the cluster has one (a refusal fails the create: a
+/// VM that cannot prove its identity is never made silently), else signed here when the CA's
+/// private key is readable (the direct mode, with its notice), else none, with a warning.
+/// Without a CA the platform SSH part is switched off with a warning (or an error with
+/// `require`). Nothing is looked up when the plan does not use platform SSH
+/// (`--no-platform-ssh`, Windows).
 pub async fn setup_platform_ssh(
-    cluster: Option<&Cluster>,
+    cluster: Option<(&Cluster, &Platform)>,
     ca: &CaSource,
     plan: &mut VmPlan,
     warn: &mut dyn FnMut(String),
@@ -136,7 +140,7 @@ pub async fn setup_platform_ssh(
     }
     let keys = match (&ca.public_keys, cluster) {
         (Some(keys), _) => Some(keys.clone()),
-        (None, Some(cluster)) => store::read_public_keys(cluster, &ca.namespace).await?,
+        (None, Some((cluster, _))) => store::read_public_keys(cluster, &ca.namespace).await?,
         (None, None) if ca.require => {
             return Err(Error::Usage(
                 "--require-ca without a cluster (--dry-run=client) needs --ca-public-key".into(),
@@ -166,19 +170,65 @@ pub async fn setup_platform_ssh(
             return Ok(());
         }
     }
-    if let (Some(cluster), None) = (cluster, &ca.public_keys)
-        && let Some(bundle) = store::read_bundle(cluster, &ca.namespace).await?
-    {
-        let host = HostKeys::issue(
-            &bundle,
-            &plan.name,
-            &plan.namespace,
-            DEFAULT_HOST_CERT_VALIDITY,
-        )
-        .map_err(|e| Error::Internal(format!("signing the VM's host certificate: {e}")))?;
-        plan.platform_ssh.host = Some(host);
+    if let (Some((cluster, platform)), None) = (cluster, &ca.public_keys) {
+        plan.platform_ssh.host = host_keys(cluster, platform, &ca.namespace, plan, warn).await?;
     }
     Ok(())
+}
+
+/// The VM's host key and certificate (see [`setup_platform_ssh`]).
+async fn host_keys(
+    cluster: &Cluster,
+    platform: &Platform,
+    ca_namespace: &str,
+    plan: &VmPlan,
+    warn: &mut dyn FnMut(String),
+) -> Result<Option<HostKeys>> {
+    let signing = |e: ssh_key::Error| Error::Internal(format!("the VM's host key: {e}"));
+    match signer::client::mode(cluster, Some(platform)).await? {
+        Mode::Signer => {
+            let key = HostKeys::generate_key(&plan.name, &plan.namespace)
+                .map_err(|e| Error::Internal(e.to_string()))?;
+            let certificate = signer::client::host_certificate(
+                cluster,
+                &plan.namespace,
+                &plan.name,
+                key.public_key(),
+            )
+            .await
+            .map_err(|e| {
+                Error::Refused(format!(
+                    "cannot get the VM's host certificate from the SSH signer: {e}"
+                ))
+            })?;
+            let host = HostKeys::with_certificate(&key, &certificate)
+                .map_err(|e| Error::Internal(e.to_string()))?;
+            Ok(Some(host))
+        }
+        Mode::Direct => match store::read_bundle(cluster, ca_namespace).await? {
+            Some(bundle) => {
+                warn(signer::client::DIRECT_MODE_NOTICE.into());
+                HostKeys::issue(
+                    &bundle,
+                    &plan.name,
+                    &plan.namespace,
+                    DEFAULT_HOST_CERT_VALIDITY,
+                )
+                .map(Some)
+                .map_err(|e| match e {
+                    crate::ca::CaError::Key(k) => signing(k),
+                    other => Error::Internal(other.to_string()),
+                })
+            }
+            None => {
+                warn(format!(
+                    "the VM gets no host certificate: the cluster has no SSH signer and you may not read the CA Secret {ca_namespace}/{}; clients will have to trust its host key on first use",
+                    crate::ca::SECRET_NAME
+                ));
+                Ok(None)
+            }
+        },
+    }
 }
 
 /// Options of [`prepare`].
@@ -217,7 +267,7 @@ pub async fn prepare(
             check_sizing(cluster, platform, &plan).await?;
         }
     }
-    setup_platform_ssh(cluster.map(|(c, _)| c), &options.ca, &mut plan, warn).await?;
+    setup_platform_ssh(cluster, &options.ca, &mut plan, warn).await?;
     let manifests = crate::create::build(&plan).map_err(|e| Error::Usage(e.to_string()))?;
     let existing = match cluster {
         Some((cluster, _)) => crate::create::execute::check_existing(cluster, &manifests).await?,

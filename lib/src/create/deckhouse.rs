@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::cloudinit::UserData;
 use super::plan::{BootSource, DEFAULT_DISK_SIZE, Firmware, ImageRef, OsType, VmPlan};
-use super::{PlannedObject, metadata, user_data_secret};
+use super::{PlannedObject, metadata, user_data_secret, vm_metadata};
 use crate::flavor::DECKHOUSE_VERSION;
 
 /// Secret type Deckhouse requires for `provisioning.userDataRef`.
@@ -151,7 +151,7 @@ fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Value {
     json!({
         "apiVersion": api_version(),
         "kind": "VirtualMachine",
-        "metadata": metadata(plan, &plan.name),
+        "metadata": vm_metadata(plan),
         "spec": spec,
     })
 }

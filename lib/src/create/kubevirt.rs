@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 
 use super::cloudinit::UserData;
 use super::plan::{BootSource, Firmware, OsType, VmPlan};
-use super::{PlannedObject, labels, metadata, user_data_secret};
+use super::{PlannedObject, labels, user_data_secret, vm_metadata};
 use crate::validate::{ChecksumAlgo, DataDisk, DiskBus};
 
 /// Name of the boot disk and its volume in the VM.
@@ -136,7 +136,7 @@ fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Value {
     json!({
         "apiVersion": "kubevirt.io/v1",
         "kind": "VirtualMachine",
-        "metadata": metadata(plan, &plan.name),
+        "metadata": vm_metadata(plan),
         "spec": spec,
     })
 }

@@ -190,6 +190,24 @@ fn metadata(plan: &VmPlan, name: &str) -> Value {
     json!({ "name": name, "namespace": plan.namespace, "labels": labels(plan) })
 }
 
+/// `metadata` of the VM itself: the common labels, and when it trusts the platform CA the
+/// annotations the SSH signer reads (VM-scoped trust, the logins besides the platform user).
+fn vm_metadata(plan: &VmPlan) -> Value {
+    let mut meta = metadata(plan, &plan.name);
+    if plan.platform_ssh.enabled && plan.os != plan::OsType::Windows {
+        let mut annotations = serde_json::Map::new();
+        annotations.insert(
+            crate::signer::TRUST_ANNOTATION.into(),
+            json!(crate::signer::TRUST_VM_SCOPED),
+        );
+        if let Some(user) = &plan.guest.user {
+            annotations.insert(crate::signer::LOGINS_ANNOTATION.into(), json!(user));
+        }
+        meta["annotations"] = Value::Object(annotations);
+    }
+    meta
+}
+
 /// The Secret carrying user data, owned by the VM.
 fn user_data_secret(plan: &VmPlan, type_: &str, key: &str, data: &UserData) -> PlannedObject {
     PlannedObject {

@@ -210,12 +210,12 @@ impl HostVerifier {
         if !cert.critical_options().is_empty() {
             return Err(bad("it has critical options".into()));
         }
-        let names = [self.host_name(), self.vm.clone()];
-        if !cert.valid_principals().iter().any(|p| names.contains(p)) {
+        // Only the namespace-qualified name: a bare `web` would let web.dev pass for web.prod.
+        let name = self.host_name();
+        if !cert.valid_principals().contains(&name) {
             return Err(bad(format!(
-                "it is for {}, not {}",
+                "it is for {}, not {name}",
                 cert.valid_principals().join(", "),
-                names[0]
             )));
         }
         Ok(HostTrust::Certificate {
@@ -391,6 +391,29 @@ mod tests {
             .check_certificate(&host_cert(&ca, "db", "prod"))
             .unwrap_err();
         assert!(err.to_string().contains("not web.prod"), "{err}");
+        // web in another namespace, with a certificate of the old form that also named the
+        // bare `web`: refused (this passed before host verification required NAME.NAMESPACE).
+        let key = HostKeys::generate_key("web", "dev").unwrap();
+        let old_form = crate::signer::policy::Decision {
+            principals: vec!["web.dev".into(), "web".into()],
+            key_id: "kubevm-host:dev/web".into(),
+            ttl: Duration::from_secs(3600),
+            extensions: vec![],
+            login: None,
+        };
+        let signed = crate::signer::sign::sign(
+            ca.signing_key(),
+            key.public_key(),
+            CertType::Host,
+            &old_form,
+        )
+        .unwrap();
+        let err = v.check_certificate(&signed.certificate).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("it is for web.dev, web, not web.prod"),
+            "{err}"
+        );
         // Still trusted during a CA rotation: the older key signed it.
         let mut rotated = ca.clone();
         rotated.rotate().unwrap();

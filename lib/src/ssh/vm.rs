@@ -11,15 +11,21 @@ use kube::Api;
 use kube::api::PostParams;
 use russh::keys::PublicKey;
 
-use super::cert::{self, CertRequest, UserIdentity};
+use super::SshError;
+use super::cert::{self, UserIdentity};
 use super::client::{Auth, Connection};
 use super::hostkey::{self, HostVerifier, Prompt, StrictHostKeyChecking};
-use super::{CaSigner, SshError};
+use crate::api::Kind;
 use crate::ca::store;
 use crate::cluster::Cluster;
 use crate::error::Error;
 use crate::flavor::Flavor;
+use crate::signer::CertificateRequestSpec;
+use crate::signer::client::{self as signer_client, Mode, SignerError};
+use crate::signer::policy::{self, Caller, Limits, Refusal, VmFacts};
+use crate::signer::sign::sign;
 use crate::stream::{self, StreamKind, StreamTarget};
+use russh::keys::ssh_key::certificate::CertType;
 
 /// The platform user `create` provisions: the login when none is given.
 pub const DEFAULT_USER: &str = crate::create::plan::DEFAULT_PLATFORM_USER;
@@ -51,6 +57,8 @@ pub struct SshOptions {
     pub pty: bool,
     /// The certificate should allow `-L` forwarding.
     pub port_forwarding: bool,
+    /// Where the certificate comes from ([`crate::signer::client::mode`]).
+    pub mode: Mode,
 }
 
 /// Things worth telling the user while connecting.
@@ -58,6 +66,8 @@ pub struct SshOptions {
 pub enum SshEvent {
     /// The CA could not be read; another identity is used (one line).
     Fallback(String),
+    /// Something the user should know about how the certificate was made (one line).
+    Notice(String),
     /// A new host key was recorded in known_hosts.
     HostRecorded {
         /// `NAME.NAMESPACE`.
@@ -81,6 +91,9 @@ pub enum ConnectError {
     /// SSH failed: host verification, authentication, transport.
     #[error("{0}")]
     Ssh(#[from] SshError),
+    /// The signer gave no certificate (unavailable, forbidden, refused).
+    #[error("{0}")]
+    Signer(#[from] SignerError),
 }
 
 /// The Kubernetes user name from a SelfSubjectReview, `unknown` if the server cannot say.
@@ -100,8 +113,9 @@ pub async fn kubernetes_user(cluster: &Cluster) -> String {
     }
 }
 
-/// Pick the identity: a fresh certificate when the CA can be read, else `-i FILE`, else the
-/// ssh-agent. `-i FILE` wins when given.
+/// Pick the identity: `-i FILE` when given; else a fresh in-memory key with a certificate
+/// from the signer (signer mode) or signed here with the CA Secret (direct mode, for those
+/// who may read it); else the ssh-agent.
 pub async fn identity(
     cluster: &Cluster,
     options: &SshOptions,
@@ -112,24 +126,26 @@ pub async fn identity(
             .map_err(|e| SshError::Usage(format!("cannot load the key {}: {e}", path.display())))?;
         return Ok(Auth::Key(Arc::new(key)));
     }
-    match store::read_bundle(cluster, &options.ca_namespace).await? {
-        Some(bundle) => {
-            let user = kubernetes_user(cluster).await;
-            let request = CertRequest {
-                principal: options.user.clone(),
-                key_id: cert::key_id(&user, &options.namespace, &options.vm),
-                ttl: options.ttl,
-                pty: options.pty,
-                port_forwarding: options.port_forwarding,
-                interactive_all: false,
-            };
-            let id = UserIdentity::issue(&CaSigner::new(bundle), &request).await?;
-            Ok(Auth::Certificate(Box::new(id)))
-        }
+    let spec = CertificateRequestSpec {
+        login: Some(options.user.clone()),
+        ttl_seconds: Some(options.ttl.as_secs()),
+        pty: options.pty,
+        port_forwarding: options.port_forwarding,
+        ..Default::default()
+    };
+    let target = CertTarget {
+        mode: options.mode,
+        flavor: options.flavor,
+        namespace: &options.namespace,
+        vm: &options.vm,
+        ca_namespace: &options.ca_namespace,
+    };
+    match issue_certificate(cluster, &target, spec, events).await? {
+        Some(id) => Ok(Auth::Certificate(Box::new(id))),
         None => {
             if std::env::var_os("SSH_AUTH_SOCK").is_none_or(|s| s.is_empty()) {
                 return Err(SshError::AuthRefused(format!(
-                    "cannot read the SSH CA (Secret {}/{}): pass -i FILE, or start an ssh-agent with your key",
+                    "cannot read the SSH CA (Secret {}/{}) and the cluster has no SSH signer: pass -i FILE, or start an ssh-agent with your key",
                     options.ca_namespace,
                     crate::ca::SECRET_NAME
                 ))
@@ -143,6 +159,85 @@ pub async fn identity(
             Ok(Auth::Agent)
         }
     }
+}
+
+/// Which VM a certificate is for, and where certificates come from.
+#[derive(Debug, Clone, Copy)]
+pub struct CertTarget<'a> {
+    /// Signer or direct mode.
+    pub mode: Mode,
+    /// The platform (the direct mode reads the VM).
+    pub flavor: Flavor,
+    /// VM namespace.
+    pub namespace: &'a str,
+    /// VM name.
+    pub vm: &'a str,
+    /// Namespace of the CA (direct mode).
+    pub ca_namespace: &'a str,
+}
+
+/// A fresh in-memory key and a user certificate for it: from the signer, or in the direct
+/// mode signed here under the same policy. `None` in the direct mode when the CA Secret
+/// cannot be read (the caller falls back to other keys).
+pub async fn issue_certificate(
+    cluster: &Cluster,
+    target: &CertTarget<'_>,
+    spec: CertificateRequestSpec,
+    events: &(dyn Fn(SshEvent) + Send + Sync),
+) -> Result<Option<UserIdentity>, ConnectError> {
+    let key = cert::fresh_key()?;
+    let certificate = match target.mode {
+        Mode::Signer => {
+            signer_client::user_certificate(
+                cluster,
+                target.namespace,
+                target.vm,
+                key.public_key(),
+                spec,
+            )
+            .await?
+        }
+        Mode::Direct => {
+            let Some(bundle) = store::read_bundle(cluster, target.ca_namespace).await? else {
+                return Ok(None);
+            };
+            events(SshEvent::Notice(signer_client::DIRECT_MODE_NOTICE.into()));
+            let kind = Kind::vm(target.flavor);
+            let vm = kind
+                .api(&cluster.client, Some(target.namespace))
+                .get(target.vm)
+                .await
+                .map_err(|e| {
+                    cluster.error(
+                        e,
+                        &kind.action("get", Some(target.namespace)).named(target.vm),
+                    )
+                })?;
+            let facts = VmFacts::from_object(&serde_json::to_value(vm).unwrap_or_default());
+            let caller = Caller {
+                user: kubernetes_user(cluster).await,
+                ..Default::default()
+            };
+            let decision = policy::user_certificate(&Limits::default(), &caller, &facts, &spec)
+                .map_err(|refusal| {
+                    SshError::AuthRefused(match refusal {
+                        Refusal::Invalid(m) | Refusal::Forbidden(m) | Refusal::Conflict(m) => m,
+                    })
+                })?;
+            sign(
+                bundle.signing_key(),
+                key.public_key(),
+                CertType::User,
+                &decision,
+            )
+            .map_err(SshError::Key)?
+            .certificate
+        }
+    };
+    Ok(Some(UserIdentity {
+        key: Arc::new(key),
+        certificate,
+    }))
 }
 
 /// The platform CA public keys, for host certificates; empty without a CA.

@@ -15,6 +15,8 @@ use crate::validate::EnvVar;
 pub const CA_KEYS_PATH: &str = "/etc/ssh/kubevm_trusted_user_ca_keys";
 /// sshd drop-in written by kubectl-vm.
 pub const SSHD_DROP_IN_PATH: &str = "/etc/ssh/sshd_config.d/50-kubevm.conf";
+/// Directory of the per-login principal files (`AuthorizedPrincipalsFile …/%u`).
+pub const PRINCIPALS_DIR: &str = "/etc/ssh/kubevm_principals";
 /// Host certificate file. Not named `ssh_host_*key*`: cloud-init deletes those on first boot.
 pub const HOST_CERT_PATH: &str = "/etc/ssh/kubevm_ssh_host_ed25519_key-cert.pub";
 /// Environment file for systemd units (`EnvironmentFile=`).
@@ -139,8 +141,22 @@ fn boot_script(plan: &VmPlan) -> String {
             CA_KEYS_PATH,
             &(ssh.ca_public_keys.join("\n") + "\n"),
         );
+        // A certificate opens this VM only: each login accepts the one principal naming it
+        // on this VM (`LOGIN@NAME.NAMESPACE`); logins without a file accept no certificate.
+        out.push_str(&format!(
+            "rm -rf {PRINCIPALS_DIR}\nmkdir -p {PRINCIPALS_DIR}\n"
+        ));
+        for login in unlockable_users(plan) {
+            let principal = crate::signer::scoped_principal(login, &plan.name, &plan.namespace);
+            heredoc(
+                &mut out,
+                ">",
+                &format!("{PRINCIPALS_DIR}/{login}"),
+                &format!("{principal}\n"),
+            );
+        }
         let mut drop_in = format!(
-            "# Written by kubectl-vm on every boot; changes are lost.\nTrustedUserCAKeys {CA_KEYS_PATH}\n"
+            "# Written by kubectl-vm on every boot; changes are lost.\nTrustedUserCAKeys {CA_KEYS_PATH}\nAuthorizedPrincipalsFile {PRINCIPALS_DIR}/%u\n"
         );
         if let Some(host) = &ssh.host {
             heredoc(&mut out, ">", HOST_CERT_PATH, &host.certificate);

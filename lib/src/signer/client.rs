@@ -1,0 +1,179 @@
+//! Asking the signer for certificates, through the API server like any other request, and
+//! telling whether the cluster has a signer at all.
+
+use russh::keys::PublicKey;
+use russh::keys::ssh_key::Certificate;
+
+use super::{
+    APISERVICE_NAME, CertificateRequest, CertificateRequestSpec, GROUP, HOST_CERTIFICATE, KIND,
+    USER_CERTIFICATE, VERSION,
+};
+use crate::cluster::Cluster;
+use crate::error::{Action, Error};
+use crate::flavor::Platform;
+
+/// Where certificates come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The signer's APIService is registered: certificates come from it, and the CA Secret is
+    /// never read.
+    Signer,
+    /// No signer: whoever may read the CA Secret signs with it (the unsafe mode).
+    Direct,
+}
+
+/// The notice printed when the direct mode is used.
+pub const DIRECT_MODE_NOTICE: &str = "this cluster has no SSH signer, so the CA private key was read from its Secret (the unsafe mode: anyone who can read it can sign for any VM); install the signer with `kubectl vm ca init --signer --image IMAGE`";
+
+/// Why the signer gave no certificate.
+#[derive(Debug, thiserror::Error)]
+pub enum SignerError {
+    /// The API server could not reach the signer (503 and friends).
+    #[error(
+        "the SSH certificate signer (APIService {APISERVICE_NAME}) is unavailable: {message} ({code}); an administrator can check `kubectl get apiservice {APISERVICE_NAME}` and the signer pods"
+    )]
+    Unavailable {
+        /// HTTP status.
+        code: u16,
+        /// The API server's message.
+        message: String,
+    },
+    /// The API server (RBAC) or the signer (policy) refused: their message and reason.
+    #[error("{reason}: {message}")]
+    Refused {
+        /// HTTP status.
+        code: u16,
+        /// Status reason (`Forbidden`, `Invalid`, `NotFound`, …).
+        reason: String,
+        /// The server's own message.
+        message: String,
+    },
+    /// The answer held no usable certificate.
+    #[error("the SSH certificate signer answered without a usable certificate: {0}")]
+    BadAnswer(String),
+    /// Any other failure reaching the API server.
+    #[error(transparent)]
+    Api(#[from] Error),
+}
+
+impl SignerError {
+    fn from_kube(err: kube::Error, cluster: &Cluster, action: &Action) -> Self {
+        match err {
+            kube::Error::Api(status) if matches!(status.code, 502..=504) => {
+                SignerError::Unavailable {
+                    code: status.code,
+                    message: crate::error::one_line(status.message.trim()),
+                }
+            }
+            kube::Error::Api(status) => SignerError::Refused {
+                code: status.code,
+                reason: if status.reason.is_empty() {
+                    status.code.to_string()
+                } else {
+                    status.reason.clone()
+                },
+                message: crate::error::one_line(status.message.trim()),
+            },
+            other => SignerError::Api(cluster.error(other, action)),
+        }
+    }
+}
+
+/// Whether the cluster has a signer: its group in the discovery `platform` already read, or
+/// (without discovery data) one GET of the group.
+pub async fn mode(cluster: &Cluster, platform: Option<&Platform>) -> Result<Mode, Error> {
+    if let Some(platform) = platform.filter(|p| !p.groups.is_empty()) {
+        return Ok(if platform.group(GROUP).is_some() {
+            Mode::Signer
+        } else {
+            Mode::Direct
+        });
+    }
+    let request = http::Request::get(format!("/apis/{GROUP}"))
+        .body(Vec::new())
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    match cluster.client.request_text(request).await {
+        Ok(_) => Ok(Mode::Signer),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Mode::Direct),
+        Err(e) => Err(cluster.error(e, &Action::discovery())),
+    }
+}
+
+async fn post(
+    cluster: &Cluster,
+    namespace: &str,
+    vm: &str,
+    subresource: &str,
+    spec: CertificateRequestSpec,
+) -> Result<CertificateRequest, SignerError> {
+    let body = CertificateRequest {
+        api_version: format!("{GROUP}/{VERSION}"),
+        kind: KIND.into(),
+        spec,
+        status: None,
+    };
+    let request = http::Request::post(format!(
+        "/apis/{GROUP}/{VERSION}/namespaces/{namespace}/virtualmachines/{vm}/{subresource}"
+    ))
+    .header(http::header::CONTENT_TYPE, "application/json")
+    .body(serde_json::to_vec(&body).map_err(|e| Error::Internal(e.to_string()))?)
+    .map_err(|e| Error::Internal(e.to_string()))?;
+    let action = Action::new(
+        "create",
+        format!("virtualmachines/{subresource}.{GROUP}"),
+        "virtualmachine",
+    )
+    .named(vm)
+    .in_namespace(Some(namespace));
+    cluster
+        .client
+        .request::<CertificateRequest>(request)
+        .await
+        .map_err(|e| SignerError::from_kube(e, cluster, &action))
+}
+
+fn certificate_of(answer: CertificateRequest, key: &PublicKey) -> Result<Certificate, SignerError> {
+    let status = answer
+        .status
+        .ok_or_else(|| SignerError::BadAnswer("no status".into()))?;
+    let certificate = Certificate::from_openssh(status.certificate.trim())
+        .map_err(|e| SignerError::BadAnswer(e.to_string()))?;
+    if certificate.public_key() != key.key_data() {
+        return Err(SignerError::BadAnswer(
+            "the certificate is for another key".into(),
+        ));
+    }
+    Ok(certificate)
+}
+
+/// A user certificate for `key` to log in to VM `vm` in `namespace`, as `spec` asks.
+pub async fn user_certificate(
+    cluster: &Cluster,
+    namespace: &str,
+    vm: &str,
+    key: &PublicKey,
+    mut spec: CertificateRequestSpec,
+) -> Result<Certificate, SignerError> {
+    spec.public_key = key
+        .to_openssh()
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    let answer = post(cluster, namespace, vm, USER_CERTIFICATE, spec).await?;
+    certificate_of(answer, key)
+}
+
+/// A host certificate for the host key `key` of VM `vm` in `namespace`.
+pub async fn host_certificate(
+    cluster: &Cluster,
+    namespace: &str,
+    vm: &str,
+    key: &PublicKey,
+) -> Result<Certificate, SignerError> {
+    let spec = CertificateRequestSpec {
+        public_key: key
+            .to_openssh()
+            .map_err(|e| Error::Internal(e.to_string()))?,
+        ..Default::default()
+    };
+    let answer = post(cluster, namespace, vm, HOST_CERTIFICATE, spec).await?;
+    certificate_of(answer, key)
+}

@@ -1,0 +1,167 @@
+//! The SSH certificate signer: the only holder of the platform CA's private key.
+//!
+//! The signer is an aggregated API (`ssh.kubevm.io/v1alpha1`, APIService
+//! [`APISERVICE_NAME`]) that the Kubernetes API server fronts. The API server authenticates the
+//! user and authorizes the request with RBAC (create on `virtualmachines/sshcertificate` or
+//! `virtualmachines/hostcertificate`, optionally limited with `resourceNames`) before it proxies
+//! it to the signer with the front-proxy client certificate and the `X-Remote-*` identity
+//! headers. The signer then decides what is signed ([`policy`]): principals scoped to one VM,
+//! the lifetime, the extensions and the key ID, all from the API server's identity.
+//!
+//! This module holds the wire types and the client side ([`client`]); [`server`] is the
+//! service (`kubectl vm signer serve`) and [`install`] the manifests `ca init --signer` applies.
+
+pub mod client;
+pub mod install;
+pub mod policy;
+pub mod server;
+pub mod sign;
+
+use serde::{Deserialize, Serialize};
+
+/// API group the signer serves.
+pub const GROUP: &str = "ssh.kubevm.io";
+/// API version the signer serves.
+pub const VERSION: &str = "v1alpha1";
+/// Name of the APIService that registers the signer with the API server.
+pub const APISERVICE_NAME: &str = "v1alpha1.ssh.kubevm.io";
+/// Subresource of a VM that issues a user certificate.
+pub const USER_CERTIFICATE: &str = "sshcertificate";
+/// Subresource of a VM that issues a host certificate.
+pub const HOST_CERTIFICATE: &str = "hostcertificate";
+/// Kind of the request and answer objects.
+pub const KIND: &str = "SSHCertificateRequest";
+
+/// Annotation `create` writes on VMs whose guests accept only VM-scoped principals
+/// (an `AuthorizedPrincipalsFile` per login). VMs without it were created before and trust
+/// every certificate of the CA whose principal is the login name.
+pub const TRUST_ANNOTATION: &str = "ssh.kubevm.io/trust";
+/// Value of [`TRUST_ANNOTATION`] for VM-scoped trust.
+pub const TRUST_VM_SCOPED: &str = "vm-scoped";
+/// Annotation listing logins besides the platform user that may get certificates for the VM
+/// (comma-separated; `create --guest-user` writes it).
+pub const LOGINS_ANNOTATION: &str = "ssh.kubevm.io/logins";
+/// Annotation that allows agent forwarding in certificates for the VM (`"true"`).
+pub const AGENT_FORWARDING_ANNOTATION: &str = "ssh.kubevm.io/allow-agent-forwarding";
+/// Annotation that allows X11 forwarding in certificates for the VM (`"true"`).
+pub const X11_FORWARDING_ANNOTATION: &str = "ssh.kubevm.io/allow-x11-forwarding";
+
+/// The principal a VM-scoped guest accepts for `login` on VM `name` in `namespace`:
+/// `LOGIN@NAME.NAMESPACE` (unambiguous: namespaces have no dots, logins no `@`).
+pub fn scoped_principal(login: &str, name: &str, namespace: &str) -> String {
+    format!("{login}@{name}.{namespace}")
+}
+
+/// The principals of a VM's host certificate: `NAME.NAMESPACE` (what `ssh` verifies) and
+/// `NAME.NAMESPACE.vm` (the host name of the ssh-config alias). Never the bare name, which
+/// would let `web` in one namespace pass for `web` in another.
+pub fn host_principals(name: &str, namespace: &str) -> Vec<String> {
+    vec![
+        format!("{name}.{namespace}"),
+        format!("{name}.{namespace}.vm"),
+    ]
+}
+
+/// A certificate request, and the signer's answer in `status` (like a TokenRequest).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CertificateRequest {
+    /// `ssh.kubevm.io/v1alpha1`.
+    pub api_version: String,
+    /// [`KIND`].
+    pub kind: String,
+    /// What the client asks for.
+    pub spec: CertificateRequestSpec,
+    /// What the signer issued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<CertificateStatus>,
+}
+
+/// The client's side of a [`CertificateRequest`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CertificateRequestSpec {
+    /// The public key to certify, one OpenSSH line.
+    pub public_key: String,
+    /// User certificates: the guest login (default: the platform user).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub login: Option<String>,
+    /// User certificates: the lifetime asked for, in seconds (default and cap: the signer's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds: Option<u64>,
+    /// User certificates: allow a terminal (`permit-pty`).
+    #[serde(default)]
+    pub pty: bool,
+    /// User certificates: allow `-L` forwarding (`permit-port-forwarding`).
+    #[serde(default)]
+    pub port_forwarding: bool,
+    /// User certificates: ask for agent forwarding (granted only where the VM allows it).
+    #[serde(default)]
+    pub agent_forwarding: bool,
+    /// User certificates: ask for X11 forwarding (granted only where the VM allows it).
+    #[serde(default)]
+    pub x11_forwarding: bool,
+}
+
+/// The signer's side of a [`CertificateRequest`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CertificateStatus {
+    /// The certificate, one OpenSSH line.
+    pub certificate: String,
+    /// Its key ID.
+    pub key_id: String,
+    /// Its serial number, in decimal.
+    pub serial: String,
+    /// Its principals.
+    pub principals: Vec<String>,
+    /// Start of validity, RFC 3339.
+    pub valid_after: String,
+    /// End of validity, RFC 3339.
+    pub valid_before: String,
+}
+
+/// RFC 3339 (UTC, seconds) of a Unix time, for status fields and log lines.
+pub(crate) fn rfc3339(unix: u64) -> String {
+    jiff::Timestamp::from_second(unix as i64)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn principals_name_one_vm() {
+        assert_eq!(
+            scoped_principal("kubevm", "db.primary", "prod"),
+            "kubevm@db.primary.prod"
+        );
+        assert_eq!(host_principals("web", "dev"), ["web.dev", "web.dev.vm"]);
+        assert!(!host_principals("web", "dev").contains(&"web".to_string()));
+    }
+
+    #[test]
+    fn wire_names_are_camel_case() {
+        let request = CertificateRequest {
+            api_version: format!("{GROUP}/{VERSION}"),
+            kind: KIND.into(),
+            spec: CertificateRequestSpec {
+                public_key: "ssh-ed25519 AAAA".into(),
+                login: Some("kubevm".into()),
+                ttl_seconds: Some(300),
+                port_forwarding: true,
+                ..Default::default()
+            },
+            status: None,
+        };
+        let json = serde_json::to_value(&request).unwrap();
+        assert_eq!(json["apiVersion"], "ssh.kubevm.io/v1alpha1");
+        assert_eq!(json["spec"]["publicKey"], "ssh-ed25519 AAAA");
+        assert_eq!(json["spec"]["ttlSeconds"], 300);
+        assert_eq!(json["spec"]["portForwarding"], true);
+        assert!(json.get("status").is_none());
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+    }
+}

@@ -1,0 +1,231 @@
+//! Front-proxy authentication, as an aggregated API server does it (k8s.io/apiserver's
+//! `headerrequest` authenticator): the client certificate must chain to the
+//! `requestheader-client-ca-file` and, when `requestheader-allowed-names` is not empty, have one
+//! of those common names; only then are the `X-Remote-*` headers believed.
+
+use std::collections::BTreeMap;
+
+use http::HeaderMap;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
+
+use crate::cluster::Cluster;
+use crate::signer::policy::Caller;
+
+/// Namespace and name of the ConfigMap the API server publishes its front-proxy settings in.
+pub const AUTHENTICATION_CONFIGMAP: (&str, &str) =
+    ("kube-system", "extension-apiserver-authentication");
+
+/// The front-proxy settings of the API server.
+#[derive(Debug, Clone, Default)]
+pub struct RequestHeaderConfig {
+    /// CA certificates (DER) the front-proxy client certificate must chain to.
+    pub client_ca: Vec<CertificateDer<'static>>,
+    /// Common names allowed to assert identities; empty allows any certificate of the CA.
+    pub allowed_names: Vec<String>,
+    /// Headers carrying the user name, first non-empty wins.
+    pub username_headers: Vec<String>,
+    /// Headers carrying groups, every value one group.
+    pub group_headers: Vec<String>,
+    /// Prefixes of headers carrying extra attributes.
+    pub extra_prefixes: Vec<String>,
+}
+
+fn json_list(data: &BTreeMap<String, String>, key: &str, default: &[&str]) -> Vec<String> {
+    match data.get(key) {
+        Some(text) => serde_json::from_str(text).unwrap_or_default(),
+        None => default.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+impl RequestHeaderConfig {
+    /// Parse the ConfigMap's data.
+    pub fn from_data(data: &BTreeMap<String, String>) -> Result<Self, String> {
+        let pem = data.get("requestheader-client-ca-file").ok_or_else(|| {
+            "the API server publishes no requestheader-client-ca-file: is the aggregation layer enabled (--requestheader-client-ca-file)?".to_string()
+        })?;
+        let client_ca = CertificateDer::pem_slice_iter(pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("requestheader-client-ca-file: {e}"))?;
+        if client_ca.is_empty() {
+            return Err("requestheader-client-ca-file holds no certificate".into());
+        }
+        Ok(RequestHeaderConfig {
+            client_ca,
+            allowed_names: json_list(data, "requestheader-allowed-names", &[]),
+            username_headers: json_list(data, "requestheader-username-headers", &["X-Remote-User"]),
+            group_headers: json_list(data, "requestheader-group-headers", &["X-Remote-Group"]),
+            extra_prefixes: json_list(
+                data,
+                "requestheader-extra-headers-prefix",
+                &["X-Remote-Extra-"],
+            ),
+        })
+    }
+
+    /// Read the settings from the cluster.
+    pub async fn load(cluster: &Cluster) -> Result<Self, String> {
+        let (namespace, name) = AUTHENTICATION_CONFIGMAP;
+        let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), namespace);
+        let config_map = api
+            .get(name)
+            .await
+            .map_err(|e| format!("reading ConfigMap {namespace}/{name}: {e}"))?;
+        Self::from_data(&config_map.data.unwrap_or_default())
+    }
+
+    /// The caller a request asserts, given the common name of its verified client certificate
+    /// (`None`: no certificate, or one that does not chain to the CA).
+    pub fn authenticate(
+        &self,
+        client_cn: Option<&str>,
+        headers: &HeaderMap,
+    ) -> Result<Caller, String> {
+        let Some(cn) = client_cn else {
+            return Err("requests must come through the Kubernetes API server (no verified front-proxy client certificate)".into());
+        };
+        if !self.allowed_names.is_empty() && !self.allowed_names.iter().any(|n| n == cn) {
+            return Err(format!(
+                "client certificate CN {cn:?} is not one of the API server's requestheader-allowed-names"
+            ));
+        }
+        let values = |name: &str| {
+            headers
+                .get_all(name)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        let user = self
+            .username_headers
+            .iter()
+            .flat_map(|h| values(h))
+            .find(|u| !u.is_empty())
+            .ok_or("the API server sent no user name")?;
+        let groups = self.group_headers.iter().flat_map(|h| values(h)).collect();
+        let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (name, value) in headers {
+            let name = name.as_str();
+            for prefix in &self.extra_prefixes {
+                if let Some(key) = name.strip_prefix(&prefix.to_ascii_lowercase())
+                    && let Ok(value) = value.to_str()
+                {
+                    extra
+                        .entry(percent_decode(key))
+                        .or_default()
+                        .push(value.to_owned());
+                }
+            }
+        }
+        Ok(Caller {
+            user,
+            groups,
+            extra,
+        })
+    }
+}
+
+/// Extra keys travel percent-encoded in header names (client-go `headerKeyEscape`).
+fn percent_decode(key: &str) -> String {
+    let bytes = key.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Ok(b) = u8::from_str_radix(&key[i + 1..i + 3], 16)
+        {
+            out.push(b);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The subject common name of a DER certificate.
+pub fn common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    cert.subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(allowed: &[&str]) -> RequestHeaderConfig {
+        RequestHeaderConfig {
+            client_ca: Vec::new(),
+            allowed_names: allowed.iter().map(|s| s.to_string()).collect(),
+            username_headers: vec!["X-Remote-User".into()],
+            group_headers: vec!["X-Remote-Group".into()],
+            extra_prefixes: vec!["X-Remote-Extra-".into()],
+        }
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn headers_count_only_with_an_allowed_certificate() {
+        let h = headers(&[
+            ("x-remote-user", "alice"),
+            ("x-remote-group", "dev"),
+            ("x-remote-group", "system:authenticated"),
+            ("x-remote-extra-scopes%2fa", "x"),
+        ]);
+        let c = config(&["front-proxy-client"]);
+        let caller = c.authenticate(Some("front-proxy-client"), &h).unwrap();
+        assert_eq!(caller.user, "alice");
+        assert_eq!(caller.groups, ["dev", "system:authenticated"]);
+        assert_eq!(caller.extra["scopes/a"], ["x"]);
+        assert!(c.authenticate(None, &h).unwrap_err().contains("API server"));
+        assert!(c.authenticate(Some("mallory"), &h).is_err());
+        assert!(config(&[]).authenticate(Some("anyone"), &h).is_ok());
+        assert!(
+            c.authenticate(Some("front-proxy-client"), &HeaderMap::new())
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn configmap_lists_are_json() {
+        let mut data = BTreeMap::new();
+        assert!(RequestHeaderConfig::from_data(&data).is_err());
+        data.insert(
+            "requestheader-allowed-names".into(),
+            r#"["front-proxy-client"]"#.into(),
+        );
+        data.insert(
+            "requestheader-username-headers".into(),
+            r#"["X-Remote-User"]"#.into(),
+        );
+        let ca = rcgen::generate_simple_self_signed(vec!["ca".into()]).unwrap();
+        data.insert("requestheader-client-ca-file".into(), ca.cert.pem());
+        let c = RequestHeaderConfig::from_data(&data).unwrap();
+        assert_eq!(c.allowed_names, ["front-proxy-client"]);
+        assert_eq!(c.group_headers, ["X-Remote-Group"]);
+        assert_eq!(c.client_ca.len(), 1);
+        assert_eq!(
+            common_name(&c.client_ca[0]).as_deref(),
+            Some("rcgen self signed cert")
+        );
+    }
+}
