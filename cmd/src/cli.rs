@@ -172,6 +172,9 @@ pub enum Command {
     /// Write a fresh short-lived key and certificate for OpenSSH (run by ssh-config's Match exec)
     #[command(name = "ssh-cert")]
     SshCert(commands::ssh_config::SshCertArgs),
+    /// Print the platform CA as OpenSSH host trust (run by ssh-config's KnownHostsCommand)
+    #[command(name = "ssh-known-hosts")]
+    SshKnownHosts(commands::ssh_config::SshKnownHostsArgs),
     /// Forward local TCP/UDP ports (or stdin/stdout) to ports of a VM
     #[command(name = "port-forward")]
     PortForward(commands::port_forward::PortForwardArgs),

@@ -71,6 +71,7 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Ssh(args) => ssh::cmd_ssh(&global, args).await,
         Command::SshConfig(args) => ssh_config::cmd_ssh_config(&global, args).await,
         Command::SshCert(args) => ssh_config::cmd_ssh_cert(&global, args).await,
+        Command::SshKnownHosts(args) => ssh_config::cmd_ssh_known_hosts(&global, args).await,
         Command::Scp(args) => scp::cmd_scp(&global, args).await,
         Command::PortForward(args) => port_forward::cmd_port_forward(&global, args).await,
         Command::Version(args) => version::cmd_version(&global, args).await,

@@ -32,10 +32,18 @@ pub struct PortForwardArgs {
     /// Forward one TCP port over stdin/stdout (for ssh's ProxyCommand)
     #[arg(long)]
     pub stdio: bool,
+
+    /// The VM is given as an ssh-config host name, NAME.NAMESPACE.vm (ssh-config's ProxyCommand)
+    #[arg(long, requires = "stdio")]
+    pub ssh_host: bool,
 }
 
 pub async fn cmd_port_forward(global: &GlobalArgs, args: PortForwardArgs) -> CommandResult {
-    let target = Target::parse(&args.target, false)?;
+    let target = if args.ssh_host {
+        kubevm::ssh::config::vm_of_host(&args.target)?
+    } else {
+        Target::parse(&args.target, false)?
+    };
     let specs = args
         .ports
         .iter()

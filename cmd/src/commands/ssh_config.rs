@@ -1,4 +1,6 @@
-//! `kubectl vm ssh-config [--install]` and the helper it configures, `kubectl vm ssh-cert`.
+//! `kubectl vm ssh-config [--install]` and the helpers it configures: `kubectl vm ssh-cert`
+//! (a certificate before each connection) and `kubectl vm ssh-known-hosts` (the CA keys as
+//! OpenSSH host trust).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,7 +11,6 @@ use kubevm::ssh::cert;
 use kubevm::ssh::config::{self, ConfigPaths, Invocation, VmEntry};
 use kubevm::ssh::files;
 use kubevm::ssh::vm as sshvm;
-use kubevm::target::Target;
 use kubevm::vm::Scope;
 
 use crate::cli::GlobalArgs;
@@ -34,10 +35,18 @@ pub struct SshConfigArgs {
     pub ca_namespace: String,
 }
 
+/// Arguments of `ssh-known-hosts` (run by OpenSSH through `KnownHostsCommand`).
+#[derive(Debug, Args)]
+pub struct SshKnownHostsArgs {
+    /// Namespace holding the platform SSH CA
+    #[arg(long, value_name = "NAMESPACE", default_value = DEFAULT_CA_NAMESPACE)]
+    pub ca_namespace: String,
+}
+
 /// Arguments of `ssh-cert` (run by OpenSSH through `Match exec`).
 #[derive(Debug, Args)]
 pub struct SshCertArgs {
-    /// The host: NAME.NAMESPACE.vm, NAME.NAMESPACE or NAME
+    /// The host: NAME.NAMESPACE.vm
     #[arg(value_name = "HOST")]
     pub host: String,
 
@@ -86,7 +95,8 @@ fn cluster_flags(global: &GlobalArgs) -> Vec<String> {
 pub async fn cmd_ssh_config(global: &GlobalArgs, args: SshConfigArgs) -> CommandResult {
     let paths = ConfigPaths::under(&home()?);
     let (cluster, platform) = super::connect(global).await?;
-    let keys = store::read_public_keys(&cluster, &args.ca_namespace)
+    // Without a CA there is nothing to trust hosts by (ssh-known-hosts reads it each time).
+    store::read_public_keys(&cluster, &args.ca_namespace)
         .await?
         .ok_or_else(|| {
             CommandError::Failed(format!(
@@ -125,27 +135,14 @@ pub async fn cmd_ssh_config(global: &GlobalArgs, args: SshConfigArgs) -> Command
         global_args: cluster_flags(global),
     };
     let text = config::render(&inv, &paths, &args.login, &vms);
-    let known = config::known_hosts(&keys);
     if !args.install {
         print!("{text}");
-        println!(
-            "# Host keys: put these lines in {}",
-            paths.known_hosts.display()
-        );
-        for line in known.lines() {
-            println!("#   {line}");
-        }
         return Ok(());
     }
     let user_config = home()?.join(".ssh/config");
-    let changed = config::install(&paths, &text, &known, Some(&user_config))
+    let changed = config::install(&paths, &text, Some(&user_config))
         .map_err(|e| CommandError::Failed(e.to_string()))?;
-    println!(
-        "wrote {} ({} VMs) and {}",
-        paths.config.display(),
-        vms.len(),
-        paths.known_hosts.display()
-    );
+    println!("wrote {} ({} VMs)", paths.config.display(), vms.len());
     if changed {
         println!(
             "added `{}` to {}",
@@ -159,10 +156,30 @@ pub async fn cmd_ssh_config(global: &GlobalArgs, args: SshConfigArgs) -> Command
     Ok(())
 }
 
+pub async fn cmd_ssh_known_hosts(global: &GlobalArgs, args: SshKnownHostsArgs) -> CommandResult {
+    let cluster = kubevm::cluster::Cluster::connect(&global.connect_options()).await?;
+    let keys = store::read_public_keys(&cluster, &args.ca_namespace)
+        .await?
+        .ok_or_else(|| {
+            CommandError::Failed(format!(
+                "no SSH CA in namespace {:?}; create one with `kubectl vm ca init`",
+                args.ca_namespace
+            ))
+        })?;
+    print!("{}", config::known_hosts(&keys));
+    Ok(())
+}
+
 pub async fn cmd_ssh_cert(global: &GlobalArgs, args: SshCertArgs) -> CommandResult {
     cert::check_ttl(args.ttl).map_err(CommandError::usage)?;
-    let host = args.host.strip_suffix(".vm").unwrap_or(&args.host);
-    let target = Target::parse(host, false)?;
+    // Both end up in a file name: only checked names get there.
+    let target = config::vm_of_host(&args.host)?;
+    if !kubevm::signer::policy::valid_login(&args.login) {
+        return Err(CommandError::usage(format!(
+            "invalid login {:?}",
+            args.login
+        )));
+    }
     let paths = ConfigPaths::under(&home()?);
     let (cluster, platform) = super::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
@@ -187,7 +204,8 @@ pub async fn cmd_ssh_cert(global: &GlobalArgs, args: SshCertArgs) -> CommandResu
             eprintln!("Notice: {text}");
         }
     };
-    let id = sshvm::issue_certificate(&cluster, &cert_target, spec, &notice)
+    let key = config::stable_key(&paths.key).map_err(|e| CommandError::Failed(e.to_string()))?;
+    let id = sshvm::issue_certificate(&cluster, &cert_target, key, spec, &notice)
         .await
         .map_err(|e| CommandError::Failed(e.to_string()))?
         .ok_or_else(|| {
@@ -197,10 +215,10 @@ pub async fn cmd_ssh_cert(global: &GlobalArgs, args: SshCertArgs) -> CommandResu
                 kubevm::ca::SECRET_NAME
             ))
         })?;
-    let (key, cert) = id
+    let (_, cert) = id
         .openssh_files()
         .map_err(|e| CommandError::Failed(e.to_string()))?;
-    files::write_private(&paths.key, key.as_bytes())?;
-    files::write_private(&paths.certificate, cert.as_bytes())?;
+    // Atomic replace: a connection reads the old or the new certificate, both for the key.
+    files::write_private(&paths.certificate(&args.login, &args.host), cert.as_bytes())?;
     Ok(())
 }

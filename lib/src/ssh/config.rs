@@ -13,12 +13,13 @@ use super::files;
 pub struct ConfigPaths {
     /// The generated ssh_config (included from `~/.ssh/config`).
     pub config: PathBuf,
-    /// `@cert-authority` lines for the platform CA.
-    pub known_hosts: PathBuf,
-    /// The private key `ssh-cert` writes (0600).
+    /// The private key `ssh-cert` creates once (0600); only its certificates change, so a
+    /// connection always reads a key and a certificate that belong together.
     pub key: PathBuf,
-    /// Its certificate.
-    pub certificate: PathBuf,
+    /// Directory of the certificates, one per login and host (`LOGIN@HOST-cert.pub`).
+    pub certificates: PathBuf,
+    /// The known_hosts file `kubectl vm ssh` records keys in (`NAME.NAMESPACE`).
+    pub known_hosts: PathBuf,
 }
 
 impl ConfigPaths {
@@ -27,11 +28,30 @@ impl ConfigPaths {
         let base = home.join(".kube/kubectl-vm");
         ConfigPaths {
             config: base.join("ssh_config"),
-            known_hosts: base.join("ssh_known_hosts"),
             key: base.join("ssh/id_ed25519"),
-            certificate: base.join("ssh/id_ed25519-cert.pub"),
+            certificates: base.join("ssh/certs"),
+            known_hosts: base.join("known_hosts"),
         }
     }
+
+    /// The certificate file of `login` on `host` (`NAME.NAMESPACE.vm`), as the config's
+    /// `CertificateFile …/%r@%n-cert.pub` names it. Both are checked names (no `/`).
+    pub fn certificate(&self, login: &str, host: &str) -> PathBuf {
+        self.certificates.join(format!("{login}@{host}-cert.pub"))
+    }
+}
+
+/// The VM an ssh-config host name (`NAME.NAMESPACE.vm`) stands for, checked: anything else
+/// (another form, shell or path characters) is refused before it is used.
+pub fn vm_of_host(host: &str) -> Result<crate::target::Target, crate::Error> {
+    let bad = || {
+        crate::Error::InvalidTarget(format!("invalid host {host:?}: expected NAME.NAMESPACE.vm"))
+    };
+    let inner = host.strip_suffix(".vm").ok_or_else(bad)?;
+    if !inner.contains('.') || inner.contains(['/', '@']) {
+        return Err(bad());
+    }
+    crate::target::Target::parse(inner, false)
 }
 
 /// How the generated commands reach the cluster: the program and the flags the user gave.
@@ -43,11 +63,18 @@ pub struct Invocation {
     pub global_args: Vec<String>,
 }
 
-/// Quote for the shell that runs `ProxyCommand` and `Match exec` (POSIX single quotes).
+/// Quote a literal word for the shell that runs `ProxyCommand`, `KnownHostsCommand` and
+/// `Match exec` (POSIX single quotes), and for ssh_config itself: `%` is OpenSSH's token
+/// character in those lines and in file names, so it is doubled.
 fn q(s: &str) -> String {
+    shell_word(s).replace('%', "%%")
+}
+
+/// POSIX single-quoting, when needed.
+fn shell_word(s: &str) -> String {
     if !s.is_empty()
         && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c))
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@+,".contains(c))
     {
         s.to_owned()
     } else {
@@ -55,17 +82,27 @@ fn q(s: &str) -> String {
     }
 }
 
+/// An OpenSSH token (`%n`, `%r`) as a shell word: single-quoted, which is safe because the
+/// blocks that use it match only names without a single quote (see [`NO_QUOTE`]).
+fn token(t: &str) -> String {
+    format!("'{t}'")
+}
+
+/// Pattern-list entry that refuses host and user names with a single quote, so a token
+/// quoted by [`token`] cannot end its quotes (OpenSSH before 9.6 passes any name through).
+const NO_QUOTE: &str = "!*'*";
+
 impl Invocation {
-    fn command(&self, args: &[&str]) -> String {
+    fn command(&self, args: &[String]) -> String {
         let mut words = vec![q(&self.program)];
         words.extend(self.global_args.iter().map(|a| q(a)));
-        words.extend(args.iter().map(|a| a.to_string()));
+        words.extend(args.iter().cloned());
         words.join(" ")
     }
 }
 
-/// One VM the config names (its own block, so host certificates are checked against
-/// `NAME.NAMESPACE` through `HostKeyAlias`).
+/// One VM the config names (its own block, so host certificates of VMs created before
+/// `NAME.NAMESPACE.vm` was a principal are checked against `NAME.NAMESPACE`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VmEntry {
     /// Name.
@@ -74,7 +111,10 @@ pub struct VmEntry {
     pub namespace: String,
 }
 
-/// The ssh_config text.
+/// The ssh_config text. It works as printed (`ssh -F <(kubectl vm ssh-config) …`): host
+/// trust comes from `KnownHostsCommand` (the CA keys as published now, so a rotation is
+/// followed), certificates from `Match exec` before each connection, and VMs created later
+/// are reached through the `*.vm` block (their host certificates name `NAME.NAMESPACE.vm`).
 pub fn render(inv: &Invocation, paths: &ConfigPaths, user: &str, vms: &[VmEntry]) -> String {
     let p = |path: &Path| q(&path.display().to_string());
     let mut out = String::from(
@@ -89,19 +129,32 @@ pub fn render(inv: &Invocation, paths: &ConfigPaths, user: &str, vms: &[VmEntry]
         ));
     }
     // The login first, so `%r` below is it unless the user typed USER@.
-    out.push_str(&format!("Host *.vm\n  User {user}\n"));
+    out.push_str(&format!("Host *.vm\n  User {}\n", q(user)));
+    let hosts = format!("\"*.vm,{NO_QUOTE}\"");
     // A fresh certificate for this host and login before every connection; the match is
     // only a hook (ssh-cert exits 0 when it wrote one).
+    let cert = inv.command(&[
+        "ssh-cert".into(),
+        "--login".into(),
+        token("%r"),
+        token("%n"),
+    ]);
     out.push_str(&format!(
-        "Match host *.vm exec \"{}\"\n",
-        inv.command(&["ssh-cert", "--login", "%r", "%n"])
-            .replace('"', "\\\"")
+        "Match host {hosts} user \"*,{NO_QUOTE}\" exec \"{}\"\n",
+        cert.replace('\\', "\\\\").replace('"', "\\\"")
     ));
     out.push_str(&format!(
-        "Host *.vm\n  ProxyCommand {}\n  IdentityFile {}\n  CertificateFile {}\n  IdentitiesOnly yes\n  UserKnownHostsFile {}\n  StrictHostKeyChecking yes\n",
-        inv.command(&["port-forward", "--stdio", "$(basename %n .vm)", "%p"]),
+        "Match host {hosts}\n  ProxyCommand {}\n  IdentityFile {}\n  CertificateFile {}/%r@%n-cert.pub\n  IdentitiesOnly yes\n  KnownHostsCommand {}\n  UserKnownHostsFile {}\n  StrictHostKeyChecking yes\n",
+        inv.command(&[
+            "port-forward".into(),
+            "--stdio".into(),
+            "--ssh-host".into(),
+            token("%n"),
+            "%p".into()
+        ]),
         p(&paths.key),
-        p(&paths.certificate),
+        p(&paths.certificates),
+        inv.command(&["ssh-known-hosts".into()]),
         p(&paths.known_hosts),
     ));
     out
@@ -117,19 +170,20 @@ pub fn known_hosts(ca_keys: &[String]) -> String {
 
 /// The `Include` line added to `~/.ssh/config`.
 pub fn include_line(paths: &ConfigPaths) -> String {
-    format!("Include {}", paths.config.display())
+    format!(
+        "Include {}",
+        shell_word(&paths.config.display().to_string())
+    )
 }
 
-/// Write the config files (0600) and, with `install`, add the `Include` at the top of
+/// Write the config (0600) and, with `install`, add the `Include` at the top of
 /// `ssh_config` (`~/.ssh/config`) once. Returns whether `ssh_config` was changed.
 pub fn install(
     paths: &ConfigPaths,
     config: &str,
-    known_hosts: &str,
     ssh_config: Option<&Path>,
 ) -> Result<bool, SshError> {
     files::write_private(&paths.config, config.as_bytes())?;
-    files::write_private(&paths.known_hosts, known_hosts.as_bytes())?;
     let Some(user_config) = ssh_config else {
         return Ok(false);
     };
@@ -145,6 +199,22 @@ pub fn install(
     // Include must come before any Host/Match block to apply to every host.
     files::write_private(user_config, format!("{line}\n{current}").as_bytes())?;
     Ok(true)
+}
+
+/// The key `ssh-cert` certifies: created once, 0600, and never replaced, so parallel
+/// connections (ansible) always read a key that matches any of its certificates.
+pub fn stable_key(path: &Path) -> Result<russh::keys::PrivateKey, SshError> {
+    if let Ok(key) = russh::keys::load_secret_key(path, None) {
+        return Ok(key);
+    }
+    let key = super::cert::fresh_key()?;
+    let text = key
+        .to_openssh(russh::keys::ssh_key::LineEnding::LF)?
+        .to_string();
+    files::create_private_once(path, text.as_bytes())?;
+    // Another process may have won the race: use whichever key is on disk.
+    russh::keys::load_secret_key(path, None)
+        .map_err(|e| SshError::Io(format!("{}: {e}", path.display())))
 }
 
 #[cfg(test)]

@@ -31,16 +31,33 @@ pub fn write_private(path: &Path, content: &[u8]) -> std::io::Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    file.write_all(content)?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&tmp, path)
+    // A random temporary name: two processes writing the same file at once (parallel
+    // connections) must not share one.
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}.tmp-"))
+        .tempfile_in(dir)?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    tmp.as_file().write_all(content)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map(drop).map_err(|e| e.error)
+}
+
+/// Create `path` with `content` (0600) unless it exists: written to a temporary file and
+/// hard-linked into place, so readers never see a partial file and an existing one is kept.
+pub fn create_private_once(path: &Path, content: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    create_private_dir(dir)?;
+    let tmp = tempfile::Builder::new()
+        .prefix(".kubevm-key-")
+        .tempfile_in(dir)?;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    tmp.as_file().write_all(content)?;
+    tmp.as_file().sync_all()?;
+    match std::fs::hard_link(tmp.path(), path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
 }

@@ -140,7 +140,7 @@ pub async fn identity(
         vm: &options.vm,
         ca_namespace: &options.ca_namespace,
     };
-    match issue_certificate(cluster, &target, spec, events).await? {
+    match issue_certificate(cluster, &target, cert::fresh_key()?, spec, events).await? {
         Some(id) => Ok(Auth::Certificate(Box::new(id))),
         None => {
             if std::env::var_os("SSH_AUTH_SOCK").is_none_or(|s| s.is_empty()) {
@@ -176,16 +176,16 @@ pub struct CertTarget<'a> {
     pub ca_namespace: &'a str,
 }
 
-/// A fresh in-memory key and a user certificate for it: from the signer, or in the direct
-/// mode signed here under the same policy. `None` in the direct mode when the CA Secret
-/// cannot be read (the caller falls back to other keys).
+/// A user certificate for `key`: from the signer, or in the direct mode signed here under the
+/// same policy. `None` in the direct mode when the CA Secret cannot be read (the caller falls
+/// back to other keys).
 pub async fn issue_certificate(
     cluster: &Cluster,
     target: &CertTarget<'_>,
+    key: russh::keys::PrivateKey,
     spec: CertificateRequestSpec,
     events: &(dyn Fn(SshEvent) + Send + Sync),
 ) -> Result<Option<UserIdentity>, ConnectError> {
-    let key = cert::fresh_key()?;
     let certificate = match target.mode {
         Mode::Signer => {
             signer_client::user_certificate(
