@@ -124,6 +124,7 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
     let user = app
         .tokens
         .authenticate(auth)
+        .or_else(|| app.sa_tokens.authenticate(&app.store, auth))
         .ok_or_else(ApiError::unauthorized)?;
     let as_groups = parts
         .headers
@@ -192,6 +193,8 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         (&Method::GET, false) if watching => "watch",
         (&Method::GET, false) => "list",
         (&Method::POST, false) => "create",
+        // RequestInfo: POST is create, also on a subresource (serviceaccounts/token).
+        (&Method::POST, true) if !rp.sub.is_empty() => "create",
         (&Method::PUT, true) => "update",
         (&Method::PATCH, true) => "patch",
         (&Method::DELETE, true) => "delete",
@@ -265,6 +268,15 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         }
         ("get" | "create", "exec") if def.plural == "pods" && def.group.is_empty() => {
             crate::podexec::serve(app, &mut parts, &user, &ns, &name).await
+        }
+        ("create", "token") if def.plural == "serviceaccounts" && def.group.is_empty() => {
+            let ct = parts
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let answer = crate::sa_tokens::token_request(app, &ns, &name, ct, &body)?;
+            Ok(json_response(StatusCode::CREATED, &answer, &[]))
         }
         ("get" | "create", "portforward") if def.plural == "pods" && def.group.is_empty() => {
             crate::pod_portforward::serve(app, &mut parts, &user, &ns, &name).await
