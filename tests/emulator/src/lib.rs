@@ -21,6 +21,7 @@
 //! `subresources` (aggregated groups), `controllers`, `fixtures`.
 
 pub mod admission;
+pub mod aggregator;
 pub mod app;
 pub mod auth;
 pub mod bootstrap;
@@ -394,6 +395,7 @@ impl Emulator {
         let mut tasks = JoinSet::new();
         export_server::start(app.clone(), shutdown_rx.clone(), &mut tasks).await?;
         tasks.spawn(controllers::run(app.clone(), shutdown_rx.clone()));
+        tasks.spawn(aggregator::available::run(app.clone(), shutdown_rx.clone()));
         tasks.spawn(guest::run(app.clone(), shutdown_rx.clone()));
         tasks.spawn(serve(
             listener,
