@@ -39,6 +39,10 @@ pub struct App {
     pub sessions: crate::streams::Sessions,
     /// Export server state (VirtualMachineExport / DataExport).
     pub exports: crate::export::ExportState,
+    /// ServiceAccount tokens issued through TokenRequest.
+    pub sa_tokens: crate::sa_tokens::ServiceAccountTokens,
+    /// The aggregator's front-proxy identity (set at start).
+    pub front_proxy: std::sync::OnceLock<crate::tls::FrontProxy>,
 }
 
 impl App {
@@ -58,6 +62,8 @@ impl App {
             ssh_switches: Default::default(),
             sessions: Default::default(),
             exports: Default::default(),
+            sa_tokens: Default::default(),
+            front_proxy: Default::default(),
         }
     }
 

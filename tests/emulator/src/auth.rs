@@ -8,14 +8,26 @@ use crate::status::ApiError;
 use crate::store::{Key, Store};
 use crate::util::random_token;
 use serde_json::Value;
+use std::collections::BTreeMap;
 
-/// An authenticated user.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An authenticated user (`user.Info`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct User {
-    /// Username (`admin`, `alice`).
+    /// Username (`admin`, `alice`, `system:serviceaccount:NS:NAME`).
     pub name: String,
+    /// UID ("" for the token users; a ServiceAccount's uid for its tokens).
+    pub uid: String,
     /// Groups, as a SelfSubjectReview reports them.
     pub groups: Vec<String>,
+    /// Extra attributes (`authentication.kubernetes.io/credential-id` of ServiceAccount tokens).
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+impl User {
+    /// Whether this is a ServiceAccount (`system:serviceaccount:NS:NAME`).
+    pub fn is_service_account(&self) -> bool {
+        self.name.starts_with("system:serviceaccount:")
+    }
 }
 
 /// The bearer tokens of this emulator instance (random per start).
@@ -43,11 +55,13 @@ impl Tokens {
             Some(User {
                 name: "admin".into(),
                 groups: vec!["system:masters".into(), "system:authenticated".into()],
+                ..Default::default()
             })
         } else if token == self.alice {
             Some(User {
                 name: "alice".into(),
                 groups: vec!["system:authenticated".into()],
+                ..Default::default()
             })
         } else {
             None
@@ -83,6 +97,7 @@ pub fn impersonate(
     Ok(User {
         name: name.to_owned(),
         groups,
+        ..Default::default()
     })
 }
 
@@ -109,7 +124,9 @@ pub fn authorize(user: &User, attrs: &Attributes) -> Result<(), ApiError> {
         return Ok(());
     }
     let read = matches!(attrs.verb.as_str(), "get" | "list" | "watch");
-    if read && attrs.namespace == "dev" {
+    // The emulator's stand-in for human users' rights; ServiceAccounts get only what RBAC
+    // grants, as on a real cluster.
+    if read && attrs.namespace == "dev" && !user.is_service_account() {
         return Ok(());
     }
     // Like the system:basic-user ClusterRole: everyone may ask who they are.
@@ -142,19 +159,44 @@ pub fn authorize(user: &User, attrs: &Attributes) -> Result<(), ApiError> {
 }
 
 /// Whether the stored Roles/ClusterRoles, through RoleBindings in the request's namespace or
-/// ClusterRoleBindings, grant `attrs` to `user` (matching user name or group; verbs, API
-/// groups and resources with `*`; resourceNames when set).
+/// ClusterRoleBindings, grant `attrs` to `user` (matching user name, group or ServiceAccount;
+/// verbs, API groups and resources with `*`; resourceNames when set).
 pub fn rbac_allows(store: &Store, user: &User, attrs: &Attributes) -> bool {
+    rbac_allowed_by(store, user, attrs).is_some()
+}
+
+/// What grants `attrs` to `user`, worded as the RBAC authorizer's reason
+/// (plugin/pkg/auth/authorizer/rbac/rbac.go: `RBAC: allowed by <binding describer>`, the
+/// describers of pkg/registry/rbac/validation/rule.go), or None.
+pub fn rbac_allowed_by(store: &Store, user: &User, attrs: &Attributes) -> Option<String> {
     const RBAC: &str = "rbac.authorization.k8s.io";
-    let binds_user = |binding: &Value| {
+    // pkg/registry/rbac/validation/rule.go appliesToUser; a ServiceAccount subject without a
+    // namespace means the binding's.
+    let subject_of = |binding: &Value, namespace: &str| -> Option<String> {
         binding["subjects"]
             .as_array()
             .into_iter()
             .flatten()
-            .any(|s| match s["kind"].as_str() {
-                Some("User") => s["name"] == user.name.as_str(),
-                Some("Group") => user.groups.iter().any(|g| s["name"] == g.as_str()),
-                _ => false,
+            .find_map(|s| {
+                let name = s["name"].as_str().unwrap_or_default();
+                let kind = s["kind"].as_str().unwrap_or_default();
+                let applies = match kind {
+                    "User" => user.name == name,
+                    "Group" => user.groups.iter().any(|g| g == name),
+                    "ServiceAccount" => {
+                        let ns = s["namespace"].as_str().filter(|n| !n.is_empty());
+                        let ns = ns.unwrap_or(namespace);
+                        !ns.is_empty() && user.name == format!("system:serviceaccount:{ns}:{name}")
+                    }
+                    _ => false,
+                };
+                applies.then(|| match kind {
+                    "ServiceAccount" => {
+                        let ns = s["namespace"].as_str().filter(|n| !n.is_empty());
+                        format!("{kind} \"{name}/{}\"", ns.unwrap_or(namespace))
+                    }
+                    _ => format!("{kind} \"{name}\""),
+                })
             })
     };
     let role_of = |binding: &Value, namespace: &str| {
@@ -166,23 +208,34 @@ pub fn rbac_allows(store: &Store, user: &User, attrs: &Attributes) -> bool {
         }
     };
     let mut bindings: Vec<(Value, String)> = Vec::new();
+    let (cluster, _) = store.list(RBAC, "clusterrolebindings", None);
+    bindings.extend(cluster.into_iter().map(|b| (b, String::new())));
     if !attrs.namespace.is_empty() {
         let (namespaced, _) = store.list(RBAC, "rolebindings", Some(&attrs.namespace));
         bindings.extend(namespaced.into_iter().map(|b| (b, attrs.namespace.clone())));
     }
-    let (cluster, _) = store.list(RBAC, "clusterrolebindings", None);
-    bindings.extend(cluster.into_iter().map(|b| (b, String::new())));
-    bindings
-        .iter()
-        .filter(|(binding, _)| binds_user(binding))
-        .filter_map(|(binding, namespace)| role_of(binding, namespace))
-        .any(|role| {
-            role["rules"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|rule| rule_matches(rule, attrs))
+    bindings.iter().find_map(|(binding, namespace)| {
+        let subject = subject_of(binding, namespace)?;
+        let role = role_of(binding, namespace)?;
+        let grants = role["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|rule| rule_matches(rule, attrs));
+        let name = binding["metadata"]["name"].as_str().unwrap_or_default();
+        let binding_name = if namespace.is_empty() {
+            format!("ClusterRoleBinding \"{name}\"")
+        } else {
+            format!("RoleBinding \"{name}/{namespace}\"")
+        };
+        grants.then(|| {
+            format!(
+                "RBAC: allowed by {binding_name} of {} \"{}\" to {subject}",
+                binding["roleRef"]["kind"].as_str().unwrap_or_default(),
+                binding["roleRef"]["name"].as_str().unwrap_or_default()
+            )
         })
+    })
 }
 
 fn rule_matches(rule: &Value, attrs: &Attributes) -> bool {

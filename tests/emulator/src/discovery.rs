@@ -92,6 +92,12 @@ pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value
                 "kind": r.kind, "verbs": ["get", "patch", "update"]}));
         }
         for sub in &r.extra_subresources {
+            if *sub == "token" {
+                // serviceaccounts/token answers a TokenRequest (pkg/registry/core/serviceaccount).
+                resources.push(json!({"name": format!("{}/{sub}", r.plural), "singularName": "", "namespaced": r.namespaced,
+                    "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]}));
+                continue;
+            }
             resources.push(json!({"name": format!("{}/{sub}", r.plural), "singularName": "", "namespaced": r.namespaced,
                 "kind": r.kind, "verbs": ["get"]}));
         }

@@ -21,8 +21,10 @@
 //! `subresources` (aggregated groups), `controllers`, `fixtures`.
 
 pub mod admission;
+pub mod aggregator;
 pub mod app;
 pub mod auth;
+pub mod bootstrap;
 pub mod controllers;
 pub mod discovery;
 pub mod export;
@@ -50,7 +52,9 @@ pub mod qemu_guest;
 pub mod quota;
 pub mod registry;
 pub mod requests;
+pub mod reviews;
 pub mod rfb;
+pub mod sa_tokens;
 pub mod schema;
 pub mod selector;
 pub mod spdy;
@@ -172,6 +176,39 @@ impl Handle {
             admin = self.app.tokens.admin,
             alice = self.app.tokens.alice,
         )
+    }
+
+    /// A kubeconfig like [`Self::kubeconfig_yaml`] (same server and CA) with one user `user`
+    /// presenting bearer `token` (e.g. from [`Self::service_account_token`]) and one context
+    /// `emulator` (current, namespace default).
+    pub fn kubeconfig_yaml_with_token(&self, user: &str, token: &str) -> String {
+        let ca = base64::engine::general_purpose::STANDARD.encode(self.ca_pem.as_bytes());
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\nusers:\n- name: {user:?}\n  user:\n    token: {token:?}\ncontexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: {user:?}\n    namespace: default\ncurrent-context: emulator\npreferences: {{}}\n",
+            url = self.url,
+        )
+    }
+
+    /// Mints a token for ServiceAccount `namespace/name` as TokenRequest does (audience the API
+    /// server's, valid for `expiration_seconds`); None when the ServiceAccount does not exist.
+    pub fn service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+        expiration_seconds: i64,
+    ) -> Option<String> {
+        let sa = self
+            .app
+            .store
+            .get(&store::Key::new("", "serviceaccounts", namespace, name))?;
+        let audiences = [sa_tokens::API_AUDIENCE.to_string()];
+        Some(self.app.sa_tokens.issue(&sa, &audiences, expiration_seconds).0)
+    }
+
+    /// The front-proxy identity the aggregator presents to aggregated API servers (its CA is
+    /// `requestheader-client-ca-file` of ConfigMap `kube-system/extension-apiserver-authentication`).
+    pub fn front_proxy(&self) -> tls::FrontProxy {
+        self.app.front_proxy.get().cloned().expect("set at start")
     }
 
     /// Writes [`Self::kubeconfig_yaml`] to `path` with mode 0600.
@@ -340,6 +377,9 @@ impl Emulator {
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             app.ensure_namespace(ns);
         }
+        let front_proxy = tls::generate_front_proxy().map_err(EmulatorError::Tls)?;
+        bootstrap::seed(&app, &certs.ca_pem, &front_proxy).map_err(EmulatorError::Fixture)?;
+        let _ = app.front_proxy.set(front_proxy);
         // Guests run a real sshd configured by their cloud-init where that is possible (root).
         if sshd_guest::available() {
             app.guests
@@ -355,6 +395,7 @@ impl Emulator {
         let mut tasks = JoinSet::new();
         export_server::start(app.clone(), shutdown_rx.clone(), &mut tasks).await?;
         tasks.spawn(controllers::run(app.clone(), shutdown_rx.clone()));
+        tasks.spawn(aggregator::available::run(app.clone(), shutdown_rx.clone()));
         tasks.spawn(guest::run(app.clone(), shutdown_rx.clone()));
         tasks.spawn(serve(
             listener,

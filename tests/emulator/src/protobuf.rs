@@ -195,6 +195,34 @@ fn namespace(raw: &[u8]) -> Result<Value, String> {
     Ok(obj)
 }
 
+/// A TokenRequest (k8s.io/api/authentication/v1/generated.proto: {1: metadata, 2: spec
+/// {1: audiences, 4: expirationSeconds, 3: boundObjectRef}}), what `kubectl create token`
+/// sends; a bound object reference is refused (not emulated).
+fn token_request(raw: &[u8]) -> Result<Value, String> {
+    let mut spec = Map::new();
+    for (n, f) in fields(raw)? {
+        if n != 2 {
+            continue;
+        }
+        for (m, g) in fields(bytes(&f)?)? {
+            match (m, g) {
+                (1, g) => spec
+                    .entry("audiences")
+                    .or_insert_with(|| json!([]))
+                    .as_array_mut()
+                    .expect("list")
+                    .push(json!(string(&g)?)),
+                (4, Field::Varint(v)) => {
+                    spec.insert("expirationSeconds".into(), json!(v.cast_signed()));
+                }
+                (3, _) => return Err("boundObjectRef is not supported".into()),
+                _ => {}
+            }
+        }
+    }
+    Ok(json!({"spec": spec}))
+}
+
 /// Decodes a protobuf body of `kind` into the JSON form of the object.
 pub fn decode(kind: &str, body: &[u8]) -> Result<Value, String> {
     let rest = body
@@ -224,6 +252,7 @@ pub fn decode(kind: &str, body: &[u8]) -> Result<Value, String> {
         "Secret" => secret_or_configmap(raw, true)?,
         "ConfigMap" => secret_or_configmap(raw, false)?,
         "Namespace" => namespace(raw)?,
+        "TokenRequest" => token_request(raw)?,
         other => return Err(format!("protobuf bodies of {other} are not supported")),
     };
     obj["apiVersion"] = json!(if api_version.is_empty() {

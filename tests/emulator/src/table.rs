@@ -233,6 +233,100 @@ fn builtin(obj: &Value, name: &str) -> Value {
                 .sum::<usize>();
             json!(n)
         }
+        other => workload_builtin(obj, other),
+    }
+}
+
+/// Columns of Deployments, Endpoints, PodDisruptionBudgets and APIServices, as
+/// pkg/printers/internalversion/printers.go (and kube-aggregator's APIService table convertor)
+/// compute them.
+fn workload_builtin(obj: &Value, name: &str) -> Value {
+    let int = |p: &str| obj.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+    let int_or_str = |p: &str| match obj.pointer(p) {
+        Some(Value::Number(n)) => json!(n.to_string()),
+        Some(Value::String(s)) => json!(s),
+        _ => json!("N/A"),
+    };
+    let containers = || {
+        obj.pointer("/spec/template/spec/containers")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let join = |field: &str| {
+        let v: Vec<String> = containers()
+            .iter()
+            .filter_map(|c| c[field].as_str().map(str::to_owned))
+            .collect();
+        json!(v.join(","))
+    };
+    match name {
+        "@deploy-ready" => json!(format!(
+            "{}/{}",
+            int("/status/readyReplicas"),
+            obj.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)
+        )),
+        "@deploy-updated" => json!(int("/status/updatedReplicas")),
+        "@deploy-available" => json!(int("/status/availableReplicas")),
+        "@containers" => join("name"),
+        "@images" => join("image"),
+        "@selector" => {
+            let labels: Vec<String> = obj
+                .pointer("/spec/selector/matchLabels")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect();
+            json!(if labels.is_empty() {
+                "<none>".to_string()
+            } else {
+                labels.join(",")
+            })
+        }
+        "@endpoints" => {
+            // formatEndpoints: "ip:port" pairs, at most 3, then " + N more...".
+            let mut all = vec![];
+            for subset in obj["subsets"].as_array().into_iter().flatten() {
+                let ports = subset["ports"].as_array().cloned().unwrap_or_default();
+                for addr in subset["addresses"].as_array().into_iter().flatten() {
+                    let ip = addr["ip"].as_str().unwrap_or_default();
+                    if ports.is_empty() {
+                        all.push(ip.to_string());
+                    }
+                    for p in &ports {
+                        all.push(format!("{ip}:{}", p["port"]));
+                    }
+                }
+            }
+            let mut s = all.iter().take(3).cloned().collect::<Vec<_>>().join(",");
+            if all.len() > 3 {
+                s.push_str(&format!(" + {} more...", all.len() - 3));
+            }
+            json!(if s.is_empty() { "<none>".to_string() } else { s })
+        }
+        "@pdb-min" => int_or_str("/spec/minAvailable"),
+        "@pdb-max" => int_or_str("/spec/maxUnavailable"),
+        "@pdb-allowed" => json!(int("/status/disruptionsAllowed")),
+        "@apiservice-service" => match obj.pointer("/spec/service") {
+            Some(s) if s.is_object() => json!(format!(
+                "{}/{}",
+                s["namespace"].as_str().unwrap_or_default(),
+                s["name"].as_str().unwrap_or_default()
+            )),
+            _ => json!("Local"),
+        },
+        "@apiservice-available" => {
+            match eval_first(obj, ".status.conditions[?(@.type=='Available')]") {
+                Some(c) if c["status"] == "True" => json!("True"),
+                Some(c) => json!(format!(
+                    "{} ({})",
+                    c["status"].as_str().unwrap_or_default(),
+                    c["reason"].as_str().unwrap_or_default()
+                )),
+                None => json!("Unknown"),
+            }
+        }
         _ => Value::Null,
     }
 }

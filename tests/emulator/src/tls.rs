@@ -55,3 +55,60 @@ pub fn generate() -> Result<Certs, String> {
         server_config: Arc::new(config),
     })
 }
+
+/// The front-proxy identity the aggregator presents to aggregated API servers (what kubeadm
+/// generates as `front-proxy-ca` and `front-proxy-client`, kube-apiserver's
+/// `--requestheader-client-ca-file` and `--proxy-client-cert-file`/`--proxy-client-key-file`).
+#[derive(Clone)]
+pub struct FrontProxy {
+    /// PEM of the front-proxy CA (published as `requestheader-client-ca-file`).
+    pub ca_pem: String,
+    /// PEM of the client certificate, `CN=front-proxy-client`, signed by the front-proxy CA.
+    pub client_cert_pem: String,
+    /// PEM (PKCS#8) of the client certificate's key.
+    pub client_key_pem: String,
+    /// DER of the client certificate.
+    pub client_cert_der: CertificateDer<'static>,
+    /// DER (PKCS#8) of its key.
+    pub client_key_der: Vec<u8>,
+}
+
+/// The common name the aggregator's client certificate carries (`requestheader-allowed-names`).
+pub const FRONT_PROXY_CLIENT_CN: &str = "front-proxy-client";
+
+/// Generates a front-proxy CA and its `front-proxy-client` client certificate.
+pub fn generate_front_proxy() -> Result<FrontProxy, String> {
+    use rcgen::ExtendedKeyUsagePurpose;
+    let err = |e: rcgen::Error| e.to_string();
+    let ca_key = KeyPair::generate().map_err(err)?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "front-proxy-ca");
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_cert = ca_params.self_signed(&ca_key).map_err(err)?;
+    let issuer = Issuer::from_params(&ca_params, &ca_key);
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, FRONT_PROXY_CLIENT_CN);
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let key = KeyPair::generate().map_err(err)?;
+    let cert = params.signed_by(&key, &issuer).map_err(err)?;
+    Ok(FrontProxy {
+        ca_pem: ca_cert.pem(),
+        client_cert_pem: cert.pem(),
+        client_key_pem: key.serialize_pem(),
+        client_cert_der: CertificateDer::from(cert.der().to_vec()),
+        client_key_der: key.serialize_der(),
+    })
+}

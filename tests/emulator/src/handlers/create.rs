@@ -100,11 +100,18 @@ impl Ctx<'_> {
         self.respond(StatusCode::CREATED, stored, &warnings)
     }
 
-    /// Create-only review kinds (SelfSubjectReview): answered, never stored.
+    /// Create-only review kinds (SelfSubjectReview, SubjectAccessReview, TokenReview):
+    /// answered, never stored (see `reviews.rs`).
     pub(super) fn review(&self, mut obj: Value) -> Result<Response, ApiError> {
-        obj["metadata"] = json!({"creationTimestamp": null});
-        obj["status"] =
-            json!({"userInfo": {"username": self.user.name, "groups": self.user.groups}});
+        let obj = match self.def.plural.as_str() {
+            "subjectaccessreviews" => crate::reviews::subject_access_review(self.app, obj)?,
+            "tokenreviews" => crate::reviews::token_review(self.app, obj),
+            _ => {
+                obj["metadata"] = json!({"creationTimestamp": null});
+                obj["status"] = json!({"userInfo": crate::reviews::user_info(self.user)});
+                obj
+            }
+        };
         self.respond(StatusCode::CREATED, obj, &[])
     }
 }

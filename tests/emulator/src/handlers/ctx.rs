@@ -131,7 +131,9 @@ impl Ctx<'_> {
         if ct.contains("protobuf") || ct.contains("cbor") {
             // Typed clients (e.g. `kubectl auth whoami`) send protobuf; a review's body carries
             // nothing the answer depends on, anything else must be JSON or YAML here.
-            if !self.def.stored {
+            // SubjectAccessReviews and TokenReviews are answered from their body: those
+            // need JSON (see README, deliberate differences).
+            if !self.def.stored && self.def.plural == "selfsubjectreviews" {
                 return Ok(json!({}));
             }
             if ct.contains("protobuf")

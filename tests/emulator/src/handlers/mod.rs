@@ -115,6 +115,13 @@ fn is_dry_run(q: &Query) -> Result<bool, ApiError> {
     }
 }
 
+/// `/apis`: the emulator's groups plus the aggregated APIServices' (see `aggregator`).
+fn group_list(app: &App) -> Value {
+    let mut list = discovery::group_list(&app.registry);
+    crate::aggregator::merge_group_list(app, &mut list);
+    list
+}
+
 async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
     let (mut parts, body) = req.into_parts();
     let auth = parts
@@ -124,6 +131,7 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
     let user = app
         .tokens
         .authenticate(auth)
+        .or_else(|| app.sa_tokens.authenticate(&app.store, auth))
         .ok_or_else(ApiError::unauthorized)?;
     let as_groups = parts
         .headers
@@ -150,7 +158,7 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                 *app.port.lock().unwrap_or_else(|e| e.into_inner()),
             )));
         }
-        "/apis" => return Ok(ok(&discovery::group_list(&app.registry))),
+        "/apis" => return Ok(ok(&group_list(app))),
         "/healthz" | "/livez" | "/readyz" => return Ok((StatusCode::OK, "ok").into_response()),
         "/openapi/v3" => return Ok(ok(&openapi::root(&app.registry))),
         _ => {}
@@ -166,11 +174,24 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         .strip_prefix("/apis/")
         .filter(|g| !g.contains('/'))
     {
-        return discovery::group(&app.registry, g)
-            .map(|d| ok(&d))
+        let list = group_list(app);
+        let found = list["groups"].as_array().into_iter().flatten().find(|x| x["name"] == g);
+        return found
+            .map(|d| {
+                let mut d = d.clone();
+                d["kind"] = "APIGroup".into();
+                d["apiVersion"] = "v1".into();
+                ok(&d)
+            })
             .ok_or_else(ApiError::path_not_found);
     }
     let rp = parse_path(&path).ok_or_else(ApiError::path_not_found)?;
+    // An aggregated APIService's group/version: everything under it goes to its backend.
+    if !rp.group.is_empty()
+        && let Some(backend) = crate::aggregator::backend_for(app, &rp.group, &rp.version)
+    {
+        return crate::aggregator::serve(app, backend, &user, &parts, &q, body).await;
+    }
     if rp.plural.is_empty() {
         return discovery::resource_list(&app.registry, &rp.group, &rp.version)
             .map(|d| ok(&d))
@@ -192,6 +213,8 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         (&Method::GET, false) if watching => "watch",
         (&Method::GET, false) => "list",
         (&Method::POST, false) => "create",
+        // RequestInfo: POST is create, also on a subresource (serviceaccounts/token).
+        (&Method::POST, true) if !rp.sub.is_empty() => "create",
         (&Method::PUT, true) => "update",
         (&Method::PATCH, true) => "patch",
         (&Method::DELETE, true) => "delete",
@@ -265,6 +288,15 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         }
         ("get" | "create", "exec") if def.plural == "pods" && def.group.is_empty() => {
             crate::podexec::serve(app, &mut parts, &user, &ns, &name).await
+        }
+        ("create", "token") if def.plural == "serviceaccounts" && def.group.is_empty() => {
+            let ct = parts
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let answer = crate::sa_tokens::token_request(app, &ns, &name, ct, &body)?;
+            Ok(json_response(StatusCode::CREATED, &answer, &[]))
         }
         ("get" | "create", "portforward") if def.plural == "pods" && def.group.is_empty() => {
             crate::pod_portforward::serve(app, &mut parts, &user, &ns, &name).await

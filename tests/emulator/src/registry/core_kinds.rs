@@ -39,6 +39,46 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
         none(),
     );
     ssr.stored = false;
+    // Create-only reviews answered by the emulator's own authenticator and authorizer.
+    let mut sar = def(
+        "authorization.k8s.io",
+        &["v1"],
+        "subjectaccessreviews",
+        "SubjectAccessReview",
+        &[],
+        &[],
+        false,
+        false,
+        vec![],
+        none(),
+    );
+    sar.stored = false;
+    let mut token_review = def(
+        "authentication.k8s.io",
+        &["v1"],
+        "tokenreviews",
+        "TokenReview",
+        &[],
+        &[],
+        false,
+        false,
+        vec![],
+        none(),
+    );
+    token_review.stored = false;
+    let mut service_accounts = def(
+        "",
+        &["v1"],
+        "serviceaccounts",
+        "ServiceAccount",
+        &["sa"],
+        &[],
+        true,
+        false,
+        vec![age()],
+        none(),
+    );
+    service_accounts.extra_subresources = vec!["token"];
     vec![
         def(
             "",
@@ -192,16 +232,73 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
             ],
             none(),
         ),
+        service_accounts,
+        // Columns as pkg/printers/internalversion/printers.go prints them.
         def(
             "",
             &["v1"],
-            "serviceaccounts",
-            "ServiceAccount",
-            &["sa"],
+            "endpoints",
+            "Endpoints",
+            &["ep"],
             &[],
             true,
             false,
-            vec![age()],
+            vec![c("Endpoints", "string", "@endpoints"), age()],
+            none(),
+        ),
+        def(
+            "apps",
+            &["v1"],
+            "deployments",
+            "Deployment",
+            &["deploy"],
+            &["all"],
+            true,
+            true,
+            vec![
+                c("Ready", "string", "@deploy-ready"),
+                c("Up-to-date", "integer", "@deploy-updated"),
+                c("Available", "integer", "@deploy-available"),
+                age(),
+                c("Containers", "string", "@containers").wide(),
+                c("Images", "string", "@images").wide(),
+                c("Selector", "string", "@selector").wide(),
+            ],
+            none(),
+        ),
+        def(
+            "policy",
+            &["v1"],
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+            &["pdb"],
+            &[],
+            true,
+            true,
+            vec![
+                c("Min Available", "string", "@pdb-min"),
+                c("Max Unavailable", "string", "@pdb-max"),
+                c("Allowed Disruptions", "integer", "@pdb-allowed"),
+                age(),
+            ],
+            none(),
+        ),
+        // kube-aggregator's own kind; columns as its table convertor
+        // (staging/src/k8s.io/kube-aggregator/pkg/registry/apiservice/etcd/etcd.go).
+        def(
+            "apiregistration.k8s.io",
+            &["v1"],
+            "apiservices",
+            "APIService",
+            &[],
+            &[],
+            false,
+            true,
+            vec![
+                c("Service", "string", "@apiservice-service"),
+                c("Available", "string", "@apiservice-available"),
+                age(),
+            ],
             none(),
         ),
         def(
@@ -281,5 +378,7 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
             none(),
         ),
         ssr,
+        sar,
+        token_review,
     ]
 }
