@@ -25,6 +25,7 @@ mod list_watch;
 mod real_guest;
 mod scripts;
 mod server_errors;
+mod signer;
 mod ssh;
 mod ssh_tools;
 mod version;

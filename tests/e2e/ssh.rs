@@ -39,6 +39,8 @@ fn ssh(env: &Env, args: &[&str], stdin: &[u8]) -> std::process::Output {
 }
 
 fn basics(env: &Env) {
+    // Through the signer: the mode a platform team deploys.
+    let _signer = crate::signer::start_signer(env, &[]);
     vm_with_ca(env, "sshvm", &[]);
     let out = ssh(env, &["sshvm", "--", "id", "-un"], b"");
     assert_eq!(

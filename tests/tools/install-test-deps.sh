@@ -14,6 +14,9 @@ command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v python3 >/dev/null 2>&1 || need+=(python3 python3-pip)
 command -v fincore >/dev/null 2>&1 || need+=(util-linux-extra)
+# curl: the signer test calls the signer directly with forged headers; openssl checks certificates.
+command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

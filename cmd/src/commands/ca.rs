@@ -370,7 +370,7 @@ async fn rotate(cluster: &Cluster, ns: &str, finish: bool) -> CommandResult {
             }
             writeln!(
                 out,
-                "Finish the rotation once every VM trusts the new key (VMs read it when they are created or restarted)."
+                "Until then user certificates stay signed by the old key, which every VM trusts; host certificates of new VMs are signed by the new key. Finish the rotation once every VM trusts the new key (VMs created from now on do)."
             )?;
             Ok(())
         }

@@ -52,9 +52,16 @@ impl CaBundle {
         })
     }
 
-    /// The key that signs new certificates: the newest one.
+    /// The key that signs new host certificates: the newest one (clients trust every
+    /// published key, so a VM created during a rotation already carries the new key's).
     pub fn signing_key(&self) -> &PrivateKey {
         self.keys.last().expect("a CaBundle always holds a key")
+    }
+
+    /// The key that signs user certificates: the oldest one, which every guest created before
+    /// the rotation trusts; after `rotate --finish` that is the new key.
+    pub fn user_signing_key(&self) -> &PrivateKey {
+        self.keys.first().expect("a CaBundle always holds a key")
     }
 
     /// All trusted public keys, oldest first.

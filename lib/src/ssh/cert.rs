@@ -139,7 +139,7 @@ impl Signer for CaSigner {
         public_key: &PublicKey,
         request: &CertRequest,
     ) -> impl Future<Output = Result<Certificate, SshError>> + Send {
-        let result = sign_with_key(self.bundle.signing_key(), public_key, request);
+        let result = sign_with_key(self.bundle.user_signing_key(), public_key, request);
         async move { result }
     }
 }

@@ -225,7 +225,7 @@ pub async fn issue_certificate(
                     })
                 })?;
             sign(
-                bundle.signing_key(),
+                bundle.user_signing_key(),
                 key.public_key(),
                 CertType::User,
                 &decision,

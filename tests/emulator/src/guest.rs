@@ -100,6 +100,11 @@ pub trait Guest: Send + Sync {
     }
     /// Becomes `true` when the guest has stopped, for whatever reason.
     fn stopped(&self) -> watch::Receiver<bool>;
+    /// The guest's sshd log so far (its `-e` output: accepted and refused logins with the
+    /// certificate's key ID and serial), for guests that run a real sshd.
+    fn sshd_log(&self) -> Option<String> {
+        None
+    }
 }
 
 /// How a guest ended by itself.

@@ -488,6 +488,17 @@ fn check_subdomain(s: &str) -> Option<String> {
     })
 }
 
+/// k8s.io/apimachinery/pkg/api/validation/path IsValidPathSegmentName's messages.
+fn check_path_segment(s: &str) -> Option<String> {
+    if s == "." || s == ".." {
+        return Some(format!("may not be '{s}'"));
+    }
+    ["/", "%"]
+        .iter()
+        .find(|c| s.contains(*c))
+        .map(|c| format!("may not contain '{c}'"))
+}
+
 fn check_label(s: &str) -> Option<String> {
     if s.len() > 63 {
         return Some("must be no more than 63 characters".into());
@@ -551,10 +562,12 @@ fn validate_metadata(def: &ResourceDef, obj: &mut Value, v: &mut Validator) {
         }
     }
     let name = meta.get("name").and_then(Value::as_str).unwrap_or("");
-    let problem = if def.kind == "Namespace" {
-        check_label(name)
-    } else {
-        check_subdomain(name)
+    let problem = match def.kind.as_str() {
+        "Namespace" => check_label(name),
+        // RBAC names are path segments (pkg/apis/rbac/validation ValidateRBACName =
+        // path.IsValidPathSegmentName): `system:auth-delegator` is a valid ClusterRole name.
+        "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding" => check_path_segment(name),
+        _ => check_subdomain(name),
     };
     if let Some(p) = problem.filter(|_| !name.is_empty()) {
         v.invalid("metadata.name", &Value::String(name.into()), p);
@@ -621,6 +634,32 @@ mod tests {
             validate(&def, "v1", &mut obj, FieldValidation::Strict).unwrap(),
             Vec::<String>::new()
         );
+    }
+
+    #[test]
+    fn rbac_names_are_path_segments() {
+        let r = Registry::new(ServeFlavor::KubeVirt);
+        let def = r
+            .find("rbac.authorization.k8s.io", "v1", "clusterroles")
+            .unwrap();
+        let role = |name: &str| {
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": name}, "rules": []})
+        };
+        // Names the bootstrap policy itself uses.
+        for name in ["system:auth-delegator", "kubevm:ssh", "Mixed_Case"] {
+            assert!(
+                validate(&def, "v1", &mut role(name), FieldValidation::Strict).is_ok(),
+                "{name}"
+            );
+        }
+        let err = validate(&def, "v1", &mut role("a/b"), FieldValidation::Strict).unwrap_err();
+        assert!(
+            err.message.contains("may not contain '/'"),
+            "{}",
+            err.message
+        );
+        assert!(validate(&def, "v1", &mut role(".."), FieldValidation::Strict).is_err());
     }
 
     #[test]

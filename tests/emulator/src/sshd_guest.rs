@@ -332,7 +332,7 @@ fn users_script(users: &[CloudUser]) -> String {
 struct Sshd {
     child: Mutex<Child>,
     port: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Drop for Sshd {
@@ -419,7 +419,7 @@ impl Sshd {
                     return Ok(Sshd {
                         child: Mutex::new(child),
                         port,
-                        _dir: dir,
+                        dir,
                     });
                 }
                 if let Ok(Some(status)) = child.try_wait() {
@@ -483,6 +483,11 @@ fn refused(port: u16, proto: &str) -> io::Error {
 impl Guest for SshdGuest {
     fn spec(&self) -> &GuestSpec {
         self.login.spec()
+    }
+
+    fn sshd_log(&self) -> Option<String> {
+        let sshd = self.sshd.get()?;
+        std::fs::read_to_string(sshd.dir.path().join("guest.log")).ok()
     }
 
     fn serial(&self) -> Serial {

@@ -244,7 +244,11 @@ impl Signer {
             )
         };
         let ca = self.read_ca().await?;
-        let signed = sign(ca.signing_key(), &public_key, cert_type, &decision)
+        let key = match cert_type {
+            CertType::User => ca.user_signing_key(),
+            CertType::Host => ca.signing_key(),
+        };
+        let signed = sign(key, &public_key, cert_type, &decision)
             .map_err(|e| Failure::internal(format!("signing: {e}")))?;
         request.spec.login = decision.login.clone();
         request.status = Some(

@@ -159,6 +159,7 @@ impl Signer {
                     }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(HANDSHAKE_TIMEOUT)
                     .serve_connection(TokioIo::new(tls), service)
                     .await;
