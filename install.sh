@@ -69,20 +69,71 @@ if $demo; then
   "$bin/kubevm-emulator" --fixture tests/fixtures/kubevirt.yaml --flavor kubevirt \
     --kubeconfig "$work/kubeconfig" >"$work/emulator.log" 2>&1 &
   emulator=$!
-  trap 'kill $emulator 2>/dev/null; wait $emulator 2>/dev/null; rm -rf "$work"' EXIT
+  signer=""
+  trap 'kill $emulator $signer 2>/dev/null; wait $emulator $signer 2>/dev/null; rm -rf "$work"' EXIT
   for _ in $(seq 100); do [ -s "$work/kubeconfig" ] && break; sleep 0.1; done
   [ -s "$work/kubeconfig" ] || { cat "$work/emulator.log" >&2; exit 1; }
   export KUBECONFIG="$work/kubeconfig" PATH="$bin:$PATH"
   run() { echo; echo "\$ $*"; "$@"; }
+  # kubectl >= 1.26 (plugin discovery, `kubectl create token`); Debian's is too old.
+  kubectl=""
+  for k in "$root/.tools/bin/kubectl" "$(command -v kubectl || true)"; do
+    if [ -n "$k" ] && [ -x "$k" ] && "$k" version --client 2>/dev/null | grep -Eq 'v1\.(2[6-9]|[3-9][0-9])'; then
+      kubectl=$k; break
+    fi
+  done
+  if [ -z "$kubectl" ] && bash tests/tools/get-kubectl.sh "$root/.tools/bin" >/dev/null 2>&1; then
+    kubectl="$root/.tools/bin/kubectl"
+  fi
   echo; echo "== demo against the local emulator (KubeVirt flavour, sample VMs) =="
   run kubectl-vm version
   run kubectl-vm list -A -o wide
   run kubectl-vm get web
-  run kubectl-vm create demo --image quay.io/containerdisks/ubuntu:24.04 --cpu 2 --memory 2Gi --wait --timeout 1m
+
+  echo; echo "== certificate-signed SSH: the platform signs; the CA key never leaves the signer =="
+  run kubectl-vm ca init --signer --image registry.example/kubectl-vm:0.1.0
+  if [ -n "$kubectl" ]; then
+    # In a cluster the Deployment runs the signer; here it runs beside the emulator, as the
+    # signer's ServiceAccount, with the serving certificate `ca init --signer` made.
+    "$kubectl" create token kubevm-ssh-signer -n kubevm-system >"$work/token"
+    "$kubectl" get secret kubevm-ssh-signer-tls -n kubevm-system -o jsonpath='{.data.tls\.crt}' | base64 -d >"$work/tls.crt"
+    "$kubectl" get secret kubevm-ssh-signer-tls -n kubevm-system -o jsonpath='{.data.tls\.key}' | base64 -d >"$work/tls.key"
+    ( umask 077
+      "$kubectl" config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d >"$work/ca.crt"
+      server=$("$kubectl" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+      export KUBECONFIG="$work/signer.kubeconfig"
+      "$kubectl" config set-cluster emulator --server "$server" --certificate-authority "$work/ca.crt" --embed-certs >/dev/null
+      "$kubectl" config set-credentials signer --token "$(cat "$work/token")" >/dev/null
+      "$kubectl" config set-context signer --cluster emulator --user signer >/dev/null
+      "$kubectl" config use-context signer >/dev/null )
+    kubectl-vm --kubeconfig "$work/signer.kubeconfig" signer serve --listen 127.0.0.1:0 \
+      --tls-cert-file "$work/tls.crt" --tls-private-key-file "$work/tls.key" >"$work/signer.log" 2>&1 &
+    signer=$!
+    for _ in $(seq 100); do grep -q '"listening"' "$work/signer.log" 2>/dev/null && break; sleep 0.1; done
+    port=$(sed -n 's/.*"address":"127\.0\.0\.1:\([0-9]*\)".*/\1/p' "$work/signer.log" | head -1)
+    [ -n "$port" ] || { cat "$work/signer.log" >&2; exit 1; }
+    printf '%s\n' 'apiVersion: v1' 'kind: Endpoints' \
+      'metadata: {name: kubevm-ssh-signer, namespace: kubevm-system}' \
+      "subsets: [{addresses: [{ip: 127.0.0.1}], ports: [{name: https, port: $port, protocol: TCP}]}]" |
+      "$kubectl" apply -f - >/dev/null
+    run kubectl-vm ca show
+    run kubectl-vm create demo --image quay.io/containerdisks/ubuntu:24.04 --cpu 2 --memory 2Gi --wait --timeout 1m
+    if [ "$(id -u)" -eq 0 ] && [ -x /usr/sbin/sshd ]; then
+      # The emulator's guest runs a real sshd, configured by the VM's own cloud-init.
+      run kubectl-vm ssh demo --strict-host-key-checking yes -- uname -a
+      echo; echo "# the signer's audit record of that login:"
+      grep '"kind":"user"' "$work/signer.log" | tail -1
+    else
+      echo; echo "(skipping ssh: the emulator's guests run a real sshd only as root, with openssh-server installed)"
+    fi
+  else
+    echo; echo "(skipping the signer: it needs kubectl >= 1.26, which tests/tools/get-kubectl.sh could not install)"
+    run kubectl-vm create demo --image quay.io/containerdisks/ubuntu:24.04 --cpu 2 --memory 2Gi --wait --timeout 1m
+  fi
+  echo; echo "\$ printf 'cloud\\ncloud\\nuname -n\\n' | kubectl-vm console demo"
+  printf 'cloud\ncloud\nuname -n\n' | kubectl-vm console demo --timeout 30s | tail -2
   run kubectl-vm list
   run kubectl-vm delete demo --yes
-  kubectl=$(command -v kubectl || true)
-  [ -x "$root/.tools/bin/kubectl" ] && kubectl="$root/.tools/bin/kubectl"
   if [ -n "$kubectl" ]; then
     echo; echo "\$ kubectl vm list -n prod      # through kubectl's plugin discovery"
     "$kubectl" vm list -n prod

@@ -56,8 +56,9 @@ printf 'roundtrip  kubectl-vm %8.1f ms   openssh %8.1f ms   ratio %s\n' \
 # The same tunnel without the per-connection certificate hook (a certificate issued once).
 "$vm" ssh-cert bench.default.vm
 plain=(ssh -F /dev/null -o BatchMode=yes -o "ProxyCommand=$vm port-forward --stdio bench.default 22"
-  -o HostKeyAlias=bench.default -o "UserKnownHostsFile=$HOME/.kube/kubectl-vm/ssh_known_hosts"
-  -o StrictHostKeyChecking=yes -i "$HOME/.kube/kubectl-vm/ssh/id_ed25519" kubevm@bench)
+  -o HostKeyAlias=bench.default -o "KnownHostsCommand=$vm ssh-known-hosts"
+  -o StrictHostKeyChecking=yes -i "$HOME/.kube/kubectl-vm/ssh/id_ed25519"
+  -o "CertificateFile=$HOME/.kube/kubectl-vm/ssh/certs/kubevm@bench.default.vm-cert.pub" kubevm@bench)
 bare=$(mean_us "${plain[@]}" true)
 printf 'roundtrip  kubectl-vm %8.1f ms   openssh, cert issued once %8.1f ms   ratio %s\n' \
   "$(py "$ours/1000")" "$(py "$bare/1000")" "$(py "round($ours/$bare, 3)")"

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Benchmarks the SSH signer on one machine against the emulator (which proxies
+# ssh.kubevm.io to it as kube-aggregator does), the signer running as its ServiceAccount.
+# Prints:
+#   issuance:  POST …/virtualmachines/VM/sshcertificate through the API server, curl end to end
+#              (a new TLS connection each), p50 and p95 over REQUESTS           (goal p50 <= 30 ms)
+#   ssh:       `kubectl vm ssh VM -- true`, mean wall time, signer mode / direct mode (goal <= 1.15)
+#   signer RSS idle, and its peak while answering REQUESTS with 50 at once
+# Needs root (the emulator's guest runs a real sshd), curl, ssh-keygen and kubectl >= 1.26
+# (tests/tools/get-kubectl.sh). Usage: bench/signer.sh [REQUESTS] [RUNS]   (defaults 200, 20)
+set -euo pipefail
+requests=${1:-200}
+runs=${2:-20}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+cargo build --quiet --release --locked -p kubectl-vm -p kubevm-emulator
+vm="$root/target/release/kubectl-vm"
+bash tests/tools/get-kubectl.sh "$root/.tools/bin" >/dev/null
+kubectl="$root/.tools/bin/kubectl"
+
+work=$(mktemp -d)
+"$root/target/release/kubevm-emulator" --fixture tests/fixtures/kubevirt.yaml --flavor kubevirt \
+  --kubeconfig "$work/kubeconfig" >"$work/emulator.log" 2>&1 &
+emulator=$!
+signer=""
+trap 'kill $emulator $signer 2>/dev/null; wait $emulator $signer 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 100); do [ -s "$work/kubeconfig" ] && break; sleep 0.1; done
+export KUBECONFIG="$work/kubeconfig" HOME="$work"
+"$vm" ca init --signer --image bench >/dev/null
+token=$("$kubectl" create token kubevm-ssh-signer -n kubevm-system)
+"$kubectl" get secret kubevm-ssh-signer-tls -n kubevm-system -o jsonpath='{.data.tls\.crt}' | base64 -d >"$work/tls.crt"
+"$kubectl" get secret kubevm-ssh-signer-tls -n kubevm-system -o jsonpath='{.data.tls\.key}' | base64 -d >"$work/tls.key"
+"$kubectl" config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d >"$work/ca.crt"
+server=$("$kubectl" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+admin=$("$kubectl" config view --raw --minify -o jsonpath='{.users[0].user.token}')
+sed "s/token: .*/token: $token/" "$work/kubeconfig" >"$work/signer.kubeconfig"
+"$vm" --kubeconfig "$work/signer.kubeconfig" signer serve --listen 127.0.0.1:0 \
+  --tls-cert-file "$work/tls.crt" --tls-private-key-file "$work/tls.key" >"$work/signer.log" 2>&1 &
+signer=$!
+for _ in $(seq 100); do grep -q '"listening"' "$work/signer.log" 2>/dev/null && break; sleep 0.1; done
+port=$(sed -n 's/.*"address":"127\.0\.0\.1:\([0-9]*\)".*/\1/p' "$work/signer.log" | head -1)
+printf '%s\n' 'apiVersion: v1' 'kind: Endpoints' \
+  'metadata: {name: kubevm-ssh-signer, namespace: kubevm-system}' \
+  "subsets: [{addresses: [{ip: 127.0.0.1}], ports: [{name: https, port: $port, protocol: TCP}]}]" |
+  "$kubectl" apply -f - >/dev/null
+"$vm" create bench --image quay.io/containerdisks/ubuntu:24.04 --wait --timeout 60s >/dev/null
+rss() { awk -v k="$1:" '$1 == k {print $2}' "/proc/$signer/status"; }
+py() { python3 -c "print($1)"; }
+
+ssh-keygen -q -t ed25519 -N '' -f "$work/key"
+printf '{"apiVersion":"ssh.kubevm.io/v1alpha1","kind":"SSHCertificateRequest","spec":{"publicKey":"%s"}}' \
+  "$(cut -d' ' -f1,2 "$work/key.pub")" >"$work/request.json"
+url="$server/apis/ssh.kubevm.io/v1alpha1/namespaces/default/virtualmachines/bench/sshcertificate"
+issue() {
+  curl -s -o /dev/null -w '%{http_code} %{time_total}\n' --cacert "$work/ca.crt" \
+    -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \
+    --data-binary "@$work/request.json" "$url"
+}
+export -f issue; export work admin url
+idle=$(rss VmRSS)
+for _ in $(seq "$requests"); do issue; done >"$work/sequential"
+grep -vc '^201 ' "$work/sequential" | grep -qx 0 || { echo "some issuances failed:" >&2; sort "$work/sequential" | uniq -c | head >&2; exit 1; }
+python3 - "$work/sequential" <<'PY'
+import statistics, sys
+t = sorted(float(l.split()[1]) * 1000 for l in open(sys.argv[1]))
+p = lambda q: t[min(len(t) - 1, int(q * len(t)))]
+print(f"issuance   {len(t)} sequential: p50 {p(0.5):.1f} ms  p95 {p(0.95):.1f} ms  mean {statistics.mean(t):.1f} ms")
+PY
+seq "$requests" | xargs -P 50 -I{} bash -c issue >"$work/concurrent"
+printf 'signer RSS idle %s KiB, peak after %s requests 50 at once %s KiB (%s answered 201)\n' \
+  "$idle" "$requests" "$(rss VmHWM)" "$(grep -c '^201 ' "$work/concurrent")"
+
+mean_us() {
+  "$@" >/dev/null 2>&1 || { echo "benchmark command failed: $*" >&2; exit 1; }
+  local start end
+  start=$(date +%s%N)
+  for _ in $(seq "$runs"); do "$@" >/dev/null 2>&1; done
+  end=$(date +%s%N)
+  echo $(( (end - start) / runs / 1000 ))
+}
+with_signer=$(mean_us "$vm" ssh bench --strict-host-key-checking yes -- true)
+"$kubectl" delete apiservice v1alpha1.ssh.kubevm.io >/dev/null
+direct=$(mean_us "$vm" ssh bench --strict-host-key-checking yes -- true)
+printf 'ssh        signer %8.1f ms   direct %8.1f ms   ratio %s (runs: %s)\n' \
+  "$(py "$with_signer/1000")" "$(py "$direct/1000")" "$(py "round($with_signer/$direct, 3)")" "$runs"
