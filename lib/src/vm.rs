@@ -146,12 +146,26 @@ pub struct VmDetails {
     pub interfaces: Vec<Interface>,
     /// Guest OS as the agent reports it.
     pub guest_os: Option<String>,
+    /// How the guest trusts SSH certificates, for VMs kubectl-vm created (see [`ssh_trust`]).
+    pub ssh_trust: Option<String>,
     /// Disks.
     pub disks: Vec<Disk>,
     /// Recent events, oldest first (empty when events cannot be read).
     pub events: Vec<EventLine>,
     /// The instance object (KubeVirt, when running).
     pub instance: Option<Value>,
+}
+
+/// `VM-scoped` for VMs whose guests accept only certificates naming them; for VMs kubectl-vm
+/// created before that, a warning that any certificate of the CA for the login opens them.
+pub fn ssh_trust(vm: &Value) -> Option<String> {
+    let meta = &vm["metadata"];
+    if meta["annotations"][crate::signer::TRUST_ANNOTATION] == crate::signer::TRUST_VM_SCOPED {
+        return Some("VM-scoped (certificates for LOGIN@NAME.NAMESPACE only)".into());
+    }
+    (meta["labels"][crate::create::MANAGED_BY_LABEL] == crate::create::MANAGED_BY).then(|| {
+        "unscoped: any certificate of the CA for the login opens it (created before VM-scoped trust; recreate it)".into()
+    })
 }
 
 fn text(value: &Value, pointer: &str) -> Option<String> {
@@ -430,6 +444,7 @@ pub fn kubevirt_details(vm: &Value, vmi: Option<Value>, events: Vec<EventLine>) 
         conditions: all_conditions,
         interfaces,
         guest_os,
+        ssh_trust: ssh_trust(vm),
         disks,
         events,
         instance: vmi,
@@ -526,6 +541,7 @@ pub fn deckhouse_details(vm: &Value, events: Vec<EventLine>) -> VmDetails {
         conditions: conditions(vm),
         interfaces,
         guest_os,
+        ssh_trust: ssh_trust(vm),
         disks,
         events,
         instance: None,
@@ -569,6 +585,17 @@ async fn events_for(cluster: &Cluster, name: &str, namespace: &str) -> Vec<Event
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ssh_trust_tells_scoped_from_older_vms() {
+        let scoped = serde_json::json!({"metadata": {"annotations": {"ssh.kubevm.io/trust": "vm-scoped"},
+            "labels": {"app.kubernetes.io/managed-by": "kubectl-vm"}}});
+        assert!(super::ssh_trust(&scoped).unwrap().starts_with("VM-scoped"));
+        let older = serde_json::json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": "kubectl-vm"}}});
+        assert!(super::ssh_trust(&older).unwrap().starts_with("unscoped"));
+        let foreign = serde_json::json!({"metadata": {"name": "x"}});
+        assert_eq!(super::ssh_trust(&foreign), None);
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -147,7 +147,9 @@ fn scenario(env: Env, restricted: bool) {
     )
     .unwrap();
 
-    ok(env.vm(&["ca", "init"]));
+    // Through the signer, as a platform team deploys it: certificates and the host
+    // certificate come from it, scoped to this VM.
+    let signer = crate::signer::start_signer(&env, &[]);
     let out = ok(env.vm(&[
         "create",
         vm,
@@ -284,7 +286,7 @@ fn scenario(env: Env, restricted: bool) {
             ident,
             &format!("ops@{vm}"),
             "--",
-            "sudo sh -c ': > /etc/ssh/kubevm_trusted_user_ca_keys; rm -f /etc/ssh/sshd_config.d/50-kubevm.conf; systemctl reload ssh' && ls /etc/ssh/sshd_config.d/ && wc -c < /etc/ssh/kubevm_trusted_user_ca_keys",
+            "sudo sh -c ': > /etc/ssh/kubevm_trusted_user_ca_keys; rm -rf /etc/ssh/kubevm_principals; rm -f /etc/ssh/sshd_config.d/50-kubevm.conf; systemctl reload ssh' && ls /etc/ssh/sshd_config.d/ && wc -c < /etc/ssh/kubevm_trusted_user_ca_keys",
         ],
     );
     assert_eq!(stdout(&out).trim(), "0", "{}", stderr(&out));
@@ -299,6 +301,28 @@ fn scenario(env: Env, restricted: bool) {
     );
     assert_eq!(stdout(&out), "kubevm\n");
     assert_eq!(known_hosts_entries(&env), 0, "no known_hosts entry");
+    // The guest user by certificate too (the VM lists it), its principal file back after the
+    // reboot; the signer recorded each issuance.
+    let out = ssh(
+        &env,
+        &[
+            &format!("ops@{vm}"),
+            "--",
+            "cat /etc/ssh/kubevm_principals/ops",
+        ],
+    );
+    assert_eq!(
+        stdout(&out),
+        format!("ops@{vm}.default\n"),
+        "{}",
+        stderr(&out)
+    );
+    let issued = signer
+        .audit()
+        .into_iter()
+        .filter(|r| r["event"] == "issued" && r["kind"] == "user")
+        .count();
+    assert!(issued >= 4, "{:?}", signer.audit());
     let out = ssh(
         &env,
         &[

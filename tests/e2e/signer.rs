@@ -488,27 +488,37 @@ fn signing_ca(env: &Env, host: &str) -> String {
 }
 
 #[test]
-fn rotation_reaches_the_running_signer() {
+fn rotation_reaches_the_running_signer_and_the_guests() {
     let env = Env::kubevirt();
     let _signer = start_signer(&env, &[]);
     create_vm(&env, "www", "default");
-    ok(env.vm(&["ca", "rotate"]));
+    let rotated = ok(env.vm(&["ca", "rotate"]));
+    assert!(
+        rotated
+            .contains("Updated the SSH trust of 1 VMs (applied at their next boot): www.default"),
+        "{rotated}"
+    );
     let keys: serde_json::Value =
         serde_json::from_str(&ok(env.vm(&["ca", "show", "-o", "json"]))).unwrap();
     assert_eq!(keys["mode"], "signer");
     let old_key = keys["keys"][0]["fingerprint"].as_str().unwrap().to_owned();
     let new_key = keys["keys"][1]["fingerprint"].as_str().unwrap().to_owned();
     // During the rotation the running signer (no restart) signs user certificates with the
-    // key every guest trusts, so existing VMs keep working.
+    // key every guest trusts, so the VM keeps working before its reboot.
     assert_eq!(signing_ca(&env, "www.default.vm"), old_key);
     let out = ssh_as(&env, &[], &["www", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    // A VM created now trusts both keys and carries a host certificate of the new key.
-    create_vm(&env, "www2", "default");
-    ok(env.vm(&["ca", "rotate", "--finish"]));
-    // From now on the new key signs, and that guest accepts it.
-    assert_eq!(signing_ca(&env, "www2.default.vm"), new_key);
-    let out = ssh_as(&env, &[], &["www2", "--", "true"]);
+    // Its next boot applies the new trust and a host certificate of the new key.
+    ok(env.vm(&["restart", "www", "--wait", "--timeout", "60s"]));
+    let finished = ok(env.vm(&["ca", "rotate", "--finish"]));
+    assert!(
+        finished.contains(&format!("No longer trusted: {old_key}")),
+        "{finished}"
+    );
+    // From now on the new key signs, the guest accepts it, and its host certificate (new key)
+    // is verified with only the new key trusted.
+    assert_eq!(signing_ca(&env, "www.default.vm"), new_key);
+    let out = ssh_as(&env, &[], &["www", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
@@ -526,4 +536,6 @@ fn direct_mode_says_it_is_unsafe() {
     );
     let show = ok(env.vm(&["ca", "show"]));
     assert!(show.contains("Mode:       direct (unsafe)"), "{show}");
+    let get = ok(env.vm(&["get", "www"]));
+    assert!(get.contains("SSH trust:    VM-scoped"), "{get}");
 }

@@ -4,6 +4,7 @@ use std::io::Write;
 
 use clap::{Args, Subcommand, ValueEnum};
 use clap_complete::engine::ArgValueCompleter;
+use kubevm::ca::propagate;
 use kubevm::ca::store::{self, DEFAULT_CA_NAMESPACE, InitOutcome, PublishedKey, RotateOutcome};
 use kubevm::ca::{CONFIGMAP_NAME, CaBundle, SECRET_NAME, fingerprint, objects::READER_NAME};
 use kubevm::cluster::Cluster;
@@ -277,6 +278,23 @@ async fn init_signer(global: &GlobalArgs, ns: &str, args: &InitArgs) -> CommandR
     Ok(())
 }
 
+fn report_trust_update(out: &mut impl Write, update: &propagate::TrustUpdate) -> CommandResult {
+    writeln!(
+        out,
+        "Updated the SSH trust of {} VMs (applied at their next boot){}",
+        update.updated.len(),
+        if update.updated.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", update.updated.join(", "))
+        }
+    )?;
+    for (vm, why) in &update.skipped {
+        writeln!(out, "Not updated: {vm}: {why}")?;
+    }
+    Ok(())
+}
+
 /// `Signer (APIService …, Available)` or `Direct (…)`, for `ca show`.
 async fn mode_line(cluster: &Cluster) -> CommandResult<(String, bool)> {
     use kubevm::signer::client::{Mode, mode};
@@ -368,9 +386,33 @@ async fn rotate(cluster: &Cluster, ns: &str, finish: bool) -> CommandResult {
                     "Still trusted until `kubectl vm ca rotate --finish`: {old}"
                 )?;
             }
+            let keys = bundle
+                .public_keys_openssh()
+                .map_err(|e| CommandError::Failed(e.to_string()))?;
+            // Every VM kubectl-vm made learns the new key, and gets a host certificate of it,
+            // at its next boot.
+            let update = match kubevm::signer::client::mode(cluster, None).await? {
+                kubevm::signer::client::Mode::Signer => {
+                    propagate::update_vm_trust(
+                        cluster,
+                        &keys,
+                        Some(&propagate::SignerCertifier(cluster)),
+                    )
+                    .await?
+                }
+                kubevm::signer::client::Mode::Direct => {
+                    propagate::update_vm_trust(
+                        cluster,
+                        &keys,
+                        Some(&propagate::CaCertifier(&bundle)),
+                    )
+                    .await?
+                }
+            };
+            report_trust_update(&mut out, &update)?;
             writeln!(
                 out,
-                "Until then user certificates stay signed by the old key, which every VM trusts; host certificates of new VMs are signed by the new key. Finish the rotation once every VM trusts the new key (VMs created from now on do)."
+                "Until then user certificates stay signed by the old key, which every VM trusts. Restart the VMs (they read the new key at boot), then finish the rotation."
             )?;
             Ok(())
         }
@@ -383,6 +425,12 @@ async fn rotate(cluster: &Cluster, ns: &str, finish: bool) -> CommandResult {
             for old in dropped {
                 writeln!(out, "No longer trusted: {old}")?;
             }
+            let keys = bundle
+                .public_keys_openssh()
+                .map_err(|e| CommandError::Failed(e.to_string()))?;
+            let update =
+                propagate::update_vm_trust::<propagate::CaCertifier>(cluster, &keys, None).await?;
+            report_trust_update(&mut out, &update)?;
             Ok(())
         }
     }

@@ -94,6 +94,7 @@ fn describe(out: &mut dyn Write, d: &VmDetails, now: jiff::Timestamp) -> std::io
         ("Guest agent", yes_no(s.agent, "connected", "not connected")),
         ("Migratable", yes_no(s.migratable, "yes", "no")),
         ("Guest OS", cell(d.guest_os.as_ref())),
+        ("SSH trust", cell(d.ssh_trust.as_ref())),
     ];
     for (label, value) in fields {
         writeln!(out, "{:<14}{value}", format!("{label}:"))?;

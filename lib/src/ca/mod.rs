@@ -12,6 +12,7 @@
 mod bundle;
 mod host;
 pub mod objects;
+pub mod propagate;
 pub mod store;
 
 pub use bundle::{CaBundle, fingerprint, trusted_keys_from_configmap};
