@@ -95,9 +95,10 @@ if $demo; then
   if [ -n "$kubectl" ]; then
     # In a cluster the Deployment runs the signer; here it runs beside the emulator, as the
     # signer's ServiceAccount, with the serving certificate `ca init --signer` made.
-    "$kubectl" create token kubevm-ssh-signer -n kubevm-system >"$work/token"
-    "$kubectl" get secret kubevm-ssh-signer-tls -n kubevm-system -o jsonpath='{.data.tls\.crt}' | base64 -d >"$work/tls.crt"
-    "$kubectl" get secret kubevm-ssh-signer-tls -n kubevm-system -o jsonpath='{.data.tls\.key}' | base64 -d >"$work/tls.key"
+    # (kubectl's discovery complains about the APIService until the signer runs: kept in a log.)
+    "$kubectl" create token kubevm-ssh-signer -n kubevm-system >"$work/token" 2>>"$work/kubectl.log"
+    "$kubectl" get secret kubevm-ssh-signer-tls -n kubevm-system -o jsonpath='{.data.tls\.crt}' 2>>"$work/kubectl.log" | base64 -d >"$work/tls.crt"
+    "$kubectl" get secret kubevm-ssh-signer-tls -n kubevm-system -o jsonpath='{.data.tls\.key}' 2>>"$work/kubectl.log" | base64 -d >"$work/tls.key"
     ( umask 077
       "$kubectl" config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d >"$work/ca.crt"
       server=$("$kubectl" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
@@ -115,7 +116,7 @@ if $demo; then
     printf '%s\n' 'apiVersion: v1' 'kind: Endpoints' \
       'metadata: {name: kubevm-ssh-signer, namespace: kubevm-system}' \
       "subsets: [{addresses: [{ip: 127.0.0.1}], ports: [{name: https, port: $port, protocol: TCP}]}]" |
-      "$kubectl" apply -f - >/dev/null
+      "$kubectl" apply -f - >/dev/null 2>>"$work/kubectl.log"
     run kubectl-vm ca show
     run kubectl-vm create demo --image quay.io/containerdisks/ubuntu:24.04 --cpu 2 --memory 2Gi --wait --timeout 1m
     if [ "$(id -u)" -eq 0 ] && [ -x /usr/sbin/sshd ]; then
