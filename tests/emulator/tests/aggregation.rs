@@ -3,6 +3,7 @@
 //! identity headers, RBAC on the aggregated resources, upstream's unavailable answers, the
 //! `Available` condition, ServiceAccount tokens and SubjectAccessReviews.
 
+mod common;
 #[path = "common/backend.rs"]
 mod backend;
 
@@ -436,4 +437,62 @@ async fn service_account_tokens_get_only_what_rbac_grants() {
     let (code, _, _) = send(&client, "DELETE", "/api/v1/namespaces/dev/serviceaccounts/signer", &[], "").await;
     assert_eq!(code, 200);
     assert_eq!(send(&sa, "GET", reader, &[], "").await.0, 401);
+}
+
+#[test]
+fn kubectl_gets_apiservices_and_creates_tokens() {
+    let env = common::kubectl::KubectlEnv::new();
+    env.emu.put_object(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": SVC, "namespace": NS},
+        "spec": {"ports": [{"name": "https", "port": 443}]}}));
+    env.emu.put_object(json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": format!("{VERSION}.{GROUP}")},
+        "spec": {"group": GROUP, "version": VERSION, "groupPriorityMinimum": 1000, "versionPriority": 15,
+            "service": {"namespace": NS, "name": SVC}}}));
+    let mut out = String::new();
+    for _ in 0..50 {
+        let (ok, o, err) = env.run(&["get", "apiservices"], "");
+        assert!(ok, "{err}");
+        out = o;
+        if out.contains("False (EndpointsNotFound)") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split("   ").map(str::trim).filter(|c| !c.is_empty()).collect())
+        .collect();
+    assert_eq!(lines[0], ["NAME", "SERVICE", "AVAILABLE", "AGE"], "{out}");
+    assert_eq!(
+        lines[1][..3],
+        ["v1alpha1.ssh.kubevm.io", "kubevm-system/ssh-signer", "False (EndpointsNotFound)"],
+        "{out}"
+    );
+    // As on a real cluster, discovery of the unavailable group/version fails (a warning).
+    let (_, _, err) = env.run(&["get", "apiservices"], "");
+    assert!(err.contains("ssh.kubevm.io/v1alpha1"), "{err}");
+
+    let (ok, _, err) = env.run(&["create", "token", "signer", "-n", "dev"], "");
+    assert!(!ok);
+    assert!(err.contains("serviceaccounts \"signer\" not found"), "{err}");
+    env.emu.put_object(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "signer", "namespace": "dev"}}));
+    let token = env.ok(&["create", "token", "signer", "-n", "dev", "--duration", "20m"]);
+    let kubeconfig = env.dir.path().join("sa.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        env.emu.kubeconfig_yaml_with_token("signer", token.trim()),
+    )
+    .unwrap();
+    let o = std::process::Command::new(common::kubectl::kubectl_path())
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "system:serviceaccount:dev:signer",
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
