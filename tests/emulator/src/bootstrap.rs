@@ -28,10 +28,10 @@ pub fn policy() -> Vec<Value> {
     vec![
         // bootstrappolicy/policy.go ClusterRoles(): system:auth-delegator.
         json!({"apiVersion": RBAC, "kind": "ClusterRole", "metadata": bootstrap_meta("system:auth-delegator", None),
-            "rules": [
-                {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
-                {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
-            ]}),
+        "rules": [
+            {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+            {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+        ]}),
         // bootstrappolicy/namespace_policy.go: the reader Role and its binding to the
         // controller manager and scheduler.
         json!({"apiVersion": RBAC, "kind": "Role",
@@ -39,12 +39,12 @@ pub fn policy() -> Vec<Value> {
             "rules": [{"apiGroups": [""], "resources": ["configmaps"],
                 "resourceNames": ["extension-apiserver-authentication"], "verbs": ["get", "list", "watch"]}]}),
         json!({"apiVersion": RBAC, "kind": "RoleBinding",
-            "metadata": bootstrap_meta("system::extension-apiserver-authentication-reader", Some("kube-system")),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "extension-apiserver-authentication-reader"},
-            "subjects": [
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:kube-controller-manager"},
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:kube-scheduler"},
-            ]}),
+        "metadata": bootstrap_meta("system::extension-apiserver-authentication-reader", Some("kube-system")),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "extension-apiserver-authentication-reader"},
+        "subjects": [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:kube-controller-manager"},
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:kube-scheduler"},
+        ]}),
     ]
 }
 
@@ -57,16 +57,16 @@ pub fn policy() -> Vec<Value> {
 pub fn authentication_configmap(client_ca_pem: &str, front_proxy: &FrontProxy) -> Value {
     let list = |v: &[&str]| serde_json::to_string(v).unwrap_or_default();
     json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},
-        "data": {
-            "client-ca-file": client_ca_pem,
-            "requestheader-client-ca-file": front_proxy.ca_pem,
-            "requestheader-allowed-names": list(&[FRONT_PROXY_CLIENT_CN]),
-            "requestheader-username-headers": list(&["X-Remote-User"]),
-            "requestheader-uid-headers": list(&[]),
-            "requestheader-group-headers": list(&["X-Remote-Group"]),
-            "requestheader-extra-headers-prefix": list(&["X-Remote-Extra-"]),
-        }})
+    "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},
+    "data": {
+        "client-ca-file": client_ca_pem,
+        "requestheader-client-ca-file": front_proxy.ca_pem,
+        "requestheader-allowed-names": list(&[FRONT_PROXY_CLIENT_CN]),
+        "requestheader-username-headers": list(&["X-Remote-User"]),
+        "requestheader-uid-headers": list(&[]),
+        "requestheader-group-headers": list(&["X-Remote-Group"]),
+        "requestheader-extra-headers-prefix": list(&["X-Remote-Extra-"]),
+    }})
 }
 
 /// Seeds the bootstrap policy and the authentication ConfigMap.

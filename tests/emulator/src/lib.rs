@@ -202,7 +202,12 @@ impl Handle {
             .store
             .get(&store::Key::new("", "serviceaccounts", namespace, name))?;
         let audiences = [sa_tokens::API_AUDIENCE.to_string()];
-        Some(self.app.sa_tokens.issue(&sa, &audiences, expiration_seconds).0)
+        Some(
+            self.app
+                .sa_tokens
+                .issue(&sa, &audiences, expiration_seconds)
+                .0,
+        )
     }
 
     /// The front-proxy identity the aggregator presents to aggregated API servers (its CA is

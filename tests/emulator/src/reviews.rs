@@ -65,7 +65,11 @@ pub fn subject_access_review(app: &App, mut obj: Value) -> Result<Value, ApiErro
             "spec.resourceAttributes",
             &format!(
                 "Invalid value: {}: exactly one of nonResourceAttributes or resourceAttributes must be specified",
-                if res.is_object() { res.to_string() } else { "null".into() }
+                if res.is_object() {
+                    res.to_string()
+                } else {
+                    "null".into()
+                }
             ),
         ));
     }

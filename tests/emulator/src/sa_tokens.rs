@@ -47,7 +47,12 @@ pub struct ServiceAccountTokens {
 impl ServiceAccountTokens {
     /// Issues a token for ServiceAccount `sa` (a stored object); returns it and its expiry
     /// (Unix seconds).
-    pub fn issue(&self, sa: &Value, audiences: &[String], expiration_seconds: i64) -> (String, i64) {
+    pub fn issue(
+        &self,
+        sa: &Value,
+        audiences: &[String],
+        expiration_seconds: i64,
+    ) -> (String, i64) {
         let now = now_unix();
         let exp = now + expiration_seconds;
         let (namespace, name, uid) = (
@@ -101,7 +106,12 @@ impl ServiceAccountTokens {
         if now_unix() >= issued.expires || !issued.audiences.iter().any(|a| a == API_AUDIENCE) {
             return None;
         }
-        let sa = store.get(&Key::new("", "serviceaccounts", &issued.namespace, &issued.name))?;
+        let sa = store.get(&Key::new(
+            "",
+            "serviceaccounts",
+            &issued.namespace,
+            &issued.name,
+        ))?;
         if meta_str(&sa, "uid") != issued.sa_uid {
             return None;
         }
@@ -155,7 +165,10 @@ pub fn token_request(
         .store
         .get(&Key::new("", "serviceaccounts", namespace, name))
         .ok_or_else(|| ApiError::not_found("", "serviceaccounts", name))?;
-    if req.pointer("/spec/boundObjectRef").is_some_and(|b| !b.is_null()) {
+    if req
+        .pointer("/spec/boundObjectRef")
+        .is_some_and(|b| !b.is_null())
+    {
         return Err(ApiError::bad_request(
             "the emulator does not bind tokens to objects (spec.boundObjectRef)",
         ));

@@ -264,7 +264,9 @@ fn workload_builtin(obj: &Value, name: &str) -> Value {
         "@deploy-ready" => json!(format!(
             "{}/{}",
             int("/status/readyReplicas"),
-            obj.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)
+            obj.pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(1)
         )),
         "@deploy-updated" => json!(int("/status/updatedReplicas")),
         "@deploy-available" => json!(int("/status/availableReplicas")),
@@ -303,7 +305,11 @@ fn workload_builtin(obj: &Value, name: &str) -> Value {
             if all.len() > 3 {
                 s.push_str(&format!(" + {} more...", all.len() - 3));
             }
-            json!(if s.is_empty() { "<none>".to_string() } else { s })
+            json!(if s.is_empty() {
+                "<none>".to_string()
+            } else {
+                s
+            })
         }
         "@pdb-min" => int_or_str("/spec/minAvailable"),
         "@pdb-max" => int_or_str("/spec/maxUnavailable"),

@@ -3,9 +3,9 @@
 //! identity headers, RBAC on the aggregated resources, upstream's unavailable answers, the
 //! `Available` condition, ServiceAccount tokens and SubjectAccessReviews.
 
-mod common;
 #[path = "common/backend.rs"]
 mod backend;
+mod common;
 
 use backend::{Backend, GROUP, VERSION, header_values};
 use kube::client::Body;
@@ -78,7 +78,12 @@ async fn available(emu: &Emulator, status: &str) -> Value {
         let svc = emu.objects("apiregistration.k8s.io", "apiservices", None);
         let cond = svc
             .iter()
-            .flat_map(|s| s["status"]["conditions"].as_array().cloned().unwrap_or_default())
+            .flat_map(|s| {
+                s["status"]["conditions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
             .find(|c| c["type"] == "Available");
         if let Some(c) = cond.filter(|c| c["status"] == status) {
             return c;
@@ -114,10 +119,19 @@ async fn discovery_lists_the_group_and_requests_reach_the_backend_as_the_caller(
     let (emu, client) = start().await;
     let (cm, ca) = front_proxy_ca(&client).await;
     let data = &cm["data"];
-    assert_eq!(data["requestheader-allowed-names"], r#"["front-proxy-client"]"#);
-    assert_eq!(data["requestheader-username-headers"], r#"["X-Remote-User"]"#);
+    assert_eq!(
+        data["requestheader-allowed-names"],
+        r#"["front-proxy-client"]"#
+    );
+    assert_eq!(
+        data["requestheader-username-headers"],
+        r#"["X-Remote-User"]"#
+    );
     assert_eq!(data["requestheader-group-headers"], r#"["X-Remote-Group"]"#);
-    assert_eq!(data["requestheader-extra-headers-prefix"], r#"["X-Remote-Extra-"]"#);
+    assert_eq!(
+        data["requestheader-extra-headers-prefix"],
+        r#"["X-Remote-Extra-"]"#
+    );
     assert_eq!(data["requestheader-uid-headers"], "[]");
     assert_eq!(data["client-ca-file"], emu.ca_pem().as_str());
     assert_eq!(ca, emu.front_proxy().ca_pem);
@@ -144,10 +158,16 @@ async fn discovery_lists_the_group_and_requests_reach_the_backend_as_the_caller(
         json!({"groupVersion": "ssh.kubevm.io/v1alpha1", "version": "v1alpha1"})
     );
     let (code, _, doc) = send(&client, "GET", "/apis/ssh.kubevm.io", &[], "").await;
-    assert_eq!((code, json_of(&doc)["kind"].clone()), (200, json!("APIGroup")));
+    assert_eq!(
+        (code, json_of(&doc)["kind"].clone()),
+        (200, json!("APIGroup"))
+    );
     let (code, _, doc) = send(&client, "GET", "/apis/ssh.kubevm.io/v1alpha1", &[], "").await;
     assert_eq!(code, 200);
-    assert_eq!(json_of(&doc)["resources"][0]["name"], "virtualmachines/sshcertificate");
+    assert_eq!(
+        json_of(&doc)["resources"][0]["name"],
+        "virtualmachines/sshcertificate"
+    );
 
     // The admin's POST, with forged identity headers, reaches the backend as admin.
     emu.clear_requests();
@@ -198,16 +218,29 @@ async fn discovery_lists_the_group_and_requests_reach_the_backend_as_the_caller(
         "metadata": {"name": "cli-ssh", "namespace": "dev"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "ssh-signer-user"},
         "subjects": [{"kind": "ServiceAccount", "name": "cli"}]}));
-    let (code, _, echo) = send(&sa_client, "POST", CERT_PATH, &[("authorization", &auth)], "{}").await;
+    let (code, _, echo) = send(
+        &sa_client,
+        "POST",
+        CERT_PATH,
+        &[("authorization", &auth)],
+        "{}",
+    )
+    .await;
     assert_eq!(code, 200, "{echo}");
     let echo = json_of(&echo);
-    assert_eq!(header_values(&echo, "x-remote-user"), ["system:serviceaccount:dev:cli"]);
+    assert_eq!(
+        header_values(&echo, "x-remote-user"),
+        ["system:serviceaccount:dev:cli"]
+    );
     let sa = &emu.objects("", "serviceaccounts", Some("dev"))[0];
     assert_eq!(
         header_values(&echo, "x-remote-uid"),
         [sa["metadata"]["uid"].as_str().unwrap()]
     );
-    let credential = header_values(&echo, "x-remote-extra-authentication.kubernetes.io%2fcredential-id");
+    let credential = header_values(
+        &echo,
+        "x-remote-extra-authentication.kubernetes.io%2fcredential-id",
+    );
     assert!(credential[0].starts_with("JTI="), "{echo}");
     backend.stop().await;
 }
@@ -224,20 +257,30 @@ async fn rbac_resource_names_on_the_subresource_decide_before_the_proxy() {
     let backend = Backend::start(SVC, NS, &ca).await;
     register(&emu, Some(backend.port), &backend.ca_bundle);
     available(&emu, "True").await;
-    emu.put_object(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+    emu.put_object(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": "sign-web", "namespace": "dev"},
         "rules": [{"apiGroups": [GROUP], "resources": ["virtualmachines/sshcertificate"],
-            "resourceNames": ["web"], "verbs": ["create"]}]}));
-    emu.put_object(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "resourceNames": ["web"], "verbs": ["create"]}]}),
+    );
+    emu.put_object(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
         "metadata": {"name": "bob-signs-web", "namespace": "dev"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "sign-web"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"}]}));
-    let bob = [("impersonate-user", "bob"), ("content-type", "application/json")];
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"}]}),
+    );
+    let bob = [
+        ("impersonate-user", "bob"),
+        ("content-type", "application/json"),
+    ];
     let (code, _, echo) = send(&client, "POST", CERT_PATH, &bob, "{}").await;
     assert_eq!(code, 200, "{echo}");
     let echo = json_of(&echo);
     assert_eq!(header_values(&echo, "x-remote-user"), ["bob"]);
-    assert_eq!(header_values(&echo, "x-remote-group"), ["system:authenticated"]);
+    assert_eq!(
+        header_values(&echo, "x-remote-group"),
+        ["system:authenticated"]
+    );
     assert!(header_values(&echo, "impersonate-user").is_empty());
 
     let db = CERT_PATH.replace("/web/", "/db/");
@@ -350,7 +393,10 @@ async fn service_account_tokens_get_only_what_rbac_grants() {
     )
     .await;
     assert_eq!(code, 404, "{body}");
-    assert_eq!(json_of(&body)["message"], "serviceaccounts \"signer\" not found");
+    assert_eq!(
+        json_of(&body)["message"],
+        "serviceaccounts \"signer\" not found"
+    );
     emu.put_object(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "signer", "namespace": "dev"}}));
     let (code, _, body) = send(
         &client,
@@ -363,19 +409,31 @@ async fn service_account_tokens_get_only_what_rbac_grants() {
     assert_eq!(code, 201, "{body}");
     let tr = json_of(&body);
     assert_eq!(tr["kind"], "TokenRequest");
-    assert_eq!(tr["spec"]["audiences"], json!(["https://kubernetes.default.svc.cluster.local"]));
+    assert_eq!(
+        tr["spec"]["audiences"],
+        json!(["https://kubernetes.default.svc.cluster.local"])
+    );
     let token = tr["status"]["token"].as_str().unwrap().to_string();
     assert_eq!(token.split('.').count(), 3, "JWT-shaped");
     let sa = token_client(&emu, &token).await;
 
-    let (_, _, who) = send(&sa, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+    let (_, _, who) = send(
+        &sa,
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
         &[("content-type", "application/json")],
-        r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#).await;
+        r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#,
+    )
+    .await;
     let info = &json_of(&who)["status"]["userInfo"];
     assert_eq!(info["username"], "system:serviceaccount:dev:signer");
     assert_eq!(
         info["groups"],
-        json!(["system:serviceaccounts", "system:serviceaccounts:dev", "system:authenticated"])
+        json!([
+            "system:serviceaccounts",
+            "system:serviceaccounts:dev",
+            "system:authenticated"
+        ])
     );
     // Not alice's free reads of dev, and no reviews without system:auth-delegator.
     let (code, _, _) = send(&sa, "GET", "/api/v1/namespaces/dev/pods", &[], "").await;
@@ -408,14 +466,18 @@ async fn service_account_tokens_get_only_what_rbac_grants() {
     let (code, _, body) = send(&sa, "POST", sar_path, &ct, &sar).await;
     assert_eq!(code, 201, "{body}");
     assert_eq!(json_of(&body)["status"], json!({"allowed": false}));
-    emu.put_object(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+    emu.put_object(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": "sign-web", "namespace": "dev"},
         "rules": [{"apiGroups": [GROUP], "resources": ["virtualmachines/sshcertificate"],
-            "resourceNames": ["web"], "verbs": ["create"]}]}));
-    emu.put_object(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "resourceNames": ["web"], "verbs": ["create"]}]}),
+    );
+    emu.put_object(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
         "metadata": {"name": "bob-signs-web", "namespace": "dev"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "sign-web"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"}]}));
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "bob"}]}),
+    );
     let (_, _, body) = send(&sa, "POST", sar_path, &ct, &sar).await;
     assert_eq!(
         json_of(&body)["status"],
@@ -427,14 +489,31 @@ async fn service_account_tokens_get_only_what_rbac_grants() {
 
     // TokenReview of the token itself.
     let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}).to_string();
-    let (code, _, body) = send(&sa, "POST", "/apis/authentication.k8s.io/v1/tokenreviews", &ct, &review).await;
+    let (code, _, body) = send(
+        &sa,
+        "POST",
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+        &ct,
+        &review,
+    )
+    .await;
     assert_eq!(code, 201, "{body}");
     let status = &json_of(&body)["status"];
     assert_eq!(status["authenticated"], true);
-    assert_eq!(status["user"]["username"], "system:serviceaccount:dev:signer");
+    assert_eq!(
+        status["user"]["username"],
+        "system:serviceaccount:dev:signer"
+    );
 
     // Deleting the ServiceAccount invalidates its tokens.
-    let (code, _, _) = send(&client, "DELETE", "/api/v1/namespaces/dev/serviceaccounts/signer", &[], "").await;
+    let (code, _, _) = send(
+        &client,
+        "DELETE",
+        "/api/v1/namespaces/dev/serviceaccounts/signer",
+        &[],
+        "",
+    )
+    .await;
     assert_eq!(code, 200);
     assert_eq!(send(&sa, "GET", reader, &[], "").await.0, 401);
 }
@@ -442,8 +521,10 @@ async fn service_account_tokens_get_only_what_rbac_grants() {
 #[test]
 fn kubectl_gets_apiservices_and_creates_tokens() {
     let env = common::kubectl::KubectlEnv::new();
-    env.emu.put_object(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": SVC, "namespace": NS},
-        "spec": {"ports": [{"name": "https", "port": 443}]}}));
+    env.emu.put_object(
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": SVC, "namespace": NS},
+        "spec": {"ports": [{"name": "https", "port": 443}]}}),
+    );
     env.emu.put_object(json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
         "metadata": {"name": format!("{VERSION}.{GROUP}")},
         "spec": {"group": GROUP, "version": VERSION, "groupPriorityMinimum": 1000, "versionPriority": 15,
@@ -460,12 +541,21 @@ fn kubectl_gets_apiservices_and_creates_tokens() {
     }
     let lines: Vec<Vec<&str>> = out
         .lines()
-        .map(|l| l.split("   ").map(str::trim).filter(|c| !c.is_empty()).collect())
+        .map(|l| {
+            l.split("   ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .collect()
+        })
         .collect();
     assert_eq!(lines[0], ["NAME", "SERVICE", "AVAILABLE", "AGE"], "{out}");
     assert_eq!(
         lines[1][..3],
-        ["v1alpha1.ssh.kubevm.io", "kubevm-system/ssh-signer", "False (EndpointsNotFound)"],
+        [
+            "v1alpha1.ssh.kubevm.io",
+            "kubevm-system/ssh-signer",
+            "False (EndpointsNotFound)"
+        ],
         "{out}"
     );
     // As on a real cluster, discovery of the unavailable group/version fails (a warning).
@@ -474,9 +564,20 @@ fn kubectl_gets_apiservices_and_creates_tokens() {
 
     let (ok, _, err) = env.run(&["create", "token", "signer", "-n", "dev"], "");
     assert!(!ok);
-    assert!(err.contains("serviceaccounts \"signer\" not found"), "{err}");
+    assert!(
+        err.contains("serviceaccounts \"signer\" not found"),
+        "{err}"
+    );
     env.emu.put_object(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "signer", "namespace": "dev"}}));
-    let token = env.ok(&["create", "token", "signer", "-n", "dev", "--duration", "20m"]);
+    let token = env.ok(&[
+        "create",
+        "token",
+        "signer",
+        "-n",
+        "dev",
+        "--duration",
+        "20m",
+    ]);
     let kubeconfig = env.dir.path().join("sa.kubeconfig");
     std::fs::write(
         &kubeconfig,
@@ -486,7 +587,12 @@ fn kubectl_gets_apiservices_and_creates_tokens() {
     let o = std::process::Command::new(common::kubectl::kubectl_path())
         .arg("--kubeconfig")
         .arg(&kubeconfig)
-        .args(["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"])
+        .args([
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ])
         .output()
         .unwrap();
     assert_eq!(

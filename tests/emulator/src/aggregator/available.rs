@@ -140,10 +140,7 @@ async fn check(app: &App, backend: &super::Backend) -> (bool, &'static str, Stri
             format!("no endpoints available for service \"{name}\""),
         );
     };
-    let url = format!(
-        "https://{addr}/apis/{}/{}",
-        backend.group, backend.version
-    );
+    let url = format!("https://{addr}/apis/{}/{}", backend.group, backend.version);
     match discovery_get(app, backend, &addr).await {
         Ok(()) => (true, "Passed", "all checks passed".into()),
         Err(e) => (
@@ -156,10 +153,7 @@ async fn check(app: &App, backend: &super::Backend) -> (bool, &'static str, Stri
 
 /// The discovery GET; Err is Go's wording of what went wrong.
 async fn discovery_get(app: &App, backend: &super::Backend, addr: &str) -> Result<(), String> {
-    let url = format!(
-        "https://{addr}/apis/{}/{}",
-        backend.group, backend.version
-    );
+    let url = format!("https://{addr}/apis/{}/{}", backend.group, backend.version);
     let tls = proxy::client_config(backend, app.front_proxy.get(), true)?;
     let target = proxy::Target {
         addr: addr.to_string(),
@@ -175,9 +169,10 @@ async fn discovery_get(app: &App, backend: &super::Backend, addr: &str) -> Resul
         ..Default::default()
     };
     proxy::set_auth_proxy_headers(request.headers_mut(), &aggregator);
-    request
-        .headers_mut()
-        .insert(http::header::HOST, http::HeaderValue::from_str(addr).map_err(|e| e.to_string())?);
+    request.headers_mut().insert(
+        http::header::HOST,
+        http::HeaderValue::from_str(addr).map_err(|e| e.to_string())?,
+    );
     let resp = proxy::round_trip(&target, request, Some(Duration::from_secs(5)))
         .await
         .map_err(|e| format!("Get \"{url}\": {e}"))?;

@@ -133,7 +133,8 @@ pub fn merge_group_list(app: &App, list: &mut Value) {
                     versions.push(gv);
                 }
             }
-            None => groups.push(json!({"name": group, "versions": [gv.clone()], "preferredVersion": gv})),
+            None => groups
+                .push(json!({"name": group, "versions": [gv.clone()], "preferredVersion": gv})),
         }
     }
 }

@@ -277,7 +277,12 @@ pub async fn forward(
     body: Bytes,
 ) -> Response {
     let mut path = parts.uri.path().to_string();
-    if let Some(q) = parts.uri.query().map(encode_query).filter(|q| !q.is_empty()) {
+    if let Some(q) = parts
+        .uri
+        .query()
+        .map(encode_query)
+        .filter(|q| !q.is_empty())
+    {
         path.push('?');
         path.push_str(&q);
     }

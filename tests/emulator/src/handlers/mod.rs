@@ -175,7 +175,11 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         .filter(|g| !g.contains('/'))
     {
         let list = group_list(app);
-        let found = list["groups"].as_array().into_iter().flatten().find(|x| x["name"] == g);
+        let found = list["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|x| x["name"] == g);
         return found
             .map(|d| {
                 let mut d = d.clone();

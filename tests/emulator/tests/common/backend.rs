@@ -44,10 +44,12 @@ impl Backend {
         for c in CertificateDer::pem_slice_iter(client_ca_pem.as_bytes()) {
             roots.add(c.unwrap()).unwrap();
         }
-        let verifier =
-            rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider.clone())
-                .build()
-                .unwrap();
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            roots.into(),
+            provider.clone(),
+        )
+        .build()
+        .unwrap();
         let config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()
