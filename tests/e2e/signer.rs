@@ -527,7 +527,14 @@ fn install_manifests_offline_and_idempotent_reruns() {
     let env = Env::kubevirt();
     env.emulator.clear_requests();
     let text = ok(env.vm(&[
-        "ca", "init", "--signer", "--image", "registry.example/kubectl-vm:1", "--dry-run=client", "-o", "yaml",
+        "ca",
+        "init",
+        "--signer",
+        "--image",
+        "registry.example/kubectl-vm:1",
+        "--dry-run=client",
+        "-o",
+        "yaml",
     ]));
     assert!(env.emulator.requests().is_empty(), "offline");
     let list: serde_json::Value = yaml_serde::from_str(&text).unwrap();
@@ -537,7 +544,14 @@ fn install_manifests_offline_and_idempotent_reruns() {
         .iter()
         .map(|o| o["kind"].as_str().unwrap())
         .collect();
-    for kind in ["Deployment", "PodDisruptionBudget", "Service", "APIService", "ClusterRole", "ServiceAccount"] {
+    for kind in [
+        "Deployment",
+        "PodDisruptionBudget",
+        "Service",
+        "APIService",
+        "ClusterRole",
+        "ServiceAccount",
+    ] {
         assert!(kinds.contains(&kind), "{kind}: {kinds:?}");
     }
     // Real kubectl sends them as they are; the server checks them without storing (the
@@ -545,22 +559,57 @@ fn install_manifests_offline_and_idempotent_reruns() {
     let file = env.dir.path().join("signer.yaml");
     std::fs::write(&file, &text).unwrap();
     ok(env.vm(&["ca", "init"]));
-    let applied = env.kubectl(&["apply", "--dry-run=server", "--validate=false", "-f", file.to_str().unwrap()]);
+    let applied = env.kubectl(&[
+        "apply",
+        "--dry-run=server",
+        "--validate=false",
+        "-f",
+        file.to_str().unwrap(),
+    ]);
     assert!(applied.status.success(), "{}", stderr(&applied));
     // Installing twice changes nothing that matters: the serving certificate stays.
-    ok(env.vm(&["ca", "init", "--signer", "--image", "registry.example/kubectl-vm:1"]));
+    ok(env.vm(&[
+        "ca",
+        "init",
+        "--signer",
+        "--image",
+        "registry.example/kubectl-vm:1",
+    ]));
     let bundle = |env: &Env| {
-        find_object(env, "apiregistration.k8s.io", "apiservices", None, "v1alpha1.ssh.kubevm.io").unwrap()["spec"]["caBundle"].clone()
+        find_object(
+            env,
+            "apiregistration.k8s.io",
+            "apiservices",
+            None,
+            "v1alpha1.ssh.kubevm.io",
+        )
+        .unwrap()["spec"]["caBundle"]
+            .clone()
     };
     let first = bundle(&env);
-    let again = ok(env.vm(&["ca", "init", "--signer", "--image", "registry.example/kubectl-vm:2"]));
-    assert!(again.contains("secret/kubevm-ssh-ca unchanged") && again.contains("deployment/kubevm-ssh-signer (namespace kubevm-system) configured"), "{again}");
+    let again = ok(env.vm(&[
+        "ca",
+        "init",
+        "--signer",
+        "--image",
+        "registry.example/kubectl-vm:2",
+    ]));
+    assert!(
+        again.contains("secret/kubevm-ssh-ca unchanged")
+            && again.contains("deployment/kubevm-ssh-signer (namespace kubevm-system) configured"),
+        "{again}"
+    );
     assert_eq!(bundle(&env), first);
     // Never over something that is not ours.
-    env.emulator.put_object(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": "kubevm:ssh"}, "rules": []}));
+    env.emulator.put_object(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "kubevm:ssh"}, "rules": []}),
+    );
     let err = crate::common::fails(&env, &["ca", "init", "--signer", "--image", "x"], 1);
-    assert!(err.contains("clusterrole/kubevm:ssh exists and was not created by kubectl vm"), "{err}");
+    assert!(
+        err.contains("clusterrole/kubevm:ssh exists and was not created by kubectl vm"),
+        "{err}"
+    );
 }
 
 #[test]

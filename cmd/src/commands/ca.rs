@@ -230,6 +230,14 @@ async fn init_signer(global: &GlobalArgs, ns: &str, args: &InitArgs) -> CommandR
     let cluster = Cluster::connect(&global.connect_options()).await?;
     let mut out = std::io::stdout().lock();
     let server_dry_run = dry_run == Some("server");
+    // Keep the serving certificate across re-runs: the APIService's caBundle stays valid.
+    let tls = match install::existing_serving_cert(&cluster, ns).await? {
+        Some(tls) => tls,
+        None => install::ServingCert::generate(ns)?,
+    };
+    let manifests = install::manifests(&options, &tls);
+    // Nothing is written when any of the names is taken by something not ours.
+    install::check_ours(&cluster, &manifests).await?;
     if !server_dry_run {
         match store::init(&cluster, ns).await? {
             InitOutcome::Exists => {
@@ -242,11 +250,6 @@ async fn init_signer(global: &GlobalArgs, ns: &str, args: &InitArgs) -> CommandR
             )?,
         }
     }
-    // Keep the serving certificate across re-runs: the APIService's caBundle stays valid.
-    let tls = match install::existing_serving_cert(&cluster, ns).await? {
-        Some(tls) => tls,
-        None => install::ServingCert::generate(ns)?,
-    };
     let suffix = if server_dry_run {
         " (server dry run)"
     } else {

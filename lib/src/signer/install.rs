@@ -278,34 +278,37 @@ pub struct Applied {
     pub created: bool,
 }
 
-/// Server-side apply every object (field manager `kubectl-vm`), refusing objects of those
-/// names that kubectl-vm did not create. `dry_run` asks the server to check without storing.
-pub async fn apply(cluster: &Cluster, objects: &[Value], dry_run: bool) -> Result<Vec<Applied>> {
-    let mut done = Vec::new();
-    for object in objects {
-        let (resource, namespaced) = api_resource(object)?;
-        let name = object["metadata"]["name"].as_str().unwrap_or_default();
-        let namespace = object["metadata"]["namespace"].as_str();
-        let api: Api<DynamicObject> = match (namespaced, namespace) {
-            (true, Some(ns)) => Api::namespaced_with(cluster.client.clone(), ns, &resource),
-            _ => Api::all_with(cluster.client.clone(), &resource),
-        };
-        let action = Action::new(
-            "patch",
-            resource.plural.clone(),
-            object["kind"]
-                .as_str()
-                .unwrap_or_default()
-                .to_ascii_lowercase(),
-        )
+fn api_for(cluster: &Cluster, object: &Value) -> Result<(Api<DynamicObject>, Action)> {
+    let (resource, namespaced) = api_resource(object)?;
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let namespace = object["metadata"]["namespace"].as_str();
+    let api: Api<DynamicObject> = match (namespaced, namespace) {
+        (true, Some(ns)) => Api::namespaced_with(cluster.client.clone(), ns, &resource),
+        _ => Api::all_with(cluster.client.clone(), &resource),
+    };
+    let kind = object["kind"]
+        .as_str()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let action = Action::new("patch", resource.plural.clone(), kind)
         .named(name)
         .in_namespace(namespace);
-        let existing = api
+    Ok((api, action))
+}
+
+/// Which of `objects` exist already, refusing (before anything is written) when one of them
+/// exists and was not created by kubectl-vm.
+pub async fn check_ours(cluster: &Cluster, objects: &[Value]) -> Result<Vec<bool>> {
+    let mut existing = Vec::new();
+    for object in objects {
+        let (api, action) = api_for(cluster, object)?;
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let found = api
             .get_opt(name)
             .await
             .map_err(|e| cluster.error(e, &action))?;
-        if let Some(existing) = &existing {
-            let ours = existing
+        if let Some(found) = &found {
+            let ours = found
                 .metadata
                 .labels
                 .as_ref()
@@ -318,6 +321,19 @@ pub async fn apply(cluster: &Cluster, objects: &[Value], dry_run: bool) -> Resul
                 )));
             }
         }
+        existing.push(found.is_some());
+    }
+    Ok(existing)
+}
+
+/// Server-side apply every object (field manager `kubectl-vm`) after [`check_ours`] found
+/// none of them foreign. `dry_run` asks the server to check without storing.
+pub async fn apply(cluster: &Cluster, objects: &[Value], dry_run: bool) -> Result<Vec<Applied>> {
+    let existing = check_ours(cluster, objects).await?;
+    let mut done = Vec::new();
+    for (object, existed) in objects.iter().zip(existing) {
+        let (api, action) = api_for(cluster, object)?;
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
         let mut params = PatchParams::apply("kubectl-vm").force();
         if dry_run {
             params = params.dry_run();
@@ -327,7 +343,7 @@ pub async fn apply(cluster: &Cluster, objects: &[Value], dry_run: bool) -> Resul
             .map_err(|e| cluster.error(e, &action))?;
         done.push(Applied {
             object: describe(object),
-            created: existing.is_none(),
+            created: !existed,
         });
     }
     Ok(done)
