@@ -80,11 +80,23 @@ pub enum Error {
     },
     /// The server does not serve the resource type at all.
     #[error(
-        "the server does not serve {resource}; is the platform installed? (check --flavor and --context)"
+        "the server does not serve {resource}; {}",
+        missing_component(resource)
     )]
     NotServed {
         /// Plural resource with group.
         resource: String,
+    },
+    /// The API server answered 503: an aggregated API whose server is down or not ready.
+    #[error(
+        "{resource} is unavailable: the API server answered 503 ({message}); {}",
+        missing_component(resource)
+    )]
+    Unavailable {
+        /// Plural resource with group.
+        resource: String,
+        /// The server's message.
+        message: String,
     },
     /// RBAC refused the request.
     #[error("forbidden: {} cannot {verb} {resource}{}{}", user.as_ref().map(|u| format!("user {u:?}")).unwrap_or_else(|| "you".into()), name.as_ref().map(|n| format!(" {n:?}")).unwrap_or_default(), in_ns(namespace))]
@@ -249,6 +261,15 @@ impl Error {
     ) -> Self {
         let other = details.filter(|d| d.names_other_than(action));
         match (code, reason) {
+            // The API server's own answer for a path no API serves (an aggregated group that
+            // is not registered): not the object missing.
+            (404, _) if message.trim() == NO_SUCH_PATH => Error::NotServed {
+                resource: action.resource.clone(),
+            },
+            (503, _) => Error::Unavailable {
+                resource: action.resource.clone(),
+                message: one_line(message.trim()),
+            },
             // The server names what is missing: a namespace for a create in a missing one
             // (NamespaceLifecycle admission), or an object the request refers to.
             (404, _) | (_, "NotFound") if other.is_some() => {
@@ -309,6 +330,22 @@ impl Error {
     /// Whether the error is a NotFound.
     pub fn is_not_found(&self) -> bool {
         matches!(self, Error::NotFound { .. })
+    }
+}
+
+/// The API server's message for a path that no API serves.
+pub const NO_SUCH_PATH: &str = "the server could not find the requested resource";
+
+/// Which component serves `resource`, for messages about it missing or down.
+fn missing_component(resource: &str) -> &'static str {
+    if resource.ends_with("subresources.kubevirt.io") {
+        "KubeVirt's API component (virt-api, APIService v1.subresources.kubevirt.io) is not installed or not ready"
+    } else if resource.ends_with("subresources.virtualization.deckhouse.io") {
+        "Deckhouse virtualization's API (virtualization-api, APIService v1alpha2.subresources.virtualization.deckhouse.io) is not installed or not ready"
+    } else if resource.ends_with(crate::signer::GROUP) {
+        "the SSH signer (APIService v1alpha1.ssh.kubevm.io) is not installed or not ready"
+    } else {
+        "is the platform installed? (check --flavor and --context)"
     }
 }
 
@@ -436,6 +473,45 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "the server does not serve virtualmachines.kubevirt.io; is the platform installed? (check --flavor and --context)"
+        );
+    }
+
+    #[test]
+    fn a_missing_subresource_api_is_not_a_missing_vm() {
+        // kubectl vm start on a cluster without virt-api: the PUT's 404 is the API server's
+        // own, for the unregistered group (before: `virtualmachine "web" not found`).
+        let start = Action::new(
+            "update",
+            "virtualmachines.subresources.kubevirt.io",
+            "virtualmachine",
+        )
+        .named("web")
+        .in_namespace(Some("prod"));
+        let err = Error::from_status(404, "NotFound", NO_SUCH_PATH, &start, "");
+        assert_eq!(
+            err.to_string(),
+            "the server does not serve virtualmachines.subresources.kubevirt.io; KubeVirt's API component (virt-api, APIService v1.subresources.kubevirt.io) is not installed or not ready"
+        );
+        // virt-api's own 404 still names the VM.
+        let err = Error::from_status(
+            404,
+            "NotFound",
+            "virtualmachine.kubevirt.io \"web\" not found",
+            &start,
+            "",
+        );
+        assert!(err.is_not_found());
+        // Registered but down: the API server's 503, with what is missing.
+        let err = Error::from_status(
+            503,
+            "Failed to parse error data",
+            "service unavailable",
+            &start,
+            "",
+        );
+        assert_eq!(
+            err.to_string(),
+            "virtualmachines.subresources.kubevirt.io is unavailable: the API server answered 503 (service unavailable); KubeVirt's API component (virt-api, APIService v1.subresources.kubevirt.io) is not installed or not ready"
         );
     }
 

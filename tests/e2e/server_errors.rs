@@ -129,3 +129,39 @@ fn delete_in_a_missing_namespace_names_the_namespace() {
         "Error: virtualmachine \"w\" not found in namespace \"prod\""
     );
 }
+
+/// KubeVirt's aggregated API registered but its Service without endpoints (virt-api down):
+/// the API server answers 503 at once. The tool shows it at -v 6 and ends in one line within
+/// seconds, naming the API (before: kube's retries ran `version` for 5 minutes, silently).
+#[test]
+fn an_unavailable_aggregated_api_fails_fast_in_one_line() {
+    let env = Env::kubevirt();
+    env.emulator.put_object(serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "virt-api", "namespace": "kubevirt"},
+        "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 8443}]}}));
+    env.emulator.put_object(serde_json::json!({
+        "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": "v1.subresources.kubevirt.io"},
+        "spec": {"group": "subresources.kubevirt.io", "version": "v1", "groupPriorityMinimum": 1000,
+            "versionPriority": 15, "service": {"namespace": "kubevirt", "name": "virt-api", "port": 443},
+            "insecureSkipTLSVerify": true}}));
+    let started = std::time::Instant::now();
+    let err = fails(&env, &["stop", "web"], 1);
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert_eq!(
+        err,
+        "Error: virtualmachines.subresources.kubevirt.io is unavailable: the API server answered 503 (service unavailable); KubeVirt's API component (virt-api, APIService v1.subresources.kubevirt.io) is not installed or not ready"
+    );
+    // -v 6 shows the 503 of the request, once.
+    let out = env.vm(&["stop", "web", "-v", "6"]);
+    let log = stderr(&out);
+    let puts: Vec<&str> = log.lines().filter(|l| l.starts_with("PUT ")).collect();
+    assert_eq!(puts.len(), 1, "{log}");
+    assert!(
+        puts[0].contains(
+            "/subresources.kubevirt.io/v1/namespaces/default/virtualmachines/web/stop 503"
+        ),
+        "{log}"
+    );
+}

@@ -148,7 +148,11 @@ fn refused(
         kube::Error::Api(s) if matches!(s.code, 400 | 409) => {
             Error::Platform(explain(action, &vm.name, rs, &s.message))
         }
-        kube::Error::Api(s) if s.code == 404 && path.contains("virtualmachineinstances") => {
+        kube::Error::Api(s)
+            if s.code == 404
+                && path.contains("virtualmachineinstances")
+                && s.message.trim() != crate::error::NO_SUCH_PATH =>
+        {
             Error::Platform(format!(
                 "{} is not running (it has no VirtualMachineInstance); start it with `kubectl vm start {}`",
                 vm.name, vm.name
