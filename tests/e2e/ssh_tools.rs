@@ -188,9 +188,8 @@ fn openssh_through_ssh_config_and_stdio() {
     use std::os::unix::fs::PermissionsExt;
     for f in [
         "ssh/id_ed25519",
-        "ssh/id_ed25519-cert.pub",
+        "ssh/certs/kubevm@sshvm.default.vm-cert.pub",
         "ssh_config",
-        "ssh_known_hosts",
     ] {
         let p = env.dir.path().join(".kube/kubectl-vm").join(f);
         assert_eq!(
@@ -199,6 +198,57 @@ fn openssh_through_ssh_config_and_stdio() {
             "{f}"
         );
     }
+    // The config as printed works alone, for a VM created after it was generated, and for
+    // parallel connections (one stable key, certificates replaced atomically).
+    let printed = env.dir.path().join("printed_config");
+    std::fs::write(
+        &printed,
+        ok(env.vm(&["--kubeconfig", &kubeconfig, "ssh-config"])),
+    )
+    .unwrap();
+    vm_with_ca(&env, "later", &[]);
+    let children: Vec<_> = (0..4)
+        .map(|i| {
+            env.command("ssh")
+                .env_remove("KUBECONFIG")
+                .args(["-F", printed.to_str().unwrap(), "-o", "BatchMode=yes"])
+                .args([
+                    if i % 2 == 0 {
+                        "later.default.vm"
+                    } else {
+                        "sshvm.default.vm"
+                    },
+                    "echo",
+                    "parallel",
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(stdout(&out), "parallel\n", "{}", stderr(&out));
+    }
+    // A hostile host name is never run by a shell.
+    let witness = env.dir.path().join("pwned");
+    let hostile = format!("x$(touch {}).default.vm", witness.display());
+    let out = env
+        .command("ssh")
+        .env_remove("KUBECONFIG")
+        .args([
+            "-F",
+            printed.to_str().unwrap(),
+            "-o",
+            "BatchMode=yes",
+            &hostile,
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(!witness.exists(), "the host name was run by a shell");
     // --stdio as a hand-written ProxyCommand, with the CA as the only host trust.
     let out = env
         .command("ssh")
@@ -216,11 +266,8 @@ fn openssh_through_ssh_config_and_stdio() {
             "HostKeyAlias=sshvm.default",
             "-o",
             &format!(
-                "UserKnownHostsFile={}",
-                env.dir
-                    .path()
-                    .join(".kube/kubectl-vm/ssh_known_hosts")
-                    .display()
+                "KnownHostsCommand={} --kubeconfig {kubeconfig} ssh-known-hosts",
+                crate::common::BIN
             ),
             "-o",
             "StrictHostKeyChecking=yes",
@@ -230,6 +277,14 @@ fn openssh_through_ssh_config_and_stdio() {
                 .join(".kube/kubectl-vm/ssh/id_ed25519")
                 .to_str()
                 .unwrap(),
+            "-o",
+            &format!(
+                "CertificateFile={}",
+                env.dir
+                    .path()
+                    .join(".kube/kubectl-vm/ssh/certs/kubevm@sshvm.default.vm-cert.pub")
+                    .display()
+            ),
             "kubevm@sshvm",
             "echo",
             "proxied",

@@ -94,6 +94,15 @@ fn cluster_flags(global: &GlobalArgs) -> Vec<String> {
 
 pub async fn cmd_ssh_config(global: &GlobalArgs, args: SshConfigArgs) -> CommandResult {
     let paths = ConfigPaths::under(&home()?);
+    let program = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "kubectl-vm".into());
+    let inv = Invocation {
+        program,
+        global_args: cluster_flags(global),
+    };
+    // Checked before any request: the config must carry these words unchanged.
+    inv.check().map_err(CommandError::Usage)?;
     let (cluster, platform) = super::connect(global).await?;
     // Without a CA there is nothing to trust hosts by (ssh-known-hosts reads it each time).
     store::read_public_keys(&cluster, &args.ca_namespace)
@@ -127,13 +136,6 @@ pub async fn cmd_ssh_config(global: &GlobalArgs, args: SshConfigArgs) -> Command
             namespace: v.namespace.clone(),
         })
         .collect();
-    let program = std::env::current_exe()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| "kubectl-vm".into());
-    let inv = Invocation {
-        program,
-        global_args: cluster_flags(global),
-    };
     let text = config::render(&inv, &paths, &args.login, &vms);
     if !args.install {
         print!("{text}");

@@ -93,6 +93,20 @@ fn token(t: &str) -> String {
 const NO_QUOTE: &str = "!*'*";
 
 impl Invocation {
+    /// Refuse words the config cannot carry to every OpenSSH: `Match exec "…"` is read up to
+    /// the next `"` with no escapes (OpenSSH 9.2 `strdelim`), so a `"`, a `\\` or a `'` (whose
+    /// shell quoting needs a backslash) in the program or a flag would change the command.
+    pub fn check(&self) -> Result<(), String> {
+        for word in std::iter::once(&self.program).chain(&self.global_args) {
+            if word.contains(['"', '\\', '\'']) || word.chars().any(char::is_control) {
+                return Err(format!(
+                    "{word:?} has a quote, a backslash or a control character, which an OpenSSH config cannot carry safely; use a path without them"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn command(&self, args: &[String]) -> String {
         let mut words = vec![q(&self.program)];
         words.extend(self.global_args.iter().map(|a| q(a)));
@@ -140,8 +154,7 @@ pub fn render(inv: &Invocation, paths: &ConfigPaths, user: &str, vms: &[VmEntry]
         token("%n"),
     ]);
     out.push_str(&format!(
-        "Match host {hosts} user \"*,{NO_QUOTE}\" exec \"{}\"\n",
-        cert.replace('\\', "\\\\").replace('"', "\\\"")
+        "Match host {hosts} user \"*,{NO_QUOTE}\" exec \"{cert}\"\n"
     ));
     out.push_str(&format!(
         "Match host {hosts}\n  ProxyCommand {}\n  IdentityFile {}\n  CertificateFile {}/%r@%n-cert.pub\n  IdentitiesOnly yes\n  KnownHostsCommand {}\n  UserKnownHostsFile {}\n  StrictHostKeyChecking yes\n",
@@ -221,20 +234,23 @@ pub fn stable_key(path: &Path) -> Result<russh::keys::PrivateKey, SshError> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn config_carries_the_cluster_flags() {
-        let paths = ConfigPaths::under(Path::new("/home/a"));
-        let inv = Invocation {
-            program: "/usr/bin/kubectl-vm".into(),
+    fn inv(program: &str, kubeconfig: &str) -> Invocation {
+        Invocation {
+            program: program.into(),
             global_args: vec![
                 "--kubeconfig".into(),
-                "/x y/k".into(),
+                kubeconfig.into(),
                 "--context".into(),
                 "prod".into(),
             ],
-        };
+        }
+    }
+
+    #[test]
+    fn config_carries_the_cluster_flags_and_quotes_every_token() {
+        let paths = ConfigPaths::under(Path::new("/home/a"));
         let text = render(
-            &inv,
+            &inv("/usr/bin/kubectl-vm", "/x y/k"),
             &paths,
             "kubevm",
             &[VmEntry {
@@ -246,9 +262,59 @@ mod tests {
             text.contains("Host web.prod.vm\n  HostKeyAlias web.prod\n"),
             "{text}"
         );
-        assert!(text.contains("ProxyCommand /usr/bin/kubectl-vm --kubeconfig '/x y/k' --context prod port-forward --stdio $(basename %n .vm) %p"), "{text}");
-        assert!(text.contains("Match host *.vm exec \"/usr/bin/kubectl-vm --kubeconfig '/x y/k' --context prod ssh-cert --login %r %n\""), "{text}");
-        assert!(text.contains("CertificateFile /home/a/.kube/kubectl-vm/ssh/id_ed25519-cert.pub"));
+        assert!(text.contains("ProxyCommand /usr/bin/kubectl-vm --kubeconfig '/x y/k' --context prod port-forward --stdio --ssh-host '%n' %p"), "{text}");
+        assert!(text.contains(r#"Match host "*.vm,!*'*" user "*,!*'*" exec "/usr/bin/kubectl-vm --kubeconfig '/x y/k' --context prod ssh-cert --login '%r' '%n'""#), "{text}");
+        assert!(text.contains("CertificateFile /home/a/.kube/kubectl-vm/ssh/certs/%r@%n-cert.pub"));
+        assert!(text.contains("KnownHostsCommand /usr/bin/kubectl-vm --kubeconfig '/x y/k' --context prod ssh-known-hosts"));
+        assert!(
+            !text.contains("$("),
+            "no shell expansion of a token: {text}"
+        );
+    }
+
+    #[test]
+    fn percent_stays_literal_and_unquotable_words_are_refused() {
+        let paths = ConfigPaths::under(Path::new("/home/a%h"));
+        let text = render(&inv("/opt/kubectl-vm", "/k%r/c"), &paths, "kubevm", &[]);
+        // `%` is doubled for OpenSSH's token expansion.
+        assert!(
+            text.contains("ProxyCommand /opt/kubectl-vm --kubeconfig '/k%%r/c'"),
+            "{text}"
+        );
+        assert!(
+            text.contains("IdentityFile '/home/a%%h/.kube/kubectl-vm/ssh/id_ed25519'"),
+            "{text}"
+        );
+        assert!(inv("/opt/kubectl-vm", "/k%r/c").check().is_ok());
+        for bad in [
+            "/opt/it's/kubectl-vm",
+            "/opt/\"x\"/kubectl-vm",
+            "/opt/a\\b",
+            "/opt/a\nb",
+        ] {
+            assert!(inv(bad, "/k").check().is_err(), "{bad:?}");
+            assert!(inv("/opt/kubectl-vm", bad).check().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn hosts_must_be_name_namespace_vm() {
+        let target = vm_of_host("db.primary.prod.vm").unwrap();
+        assert_eq!(
+            (target.name.as_str(), target.namespace.as_deref()),
+            ("db.primary", Some("prod"))
+        );
+        for bad in [
+            "web.vm",
+            "web.prod",
+            "x$(touch y).prod.vm",
+            "../x.prod.vm",
+            "a/b.c.vm",
+            "u@w.p.vm",
+            "W.p.vm",
+        ] {
+            assert!(vm_of_host(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
@@ -259,19 +325,33 @@ mod tests {
         let user = dir.path().join(".ssh/config");
         std::fs::create_dir_all(user.parent().unwrap()).unwrap();
         std::fs::write(&user, "Host other\n  User x\n").unwrap();
-        assert!(install(&paths, "c", "k", Some(&user)).unwrap());
-        assert!(!install(&paths, "c", "k", Some(&user)).unwrap());
+        assert!(install(&paths, "c", Some(&user)).unwrap());
+        assert!(!install(&paths, "c", Some(&user)).unwrap());
         let text = std::fs::read_to_string(&user).unwrap();
         assert!(
             text.starts_with(&format!("Include {}\nHost other", paths.config.display())),
             "{text}"
         );
         assert_eq!(text.matches("Include").count(), 1);
-        for f in [&paths.config, &paths.known_hosts, &user] {
+        for f in [&paths.config, &user] {
             assert_eq!(
                 std::fs::metadata(f).unwrap().permissions().mode() & 0o777,
                 0o600
             );
         }
+    }
+
+    #[test]
+    fn the_stable_key_is_made_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ssh/id_ed25519");
+        let first = stable_key(&path).unwrap();
+        let second = stable_key(&path).unwrap();
+        assert_eq!(first.public_key(), second.public_key());
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
     }
 }
