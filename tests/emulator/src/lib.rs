@@ -25,6 +25,7 @@ pub mod app;
 pub mod auth;
 pub mod controllers;
 pub mod discovery;
+pub mod expect;
 pub mod export;
 pub mod export_pods;
 pub mod export_server;
