@@ -43,6 +43,9 @@ pub struct ExportFaults {
     pub no_external: bool,
     /// Publish a CA in the internal link that did not sign the exporter pod's certificate.
     pub wrong_internal_ca: bool,
+    /// Name every volume of a KubeVirt export's links this instead of its PVC, as a hostile or
+    /// broken server could (`../x`, `/x`, `a/b`); the URLs stay those of the PVCs.
+    pub volume_name: Option<String>,
 }
 
 /// State of the export server shared with the reconcilers.
@@ -401,7 +404,8 @@ pub fn kubevirt_export(app: &App, vme: &Value, _tick: bool) {
                 let vols = |prefix: &str| -> Value {
                     pvcs.iter()
                         .map(|p| {
-                            json!({"name": p, "formats": [
+                            let shown = faults.volume_name.as_deref().unwrap_or(p.as_str());
+                            json!({"name": shown, "formats": [
                                 {"format": "raw", "url": format!("{prefix}/volumes/{p}/disk.img")},
                                 {"format": "gzip", "url": format!("{prefix}/volumes/{p}/disk.img.gz")},
                             ]})
