@@ -398,3 +398,47 @@ fn walk(root: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// Deckhouse exporters take the kubeconfig's own credentials: kubectl vm sends them only to
+/// the API server's host, never to another host a DataExport names, and never with
+/// `--insecure` (an unverified peer).
+#[test]
+fn cluster_credentials_go_only_to_the_api_server_host() {
+    let env = deckhouse(MIB);
+    let file = env.dir.path().join("disk.img");
+    let out = export(
+        &env,
+        &["vd/big", "-o", file.to_str().unwrap(), "--insecure"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--insecure") && err.contains("credentials"),
+        "{err}"
+    );
+    assert!(
+        objects(&env, DATA_EXPORTS).is_empty(),
+        "refused before creating"
+    );
+
+    // The same export server under another host name than the API server's.
+    env.emulator.set_export_faults(ExportFaults {
+        public_host: Some("localhost".into()),
+        ..Default::default()
+    });
+    let out = export(&env, &["vd/big", "-o", file.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("localhost") && err.contains("only to the API server"),
+        "{err}"
+    );
+    assert_eq!(env.emulator.export_requests_with_authorization(), 0);
+    assert!(!file.exists());
+
+    // Under the API server's host name the download works, with the credentials.
+    env.emulator.set_export_faults(ExportFaults::default());
+    succeeded(&export(&env, &["vd/big", "-o", file.to_str().unwrap()]));
+    assert!(env.emulator.export_requests_with_authorization() > 0);
+    assert_eq!(sha256_of(&file), reference_sha256(&env, "vd-big-0001", MIB));
+}
