@@ -19,6 +19,15 @@ use crate::error::{CommandError, CommandResult};
 /// How long a launched viewer has to connect (virtctl's and d8's `LISTEN_TIMEOUT`).
 const VIEWER_DEADLINE: Duration = Duration::from_secs(60);
 
+/// [`VIEWER_DEADLINE`], or `KUBECTL_VM_VIEWER_TIMEOUT` (a duration such as `2s`; for tests,
+/// which cannot wait a minute to see a session outlive it).
+fn viewer_deadline() -> Duration {
+    std::env::var("KUBECTL_VM_VIEWER_TIMEOUT")
+        .ok()
+        .and_then(|v| kubevm::cluster::parse_duration(&v).ok())
+        .unwrap_or(VIEWER_DEADLINE)
+}
+
 /// Arguments of `vnc`.
 #[derive(Debug, Args)]
 #[command(
@@ -145,7 +154,8 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
     let serving = vnc::serve(&cluster, &plan, proxy, &mut on_event);
     tokio::pin!(serving);
     // The viewer must connect within a minute; then the session lasts as long as it does.
-    let first = tokio::time::timeout(VIEWER_DEADLINE, async {
+    let limit = viewer_deadline();
+    let first = tokio::time::timeout(limit, async {
         tokio::select! {
             result = &mut serving => Some(result),
             _ = child.wait() => None,
@@ -159,7 +169,7 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
         Err(_) => Err(CommandError::Failed(format!(
             "{} did not connect within {} s",
             viewer.display(),
-            VIEWER_DEADLINE.as_secs()
+            limit.as_secs()
         ))),
     }
 }
