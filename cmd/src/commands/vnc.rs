@@ -112,9 +112,14 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
         return Ok(());
     }
     let name = target.name.clone();
+    // Whether a client has connected: the viewer's deadline covers connecting only.
+    let (connected_tx, connected) = tokio::sync::watch::channel(false);
     let mut on_event = move |event: VncEvent| match event {
         VncEvent::Listening(_) => {}
-        VncEvent::ClientConnected(peer) => eprintln!("VNC client {peer} connected to {name}"),
+        VncEvent::ClientConnected(peer) => {
+            connected_tx.send_replace(true);
+            eprintln!("VNC client {peer} connected to {name}")
+        }
         VncEvent::ClientDone(reason) => eprintln!("VNC session of {name} ended: {reason}"),
         VncEvent::Warning(message) => eprintln!("Warning: {message}"),
     };
@@ -153,24 +158,34 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
         .map_err(|e| CommandError::Failed(format!("cannot start {}: {e}", viewer.display())))?;
     let serving = vnc::serve(&cluster, &plan, proxy, &mut on_event);
     tokio::pin!(serving);
-    // The viewer must connect within a minute; then the session lasts as long as it does.
+    // The viewer must connect within the deadline; once it has, the session lasts as long as
+    // the viewer does.
     let limit = viewer_deadline();
-    let first = tokio::time::timeout(limit, async {
+    let deadline = tokio::time::sleep(limit);
+    tokio::pin!(deadline);
+    let mut waiting_for_connect = true;
+    let outcome = loop {
         tokio::select! {
-            result = &mut serving => Some(result),
-            _ = child.wait() => None,
+            result = &mut serving => break Some(result),
+            _ = child.wait() => break None,
+            _ = &mut deadline, if waiting_for_connect => {
+                if *connected.borrow() {
+                    waiting_for_connect = false;
+                    continue;
+                }
+                let _ = child.kill().await;
+                return Err(CommandError::Failed(format!(
+                    "{} did not connect within {} s",
+                    viewer.display(),
+                    limit.as_secs_f64()
+                )));
+            }
         }
-    })
-    .await;
+    };
     let _ = child.kill().await;
-    match first {
-        Ok(Some(result)) => Ok(result?),
-        Ok(None) => Ok(()),
-        Err(_) => Err(CommandError::Failed(format!(
-            "{} did not connect within {} s",
-            viewer.display(),
-            limit.as_secs()
-        ))),
+    match outcome {
+        Some(result) => Ok(result?),
+        None => Ok(()),
     }
 }
 
