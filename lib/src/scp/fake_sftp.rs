@@ -1,5 +1,6 @@
 //! An SFTP server in memory that answers what a test tells it, hostile directory listings
-//! included (a real sshd cannot list a file named `../x`). The client side is the real
+//! included (a real sshd cannot list a file named `../x`), and SFTP v3 renames that refuse an
+//! existing target or fail. The client side is the real
 //! `russh_sftp` client over an in-process pipe.
 
 use std::collections::{BTreeMap, HashMap};
@@ -7,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use russh_sftp::client::SftpSession;
 use russh_sftp::protocol::{
-    Attrs, Data, File, FileAttributes, Handle, Name, OpenFlags, Status, StatusCode, Version,
+    Attrs, Data, File, FileAttributes, Handle, Name, OpenFlags, Status, StatusCode,
 };
 
 /// A file or directory of the fake server.
@@ -22,10 +23,9 @@ pub enum Node {
 #[derive(Debug, Default)]
 struct Inner {
     nodes: BTreeMap<String, Node>,
-    posix_rename: bool,
     /// Plain SFTP renames fail (as a full disk or a quota would make them fail).
     fail_rename: bool,
-    /// Requests that change something, in order: `remove P`, `rename A B`, `posix-rename A B`.
+    /// Requests that change something, in order: `remove P`, `rename A B`.
     log: Vec<String>,
 }
 
@@ -33,8 +33,6 @@ struct Inner {
 #[derive(Debug, Clone, Default)]
 pub struct FakeFs(Arc<Mutex<Inner>>);
 
-// The rename knobs serve the upload tests.
-#[allow(dead_code)]
 impl FakeFs {
     /// Adds a directory whose listing returns `names`.
     pub fn dir(&self, path: &str, mode: u32, names: &[&str]) {
@@ -61,11 +59,6 @@ impl FakeFs {
     /// The node at `path`.
     pub fn get(&self, path: &str) -> Option<Node> {
         self.0.lock().unwrap().nodes.get(path).cloned()
-    }
-
-    /// Offer `posix-rename@openssh.com` (as OpenSSH's sftp-server does).
-    pub fn offer_posix_rename(&self) {
-        self.0.lock().unwrap().posix_rename = true;
     }
 
     /// Make plain SFTP renames fail.
@@ -136,14 +129,6 @@ fn join(dir: &str, name: &str) -> String {
     }
 }
 
-/// Reads one SFTP string (u32 length, bytes) from `data`.
-fn take_string(data: &mut &[u8]) -> Option<String> {
-    let len = u32::from_be_bytes(data.get(..4)?.try_into().ok()?) as usize;
-    let s = String::from_utf8(data.get(4..4 + len)?.to_vec()).ok()?;
-    *data = &data[4 + len..];
-    Some(s)
-}
-
 impl Server {
     fn handle(&mut self, open: Open) -> String {
         self.next += 1;
@@ -152,13 +137,11 @@ impl Server {
         h
     }
 
-    fn rename(&self, id: u32, from: &str, to: &str, replace: bool) -> Result<Status, StatusCode> {
+    /// SFTP v3 rename: refuses an existing target.
+    fn rename(&self, id: u32, from: &str, to: &str) -> Result<Status, StatusCode> {
         let mut fs = self.fs.0.lock().unwrap();
-        fs.log.push(format!(
-            "{} {from} {to}",
-            if replace { "posix-rename" } else { "rename" }
-        ));
-        if !replace && (fs.fail_rename || fs.nodes.contains_key(to)) {
+        fs.log.push(format!("rename {from} {to}"));
+        if fs.fail_rename || fs.nodes.contains_key(to) {
             return Err(StatusCode::Failure);
         }
         let node = fs.nodes.remove(from).ok_or(StatusCode::NoSuchFile)?;
@@ -172,19 +155,6 @@ impl russh_sftp::server::Handler for Server {
 
     fn unimplemented(&self) -> Self::Error {
         StatusCode::OpUnsupported
-    }
-
-    async fn init(
-        &mut self,
-        _version: u32,
-        _extensions: HashMap<String, String>,
-    ) -> Result<Version, Self::Error> {
-        let mut v = Version::new();
-        if self.fs.0.lock().unwrap().posix_rename {
-            v.extensions
-                .insert("posix-rename@openssh.com".into(), "1".into());
-        }
-        Ok(v)
     }
 
     async fn stat(&mut self, id: u32, path: String) -> Result<Attrs, Self::Error> {
@@ -352,22 +322,6 @@ impl russh_sftp::server::Handler for Server {
         oldpath: String,
         newpath: String,
     ) -> Result<Status, Self::Error> {
-        Server::rename(self, id, &oldpath, &newpath, false)
-    }
-
-    async fn extended(
-        &mut self,
-        id: u32,
-        request: String,
-        data: Vec<u8>,
-    ) -> Result<russh_sftp::protocol::Packet, Self::Error> {
-        if request != "posix-rename@openssh.com" || !self.fs.0.lock().unwrap().posix_rename {
-            return Err(StatusCode::OpUnsupported);
-        }
-        let mut rest = data.as_slice();
-        let (Some(from), Some(to)) = (take_string(&mut rest), take_string(&mut rest)) else {
-            return Err(StatusCode::BadMessage);
-        };
-        Server::rename(self, id, &from, &to, true).map(Into::into)
+        Server::rename(self, id, &oldpath, &newpath)
     }
 }

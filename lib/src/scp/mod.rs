@@ -273,12 +273,42 @@ async fn upload_file(
     sftp.set_metadata(tmp.as_str(), attrs)
         .await
         .map_err(|e| sftp_err(dest, e))?;
-    // SFTP v3 rename refuses an existing target.
-    let _ = sftp.remove_file(dest).await;
-    sftp.rename(tmp.as_str(), dest)
-        .await
-        .map_err(|e| sftp_err(dest, e))?;
+    put_in_place(sftp, &tmp, dest).await?;
     Ok(done)
+}
+
+/// Renames the uploaded `tmp` to `dest`. SFTP v3 rename refuses an existing target, so an
+/// existing file is first moved aside and removed only once the new one is in place; if the
+/// new one cannot be put in place the old one goes back. The old file is never removed
+/// before its replacement is there.
+async fn put_in_place(sftp: &SftpSession, tmp: &str, dest: &str) -> Result<(), SshError> {
+    let first = match sftp.rename(tmp, dest).await {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
+    };
+    if sftp.symlink_metadata(dest).await.is_err() {
+        let _ = sftp.remove_file(tmp).await;
+        return Err(sftp_err(dest, first));
+    }
+    let aside = format!("{tmp}.old");
+    if let Err(e) = sftp.rename(dest, aside.as_str()).await {
+        let _ = sftp.remove_file(tmp).await;
+        return Err(sftp_err(
+            dest,
+            format!("cannot replace the existing file: {e}"),
+        ));
+    }
+    match sftp.rename(tmp, dest).await {
+        Ok(()) => {
+            let _ = sftp.remove_file(aside.as_str()).await;
+            Ok(())
+        }
+        Err(e) => {
+            let _ = sftp.rename(aside.as_str(), dest).await;
+            let _ = sftp.remove_file(tmp).await;
+            Err(sftp_err(dest, e))
+        }
+    }
 }
 
 async fn upload_tree(

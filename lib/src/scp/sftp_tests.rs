@@ -105,3 +105,64 @@ async fn downloaded_modes_are_masked_by_the_umask() {
         }
     }
 }
+
+async fn upload(fs: &FakeFs, local: &Path, remote: &str) -> Result<u64, SshError> {
+    let sftp = fs.session().await;
+    let plan = plan(
+        local.to_str().unwrap(),
+        &format!("web:{remote}"),
+        false,
+        false,
+    )
+    .unwrap();
+    execute(&sftp, &plan, &|_| {}).await
+}
+
+fn content(fs: &FakeFs, path: &str) -> Option<Vec<u8>> {
+    match fs.get(path) {
+        Some(fake_sftp::Node::File { data, .. }) => Some(data),
+        _ => None,
+    }
+}
+
+/// An upload over an existing file replaces it; when the server's renames fail the old file
+/// stays (it used to be removed before the rename), and no temporary file is left behind.
+#[tokio::test]
+async fn upload_keeps_the_old_file_until_the_new_one_is_in_place() {
+    let root = tempfile::tempdir().unwrap();
+    let local = root.path().join("f");
+    std::fs::write(&local, b"new").unwrap();
+
+    let fs = FakeFs::default();
+    fs.dir("/d", 0o755, &["f"]);
+    fs.file("/d/f", 0o644, b"old");
+    upload(&fs, &local, "/d/f").await.unwrap();
+    assert_eq!(content(&fs, "/d/f").as_deref(), Some(&b"new"[..]));
+    assert!(
+        !fs.log().iter().any(|l| l == "remove /d/f"),
+        "the old file was removed before the rename: {:?}",
+        fs.log()
+    );
+
+    let fs = FakeFs::default();
+    fs.dir("/d", 0o755, &["f"]);
+    fs.file("/d/f", 0o644, b"old");
+    fs.fail_renames();
+    let err = upload(&fs, &local, "/d/f").await.unwrap_err();
+    assert!(err.to_string().contains("/d/f"), "{err}");
+    assert_eq!(
+        content(&fs, "/d/f").as_deref(),
+        Some(&b"old"[..]),
+        "{:?}",
+        fs.log()
+    );
+    let left: Vec<String> = fs
+        .log()
+        .into_iter()
+        .filter(|l| l.contains("kubevm-tmp") && !l.starts_with("remove"))
+        .collect();
+    assert!(
+        fs.get(&temp_name("/d/f")).is_none(),
+        "temporary file left: {left:?}"
+    );
+}
