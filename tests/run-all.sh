@@ -22,7 +22,7 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
-cargo test --workspace --locked
+cargo test --workspace --locked --no-fail-fast
 echo "== real guests (qemu): the tests marked #[ignore] because they need the guest image"
 if ! wait $image_build; then
   echo "building the guest image failed:" >&2
@@ -32,4 +32,4 @@ fi
 trap - EXIT
 tail -1 "$image_log"
 # --nocapture: the scenario prints its timings (boot to ssh, reboot to ssh) into the CI log.
-cargo test --workspace --locked -- --ignored --nocapture
+cargo test --workspace --locked --no-fail-fast -- --ignored --nocapture

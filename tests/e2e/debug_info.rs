@@ -9,13 +9,19 @@ use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
 
 use crate::common::{BIN, Env, exit_code, ok, on_tty, stderr};
 
-/// The secret values the fixtures plant (user data, env value, log line, Secret object).
-const SECRETS: [&str; 4] = [
-    "UserData-Pw-7781",
+/// The secret values the fixtures plant in logs: an `--env` value (set in user data that is in
+/// a Secret, as `create` makes it), `password=…`, a quoted password with spaces, a
+/// `--password` flag. Masked unless `--include-secrets`.
+const IN_LOGS: [&str; 4] = [
     "EnvVal-Quartz-3390",
     "LogLine-Secret-6604",
-    "SecretObj-Value-5521",
+    "Spaced Pw 4410",
+    "CliFlag-Pw-4411",
 ];
+
+/// Values only Secrets hold (the user data's password, another Secret's value): never in the
+/// archive.
+const ONLY_IN_SECRETS: [&str; 2] = ["UserData-Pw-7781", "SecretObj-Value-5521"];
 
 fn fixture(name: &str) -> String {
     std::fs::read_to_string(
@@ -301,24 +307,35 @@ fn secrets_masked_then_included(flavor: ServeFlavor) {
     let (archive, err) = collect(&env, &["app", "-n", "dev"]);
     assert!(!err.contains("include-secrets"), "{err}");
     let top = extract(&env, &archive);
-    for secret in SECRETS {
+    for secret in IN_LOGS.iter().chain(&ONLY_IN_SECRETS) {
         assert_eq!(grep(&top, secret), Vec::<String>::new(), "{secret} leaked");
     }
-    // Masked, not dropped: the log line is still there.
+    // Masked, not dropped: the log lines are still there.
     let log = read(&top, "log/virt-launcher-app-new22/compute.log");
-    assert!(log.contains("password=[REDACTED]"), "{log}");
+    for masked in [
+        "password=[REDACTED]",
+        "guest env APP_MODE is [REDACTED]",
+        r#"password: \"[REDACTED]\""#,
+        "mysql --password [REDACTED] -h db",
+    ] {
+        assert!(log.contains(masked), "{masked:?} not in {log}");
+    }
+    // The user data Secret was read (to learn what to mask) without failing.
+    assert!(!err.contains("app-cloudinit"), "{err}");
 
     let (archive, err) = collect(&env, &["app", "-n", "dev", "--include-secrets"]);
     assert!(err.contains("Warning: --include-secrets"), "{err}");
     let top = extract(&env, &archive);
-    for secret in &SECRETS[..3] {
+    for secret in IN_LOGS {
         assert!(
             !grep(&top, secret).is_empty(),
             "{secret} should be in the archive"
         );
     }
-    // Secret objects are never read, even then.
-    assert!(grep(&top, SECRETS[3]).is_empty());
+    // Secret objects never go in the archive, even then.
+    for secret in ONLY_IN_SECRETS {
+        assert!(grep(&top, secret).is_empty(), "{secret} leaked");
+    }
 }
 
 #[test]

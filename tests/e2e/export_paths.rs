@@ -352,3 +352,93 @@ fn deckhouse_checksum_mismatch_and_cleanup() {
     assert_eq!(left.len(), 2, "{left:?}");
     assert!(left.contains(&"someone-elses".to_string()), "{left:?}");
 }
+
+/// A server whose export names a volume `../x`, an absolute path or `a/b` cannot make the
+/// download write outside `-o DIR`: such names are refused before anything is written.
+#[test]
+fn hostile_volume_names_are_refused() {
+    let env = kubevirt(MIB, MIB);
+    let dir = env.dir.path().join("disks");
+    let outside = env.dir.path().join("abs");
+    for hostile in [
+        "../escaped".to_string(),
+        outside.to_str().unwrap().to_string(),
+        "a/b".to_string(),
+        "..".to_string(),
+    ] {
+        env.emulator.set_export_faults(ExportFaults {
+            volume_name: Some(hostile.clone()),
+            ..Default::default()
+        });
+        let out = export(&env, &["vm/exp", "-o", dir.to_str().unwrap()]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{hostile}: {err}");
+        assert!(
+            err.contains(&format!("{hostile:?}")) && err.contains("not a single file name"),
+            "{hostile}: {err}"
+        );
+        let written: Vec<_> = walk(env.dir.path())
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "img" || e == "partial"))
+            .collect();
+        assert!(written.is_empty(), "{hostile}: {written:?}");
+    }
+}
+
+/// Every file under `root`.
+fn walk(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![];
+    for entry in std::fs::read_dir(root).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// Deckhouse exporters take the kubeconfig's own credentials: kubectl vm sends them only to
+/// the API server's host, never to another host a DataExport names, and never with
+/// `--insecure` (an unverified peer).
+#[test]
+fn cluster_credentials_go_only_to_the_api_server_host() {
+    let env = deckhouse(MIB);
+    let file = env.dir.path().join("disk.img");
+    let out = export(
+        &env,
+        &["vd/big", "-o", file.to_str().unwrap(), "--insecure"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--insecure") && err.contains("credentials"),
+        "{err}"
+    );
+    assert!(
+        objects(&env, DATA_EXPORTS).is_empty(),
+        "refused before creating"
+    );
+
+    // The same export server under another host name than the API server's.
+    env.emulator.set_export_faults(ExportFaults {
+        public_host: Some("localhost".into()),
+        ..Default::default()
+    });
+    let out = export(&env, &["vd/big", "-o", file.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("localhost") && err.contains("only to the API server"),
+        "{err}"
+    );
+    assert_eq!(env.emulator.export_requests_with_authorization(), 0);
+    assert!(!file.exists());
+
+    // Under the API server's host name the download works, with the credentials.
+    env.emulator.set_export_faults(ExportFaults::default());
+    succeeded(&export(&env, &["vd/big", "-o", file.to_str().unwrap()]));
+    assert!(env.emulator.export_requests_with_authorization() > 0);
+    assert_eq!(sha256_of(&file), reference_sha256(&env, "vd-big-0001", MIB));
+}

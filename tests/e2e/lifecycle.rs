@@ -700,3 +700,68 @@ fn completion_offers_vm_names_for_every_lifecycle_command() {
         assert_eq!(names, ["db.primary"], "{command}: {out}");
     }
 }
+
+/// A wait whose watch is answered "resource version gone" (an etcd compaction) lists again and
+/// goes on, as `list -w` does, instead of re-watching from the gone version in a loop.
+#[test]
+fn a_wait_relists_after_410_gone() {
+    let env = Env::with_step(
+        ServeFlavor::KubeVirt,
+        "kubevirt.yaml",
+        Duration::from_millis(400),
+    );
+    apply(
+        &env,
+        &[kubevirt_vm("dev", "slow", "Halted", json!({}), json!({}))],
+    );
+    env.emulator.clear_requests();
+    let child = env
+        .command(crate::common::BIN)
+        .args(["start", "slow", "-n", "dev", "--timeout", "20s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let watching = |env: &Env| {
+        env.emulator.requests().into_iter().any(|r| {
+            r.path == "/apis/kubevirt.io/v1/namespaces/dev/virtualmachines"
+                && r.query.contains("watch=")
+        })
+    };
+    eventually("the wait watches", || watching(&env));
+    assert_ne!(
+        printable(&env, "dev", "slow"),
+        "Running",
+        "too fast to test"
+    );
+    // A change the wait does not watch moves the resource version on; then everything up to
+    // it is compacted: the open watch ends and re-watching from its version is Gone.
+    env.emulator.put_object(kubevirt_vm(
+        "prod",
+        "elsewhere",
+        "Halted",
+        json!({}),
+        json!({}),
+    ));
+    env.emulator.clear_requests();
+    env.emulator.expire_resource_versions();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(printable(&env, "dev", "slow"), "Running");
+    let after = env.emulator.requests();
+    let on_vms = |watch: bool| {
+        after
+            .iter()
+            .filter(|r| {
+                r.path == "/apis/kubevirt.io/v1/namespaces/dev/virtualmachines"
+                    && r.query.contains("watch=") == watch
+            })
+            .count()
+    };
+    assert!(on_vms(false) >= 1, "no re-list: {after:?}");
+    assert!(
+        on_vms(true) <= 4,
+        "{} watch requests: {after:?}",
+        on_vms(true)
+    );
+}

@@ -293,3 +293,28 @@ fn openssh_through_ssh_config_and_stdio() {
         .unwrap();
     assert_eq!(stdout(&out), "proxied\n", "{}", stderr(&out));
 }
+
+/// `printf req | kubectl vm port-forward --stdio VM PORT` gets the reply: the end of stdin
+/// does not end the stream before the answer arrives (half-close as with `nc -N` or OpenSSH).
+#[test]
+fn stdio_gets_the_reply_after_stdin_ends() {
+    let env = Env::kubevirt();
+    vm_with_ca(&env, "sshvm", &[]);
+    let mut child = env
+        .command(crate::common::BIN)
+        .args(["port-forward", "--stdio", "sshvm", "7"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The request, then end of input.
+    child.stdin.take().unwrap().write_all(b"req-4711").unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut got = vec![0u8; 8];
+    let read = out.read_exact(&mut got);
+    let _ = child.kill();
+    let output = child.wait_with_output().unwrap();
+    assert!(read.is_ok(), "no reply: {read:?}; {}", stderr(&output));
+    assert_eq!(got, b"req-4711");
+}

@@ -268,3 +268,66 @@ fn sigterm_ends_the_proxy_and_releases_the_kubevirt_lease() {
     assert_eq!(output.status.code(), Some(130));
     assert!(lease(&env).is_none(), "released");
 }
+
+/// The viewer's deadline covers connecting only: a session held past it goes on, and ends
+/// (exit 0) when the viewer quits. The deadline is cut to 1 s for the test.
+#[test]
+fn a_viewer_session_outlives_the_connect_deadline() {
+    let env = Env::kubevirt();
+    let ready = env.dir.path().join("ready");
+    let quit = env.dir.path().join("quit");
+    for fifo in [&ready, &quit] {
+        let made = std::process::Command::new("mkfifo")
+            .arg(fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+    }
+    // A stand-in viewer: connects, reads the RFB version, says so, and stays connected until
+    // told to quit.
+    let script = format!(
+        "#!/bin/bash\nurl=\"$1\"\nport=\"${{url##*:}}\"\nexec 3<>/dev/tcp/127.0.0.1/$port\nversion=$(head -c 12 <&3)\necho \"$version\" > {}\nread -r line < {}\n",
+        ready.display(),
+        quit.display()
+    );
+    let viewer = env.bin_dir.join("remote-viewer");
+    std::fs::write(&viewer, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&viewer, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut child = env
+        .command(crate::common::BIN)
+        .args(["vnc", "web"])
+        .env("KUBECTL_VM_VIEWER_TIMEOUT", "1s")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Blocks until the viewer has connected.
+    let version = std::fs::read_to_string(&ready).unwrap();
+    assert_eq!(version.trim(), "RFB 003.008");
+    // Three times the deadline later the session is still there.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while std::time::Instant::now() < until {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the session ended at the connect deadline: {}",
+            {
+                let mut err = String::new();
+                use std::io::Read;
+                child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                err
+            }
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::fs::write(&quit, "quit\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("did not connect"), "{err}");
+}

@@ -69,7 +69,7 @@ pub struct ExportArgs {
     #[arg(long, value_name = "DURATION", default_value = "2h", value_parser = kubevm::cluster::parse_duration)]
     pub ttl: Duration,
 
-    /// Do not verify the export server's TLS certificate (insecure)
+    /// Do not verify the export server's TLS certificate (insecure; refused on Deckhouse, whose exporter takes your cluster credentials)
     #[arg(long)]
     pub insecure: bool,
 

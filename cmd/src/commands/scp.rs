@@ -34,7 +34,7 @@ pub struct ScpArgs {
     #[arg(short = 'r')]
     pub recursive: bool,
 
-    /// Keep modification times and modes
+    /// Keep modification times and modes (modes from a VM lose setuid, setgid and sticky and go through the umask)
     #[arg(short = 'p')]
     pub preserve: bool,
 

@@ -19,6 +19,15 @@ use crate::error::{CommandError, CommandResult};
 /// How long a launched viewer has to connect (virtctl's and d8's `LISTEN_TIMEOUT`).
 const VIEWER_DEADLINE: Duration = Duration::from_secs(60);
 
+/// [`VIEWER_DEADLINE`], or `KUBECTL_VM_VIEWER_TIMEOUT` (a duration such as `2s`; for tests,
+/// which cannot wait a minute to see a session outlive it).
+fn viewer_deadline() -> Duration {
+    std::env::var("KUBECTL_VM_VIEWER_TIMEOUT")
+        .ok()
+        .and_then(|v| kubevm::cluster::parse_duration(&v).ok())
+        .unwrap_or(VIEWER_DEADLINE)
+}
+
 /// Arguments of `vnc`.
 #[derive(Debug, Args)]
 #[command(
@@ -103,9 +112,14 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
         return Ok(());
     }
     let name = target.name.clone();
+    // Whether a client has connected: the viewer's deadline covers connecting only.
+    let (connected_tx, connected) = tokio::sync::watch::channel(false);
     let mut on_event = move |event: VncEvent| match event {
         VncEvent::Listening(_) => {}
-        VncEvent::ClientConnected(peer) => eprintln!("VNC client {peer} connected to {name}"),
+        VncEvent::ClientConnected(peer) => {
+            connected_tx.send_replace(true);
+            eprintln!("VNC client {peer} connected to {name}")
+        }
         VncEvent::ClientDone(reason) => eprintln!("VNC session of {name} ended: {reason}"),
         VncEvent::Warning(message) => eprintln!("Warning: {message}"),
     };
@@ -144,23 +158,34 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
         .map_err(|e| CommandError::Failed(format!("cannot start {}: {e}", viewer.display())))?;
     let serving = vnc::serve(&cluster, &plan, proxy, &mut on_event);
     tokio::pin!(serving);
-    // The viewer must connect within a minute; then the session lasts as long as it does.
-    let first = tokio::time::timeout(VIEWER_DEADLINE, async {
+    // The viewer must connect within the deadline; once it has, the session lasts as long as
+    // the viewer does.
+    let limit = viewer_deadline();
+    let deadline = tokio::time::sleep(limit);
+    tokio::pin!(deadline);
+    let mut waiting_for_connect = true;
+    let outcome = loop {
         tokio::select! {
-            result = &mut serving => Some(result),
-            _ = child.wait() => None,
+            result = &mut serving => break Some(result),
+            _ = child.wait() => break None,
+            _ = &mut deadline, if waiting_for_connect => {
+                if *connected.borrow() {
+                    waiting_for_connect = false;
+                    continue;
+                }
+                let _ = child.kill().await;
+                return Err(CommandError::Failed(format!(
+                    "{} did not connect within {} s",
+                    viewer.display(),
+                    limit.as_secs_f64()
+                )));
+            }
         }
-    })
-    .await;
+    };
     let _ = child.kill().await;
-    match first {
-        Ok(Some(result)) => Ok(result?),
-        Ok(None) => Ok(()),
-        Err(_) => Err(CommandError::Failed(format!(
-            "{} did not connect within {} s",
-            viewer.display(),
-            VIEWER_DEADLINE.as_secs()
-        ))),
+    match outcome {
+        Some(result) => Ok(result?),
+        None => Ok(()),
     }
 }
 

@@ -620,6 +620,44 @@ pub(crate) fn owned_pods(all: &[Value], owners: &[Value]) -> Vec<Value> {
         .collect()
 }
 
+/// The user data texts in Secret `name` (keys `userData`/`userdata`, as KubeVirt and
+/// Deckhouse read them).
+async fn user_data_from_secret(
+    cluster: &Cluster,
+    namespace: &str,
+    name: &str,
+) -> std::result::Result<Vec<String>, String> {
+    use k8s_openapi::api::core::v1::Secret;
+    let api: Api<Secret> = Api::namespaced(cluster.client.clone(), namespace);
+    let secret = api.get(name).await.map_err(|e| {
+        cluster
+            .error(
+                e,
+                &crate::error::Action::new("get", "secrets", "secret")
+                    .in_namespace(Some(namespace))
+                    .named(name),
+            )
+            .to_string()
+    })?;
+    let is_user_data = |k: &str| k.eq_ignore_ascii_case("userdata");
+    let mut texts: Vec<String> = secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| is_user_data(k))
+        .map(|(_, v)| String::from_utf8_lossy(&v.0).into_owned())
+        .collect();
+    texts.extend(
+        secret
+            .string_data
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(k, _)| is_user_data(k))
+            .map(|(_, v)| v),
+    );
+    Ok(texts)
+}
+
 /// Collect everything about VM `name` in `namespace` into a tar.gz written to `out`.
 /// Fails only when the VM itself cannot be read, or the archive cannot be written.
 pub async fn collect<W: Write + Send + 'static>(
@@ -643,6 +681,20 @@ pub async fn collect<W: Write + Send + 'static>(
     for text in redact::user_data_texts(&vm) {
         redactor.learn_user_data(&text);
     }
+    // `create` puts user data (with the --env values) into a Secret the VM references: read
+    // it only to learn what to mask; neither the Secret nor its values go in the archive.
+    let mut secret_errors = Vec::new();
+    if redactor.enabled() {
+        for secret in redact::user_data_secret_names(&vm) {
+            match user_data_from_secret(cluster, namespace, &secret).await {
+                Ok(texts) => texts.iter().for_each(|t| redactor.learn_user_data(t)),
+                Err(e) => secret_errors.push(format!(
+                    "secret {secret:?} (the VM's user data, read only to learn the values to mask): {e}; \
+                     values it sets (--env) may appear unmasked in logs"
+                )),
+            }
+        }
+    }
     let top = format!("debug-info-{name}.{namespace}");
     let (sink, writer) = archive::start(out, top.clone());
     let collector = Collector {
@@ -657,6 +709,9 @@ pub async fn collect<W: Write + Send + 'static>(
         progress: Arc::new(progress),
         facts: Mutex::new(summary::Facts::default()),
     };
+    for e in secret_errors {
+        collector.error(e);
+    }
     collector.facts.lock().expect("facts lock").vm = vm.clone();
     collector.put_object(&vm_kind, &vm).await;
     futures::future::join(

@@ -11,6 +11,9 @@ use serde_json::Value;
 /// What replaces a masked value.
 pub const MASK: &str = "[REDACTED]";
 
+/// Words that make a key, flag or env name secret-like (a regex alternation).
+const SECRET_WORDS: &str = "password|passwd|passphrase|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?";
+
 /// Masks secrets in text, line by line.
 #[derive(Debug, Clone)]
 pub struct Redactor {
@@ -18,6 +21,11 @@ pub struct Redactor {
     /// Exact values known to be secret (env values, passwords found in user data), longest first.
     literals: Vec<String>,
     key_value: Regex,
+    flag: Regex,
+    env_flow: Regex,
+    env_name: Regex,
+    env_value: Regex,
+    block_header: Regex,
     auth: Regex,
     jwt: Regex,
     url_password: Regex,
@@ -30,6 +38,12 @@ pub struct Redactor {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LineState {
     in_private_key: bool,
+    /// Inside a YAML block value (`token: |`) of a secret key: lines indented deeper than
+    /// this column are masked.
+    block_indent: Option<usize>,
+    /// After `name: DB_PASSWORD` in a YAML list of env entries: the column of `name`, where
+    /// the entry's `value:` is expected.
+    env_column: Option<usize>,
 }
 
 impl Redactor {
@@ -39,9 +53,23 @@ impl Redactor {
         Redactor {
             enabled,
             literals: Vec::new(),
-            key_value: re(
-                r#"(?i)([A-Za-z0-9_.-]*(?:password|passwd|passphrase|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?))(\\?["']?\s*[:=]\s*\\?["']?)([^\s"'\\,;{}\[\]]+)"#,
+            // A secret-like key and its separator; the value is found by `value_span`.
+            key_value: re(&format!(
+                r#"(?i)((?:[A-Za-z0-9_.-]*(?:{SECRET_WORDS}))|\b(?:[A-Za-z0-9_.-]*[_.-])?pass)(\\?["']?)(\s*([:=])\s*)"#
+            )),
+            // `--password X`, `--token X`, `-p X` (the value is the next word).
+            flag: re(&format!(
+                r"(?i)(?:^|\s)(--?[A-Za-z0-9-]*(?:{SECRET_WORDS})|--pass|--pwd|-p)\s+"
+            )),
+            // `{"name": "DB_PASSWORD", "value": ...}` on one line (JSON, YAML flow).
+            env_flow: re(
+                r#"(?i)["']?\bname["']?\s*:\s*["']?([A-Za-z0-9_.-]+)["']?\s*,\s*["']?value["']?\s*:\s*"#,
             ),
+            env_name: re(r#"^(\s*)(- )?name:\s*["']?([A-Za-z0-9_.-]+)["']?\s*$"#),
+            env_value: re(r"^(\s*)value:\s*"),
+            block_header: re(&format!(
+                r#"(?i)^(\s*(?:- )?)["']?([A-Za-z0-9_.-]*(?:{SECRET_WORDS})[A-Za-z0-9_.-]*)["']?\s*:\s*[|>][-+0-9]*\s*(?:#.*)?$"#
+            )),
             auth: re(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}"),
             jwt: re(r"eyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]*"),
             url_password: re(r"(://[^/\s:@]+:)[^@\s/]+@"),
@@ -103,10 +131,19 @@ impl Redactor {
             {
                 self.add_literal(&unquote(value));
             }
-            for caps in self.key_value.clone().captures_iter(line) {
-                if !is_reference_key(&caps[1]) {
-                    self.add_literal(&caps[3]);
-                }
+            let found: Vec<String> = self
+                .key_value
+                .captures_iter(line)
+                .filter(|c| !is_reference_key(&c[1]))
+                .map(|c| {
+                    let at = c.get(0).map_or(0, |m| m.end());
+                    let sep = c[4].chars().next().unwrap_or(':');
+                    let (start, end) = value_span(line, at, sep, line[..at].contains(['{', '[']));
+                    line[start..end].to_owned()
+                })
+                .collect();
+            for value in found {
+                self.add_literal(&value);
             }
             // chpasswd's `user:password` list entries.
             if let Some((user, pass)) = t.trim_start_matches("- ").split_once(':')
@@ -124,7 +161,8 @@ impl Redactor {
         }
     }
 
-    /// Mask one line (no newline inside); `state` carries a private key across lines.
+    /// Mask one line (no newline inside); `state` carries a private key, a YAML block value
+    /// and an env entry's name across lines.
     pub fn line<'a>(&self, line: &'a str, state: &mut LineState) -> Cow<'a, str> {
         if !self.enabled {
             return Cow::Borrowed(line);
@@ -135,6 +173,45 @@ impl Redactor {
                 return Cow::Owned(format!("{MASK}-----END PRIVATE KEY-----"));
             }
             return Cow::Owned(MASK.to_owned());
+        }
+        let indent = line.len() - line.trim_start().len();
+        if let Some(block) = state.block_indent {
+            if line.trim().is_empty() {
+                return Cow::Borrowed(line);
+            }
+            if indent > block {
+                return Cow::Owned(format!("{}{MASK}", &line[..indent]));
+            }
+            state.block_indent = None;
+        }
+        if let Some(column) = state.env_column {
+            if let Some(c) = self.env_value.captures(line)
+                && c[1].len() == column
+            {
+                state.env_column = None;
+                let at = c.get(0).map_or(0, |m| m.end());
+                let (start, end) = value_span(line, at, ':', false);
+                if start < end {
+                    return Cow::Owned(format!("{}{MASK}{}", &line[..start], &line[end..]));
+                }
+                return Cow::Borrowed(line);
+            }
+            let new_item = line[indent..].starts_with("- ");
+            if !line.trim().is_empty() && (indent < column || (new_item && indent + 2 == column)) {
+                state.env_column = None;
+            }
+        }
+        if let Some(c) = self.env_name.captures(line) {
+            if is_secret_name(&c[3]) {
+                state.env_column = Some(c[1].len() + c.get(2).map_or(0, |m| m.len()));
+            }
+            return Cow::Borrowed(line);
+        }
+        if let Some(c) = self.block_header.captures(line) {
+            if !is_reference_key(&c[2]) {
+                state.block_indent = Some(c[1].len());
+            }
+            return Cow::Borrowed(line);
         }
         let mut text = Cow::Borrowed(line);
         if self.inline_key.is_match(&text) {
@@ -178,20 +255,74 @@ impl Redactor {
             "basic",
             "eyj",
             "://",
+            "-p ",
         ]) {
             return text;
         }
-        text = replace(&self.key_value, text, &|c| {
-            if is_reference_key(&c[1]) || &c[3] == MASK {
-                c[0].to_owned()
-            } else {
-                format!("{}{}{MASK}", &c[1], &c[2])
-            }
-        });
+        if let Some(masked) = self.mask_spans(&text) {
+            text = Cow::Owned(masked);
+        }
         text = replace(&self.auth, text, &|c| format!("{} {MASK}", &c[1]));
         text = replace(&self.jwt, text, &|_| MASK.to_owned());
         text = replace(&self.url_password, text, &|c| format!("{}{MASK}@", &c[1]));
         text
+    }
+
+    /// Masks the values of secret-like keys, flags and env entries; `None` when none.
+    fn mask_spans(&self, line: &str) -> Option<String> {
+        let mut spans: Vec<(usize, usize)> = Vec::new();
+        let flow_before = |at: usize| line[..at].contains(['{', '[']);
+        for c in self.key_value.captures_iter(line) {
+            let key = &c[1];
+            let at = c.get(0).map_or(0, |m| m.end());
+            let sep = c[4].chars().next().unwrap_or(':');
+            if is_reference_key(key) {
+                continue;
+            }
+            spans.push(value_span(line, at, sep, flow_before(at)));
+        }
+        for c in self.flag.captures_iter(line) {
+            let flag = &c[1];
+            let at = c.get(0).map_or(0, |m| m.end());
+            let end = line[at..]
+                .find(char::is_whitespace)
+                .map_or(line.len(), |e| at + e);
+            let value = &line[at..end];
+            let port_like = !value.is_empty()
+                && value
+                    .split(':')
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+            if value.starts_with('-') || (flag == "-P" || flag == "-p") && port_like || flag == "-P"
+            {
+                continue;
+            }
+            spans.push((at, end));
+        }
+        for c in self.env_flow.captures_iter(line) {
+            if is_secret_name(&c[1]) {
+                let at = c.get(0).map_or(0, |m| m.end());
+                spans.push(value_span(line, at, ':', true));
+            }
+        }
+        spans.retain(|(s, e)| s < e && &line[*s..*e] != MASK);
+        if spans.is_empty() {
+            return None;
+        }
+        spans.sort();
+        let mut out = String::with_capacity(line.len());
+        let mut last = 0;
+        for (start, end) in spans {
+            if start < last {
+                // Overlaps a span already masked.
+                last = last.max(end);
+                continue;
+            }
+            out.push_str(&line[last..start]);
+            out.push_str(MASK);
+            last = end;
+        }
+        out.push_str(&line[last..]);
+        Some(out)
     }
 
     /// Mask a whole text (line by line, newlines kept).
@@ -230,6 +361,40 @@ impl Redactor {
     }
 }
 
+/// The Secrets holding a VM's cloud-init user data: KubeVirt `cloudInitNoCloud`/
+/// `cloudInitConfigDrive` `secretRef` (and `userDataSecretRef`), Deckhouse
+/// `spec.provisioning.userDataRef` of kind Secret.
+pub fn user_data_secret_names(vm: &Value) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let volumes = vm
+        .pointer("/spec/template/spec/volumes")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for volume in &volumes {
+        for source in ["cloudInitNoCloud", "cloudInitConfigDrive"] {
+            for reference in ["secretRef", "userDataSecretRef"] {
+                if let Some(name) = volume
+                    .get(source)
+                    .and_then(|s| s.get(reference))
+                    .and_then(|r| r["name"].as_str())
+                {
+                    out.push(name.to_owned());
+                }
+            }
+        }
+    }
+    if let Some(r) = vm.pointer("/spec/provisioning/userDataRef")
+        && r["kind"].as_str().is_none_or(|k| k == "Secret")
+        && let Some(name) = r["name"].as_str()
+    {
+        out.push(name.to_owned());
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Every cloud-init user data text in an object (plain or base64), to learn secrets from.
 pub fn user_data_texts(object: &Value) -> Vec<String> {
     let mut out = Vec::new();
@@ -261,7 +426,16 @@ fn collect_user_data(value: &Value, key: Option<&str>, out: &mut Vec<String>) {
 fn mask_value(value: &mut Value, key: Option<&str>) {
     match value {
         Value::Object(map) => {
+            // An env entry `{name: DB_PASSWORD, value: …}`.
+            let secret_entry = map
+                .get("name")
+                .and_then(Value::as_str)
+                .is_some_and(is_secret_name);
             for (k, v) in map.iter_mut() {
+                if secret_entry && k == "value" && v.as_str().is_some_and(|s| !s.is_empty()) {
+                    *v = Value::String(MASK.to_owned());
+                    continue;
+                }
                 mask_value(v, Some(k));
             }
         }
@@ -303,6 +477,86 @@ fn is_secret_key(key: &str) -> bool {
 fn is_reference_key(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
     k.ends_with("name") || k.ends_with("ref") || k.ends_with("refs") || k.ends_with("names")
+}
+
+/// Where the value that starts at `at` ends: inside quotes for a quoted value (`"…"` with
+/// backslash escapes, `\"…\"` inside a JSON string, `'…'` with YAML's `''`); unquoted after
+/// `=` up to white space or `"`, `\`, `&`, `}`, `]` (commas and semicolons are part of it);
+/// unquoted after `:` up to `,`, `}`, `]` in a flow (`{…}`, JSON), else to the end of the line
+/// (a YAML scalar), stopping at `"` or `\` (a JSON string around the text).
+fn value_span(line: &str, at: usize, sep: char, flow: bool) -> (usize, usize) {
+    let rest = &line[at..];
+    if let Some(inner) = rest.strip_prefix("\\\"") {
+        let end = inner.find("\\\"").unwrap_or(inner.len());
+        return (at + 2, at + 2 + end);
+    }
+    if let Some(inner) = rest.strip_prefix('"') {
+        let mut escaped = false;
+        for (i, ch) in inner.char_indices() {
+            match ch {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => return (at + 1, at + 1 + i),
+                _ => {}
+            }
+        }
+        return (at + 1, line.len());
+    }
+    if let Some(inner) = rest.strip_prefix('\'') {
+        let bytes = inner.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] == b'\'' {
+                if bytes.get(i + 1) == Some(&b'\'') {
+                    i += 2;
+                    continue;
+                }
+                return (at + 1, at + 1 + i);
+            }
+            i += 1;
+        }
+        return (at + 1, line.len());
+    }
+    let stop: &[char] = if sep == '=' {
+        &['"', '\\', '&', '}', ']']
+    } else if flow {
+        &[',', '}', ']', '"', '\\']
+    } else {
+        &['"', '\\']
+    };
+    let end = rest
+        .char_indices()
+        .find(|(_, ch)| stop.contains(ch) || (sep == '=' && ch.is_whitespace()))
+        .map_or(rest.len(), |(i, _)| i);
+    let value = rest[..end].trim_end();
+    (at, at + value.len())
+}
+
+/// Whether an env variable name (`DB_PASSWORD`, `api_token`, `ROOT_PASS`) names a secret.
+fn is_secret_name(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    if is_reference_key(&n) {
+        return false;
+    }
+    let words = [
+        "password",
+        "passwd",
+        "passphrase",
+        "secret",
+        "token",
+        "apikey",
+        "api_key",
+        "api-key",
+        "access_key",
+        "private_key",
+        "credential",
+    ];
+    words.iter().any(|w| n.contains(w))
+        || n == "pass"
+        || n == "pwd"
+        || n.ends_with("_pass")
+        || n.ends_with("_pwd")
+        || n.ends_with("-pass")
 }
 
 fn is_env_name(name: &str) -> bool {
@@ -355,6 +609,73 @@ mod tests {
             r.line("tokens issued: 4 of 5", &mut s),
             "tokens issued: 4 of 5"
         );
+    }
+
+    /// Values with spaces, quotes and commas are masked whole (issue 19 item 4b).
+    #[test]
+    fn values_with_spaces_quotes_and_commas() {
+        let r = Redactor::new(true);
+        for (line, secret) in [
+            (r#"password: "a b c""#, "a b c"),
+            ("password: 'it''s x'", "s x"),
+            (r#"{"password":"p \"q\" r","user":"bob"}"#, "q"),
+            ("password=ab,cd user=bob", ",cd"),
+            ("db_password: long phrase with spaces", "phrase with spaces"),
+            ("token=abc;def", ";def"),
+        ] {
+            let out = r.text(line);
+            assert!(!out.contains(secret), "{line:?} -> {out:?}");
+            assert!(out.contains(MASK), "{line:?} -> {out:?}");
+        }
+        assert_eq!(
+            r.text("password=ab,cd user=bob"),
+            "password=[REDACTED] user=bob"
+        );
+        assert_eq!(
+            r.text(r#"{"password":"a, b","user":"bob"}"#),
+            r#"{"password":"[REDACTED]","user":"bob"}"#
+        );
+    }
+
+    /// Command-line flags, openssl's `pass:`, YAML block values and env entries (item 4c).
+    #[test]
+    fn flags_pass_blocks_and_env_entries() {
+        let r = Redactor::new(true);
+        for (text, secret) in [
+            ("mysql --password Flag-Pw-1 -h db", "Flag-Pw-1"),
+            ("mysql -u root -p Short-Pw-2 appdb", "Short-Pw-2"),
+            ("openssl enc -pass pass:Ossl-Pw-3 -in f", "Ossl-Pw-3"),
+            ("run --token Tok-Val-4", "Tok-Val-4"),
+            (
+                "token: |\n  Block-Line-5\n  Block-Line-6\nnext: 1\n",
+                "Block-Line",
+            ),
+            ("  private_key: >-\n    Folded-7\n  other: x\n", "Folded-7"),
+            (
+                "env:\n- name: DB_PASSWORD\n  value: Env-Entry-8\n- name: MODE\n  value: fast\n",
+                "Env-Entry-8",
+            ),
+            (
+                "- name: API_TOKEN\n  valueFrom: {}\n  value: \"Env Entry 9\"\n",
+                "Env Entry 9",
+            ),
+            (
+                r#"{"name":"DB_PASSWORD","value":"Env-Json-10"}"#,
+                "Env-Json-10",
+            ),
+            ("{name: db_secret, value: Env-Flow-11}", "Env-Flow-11"),
+        ] {
+            let out = r.text(text);
+            assert!(!out.contains(secret), "{text:?} -> {out:?}");
+        }
+        // What is not secret stays.
+        let env = r.text("- name: MODE\n  value: fast\n");
+        assert_eq!(env, "- name: MODE\n  value: fast\n");
+        let block = r.text("token: |\n  Block-Line-5\nnext: 1\n");
+        assert_eq!(block, "token: |\n  [REDACTED]\nnext: 1\n");
+        assert_eq!(r.text("ssh -p 2222 host"), "ssh -p 2222 host");
+        assert_eq!(r.text("docker run -p 8080:80 x"), "docker run -p 8080:80 x");
+        assert_eq!(r.text("bypass the cache"), "bypass the cache");
     }
 
     #[test]

@@ -68,6 +68,9 @@ pub async fn run(
             "--manifest is a KubeVirt feature: Deckhouse exports disks, not VMs".into(),
         ));
     }
+    if options.insecure {
+        return Err(Error::Usage(super::http::INSECURE_WITH_CREDENTIALS.into()));
+    }
     let ns = options.namespace.as_str();
     let kind = export_kind();
     let (name, export) = match &options.reuse {

@@ -1,8 +1,12 @@
 //! A small HTTPS client for export servers, on the same hyper/rustls stack kube uses: TLS
 //! verified against the export's CA merged with the kubeconfig's (or not at all with
-//! `--insecure`), credentials as the platform wants them (KubeVirt's token header, or the
-//! kubeconfig's own credentials for Deckhouse), one connection per request (a request is a
-//! whole volume or the rest of it).
+//! `--insecure`), credentials as the platform wants them (KubeVirt's per-export token header,
+//! or the kubeconfig's own credentials for Deckhouse), one connection per request (a request
+//! is a whole volume or the rest of it).
+//!
+//! The kubeconfig's credentials are sent directly only to the API server's own host (a URL an
+//! export object names is not trusted with them), through `pods/portforward` only to the
+//! exporter pod, and never without TLS verification: `--insecure` is refused with them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -100,12 +104,25 @@ pub enum Route {
     },
 }
 
+/// Why `--insecure` is refused where the kubeconfig's credentials would be sent.
+pub const INSECURE_WITH_CREDENTIALS: &str = "--insecure cannot be used here: the export server \
+takes your cluster credentials, and kubectl vm does not send them to an unverified server (the \
+export's CA is trusted without it)";
+
 /// A client for one export server.
 #[derive(Clone)]
 pub struct HttpClient {
     tls: Arc<rustls::ClientConfig>,
     credentials: Credentials,
     route: Route,
+    /// The API server's host (lowercase, without brackets): the only host the kubeconfig's
+    /// credentials go to directly.
+    api_host: String,
+}
+
+/// A URL host as compared: lowercase, IPv6 brackets removed.
+fn host_key(host: &str) -> String {
+    host.trim_matches(['[', ']']).to_ascii_lowercase()
 }
 
 impl HttpClient {
@@ -118,6 +135,10 @@ impl HttpClient {
         credentials: Credentials,
         route: Route,
     ) -> crate::Result<HttpClient> {
+        if insecure && matches!(credentials, Credentials::Kube(_)) {
+            return Err(crate::Error::Usage(INSECURE_WITH_CREDENTIALS.into()));
+        }
+        let api_host = host_key(config.cluster_url.host().unwrap_or_default());
         let mut config = config.clone();
         let mut roots = config.root_cert.clone().unwrap_or_default();
         for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
@@ -137,6 +158,7 @@ impl HttpClient {
             tls: Arc::new(tls),
             credentials,
             route,
+            api_host,
         })
     }
 
@@ -191,6 +213,19 @@ impl HttpClient {
         })?;
         let host = uri.host().unwrap_or_default().to_string();
         let port = uri.port_u16().unwrap_or(443);
+        if matches!(self.credentials, Credentials::Kube(_))
+            && matches!(self.route, Route::Direct)
+            && host_key(&host) != self.api_host
+        {
+            return Err(HttpError::Connect {
+                message: format!(
+                    "the export is served at {host}, which is not the API server's host ({}): \
+                     kubectl vm sends your cluster credentials only to the API server",
+                    self.api_host
+                ),
+                retryable: false,
+            });
+        }
         let stream: Box<dyn Io> = match &self.route {
             Route::Direct => {
                 let tcp = tokio::time::timeout(

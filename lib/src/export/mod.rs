@@ -340,6 +340,19 @@ pub async fn run(
     }
 }
 
+/// Refuses a volume name from the server that is not one normal path component (`../x`,
+/// `/x`, `a/b`, `..`, empty): it becomes a file name under `-o DIR`.
+pub(crate) fn check_volume_name(name: &str) -> Result<()> {
+    use std::path::Component;
+    let mut parts = std::path::Path::new(name).components();
+    match (parts.next(), parts.next()) {
+        (Some(Component::Normal(n)), None) if n == name => Ok(()),
+        _ => Err(Error::Transfer(format!(
+            "refusing the volume name {name:?} from the export: not a single file name"
+        ))),
+    }
+}
+
 /// The path each volume goes to: `-o FILE` for one volume, `DIR/<volume>.img[.gz]` for several.
 pub(crate) fn volume_paths(
     output: &Output,
@@ -385,6 +398,9 @@ pub(crate) async fn download_all(
     options: &ExportOptions,
     on_event: &mut (dyn FnMut(Event) + Send),
 ) -> Result<()> {
+    for volume in volumes {
+        check_volume_name(&volume.name)?;
+    }
     let gzip_out = volumes.iter().any(|v| v.gzip) && !options.decompress;
     let paths = volume_paths(&options.output, volumes, gzip_out)?;
     for (volume, path) in volumes.iter().zip(paths) {
@@ -433,6 +449,16 @@ mod tests {
         assert!(Source::for_flavor(p, &n, Flavor::KubeVirt).is_err());
         assert!(Source::parse("disk/x").is_err());
         assert!(Source::parse("vm/Bad_Name").is_err());
+    }
+
+    #[test]
+    fn volume_names_are_one_component() {
+        for good in ["exp-root", "a.b", "..a"] {
+            assert!(check_volume_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", ".", "..", "../x", "/x", "a/b", "a/", "./a"] {
+            assert!(check_volume_name(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

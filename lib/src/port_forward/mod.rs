@@ -174,7 +174,7 @@ async fn serve_tcp(
     events: Events,
 ) {
     loop {
-        let Ok((mut socket, _)) = listener.accept().await else {
+        let Ok((socket, _)) = listener.accept().await else {
             continue;
         };
         let _ = socket.set_nodelay(true);
@@ -190,8 +190,9 @@ async fn serve_tcp(
             )
             .await
             {
-                Ok(mut stream) => {
-                    let _ = tokio::io::copy_bidirectional(&mut socket, &mut stream.io).await;
+                Ok(stream) => {
+                    let (local_rd, local_wr) = socket.into_split();
+                    relay(local_rd, local_wr, stream.io).await;
                 }
                 Err(e) => events(ForwardEvent::ConnectionFailed {
                     spec,
@@ -289,13 +290,26 @@ pub async fn stdio(
         "tcp",
     )
     .await?;
-    let (mut rd, mut wr) = tokio::io::split(stream.io);
-    let mut stdin = tokio::io::stdin();
-    let mut stdout = tokio::io::stdout();
+    relay(tokio::io::stdin(), tokio::io::stdout(), stream.io).await;
+    Ok(())
+}
+
+/// Copies a local connection (or stdin/stdout) and a platform stream both ways until the
+/// remote side ends. The local side's end of input is not passed on as a close: a websocket
+/// has no half-close, and a server that sees the close drops what is still on its way, so
+/// `printf req | … port-forward --stdio VM PORT` would lose the reply. As with `nc -N` or
+/// OpenSSH, the answer still arrives after our input ended; the session ends when the remote
+/// side ends it (or the local side stops reading). ssh as a ProxyCommand keeps its end open.
+async fn relay<R, W>(mut local_rd: R, mut local_wr: W, io: tokio::io::DuplexStream)
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    let (mut rd, mut wr) = tokio::io::split(io);
     let up = async {
         let mut buf = vec![0u8; 32 * 1024];
         loop {
-            match stdin.read(&mut buf).await {
+            match local_rd.read(&mut buf).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
                     if wr.write_all(&buf[..n]).await.is_err() {
@@ -304,25 +318,25 @@ pub async fn stdio(
                 }
             }
         }
-        let _ = wr.shutdown().await;
-        // Half-closing ends the websocket; the other direction decides when we are done.
+        // Input ended: keep the stream open for the answer; the other direction decides.
         std::future::pending::<()>().await
     };
     let down = async {
         let mut buf = vec![0u8; 32 * 1024];
         while let Ok(n) = rd.read(&mut buf).await {
-            if n == 0 || stdout.write_all(&buf[..n]).await.is_err() || stdout.flush().await.is_err()
+            if n == 0
+                || local_wr.write_all(&buf[..n]).await.is_err()
+                || local_wr.flush().await.is_err()
             {
                 break;
             }
         }
+        let _ = local_wr.shutdown().await;
     };
-    // The remote end closing ends the session even if stdin stays open (ssh keeps it open).
     tokio::select! {
         _ = up => {}
         _ = down => {}
     }
-    Ok(())
 }
 
 #[cfg(test)]

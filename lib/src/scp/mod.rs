@@ -273,12 +273,42 @@ async fn upload_file(
     sftp.set_metadata(tmp.as_str(), attrs)
         .await
         .map_err(|e| sftp_err(dest, e))?;
-    // SFTP v3 rename refuses an existing target.
-    let _ = sftp.remove_file(dest).await;
-    sftp.rename(tmp.as_str(), dest)
-        .await
-        .map_err(|e| sftp_err(dest, e))?;
+    put_in_place(sftp, &tmp, dest).await?;
     Ok(done)
+}
+
+/// Renames the uploaded `tmp` to `dest`. SFTP v3 rename refuses an existing target, so an
+/// existing file is first moved aside and removed only once the new one is in place; if the
+/// new one cannot be put in place the old one goes back. The old file is never removed
+/// before its replacement is there.
+async fn put_in_place(sftp: &SftpSession, tmp: &str, dest: &str) -> Result<(), SshError> {
+    let first = match sftp.rename(tmp, dest).await {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
+    };
+    if sftp.symlink_metadata(dest).await.is_err() {
+        let _ = sftp.remove_file(tmp).await;
+        return Err(sftp_err(dest, first));
+    }
+    let aside = format!("{tmp}.old");
+    if let Err(e) = sftp.rename(dest, aside.as_str()).await {
+        let _ = sftp.remove_file(tmp).await;
+        return Err(sftp_err(
+            dest,
+            format!("cannot replace the existing file: {e}"),
+        ));
+    }
+    match sftp.rename(tmp, dest).await {
+        Ok(()) => {
+            let _ = sftp.remove_file(aside.as_str()).await;
+            Ok(())
+        }
+        Err(e) => {
+            let _ = sftp.rename(aside.as_str(), dest).await;
+            let _ = sftp.remove_file(tmp).await;
+            Err(sftp_err(dest, e))
+        }
+    }
 }
 
 async fn upload_tree(
@@ -320,10 +350,45 @@ async fn upload_tree(
     Ok(total)
 }
 
+/// The process's umask, from `/proc/self/status` (Linux ≥ 4.7); where that cannot be read,
+/// 022 (no group or world write), the usual default.
+fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
+}
+
+/// The local mode for a mode a guest reports: permission bits only (no setuid, setgid or
+/// sticky from a guest) and through the local umask, with `-p` as without it (OpenSSH's sftp
+/// takes `perm & 0777`; without `-p` the owner can always write, as there).
+fn local_mode(remote: u32, preserve: bool, umask: u32) -> u32 {
+    let mode = remote & 0o777;
+    let mode = if preserve { mode } else { mode | 0o200 };
+    mode & !umask
+}
+
+/// Whether a name from a guest's directory listing is one normal path component: not empty,
+/// `.`, `..`, absolute or containing `/` (OpenSSH's scp refuses such names since
+/// CVE-2019-6111).
+fn is_single_component(name: &str) -> bool {
+    use std::path::Component;
+    let mut parts = Path::new(name).components();
+    matches!(
+        (parts.next(), parts.next()),
+        (Some(Component::Normal(n)), None) if n == name
+    )
+}
+
 fn apply_local(path: &Path, attrs: &FileAttributes, preserve: bool) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     if let Some(mode) = attrs.permissions {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o7777))?;
+        let mode = local_mode(mode, preserve, umask());
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     }
     if preserve {
         let at = |s: Option<u32>| UNIX_EPOCH + Duration::from_secs(u64::from(s.unwrap_or(0)));
@@ -408,6 +473,16 @@ async fn download_tree(
         .filter(|e| e.file_name() != "." && e.file_name() != "..")
         .collect();
     entries.sort_by_key(|e| e.file_name());
+    // The whole listing is checked before anything of it is written.
+    if let Some(bad) = entries
+        .iter()
+        .find(|e| !is_single_component(&e.file_name()))
+    {
+        return Err(SshError::Io(format!(
+            "{remote}: refusing the name {:?} from the guest's directory listing: not a single file name",
+            bad.file_name()
+        )));
+    }
     let mut total = 0;
     for entry in entries {
         let name = entry.file_name();
@@ -435,6 +510,11 @@ async fn download_tree(
     }
     Ok(total)
 }
+
+#[cfg(test)]
+mod fake_sftp;
+#[cfg(test)]
+mod sftp_tests;
 
 #[cfg(test)]
 mod tests {
@@ -487,5 +567,19 @@ mod tests {
             temp_name("x"),
             format!("./.x.kubevm-tmp-{}", std::process::id())
         );
+    }
+
+    #[test]
+    fn names_and_modes_from_a_guest() {
+        for good in ["a", "a.b", ".hidden", "..a", "a b", "ä"] {
+            assert!(is_single_component(good), "{good:?}");
+        }
+        for bad in ["", ".", "..", "../x", "/abs", "a/b", "a/", "./a", "/"] {
+            assert!(!is_single_component(bad), "{bad:?}");
+        }
+        assert_eq!(local_mode(0o104755, true, 0o022), 0o755);
+        assert_eq!(local_mode(0o6777, true, 0o002), 0o775);
+        assert_eq!(local_mode(0o444, false, 0o022), 0o644);
+        assert_eq!(local_mode(0o444, true, 0o022), 0o444);
     }
 }

@@ -83,8 +83,11 @@ pub(super) async fn run<S>(
                     Some(Ok(Message::Binary(data))) => {
                         if local.write_all(&data).await.is_err() {
                             // The caller dropped its side: close normally.
-                            break close(&mut ws).await;
+                            break close(&mut ws, &mut local).await;
                         }
+                        // A slow local reader is not a silent server: the time spent
+                        // waiting for it does not count toward the liveness limit.
+                        last_heard = tokio::time::Instant::now();
                     }
                     // Text and other frames are skipped; pings are answered by tungstenite.
                     Some(Ok(Message::Close(frame))) => {
@@ -100,7 +103,7 @@ pub(super) async fn run<S>(
                 }
             }
             n = local.read(&mut buf) => match n {
-                Ok(0) | Err(_) => break close(&mut ws).await,
+                Ok(0) | Err(_) => break close(&mut ws, &mut local).await,
                 Ok(n) => {
                     if let Err(e) = ws.send(Message::Binary(buf[..n].to_vec().into())).await {
                         break StreamEnd::Abnormal(describe(&e));
@@ -124,8 +127,10 @@ pub(super) async fn run<S>(
     let _ = local.shutdown().await;
 }
 
-/// Sends a normal close and waits briefly for the server's close.
-async fn close<S>(ws: &mut WebSocketStream<S>) -> StreamEnd
+/// Sends a normal close and waits for the server's close: data frames that arrive meanwhile
+/// still reach `local` (the server may have sent them before it saw our close); the wait ends
+/// after [`CLOSE_WAIT`] without any frame.
+async fn close<S>(ws: &mut WebSocketStream<S>, local: &mut DuplexStream) -> StreamEnd
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -134,14 +139,16 @@ where
         reason: "".into(),
     };
     if ws.send(Message::Close(Some(frame))).await.is_ok() {
-        let _ = tokio::time::timeout(CLOSE_WAIT, async {
-            while let Some(Ok(m)) = ws.next().await {
-                if m.is_close() {
-                    break;
+        let mut local_open = true;
+        while let Ok(Some(Ok(m))) = tokio::time::timeout(CLOSE_WAIT, ws.next()).await {
+            match m {
+                Message::Close(_) => break,
+                Message::Binary(data) if local_open => {
+                    local_open = local.write_all(&data).await.is_ok();
                 }
+                _ => {}
             }
-        })
-        .await;
+        }
     }
     StreamEnd::Local
 }

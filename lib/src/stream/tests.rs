@@ -189,3 +189,60 @@ async fn local_shutdown_closes_normally() {
     drop(server);
     assert_eq!(stream.ended().await, StreamEnd::Local);
 }
+
+/// A local reader that stalls longer than the liveness limit (three pings) must not make a
+/// healthy server look dead: the time the pump waits for the reader is not server silence.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_reader_does_not_kill_a_healthy_stream() {
+    let (mut stream, server) = pair(Duration::from_millis(100)).await;
+    let (mut sink, mut frames) = server.split();
+    // More than the duplex holds in one frame: the pump blocks writing it.
+    let big = vec![7u8; 64 * 1024];
+    sink.send(Message::Binary(big.clone().into()))
+        .await
+        .unwrap();
+    // The server keeps reading (answering pings) all along.
+    let server = tokio::spawn(async move {
+        while let Some(Ok(m)) = frames.next().await {
+            if m.is_close() {
+                break;
+            }
+        }
+        sink
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut got = vec![0u8; big.len()];
+    stream.io.read_exact(&mut got).await.unwrap();
+    assert_eq!(got, big);
+    // Several ping intervals later the stream is still up.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(*stream.end.borrow(), None, "declared dead");
+    stream.io.shutdown().await.unwrap();
+    assert_eq!(stream.ended().await, StreamEnd::Local);
+    drop(server.await.unwrap());
+}
+
+/// Data the server sends after our close frame (it was on its way) reaches the reader.
+#[tokio::test]
+async fn frames_during_the_close_wait_are_delivered() {
+    let (mut stream, mut server) = pair(Duration::from_secs(15)).await;
+    let (mut rd, mut wr) = tokio::io::split(stream.io);
+    wr.write_all(b"req").await.unwrap();
+    wr.shutdown().await.unwrap();
+    assert_eq!(
+        server.next().await.unwrap().unwrap(),
+        Message::Binary(b"req".to_vec().into())
+    );
+    // The reply leaves before the server reads our close frame (then answers it).
+    server
+        .send(Message::Binary(b"reply".to_vec().into()))
+        .await
+        .unwrap();
+    assert!(server.next().await.unwrap().unwrap().is_close());
+    let _ = server.close(None).await;
+    let mut got = Vec::new();
+    rd.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, b"reply");
+    stream.io = rd.unsplit(wr);
+    assert_eq!(stream.ended().await, StreamEnd::Local);
+}

@@ -43,6 +43,12 @@ pub struct ExportFaults {
     pub no_external: bool,
     /// Publish a CA in the internal link that did not sign the exporter pod's certificate.
     pub wrong_internal_ca: bool,
+    /// Name every volume of a KubeVirt export's links this instead of its PVC, as a hostile or
+    /// broken server could (`../x`, `/x`, `a/b`); the URLs stay those of the PVCs.
+    pub volume_name: Option<String>,
+    /// Publish Deckhouse public URLs on this host instead of the export server's address
+    /// (`localhost` reaches the same server under another name than the API server's).
+    pub public_host: Option<String>,
 }
 
 /// State of the export server shared with the reconcilers.
@@ -58,6 +64,8 @@ pub struct ExportState {
     pub generations: Mutex<HashMap<String, u64>>,
     /// Body bytes sent by the export server, all responses together.
     pub bytes_served: Arc<AtomicU64>,
+    /// Requests to the export server that carried an `Authorization` header.
+    pub authorization_seen: AtomicU64,
     /// Last request per export uid (Deckhouse idle TTL).
     pub last_access: Mutex<HashMap<String, Instant>>,
     /// The export CA that signs the exporter pods' certificates (`export_pods.rs`).
@@ -401,7 +409,8 @@ pub fn kubevirt_export(app: &App, vme: &Value, _tick: bool) {
                 let vols = |prefix: &str| -> Value {
                     pvcs.iter()
                         .map(|p| {
-                            json!({"name": p, "formats": [
+                            let shown = faults.volume_name.as_deref().unwrap_or(p.as_str());
+                            json!({"name": shown, "formats": [
                                 {"format": "raw", "url": format!("{prefix}/volumes/{p}/disk.img")},
                                 {"format": "gzip", "url": format!("{prefix}/volumes/{p}/disk.img.gz")},
                             ]})
@@ -552,6 +561,10 @@ pub fn data_export(app: &App, de: &Value, tick: bool) {
     let (base, ca, faults) = app.exports.server();
     let no_external = faults.no_external;
     let wrong_internal_ca = faults.wrong_internal_ca;
+    let base = match &faults.public_host {
+        Some(host) => base.replacen("127.0.0.1", host, 1),
+        None => base,
+    };
     let ip = crate::export_pods::pod_ip(&uid);
     if target.is_ok() {
         crate::export_pods::ensure_deckhouse(app, de, &ip);
@@ -624,6 +637,14 @@ impl crate::Handle {
             .faults
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = faults;
+    }
+
+    /// Requests to the export server so far that carried an `Authorization` header.
+    pub fn export_requests_with_authorization(&self) -> u64 {
+        self.app
+            .exports
+            .authorization_seen
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Body bytes the export server has sent so far.

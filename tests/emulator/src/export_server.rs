@@ -130,6 +130,11 @@ struct Volume {
 #[allow(clippy::result_large_err)]
 async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
     let state = &app.exports;
+    if req.headers().contains_key(header::AUTHORIZATION) {
+        state
+            .authorization_seen
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     {
         let mut faults = state.faults.lock().unwrap_or_else(|e| e.into_inner());
         if faults.fail_5xx > 0 {

@@ -27,6 +27,7 @@ pub mod auth;
 pub mod bootstrap;
 pub mod controllers;
 pub mod discovery;
+pub mod expect;
 pub mod export;
 pub mod export_pods;
 pub mod export_server;

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use kubevm_emulator::expect::SerialReader;
 use kubevm_emulator::qemu_guest::{QemuConfig, QemuGuests};
 use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
 use serde_json::{Value, json};
@@ -131,20 +132,8 @@ async fn qemu_guest_boots_serves_console_ssh_agent_and_powers_off() {
 
     // Serial console: a getty's login prompt, then root/root and a shell command.
     let serial = guest.serial();
-    let mut out = serial.output.subscribe();
-    let mut seen = String::new();
-    let deadline = Instant::now() + Duration::from_secs(150);
-    let mut last_enter = Instant::now() - Duration::from_secs(10);
-    while !seen.contains("login: ") {
-        assert!(Instant::now() < deadline, "no login prompt; seen {seen:?}");
-        if last_enter.elapsed() > Duration::from_secs(5) {
-            serial.input.send(Bytes::from_static(b"\r")).unwrap();
-            last_enter = Instant::now();
-        }
-        if let Ok(Ok(b)) = tokio::time::timeout(Duration::from_millis(500), out.recv()).await {
-            seen.push_str(&String::from_utf8_lossy(&b));
-        }
-    }
+    let mut out = SerialReader::new(serial.output.subscribe());
+    let seen = press_return_until_login(&serial, &mut out, Duration::from_secs(150)).await;
     eprintln!("login prompt after {:.1}s", started.elapsed().as_secs_f64());
     assert!(
         seen.contains("qvm login: "),
@@ -219,19 +208,8 @@ async fn qemu_guest_boots_serves_console_ssh_agent_and_powers_off() {
     emu.shutdown().await;
 }
 
-async fn expect(text: &str, out: &mut tokio::sync::broadcast::Receiver<Bytes>) -> String {
-    let mut seen = String::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !seen.contains(text) {
-        assert!(
-            Instant::now() < deadline,
-            "waiting for {text:?}; seen {seen:?}"
-        );
-        if let Ok(Ok(b)) = tokio::time::timeout(Duration::from_millis(500), out.recv()).await {
-            seen.push_str(&String::from_utf8_lossy(&b));
-        }
-    }
-    seen
+async fn expect(text: &str, out: &mut SerialReader) -> String {
+    out.expect(text, Duration::from_secs(60)).await
 }
 
 async fn wait_for_banner(guest: &dyn kubevm_emulator::guest::Guest) -> String {
@@ -283,25 +261,26 @@ fn type_line(serial: &kubevm_emulator::guest::Serial, line: &str) {
         .unwrap();
 }
 
-/// Presses return until the login prompt shows, then logs in as root.
-async fn login(
+/// Presses return (every 5 s) until the login prompt shows; returns the output up to it.
+async fn press_return_until_login(
     serial: &kubevm_emulator::guest::Serial,
-    out: &mut tokio::sync::broadcast::Receiver<Bytes>,
+    out: &mut SerialReader,
     limit: Duration,
-) {
-    let mut seen = String::new();
+) -> String {
     let deadline = Instant::now() + limit;
-    let mut last_enter = Instant::now() - Duration::from_secs(10);
-    while !seen.contains("login: ") {
-        assert!(Instant::now() < deadline, "no login prompt; seen {seen:?}");
-        if last_enter.elapsed() > Duration::from_secs(5) {
-            type_line(serial, "");
-            last_enter = Instant::now();
-        }
-        if let Ok(Ok(b)) = tokio::time::timeout(Duration::from_millis(500), out.recv()).await {
-            seen.push_str(&String::from_utf8_lossy(&b));
+    loop {
+        type_line(serial, "");
+        let next_enter = (Instant::now() + Duration::from_secs(5)).min(deadline);
+        match out.expect_by("login: ", next_enter.into()).await {
+            Ok(seen) => return seen,
+            Err(seen) => assert!(Instant::now() < deadline, "no login prompt; seen {seen:?}"),
         }
     }
+}
+
+/// Presses return until the login prompt shows, then logs in as root.
+async fn login(serial: &kubevm_emulator::guest::Serial, out: &mut SerialReader, limit: Duration) {
+    press_return_until_login(serial, out, limit).await;
     type_line(serial, "root");
     expect("Password: ", out).await;
     type_line(serial, "root");
@@ -362,7 +341,7 @@ async fn qemu_guest_reboots_in_place_and_powering_off_stops_a_manual_vm() {
     .await;
     let guest = emu.guest("default", "qoff").unwrap().expect("running");
     let serial = guest.serial();
-    let mut out = serial.output.subscribe();
+    let mut out = SerialReader::new(serial.output.subscribe());
     login(&serial, &mut out, Duration::from_secs(150)).await;
     eprintln!("logged in after {:.1}s", started.elapsed().as_secs_f64());
 

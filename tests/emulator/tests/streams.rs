@@ -7,28 +7,47 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use kube::client::Body;
 use kubevm_emulator::ServeFlavor;
+use kubevm_emulator::expect::Unmatched;
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::Message;
 
 mod common;
 use common::{Ws, dial, start};
 
-/// Reads binary frames until `text` has appeared.
-async fn expect(ws: &mut Ws, text: &str) -> String {
-    let mut seen = String::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !seen.contains(text) {
-        match tokio::time::timeout_at(deadline, ws.next()).await {
-            Ok(Some(Ok(Message::Binary(b)))) => seen.push_str(&String::from_utf8_lossy(&b)),
-            Ok(Some(Ok(_))) => {}
-            other => panic!("waiting for {text:?}: {other:?}; seen {seen:?}"),
-        }
-    }
-    seen
+/// A console websocket with the output read from it and not yet matched.
+struct Console {
+    ws: Ws,
+    rest: Unmatched,
 }
 
-async fn send(ws: &mut Ws, text: &str) {
-    ws.send(Message::Binary(text.as_bytes().to_vec().into()))
+fn console(ws: Ws) -> Console {
+    Console {
+        ws,
+        rest: Unmatched::default(),
+    }
+}
+
+/// Reads binary frames until `text` has appeared; returns the output up to and including it
+/// and keeps what followed for the next call.
+async fn expect(c: &mut Console, text: &str) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(seen) = c.rest.take_through(text) {
+            return seen;
+        }
+        match tokio::time::timeout_at(deadline, c.ws.next()).await {
+            Ok(Some(Ok(Message::Binary(b)))) => c.rest.push(&b),
+            Ok(Some(Ok(_))) => {}
+            other => panic!(
+                "waiting for {text:?}: {other:?}; seen {:?}",
+                c.rest.pending()
+            ),
+        }
+    }
+}
+
+async fn send(c: &mut Console, text: &str) {
+    c.ws.send(Message::Binary(text.as_bytes().to_vec().into()))
         .await
         .unwrap();
 }
@@ -63,14 +82,19 @@ where
 #[tokio::test]
 async fn kubevirt_console_login_last_wins_and_restart() {
     let (emu, client) = start(ServeFlavor::KubeVirt).await;
-    let (mut first, echoed) = dial(&client, KV_CONSOLE, "plain.kubevirt.io")
+    let (ws, echoed) = dial(&client, KV_CONSOLE, "plain.kubevirt.io")
         .await
         .unwrap();
+    let mut first = console(ws);
     assert_eq!(echoed.as_deref(), Some("plain.kubevirt.io"));
     send(&mut first, "\r").await;
     expect(&mut first, "web login: ").await;
     // Text frames are skipped, binary ones typed.
-    first.send(Message::Text("ignored\r".into())).await.unwrap();
+    first
+        .ws
+        .send(Message::Text("ignored\r".into()))
+        .await
+        .unwrap();
     send(&mut first, "cloud\r").await;
     expect(&mut first, "Password: ").await;
     send(&mut first, "cloud\r").await;
@@ -79,10 +103,11 @@ async fn kubevirt_console_login_last_wins_and_restart() {
     expect(&mut first, "marker-42").await;
 
     // A second connection takes over; the first is cut without a close frame (1006).
-    let (mut second, _) = dial(&client, KV_CONSOLE, "plain.kubevirt.io")
+    let (ws, _) = dial(&client, KV_CONSOLE, "plain.kubevirt.io")
         .await
         .unwrap();
-    expect_cut(&mut first).await;
+    let mut second = console(ws);
+    expect_cut(&mut first.ws).await;
     // Same guest: still logged in.
     send(&mut second, "echo again-$((1+1))\r").await;
     expect(&mut second, "again-2").await;
@@ -95,10 +120,11 @@ async fn kubevirt_console_login_last_wins_and_restart() {
         .unwrap();
     vmi["metadata"]["uid"] = "00000000-0000-0000-0000-00000000beef".into();
     emu.put_object(vmi);
-    expect_cut(&mut second).await;
-    let (mut third, _) = dial(&client, KV_CONSOLE, "plain.kubevirt.io")
+    expect_cut(&mut second.ws).await;
+    let (ws, _) = dial(&client, KV_CONSOLE, "plain.kubevirt.io")
         .await
         .unwrap();
+    let mut third = console(ws);
     send(&mut third, "\r").await;
     expect(&mut third, "web login: ").await;
     emu.shutdown().await;
@@ -184,9 +210,10 @@ async fn deckhouse_probe_reports_the_holder_from_a_lease() {
     assert_eq!(empty["kind"], "VirtualMachineSession");
     assert!(empty.get("holder").is_none(), "{empty}");
 
-    let (mut ws, echoed) = dial(&client, DH_CONSOLE, "plain.virtualization.deckhouse.io")
+    let (ws, echoed) = dial(&client, DH_CONSOLE, "plain.virtualization.deckhouse.io")
         .await
         .unwrap();
+    let mut ws = console(ws);
     assert_eq!(echoed.as_deref(), Some("plain.virtualization.deckhouse.io"));
     send(&mut ws, "\r").await;
     expect(&mut ws, "linux-vm login: ").await;
