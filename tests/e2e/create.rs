@@ -216,7 +216,9 @@ fn deckhouse_create_and_wait() {
     let text = ok(output.clone());
     assert_eq!(
         text,
-        "virtualdisk.virtualization.deckhouse.io/app-root created\nvirtualdisk.virtualization.deckhouse.io/app-data created\nvirtualmachine.virtualization.deckhouse.io/app created\n",
+        // The user data (with the VM-scoped principal files) is over the 2048 bytes Deckhouse
+        // takes inline, so it goes into a Secret the VM references.
+        "virtualdisk.virtualization.deckhouse.io/app-root created\nvirtualdisk.virtualization.deckhouse.io/app-data created\nvirtualmachine.virtualization.deckhouse.io/app created\nsecret/app-cloudinit created\n",
         "{}",
         stderr(&output)
     );
@@ -240,12 +242,19 @@ fn deckhouse_create_and_wait() {
         "app",
     )
     .unwrap();
-    let user_data = vm["spec"]["provisioning"]["userData"]
-        .as_str()
-        .unwrap_or_default();
+    assert_eq!(
+        vm["spec"]["provisioning"]["userDataRef"]["name"],
+        "app-cloudinit"
+    );
+    let secret = find_object(&env, "", "secrets", Some(&ns), "app-cloudinit").unwrap();
+    let encoded = secret["data"]["userData"].as_str().unwrap_or_default();
+    let user_data = String::from_utf8(
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, encoded).unwrap(),
+    )
+    .unwrap();
     assert!(
-        user_data.contains("platform-ca"),
-        "the CA key is in the guest's user data:\n{vm}"
+        user_data.contains("platform-ca") && user_data.contains("kubevm@app.default"),
+        "the CA key and the VM-scoped principal are in the guest's user data:\n{user_data}"
     );
 }
 

@@ -165,3 +165,25 @@ fn an_unavailable_aggregated_api_fails_fast_in_one_line() {
         "{log}"
     );
 }
+
+/// A VirtualMachineClass that does not exist is cluster state, not bad input: exit 1 (was 2).
+#[test]
+fn a_missing_class_exits_1() {
+    let env = Env::deckhouse();
+    let err = fails(
+        &env,
+        &[
+            "create",
+            "web2",
+            "--image",
+            "cvi/ubuntu-24-04",
+            "--class",
+            "nope",
+        ],
+        1,
+    );
+    assert_eq!(
+        err,
+        "Error: virtualmachineclass \"nope\" not found; pass an existing --class"
+    );
+}

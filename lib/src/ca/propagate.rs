@@ -234,7 +234,7 @@ mod tests {
         assert!(replace_heredoc("#cloud-config\n", CA_KEYS_PATH, &keys).is_none());
         assert_eq!(
             host_public_key(USER_DATA).unwrap().to_openssh().unwrap(),
-            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHcP1uPBmPUxGj6S+v8Wgfc1ckRtXQ4dx2ri8DPz8GLy"
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHcP1uPBmPUxGj6S+v8Wgfc1ckRtXQ4dx2ri8DPz8GLy kubevm-host"
         );
     }
 }

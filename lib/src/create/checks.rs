@@ -101,8 +101,9 @@ pub async fn check_sizing(cluster: &Cluster, platform: &Platform, plan: &VmPlan)
         .get_opt(plan.class_name())
         .await
         .map_err(|e| cluster.error(e, &kind.action("get", None).named(plan.class_name())))?
+        // Cluster state, not bad input: exit 1 like a missing namespace.
         .ok_or_else(|| {
-            Error::Usage(format!(
+            Error::Platform(format!(
                 "virtualmachineclass {:?} not found; pass an existing --class",
                 plan.class_name()
             ))

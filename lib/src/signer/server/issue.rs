@@ -158,6 +158,16 @@ impl Signer {
                 ),
             );
         }
+        // Names end up in principals and key IDs: only names Kubernetes could have.
+        if let Err(why) = crate::target::validate_name(name)
+            .and_then(|_| crate::target::validate_namespace(namespace).map_err(|e| e.to_string()))
+        {
+            return status_response(
+                422,
+                "Invalid",
+                &format!("invalid virtual machine {name:?} in {namespace:?}: {why}"),
+            );
+        }
         let outcome = self.issue(&caller, namespace, name, sub, body).await;
         let mut record = json!({
             "time": crate::signer::rfc3339(jiff::Timestamp::now().as_second().max(0) as u64),
