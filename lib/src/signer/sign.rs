@@ -51,13 +51,33 @@ pub fn sign(
     cert_type: CertType,
     decision: &Decision,
 ) -> Result<Signed, ssh_key::Error> {
-    let mut rng = ssh_key::rand_core::UnwrapErr(ssh_key::getrandom::SysRng);
     let now = now_secs();
+    sign_window(
+        ca,
+        public_key,
+        cert_type,
+        decision,
+        now.saturating_sub(BACKDATE_SECS),
+        now.saturating_add(decision.ttl.as_secs()),
+    )
+}
+
+/// Sign for an explicit validity window (`decision.ttl` is not used; tests make expired
+/// certificates with it).
+pub fn sign_window(
+    ca: &PrivateKey,
+    public_key: &PublicKey,
+    cert_type: CertType,
+    decision: &Decision,
+    valid_after: u64,
+    valid_before: u64,
+) -> Result<Signed, ssh_key::Error> {
+    let mut rng = ssh_key::rand_core::UnwrapErr(ssh_key::getrandom::SysRng);
     let mut builder = Builder::new_with_random_nonce(
         &mut rng,
         public_key.key_data().clone(),
-        now.saturating_sub(BACKDATE_SECS),
-        now.saturating_add(decision.ttl.as_secs()),
+        valid_after,
+        valid_before,
     )?;
     let serial = ssh_key::rand_core::Rng::next_u64(&mut rng).max(1);
     builder.serial(serial)?;

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use russh::keys::ssh_key::certificate::{Builder, CertType};
+use russh::keys::ssh_key::certificate::CertType;
 use russh::keys::ssh_key::{self, Algorithm, Certificate, HashAlg, PrivateKey, PublicKey};
 
 use super::SshError;
@@ -105,7 +105,9 @@ pub fn sign_with_key(
     )
 }
 
-/// Sign for an explicit validity window (tests use it for expired certificates).
+/// Sign for an explicit validity window (tests use it for expired certificates): `request`
+/// as a [`crate::signer::policy::Decision`] with its one principal, through the signer's
+/// certificate builder.
 pub fn sign_window(
     ca: &PrivateKey,
     public_key: &PublicKey,
@@ -113,24 +115,29 @@ pub fn sign_window(
     valid_after: u64,
     valid_before: u64,
 ) -> Result<Certificate, SshError> {
-    let mut rng = ssh_key::rand_core::UnwrapErr(ssh_key::getrandom::SysRng);
-    let mut builder = Builder::new_with_random_nonce(
-        &mut rng,
-        public_key.key_data().clone(),
-        valid_after,
-        valid_before,
-    )?;
-    builder.serial(ssh_key::rand_core::Rng::next_u64(&mut rng))?;
-    builder.cert_type(CertType::User)?;
-    builder.key_id(request.key_id.clone())?;
-    builder.valid_principal(request.principal.clone())?;
+    let mut extensions = Vec::new();
     if request.pty || request.interactive_all {
-        builder.extension("permit-pty", "")?;
+        extensions.push("permit-pty");
     }
     if request.port_forwarding || request.interactive_all {
-        builder.extension("permit-port-forwarding", "")?;
+        extensions.push("permit-port-forwarding");
     }
-    Ok(builder.sign(ca)?)
+    let decision = crate::signer::policy::Decision {
+        principals: vec![request.principal.clone()],
+        key_id: request.key_id.clone(),
+        ttl: request.ttl,
+        extensions,
+        login: Some(request.principal.clone()),
+    };
+    Ok(crate::signer::sign::sign_window(
+        ca,
+        public_key,
+        CertType::User,
+        &decision,
+        valid_after,
+        valid_before,
+    )?
+    .certificate)
 }
 
 impl Signer for CaSigner {
