@@ -687,9 +687,6 @@ async fn transfer(
             ))
             .into());
         }
-        if job.gzip && *offset > 0 {
-            // Start the stream over; the restart is announced on the next response.
-        }
         let delay = options
             .retry_delay
             .saturating_mul(1 << (failures - 1).min(4))
