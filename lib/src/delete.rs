@@ -2,7 +2,7 @@
 //! can be recreated from the same declaration with its data.
 //!
 //! Which disks belong to a VM:
-//! - KubeVirt: the DataVolumes of `spec.dataVolumeTemplates` (owned by the VM, so garbage
+//! - KubeVirt: the DataVolumes of `spec.dataVolumeTemplates` that the VM owns (garbage
 //!   collected with it) and DataVolumes labelled with [`companion_selector`] (the standalone
 //!   boot DataVolume `create` makes for `--url` with a checksum).
 //! - Deckhouse: VirtualDisks labelled with [`companion_selector`] (not owned by the VM).
@@ -147,8 +147,10 @@ pub async fn plan(
             let found = disk_api.get_opt(dv_name).await.map_err(|e| {
                 cluster.error(e, &disk_kind.action("get", Some(namespace)).named(dv_name))
             })?;
-            if let Some(dv) = found {
-                add(&mut disks, &to_value(dv));
+            // Only a disk the VM owns is its template's disk; one that replaced it (neither
+            // owned nor labelled as ours, which the list below finds) is not ours.
+            if let Some(dv) = found.map(to_value).filter(|dv| owned_by(dv, &uid)) {
+                add(&mut disks, &dv);
             }
         }
     }

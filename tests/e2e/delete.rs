@@ -369,3 +369,47 @@ fn terminal_prompt_is_skipped_with_yes_and_interrupted_by_ctrl_c() {
     assert_eq!(exit_code(&session), 0);
     assert!(names(&env, DH, "virtualmachines").is_empty());
 }
+
+/// A DataVolume named by `spec.dataVolumeTemplates` that is neither owned by the VM nor
+/// labelled as ours (someone replaced it) is not the VM's disk: it stays.
+#[test]
+fn a_replaced_template_disk_is_not_deleted() {
+    let env = Env::kubevirt();
+    seed_kubevirt(&env);
+    env.emulator
+        .put_object(data_volume("web-root", json!({}), json!([])));
+    let out = ok(env.vm(&["delete", "web", "-n", NS]));
+    assert!(!out.contains("web-root"), "{out}");
+    assert_eq!(
+        names(&env, "cdi.kubevirt.io", "datavolumes"),
+        ["shared-data", "web-root"]
+    );
+}
+
+/// Conflicting input is refused before any request (no discovery either), and an impossible
+/// port in `create --url` is bad input.
+#[test]
+fn conflicts_are_refused_before_any_request() {
+    let env = Env::kubevirt();
+    env.emulator.clear_requests();
+    assert!(fails(&env, &["delete", "vm/web/prod", "-n", "dev"], 2).contains("prod"));
+    assert!(
+        env.emulator.requests().is_empty(),
+        "{:?}",
+        env.emulator.requests()
+    );
+    let err = fails(
+        &env,
+        &[
+            "create",
+            "web",
+            "--url",
+            "https://example.org:99999/disk.qcow2",
+            "--dry-run=client",
+            "-o",
+            "yaml",
+        ],
+        2,
+    );
+    assert!(err.contains("99999"), "{err}");
+}

@@ -442,3 +442,52 @@ fn cluster_credentials_go_only_to_the_api_server_host() {
     assert!(env.emulator.export_requests_with_authorization() > 0);
     assert_eq!(sha256_of(&file), reference_sha256(&env, "vd-big-0001", MIB));
 }
+
+/// A server that answers every download with 416 or 204 (nothing to start over from) makes
+/// the export fail after a bounded number of requests instead of asking again in a loop.
+#[test]
+fn unusable_answers_end_the_export_instead_of_looping() {
+    for code in [416u16, 204] {
+        let env = kubevirt(MIB, MIB);
+        env.emulator.set_export_faults(ExportFaults {
+            answer_status: Some(code),
+            ..Default::default()
+        });
+        let file = env.dir.path().join("disk.img");
+        let out = export(
+            &env,
+            &[
+                "pvc/exp-root",
+                "-o",
+                file.to_str().unwrap(),
+                "--retries",
+                "3",
+            ],
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{code}: {err}");
+        assert!(err.contains(&code.to_string()), "{code}: {err}");
+        assert!(
+            env.emulator.export_requests() <= 4,
+            "{code}: {} requests",
+            env.emulator.export_requests()
+        );
+    }
+}
+
+/// `-o DIR` for a single volume puts `DIR/<volume>.img` inside the directory.
+#[test]
+fn one_volume_into_an_existing_directory() {
+    let env = kubevirt(2 * MIB, MIB);
+    let dir = env.dir.path().join("out");
+    std::fs::create_dir(&dir).unwrap();
+    succeeded(&export(
+        &env,
+        &["pvc/exp-root", "-o", dir.to_str().unwrap()],
+    ));
+    assert_eq!(
+        sha256_of(&dir.join("exp-root.img")),
+        reference_sha256(&env, "exp-root", 2 * MIB)
+    );
+    assert!(!dir.join(".partial").exists());
+}

@@ -166,3 +166,27 @@ fn provisioning_vm_shows_import_progress() {
         ]
     );
 }
+
+/// `get --help` does not offer `-o wide` (get refuses it), and the lifecycle commands'
+/// `--dry-run` values speak of their own requests, not of deleting.
+#[test]
+fn help_offers_only_what_the_command_does() {
+    let env = Env::kubevirt();
+    let get = ok(env.vm(&["get", "--help"]));
+    let output_help: String = get
+        .lines()
+        .skip_while(|l| !l.contains("--output"))
+        .take_while(|l| !l.trim_start().starts_with("--show-managed-fields"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(output_help.contains("yaml"), "{get}");
+    assert!(!output_help.contains("wide"), "{output_help}");
+    for command in ["start", "stop", "restart", "pause", "migrate"] {
+        let help = ok(env.vm(&[command, "--help"]));
+        assert!(help.contains("--dry-run"), "{command}: {help}");
+        assert!(
+            !help.contains("Really delete") && !help.contains("would be deleted"),
+            "{command}: {help}"
+        );
+    }
+}

@@ -64,6 +64,10 @@ pub async fn cmd_delete(global: &GlobalArgs, args: DeleteArgs) -> CommandResult 
             target.name, target.name
         )));
     }
+    // A namespace in the target that -n contradicts is refused before any request.
+    if let Some(flag) = global.namespace.as_deref() {
+        target.namespace_in(flag, true)?;
+    }
     let (cluster, platform) = super::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let plan = delete::plan(

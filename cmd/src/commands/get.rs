@@ -24,12 +24,28 @@ pub struct GetArgs {
     pub target: String,
 
     /// Output format (yaml, json or name; default: a description)
-    #[arg(short, long, value_enum)]
+    #[arg(short, long, value_parser = output_parser())]
     pub output: Option<OutputFormat>,
 
     /// With -o yaml|json, keep metadata.managedFields (hidden by default, as kubectl does)
     #[arg(long)]
     pub show_managed_fields: bool,
+}
+
+/// The `-o` values of `get`: `wide` is accepted only to be refused with a pointer to
+/// `list -o wide`, so it is not offered.
+fn output_parser() -> impl clap::builder::TypedValueParser<Value = OutputFormat> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new([
+        PossibleValue::new("yaml").help("YAML"),
+        PossibleValue::new("json").help("JSON"),
+        PossibleValue::new("name").help("kind.group/name only"),
+        PossibleValue::new("wide").hide(true),
+    ])
+    .map(|value| {
+        <OutputFormat as clap::ValueEnum>::from_str(&value, false)
+            .expect("every value offered is an output format")
+    })
 }
 
 pub async fn cmd_get(global: &GlobalArgs, args: GetArgs) -> CommandResult {

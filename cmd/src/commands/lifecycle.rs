@@ -14,7 +14,6 @@ use kubevm::lifecycle::{self, Action, Done, DryRun as LibDryRun, Options, Select
 use kubevm::target::Target;
 use serde_json::{Value, json};
 
-use super::delete::DryRun;
 use super::lifecycle_render::Renderer;
 use crate::cli::GlobalArgs;
 use crate::complete;
@@ -359,6 +358,17 @@ pub async fn cmd_migrate(global: &GlobalArgs, args: MigrateArgs) -> CommandResul
         false,
     )
     .await
+}
+
+/// `--dry-run` strategies of the lifecycle commands, as kubectl names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DryRun {
+    /// Really send the request
+    None,
+    /// Print what would be requested, without sending a change
+    Client,
+    /// Send the request with dryRun=All: checked by the server, nothing changes
+    Server,
 }
 
 fn lib_dry_run(d: Option<DryRun>) -> LibDryRun {

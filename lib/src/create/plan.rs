@@ -387,6 +387,7 @@ impl VmPlan {
                         "--url {url:?} must start with http:// or https://"
                     )));
                 }
+                check_url_authority(url).map_err(conflict)?;
                 for (i, c) in checksums.iter().enumerate() {
                     if checksums[..i].iter().any(|o| o.algo == c.algo) {
                         return Err(conflict(format!(
@@ -644,6 +645,28 @@ fn check_user_name(what: &str, user: &str) -> Result<(), PlanError> {
             "{what} {user:?} is not a valid user name: use lowercase letters, digits, '_' and '-', starting with a letter, at most 32 characters"
         )))
     }
+}
+
+/// The host and port of an `http(s)://` URL: a host, and a port (when given) in 1-65535.
+fn check_url_authority(url: &str) -> std::result::Result<(), String> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| format!("--url {url:?} is not a valid URL: {e}"))?;
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("--url {url:?} has no host"));
+    }
+    let authority = uri.authority().map_or("", |a| a.as_str());
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let after_host = host_port.rsplit_once(']').map_or(host_port, |(_, r)| r);
+    if let Some((_, port)) = after_host.rsplit_once(':')
+        && !port.is_empty()
+        && !port.parse::<u16>().is_ok_and(|p| p > 0)
+    {
+        return Err(format!(
+            "--url {url:?}: {port} is not a port number (1-65535)"
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

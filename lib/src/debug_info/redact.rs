@@ -292,8 +292,8 @@ impl Redactor {
                 && value
                     .split(':')
                     .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
-            if value.starts_with('-') || (flag == "-P" || flag == "-p") && port_like || flag == "-P"
-            {
+            // `-P` is a port (scp), `-p PORT` too (ssh, docker); a value that is a flag is none.
+            if value.starts_with('-') || flag == "-P" || (flag == "-p" && port_like) {
                 continue;
             }
             spans.push((at, end));

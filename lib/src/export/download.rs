@@ -555,7 +555,7 @@ async fn transfer(
     let format = if job.gzip { "gzip" } else { "raw" }.to_string();
     let mut fetched = 0u64;
     let mut failures = 0u32;
-    loop {
+    'requests: loop {
         let mut headers: Vec<(HeaderName, String)> = vec![];
         if ranged && *offset > 0 {
             headers.push((header::RANGE, format!("bytes={offset}-")));
@@ -572,7 +572,7 @@ async fn transfer(
             .await
         {
             Err(e) => Err(e),
-            Ok(response) => {
+            Ok(response) => 'answer: {
                 let status = response.status();
                 let etag = header_str(&response, header::ETAG);
                 let last_modified = header_str(&response, header::LAST_MODIFIED);
@@ -612,7 +612,8 @@ async fn transfer(
                     restart = true;
                 }
                 if restart {
-                    if *offset > 0 {
+                    let discarded = *offset > 0;
+                    if discarded {
                         if options.output == super::Output::Stdout {
                             return Err(Error::Transfer(
                                 "the source changed during the transfer and stdout cannot start over".into(),
@@ -633,7 +634,16 @@ async fn transfer(
                     }
                     *meta = None;
                     if status != StatusCode::OK || method == Method::HEAD {
-                        continue;
+                        if discarded {
+                            continue 'requests;
+                        }
+                        // Nothing was thrown away, so starting over changes nothing: the
+                        // answer itself is wrong (204, 416, a 206 for another range). It goes
+                        // through the retry path: counted, delayed, bounded.
+                        break 'answer Err(HttpError::Status {
+                            code: status.as_u16(),
+                            message: "not the data asked for".into(),
+                        });
                     }
                 }
                 if meta.is_none() {
@@ -686,9 +696,6 @@ async fn transfer(
                 job.volume
             ))
             .into());
-        }
-        if job.gzip && *offset > 0 {
-            // Start the stream over; the restart is announced on the next response.
         }
         let delay = options
             .retry_delay

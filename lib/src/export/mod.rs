@@ -370,7 +370,15 @@ pub(crate) fn volume_paths(
                 .join(", ")
         ))),
         Output::Stdout | Output::Manifest => Ok(vec![None; volumes.len()]),
-        Output::Path(path) if volumes.len() == 1 => Ok(vec![Some(path.clone())]),
+        // `-o DIR` (an existing directory, or a path ending in `/`) for one volume: the
+        // volume's file goes inside it, as for several.
+        Output::Path(path)
+            if volumes.len() == 1
+                && !path.is_dir()
+                && !path.as_os_str().to_string_lossy().ends_with('/') =>
+        {
+            Ok(vec![Some(path.clone())])
+        }
         Output::Path(dir) => {
             if dir.exists() && !dir.is_dir() {
                 return Err(Error::Transfer(format!(

@@ -12,7 +12,7 @@ use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 
 use super::Holder;
 use crate::cluster::Cluster;
-use crate::error::{Action, Error, Result};
+use crate::error::{Action, Result};
 use crate::stream::StreamTarget;
 
 /// Seconds a Lease stays valid without renewal.
@@ -212,11 +212,6 @@ fn random_session() -> String {
     h.write_u128(jiff::Timestamp::now().as_nanosecond() as u128);
     h.write_u32(std::process::id());
     format!("{:016x}", h.finish())
-}
-
-/// Whether an error means we may not use Leases (then connect anyway, warning once).
-pub fn is_forbidden(err: &Error) -> bool {
-    matches!(err, Error::Forbidden { .. })
 }
 
 #[cfg(test)]

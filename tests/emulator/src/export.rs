@@ -49,6 +49,9 @@ pub struct ExportFaults {
     /// Publish Deckhouse public URLs on this host instead of the export server's address
     /// (`localhost` reaches the same server under another name than the API server's).
     pub public_host: Option<String>,
+    /// Answer every download request with this status and no body (a broken server or proxy:
+    /// `204`, `416`).
+    pub answer_status: Option<u16>,
 }
 
 /// State of the export server shared with the reconcilers.
@@ -66,6 +69,8 @@ pub struct ExportState {
     pub bytes_served: Arc<AtomicU64>,
     /// Requests to the export server that carried an `Authorization` header.
     pub authorization_seen: AtomicU64,
+    /// Requests to the export server, all together.
+    pub requests_seen: AtomicU64,
     /// Last request per export uid (Deckhouse idle TTL).
     pub last_access: Mutex<HashMap<String, Instant>>,
     /// The export CA that signs the exporter pods' certificates (`export_pods.rs`).
@@ -637,6 +642,14 @@ impl crate::Handle {
             .faults
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = faults;
+    }
+
+    /// Requests to the export server so far.
+    pub fn export_requests(&self) -> u64 {
+        self.app
+            .exports
+            .requests_seen
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Requests to the export server so far that carried an `Authorization` header.

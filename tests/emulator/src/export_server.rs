@@ -130,6 +130,9 @@ struct Volume {
 #[allow(clippy::result_large_err)]
 async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
     let state = &app.exports;
+    state
+        .requests_seen
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if req.headers().contains_key(header::AUTHORIZATION) {
         state
             .authorization_seen
@@ -137,6 +140,10 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
     }
     {
         let mut faults = state.faults.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(code) = faults.answer_status {
+            let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return axum::response::IntoResponse::into_response((code, ""));
+        }
         if faults.fail_5xx > 0 {
             faults.fail_5xx -= 1;
             return plain(StatusCode::SERVICE_UNAVAILABLE, "injected failure");
