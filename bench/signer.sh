@@ -27,9 +27,10 @@ trap 'kill $emulator $signer 2>/dev/null; wait $emulator $signer 2>/dev/null; rm
 for _ in $(seq 100); do [ -s "$work/kubeconfig" ] && break; sleep 0.1; done
 export KUBECONFIG="$work/kubeconfig" HOME="$work"
 "$vm" ca init --signer --image bench >/dev/null
-token=$("$kubectl" create token kubevm-ssh-signer -n kubevm-system)
-"$kubectl" get secret kubevm-ssh-signer-tls -n kubevm-system -o jsonpath='{.data.tls\.crt}' | base64 -d >"$work/tls.crt"
-"$kubectl" get secret kubevm-ssh-signer-tls -n kubevm-system -o jsonpath='{.data.tls\.key}' | base64 -d >"$work/tls.key"
+# (kubectl's discovery complains about the APIService until the signer runs.)
+token=$("$kubectl" create token kubevm-ssh-signer -n kubevm-system 2>/dev/null)
+"$kubectl" get secret kubevm-ssh-signer-tls -n kubevm-system -o jsonpath='{.data.tls\.crt}' 2>/dev/null | base64 -d >"$work/tls.crt"
+"$kubectl" get secret kubevm-ssh-signer-tls -n kubevm-system -o jsonpath='{.data.tls\.key}' 2>/dev/null | base64 -d >"$work/tls.key"
 "$kubectl" config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d >"$work/ca.crt"
 server=$("$kubectl" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
 admin=$("$kubectl" config view --raw --minify -o jsonpath='{.users[0].user.token}')
@@ -42,8 +43,8 @@ port=$(sed -n 's/.*"address":"127\.0\.0\.1:\([0-9]*\)".*/\1/p' "$work/signer.log
 printf '%s\n' 'apiVersion: v1' 'kind: Endpoints' \
   'metadata: {name: kubevm-ssh-signer, namespace: kubevm-system}' \
   "subsets: [{addresses: [{ip: 127.0.0.1}], ports: [{name: https, port: $port, protocol: TCP}]}]" |
-  "$kubectl" apply -f - >/dev/null
-"$vm" create bench --image quay.io/containerdisks/ubuntu:24.04 --wait --timeout 60s >/dev/null
+  "$kubectl" apply -f - >/dev/null 2>&1
+"$vm" create bench --image quay.io/containerdisks/ubuntu:24.04 --wait --timeout 60s >/dev/null 2>&1
 rss() { awk -v k="$1:" '$1 == k {print $2}' "/proc/$signer/status"; }
 py() { python3 -c "print($1)"; }
 
@@ -59,7 +60,8 @@ issue() {
 export -f issue; export work admin url
 idle=$(rss VmRSS)
 for _ in $(seq "$requests"); do issue; done >"$work/sequential"
-grep -vc '^201 ' "$work/sequential" | grep -qx 0 || { echo "some issuances failed:" >&2; sort "$work/sequential" | uniq -c | head >&2; exit 1; }
+failed=$(grep -vc '^201 ' "$work/sequential" || true)
+[ "$failed" = 0 ] || { echo "$failed issuances failed:" >&2; grep -v '^201 ' "$work/sequential" | sort | uniq -c | head >&2; exit 1; }
 python3 - "$work/sequential" <<'PY'
 import statistics, sys
 t = sorted(float(l.split()[1]) * 1000 for l in open(sys.argv[1]))
@@ -79,7 +81,7 @@ mean_us() {
   echo $(( (end - start) / runs / 1000 ))
 }
 with_signer=$(mean_us "$vm" ssh bench --strict-host-key-checking yes -- true)
-"$kubectl" delete apiservice v1alpha1.ssh.kubevm.io >/dev/null
+"$kubectl" delete apiservice v1alpha1.ssh.kubevm.io >/dev/null 2>&1
 direct=$(mean_us "$vm" ssh bench --strict-host-key-checking yes -- true)
 printf 'ssh        signer %8.1f ms   direct %8.1f ms   ratio %s (runs: %s)\n' \
   "$(py "$with_signer/1000")" "$(py "$direct/1000")" "$(py "round($with_signer/$direct, 3)")" "$runs"
