@@ -4,8 +4,10 @@
 //! OpenSSH's `ProxyCommand`).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -174,9 +176,7 @@ async fn serve_tcp(
     events: Events,
 ) {
     loop {
-        let Ok((socket, _)) = listener.accept().await else {
-            continue;
-        };
+        let (socket, _) = accept_retrying(|| listener.accept()).await;
         let _ = socket.set_nodelay(true);
         let (cluster, target, events) = (cluster.clone(), target.clone(), events.clone());
         tokio::spawn(async move {
@@ -213,21 +213,35 @@ async fn serve_udp(
     events: Events,
 ) {
     let socket = Arc::new(socket);
-    let mut clients: HashMap<SocketAddr, mpsc::UnboundedSender<Vec<u8>>> = HashMap::new();
+    let mut clients = UdpClients::default();
     let mut buf = vec![0u8; 65536];
+    let mut told_full = false;
     loop {
         let Ok((n, from)) = socket.recv_from(&mut buf).await else {
             continue;
         };
         let datagram = buf[..n].to_vec();
-        if let Some(tx) = clients.get(&from)
-            && tx.send(datagram.clone()).is_ok()
-        {
+        let datagram = match clients.send(from, datagram) {
+            Ok(()) => continue,
+            Err(datagram) => datagram,
+        };
+        let Some(mut rx) = clients.add(from) else {
+            // Every slot holds a live client: drop the datagram, as a full socket buffer
+            // would, and say so once.
+            if !told_full {
+                told_full = true;
+                events(ForwardEvent::ConnectionFailed {
+                    spec,
+                    reason: format!(
+                        "{MAX_UDP_CLIENTS} UDP clients are being forwarded already; datagrams from new addresses are dropped until one is idle for {}s",
+                        UDP_IDLE.as_secs()
+                    ),
+                });
+            }
             continue;
-        }
-        let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        let _ = tx.send(datagram);
-        clients.insert(from, tx);
+        };
+        told_full = false;
+        let _ = clients.send(from, datagram);
         let (cluster, target, events, socket) = (
             cluster.clone(),
             target.clone(),
@@ -255,8 +269,10 @@ async fn serve_udp(
                 }
             };
             let (mut rd, mut wr) = tokio::io::split(stream.io);
+            // A client that sends nothing for UDP_IDLE is done (DNS clients use a new
+            // port per query): its websocket closes and its slot frees.
             let up = async move {
-                while let Some(d) = rx.recv().await {
+                while let Ok(Some(d)) = tokio::time::timeout(UDP_IDLE, rx.recv()).await {
                     if wr.write_all(&d).await.is_err() || wr.flush().await.is_err() {
                         break;
                     }
@@ -270,8 +286,65 @@ async fn serve_udp(
                     }
                 }
             };
-            tokio::join!(up, down);
+            // Either direction ending ends the client (the other is dropped with the stream).
+            tokio::select! {
+                _ = up => {}
+                _ = down => {}
+            }
         });
+    }
+}
+
+/// How long a UDP client may send nothing before its websocket is closed.
+pub const UDP_IDLE: Duration = Duration::from_secs(60);
+/// How many UDP clients one forwarded port serves at once.
+pub const MAX_UDP_CLIENTS: usize = 256;
+
+/// The UDP clients of one forwarded port: a sender to each one's websocket task, pruned of
+/// finished (idle) clients and bounded by [`MAX_UDP_CLIENTS`].
+#[derive(Default)]
+struct UdpClients {
+    clients: HashMap<SocketAddr, mpsc::UnboundedSender<Vec<u8>>>,
+}
+
+impl UdpClients {
+    /// Hand `datagram` to `from`'s task; gives it back when there is no live task.
+    fn send(&mut self, from: SocketAddr, datagram: Vec<u8>) -> Result<(), Vec<u8>> {
+        match self.clients.get(&from) {
+            Some(tx) => tx.send(datagram).map_err(|e| e.0),
+            None => Err(datagram),
+        }
+    }
+
+    /// A slot for a new client `from`: its task's receiver, or `None` when every slot holds a
+    /// live client.
+    fn add(&mut self, from: SocketAddr) -> Option<mpsc::UnboundedReceiver<Vec<u8>>> {
+        self.clients.retain(|_, tx| !tx.is_closed());
+        if self.clients.len() >= MAX_UDP_CLIENTS {
+            return None;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.clients.insert(from, tx);
+        Some(rx)
+    }
+}
+
+/// `accept` until it succeeds, waiting after each failure (100 ms, doubling to 1 s): errors
+/// such as EMFILE do not go away at once, and retrying at once would spin a core.
+pub async fn accept_retrying<T, F, Fut>(mut accept: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = std::io::Result<T>>,
+{
+    let mut wait = Duration::from_millis(100);
+    loop {
+        match accept().await {
+            Ok(accepted) => return accepted,
+            Err(_) => {
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(1));
+            }
+        }
     }
 }
 
@@ -341,6 +414,45 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test(start_paused = true)]
+    async fn accept_errors_back_off_instead_of_spinning() {
+        let calls = AtomicUsize::new(0);
+        let started = tokio::time::Instant::now();
+        let got = accept_retrying(|| {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n < 5 {
+                    Err(std::io::Error::from_raw_os_error(24)) // EMFILE
+                } else {
+                    Ok(n)
+                }
+            }
+        })
+        .await;
+        assert_eq!((got, calls.load(Ordering::SeqCst)), (5, 6));
+        // 100 + 200 + 400 + 800 + 1000 ms of waiting, not a tight loop.
+        assert_eq!(started.elapsed(), Duration::from_millis(2500));
+    }
+
+    #[test]
+    fn udp_clients_are_bounded_and_finished_ones_free_their_slot() {
+        let mut clients = UdpClients::default();
+        let addr = |i: usize| SocketAddr::from(([127, 0, 0, 1], 10_000 + i as u16));
+        let mut live = Vec::new();
+        for i in 0..MAX_UDP_CLIENTS {
+            live.push(clients.add(addr(i)).expect("a free slot"));
+        }
+        assert!(clients.add(addr(MAX_UDP_CLIENTS)).is_none(), "bounded");
+        assert!(clients.send(addr(0), b"q".to_vec()).is_ok());
+        // A client whose task ended (idle) frees its slot; its address gets a new one.
+        drop(live.remove(0));
+        assert_eq!(clients.send(addr(0), b"q".to_vec()), Err(b"q".to_vec()));
+        assert!(clients.add(addr(MAX_UDP_CLIENTS)).is_some());
+        assert_eq!(clients.clients.len(), MAX_UDP_CLIENTS);
+    }
+
     use super::*;
 
     #[test]

@@ -97,9 +97,7 @@ pub async fn serve(
     on_error: Arc<dyn Fn(String) + Send + Sync>,
 ) {
     loop {
-        let Ok((mut socket, peer)) = listener.accept().await else {
-            continue;
-        };
+        let (mut socket, peer) = crate::port_forward::accept_retrying(|| listener.accept()).await;
         let _ = socket.set_nodelay(true);
         let connection = connection.clone();
         let forward = forward.clone();
