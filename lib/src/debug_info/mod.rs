@@ -339,18 +339,10 @@ impl Collector {
             let mut stream = std::pin::pin!(stream);
             let mut state = redact::LineState::default();
             let mut out = std::io::BufWriter::new(&mut file);
-            // Byte lines, not `lines()`: a log with invalid UTF-8 must not be lost.
-            let mut buf = Vec::new();
-            loop {
-                buf.clear();
-                if stream.read_until(b'\n', &mut buf).await? == 0 {
-                    break;
-                }
-                let text = String::from_utf8_lossy(&buf);
-                let line = text.strip_suffix('\n').unwrap_or(&text);
-                out.write_all(self.redactor.line(line, &mut state).as_bytes())?;
-                out.write_all(b"\n")?;
-            }
+            copy_lines(&mut stream, &mut out, |line| {
+                self.redactor.line(line, &mut state).into_owned()
+            })
+            .await?;
             out.flush()?;
             drop(out);
             std::io::Result::Ok(file)
@@ -417,31 +409,44 @@ impl Collector {
             .stderr(true);
         let shown = command.join(" ");
         let fail = |e: String| format!("domain XML ({shown}) in pod/{pod}: {e}");
-        let mut process = match api.exec(pod, command.clone(), &params).await {
-            Ok(p) => p,
-            Err(e) => {
+        let run = async {
+            let mut process = api.exec(pod, command.clone(), &params).await?;
+            let mut stdout = String::new();
+            let mut stderr = String::new();
+            let status = process.take_status();
+            if let Some(out) = process.stdout() {
+                let _ = out.take(MAX_EXEC_OUTPUT).read_to_string(&mut stdout).await;
+            }
+            if let Some(err) = process.stderr() {
+                let _ = err.take(MAX_EXEC_OUTPUT).read_to_string(&mut stderr).await;
+            }
+            let status = match status {
+                Some(s) => s.await,
+                None => None,
+            };
+            let _ = process.join().await;
+            Ok::<_, kube::Error>((stdout, stderr, status))
+        };
+        // A launcher that never answers must not hold the bundle (and a concurrency slot).
+        let outcome = tokio::time::timeout(EXEC_TIMEOUT, run).await;
+        drop(_permit);
+        let (stdout, stderr, status) = match outcome {
+            Ok(Ok(done)) => done,
+            Ok(Err(e)) => {
                 let action = crate::error::Action::new("create", "pods/exec", "pod")
                     .named(pod)
                     .in_namespace(Some(&self.ns));
                 self.error(fail(self.cluster.error(e, &action).to_string()));
                 return;
             }
+            Err(_) => {
+                self.error(fail(format!(
+                    "no answer within {}s",
+                    EXEC_TIMEOUT.as_secs()
+                )));
+                return;
+            }
         };
-        let mut stdout = String::new();
-        let mut stderr = String::new();
-        let status = process.take_status();
-        if let Some(mut out) = process.stdout() {
-            let _ = out.read_to_string(&mut stdout).await;
-        }
-        if let Some(mut err) = process.stderr() {
-            let _ = err.read_to_string(&mut stderr).await;
-        }
-        let status = match status {
-            Some(s) => s.await,
-            None => None,
-        };
-        let _ = process.join().await;
-        drop(_permit);
         if let Some(status) = status
             && status.status.as_deref() == Some("Failure")
         {
@@ -766,4 +771,61 @@ pub async fn collect<W: Write + Send + 'static>(
         errors,
         top,
     })
+}
+
+/// How long the domain-XML command may take.
+const EXEC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// The most of its output kept (a domain XML is a few KiB).
+const MAX_EXEC_OUTPUT: u64 = 16 * 1024 * 1024;
+/// The longest log line held at once; longer ones are split there.
+const MAX_LINE: usize = 64 * 1024;
+
+/// Copy `reader` to `out` line by line through `each` (redaction), holding at most
+/// [`MAX_LINE`] bytes: a longer line is written in pieces of that size, each ending a line.
+/// Bytes, not `lines()`: a log with invalid UTF-8 must not be lost.
+async fn copy_lines<R: futures::AsyncBufRead + Unpin>(
+    reader: &mut R,
+    out: &mut impl Write,
+    mut each: impl FnMut(&str) -> String,
+) -> std::io::Result<()> {
+    use futures::AsyncReadExt as _;
+    let mut buf = Vec::with_capacity(8192);
+    loop {
+        buf.clear();
+        if (&mut *reader)
+            .take(MAX_LINE as u64)
+            .read_until(b'\n', &mut buf)
+            .await?
+            == 0
+        {
+            return Ok(());
+        }
+        let text = String::from_utf8_lossy(&buf);
+        let line = text.strip_suffix('\n').unwrap_or(&text);
+        out.write_all(each(line).as_bytes())?;
+        out.write_all(b"\n")?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn a_log_line_is_never_held_whole() {
+        // 200 KiB without a newline, then a short line.
+        let mut log = vec![b'x'; 200 * 1024];
+        log.extend_from_slice(b"\npassword=hunter2\n");
+        let mut reader = futures::io::Cursor::new(log);
+        let mut out = Vec::new();
+        let mut longest = 0;
+        super::copy_lines(&mut reader, &mut out, |line| {
+            longest = longest.max(line.len());
+            line.replace("hunter2", "***")
+        })
+        .await
+        .unwrap();
+        assert_eq!(longest, super::MAX_LINE);
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.matches('x').count(), 200 * 1024, "nothing lost");
+        assert!(text.ends_with("\npassword=***\n"), "the next line is whole");
+    }
 }
