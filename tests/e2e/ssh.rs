@@ -127,6 +127,51 @@ fn interactive(env: &Env) {
     assert_eq!(b, a, "terminal modes restored");
 }
 
+/// SIGTERM while the terminal is raw (before: the process died and left it raw).
+#[test]
+fn sigterm_restores_the_terminal() {
+    let env = Env::kubevirt();
+    vm_with_ca(&env, "sshvm", &[]);
+    let before = env.dir.path().join("modes.before");
+    let after = env.dir.path().join("modes.after");
+    let shell_pid = env.dir.path().join("shell.pid");
+    let script = format!(
+        "echo $$ > {s}; stty -g > {b}; {bin} ssh sshvm; rc=$?; stty -g > {a}; echo rc=$rc",
+        s = shell_pid.display(),
+        b = before.display(),
+        a = after.display(),
+        bin = BIN
+    );
+    let mut command = env.command("sh");
+    command.args(["-c", &script]).env("TERM", "xterm");
+    let mut p = rexpect::session::spawn_command(command, Some(30_000)).unwrap();
+    // The remote shell answers: kubectl-vm is connected, with the terminal raw.
+    p.send_line("echo READY-$((6*7))").unwrap();
+    p.exp_string("READY-42").unwrap();
+    let shell = std::fs::read_to_string(&shell_pid)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let children = std::process::Command::new("pgrep")
+        .args(["-P", &shell])
+        .output()
+        .unwrap();
+    let pid = stdout(&children).trim().to_owned();
+    assert!(!pid.is_empty(), "kubectl-vm runs under the shell");
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    p.exp_string("rc=").unwrap();
+    p.exp_eof().unwrap();
+    let (b, a) = (
+        std::fs::read_to_string(&before).unwrap(),
+        std::fs::read_to_string(&after).unwrap(),
+    );
+    assert_eq!(b, a, "terminal modes restored after SIGTERM");
+}
+
 #[test]
 fn kubevirt_interactive_session() {
     interactive(&Env::kubevirt());

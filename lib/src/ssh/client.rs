@@ -75,6 +75,16 @@ impl client::Handler for ClientHandler {
     }
 }
 
+/// How long the SSH handshake, and then the login, may take.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn handshake_timed_out() -> SshError {
+    SshError::Transport(format!(
+        "no SSH handshake within {}s: is sshd on that port, and is the guest up?",
+        HANDSHAKE_TIMEOUT.as_secs()
+    ))
+}
+
 /// The client configuration: Ed25519 host certificates preferred, Nagle off (it costs
 /// ~40 ms per round trip), keepalives so a dead tunnel is noticed.
 fn config() -> Arc<client::Config> {
@@ -194,7 +204,17 @@ impl Connection {
             verifier,
             outcome: outcome.clone(),
         };
-        let connected = client::connect_stream(config(), stream, handler).await;
+        // A port that accepts and never speaks SSH must not hang the command: the handshake
+        // and the login get HANDSHAKE_TIMEOUT, as OpenSSH's ConnectTimeout bounds its own.
+        let connected = match tokio::time::timeout(
+            HANDSHAKE_TIMEOUT,
+            client::connect_stream(config(), stream, handler),
+        )
+        .await
+        {
+            Ok(connected) => connected,
+            Err(_) => return Err(handshake_timed_out()),
+        };
         let recorded = outcome.lock().unwrap_or_else(|e| e.into_inner()).take();
         let (mut handle, trust) = match (connected, recorded) {
             (Ok(handle), Some(Ok(trust))) => (handle, trust),
@@ -208,7 +228,9 @@ impl Connection {
             (Err(e), _) => return Err(transport(e)),
         };
         on_host(&trust);
-        authenticate(&mut handle, user, auth).await?;
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, authenticate(&mut handle, user, auth))
+            .await
+            .map_err(|_| handshake_timed_out())??;
         Ok(Connection { handle, trust })
     }
 

@@ -476,3 +476,31 @@ async fn wait_for(r: &mut tokio::io::DuplexStream, seen: &mut String, what: &str
         seen.push_str(&String::from_utf8_lossy(&buf[..n]));
     }
 }
+
+/// A peer that accepts and never speaks SSH (before: the command hung for ever).
+#[tokio::test(start_paused = true)]
+async fn a_peer_that_never_speaks_times_out() {
+    let ca = CaBundle::generate().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let (ours, _silent) = tokio::io::duplex(1 << 16);
+    let auth = identity(&ca, &request("u")).await;
+    let started = tokio::time::Instant::now();
+    let err = Connection::connect(
+        ours,
+        verifier(
+            &ca,
+            &tmp.path().join("known_hosts"),
+            StrictHostKeyChecking::Yes,
+        ),
+        "u",
+        &auth,
+    )
+    .await
+    .err()
+    .expect("no connection");
+    assert!(
+        err.to_string().contains("no SSH handshake within 30s"),
+        "{err}"
+    );
+    assert_eq!(started.elapsed(), super::client::HANDSHAKE_TIMEOUT);
+}
