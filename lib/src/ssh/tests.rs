@@ -485,7 +485,7 @@ async fn a_peer_that_never_speaks_times_out() {
     let (ours, _silent) = tokio::io::duplex(1 << 16);
     let auth = identity(&ca, &request("u")).await;
     let started = tokio::time::Instant::now();
-    let err = Connection::connect(
+    let Err(err) = Connection::connect(
         ours,
         verifier(
             &ca,
@@ -496,8 +496,9 @@ async fn a_peer_that_never_speaks_times_out() {
         &auth,
     )
     .await
-    .err()
-    .expect("no connection");
+    else {
+        panic!("no connection without a peer");
+    };
     assert!(
         err.to_string().contains("no SSH handshake within 30s"),
         "{err}"
