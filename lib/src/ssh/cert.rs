@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use russh::keys::ssh_key::certificate::CertType;
-use russh::keys::ssh_key::{self, Algorithm, Certificate, HashAlg, PrivateKey, PublicKey};
+use russh::keys::ssh_key::{self, Algorithm, Certificate, PrivateKey, PublicKey};
 
 use super::SshError;
 use crate::ca::CaBundle;
@@ -192,19 +192,12 @@ impl UserIdentity {
         let key = self.key.to_openssh(ssh_key::LineEnding::LF)?.to_string();
         Ok((key, format!("{}\n", self.certificate.to_openssh()?)))
     }
-
-    /// The certificate's SHA-256 fingerprint of the key it certifies.
-    pub fn fingerprint(&self) -> String {
-        self.key
-            .public_key()
-            .fingerprint(HashAlg::Sha256)
-            .to_string()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use russh::keys::ssh_key::HashAlg;
 
     fn request() -> CertRequest {
         CertRequest {
