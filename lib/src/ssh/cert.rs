@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use russh::keys::ssh_key::certificate::CertType;
 use russh::keys::ssh_key::{self, Algorithm, Certificate, PrivateKey, PublicKey};
@@ -80,12 +80,7 @@ impl CaSigner {
     }
 }
 
-fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default()
-}
+use crate::signer::sign::now_secs;
 
 /// Sign a user certificate with `ca` directly (what [`CaSigner`] does), valid from
 /// `now - BACKDATE` to `now + ttl`.
