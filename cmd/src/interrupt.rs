@@ -1,4 +1,4 @@
-//! Ctrl-C (and SIGTERM, SIGHUP): by default it ends the program (exit 130). A command that must clean up first
+//! Ctrl-C: by default it ends the program (exit 130). A command that must clean up first
 //! (`create` rolling back what it made) takes the presses over for a while and counts them.
 
 use std::sync::Mutex;
@@ -10,26 +10,8 @@ static TAKEN: Mutex<Option<watch::Sender<usize>>> = Mutex::new(None);
 /// Completes when Ctrl-C should end the program: on a press while no command has taken
 /// Ctrl-C over. Presses while taken over are counted for that command instead.
 pub async fn ends_program() {
-    use tokio::signal::unix::{SignalKind, signal};
-    // SIGTERM and SIGHUP (a closed terminal window) end the program like Ctrl-C, so what it
-    // holds is dropped in order: the terminal leaves raw mode, `create` rolls back.
-    let mut term = signal(SignalKind::terminate()).ok();
-    let mut hangup = signal(SignalKind::hangup()).ok();
-    async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
-        match s {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending().await,
-        }
-    }
     loop {
-        let pressed = tokio::select! {
-            r = tokio::signal::ctrl_c() => r.is_ok(),
-            _ = next(&mut term) => true,
-            _ = next(&mut hangup) => true,
-        };
-        if !pressed {
+        if tokio::signal::ctrl_c().await.is_err() {
             return std::future::pending().await;
         }
         let taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());

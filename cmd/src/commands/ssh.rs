@@ -234,6 +234,10 @@ pub async fn cmd_ssh(global: &GlobalArgs, args: SshArgs) -> CommandResult {
             }
         }),
     };
+    // Signal handlers before raw mode, so SIGTERM or SIGHUP (a closed terminal window) end
+    // the session through the code below, which restores the terminal, instead of killing us.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let raw = if plan.pty {
         terminal::RawMode::enable()?
     } else {
@@ -262,8 +266,16 @@ pub async fn cmd_ssh(global: &GlobalArgs, args: SshArgs) -> CommandResult {
         stderr: Box::new(tokio::io::stderr()),
         resize,
     };
-    let outcome = connection.run(&request, io).await;
+    let outcome = tokio::select! {
+        outcome = connection.run(&request, io) => Some(outcome),
+        _ = term.recv() => None,
+        _ = hangup.recv() => None,
+    };
     drop(raw);
+    let Some(outcome) = outcome else {
+        connection.close().await;
+        return Err(CommandError::Interrupted);
+    };
     for f in forwarders {
         f.abort();
     }
