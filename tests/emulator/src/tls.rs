@@ -13,22 +13,28 @@ pub struct Certs {
     pub server_config: Arc<rustls::ServerConfig>,
 }
 
-/// Generates the CA and serving certificate.
-pub fn generate() -> Result<Certs, String> {
+/// A fresh self-signed CA named `common_name` and the issuer to sign with it.
+fn new_ca(common_name: &str) -> Result<(rcgen::Certificate, Issuer<'static, KeyPair>), String> {
     let err = |e: rcgen::Error| e.to_string();
     let ca_key = KeyPair::generate().map_err(err)?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca_params
         .distinguished_name
-        .push(DnType::CommonName, "kubevm-emulator-ca");
+        .push(DnType::CommonName, common_name);
     ca_params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
         KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
     let ca_cert = ca_params.self_signed(&ca_key).map_err(err)?;
-    let issuer = Issuer::from_params(&ca_params, &ca_key);
+    Ok((ca_cert, Issuer::new(ca_params, ca_key)))
+}
+
+/// Generates the CA and serving certificate.
+pub fn generate() -> Result<Certs, String> {
+    let err = |e: rcgen::Error| e.to_string();
+    let (ca_cert, issuer) = new_ca("kubevm-emulator-ca")?;
 
     // rcgen turns "127.0.0.1" into an IP SAN.
     let mut params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
@@ -80,19 +86,7 @@ pub const FRONT_PROXY_CLIENT_CN: &str = "front-proxy-client";
 pub fn generate_front_proxy() -> Result<FrontProxy, String> {
     use rcgen::ExtendedKeyUsagePurpose;
     let err = |e: rcgen::Error| e.to_string();
-    let ca_key = KeyPair::generate().map_err(err)?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "front-proxy-ca");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_cert = ca_params.self_signed(&ca_key).map_err(err)?;
-    let issuer = Issuer::from_params(&ca_params, &ca_key);
+    let (ca_cert, issuer) = new_ca("front-proxy-ca")?;
     let mut params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
     params
         .distinguished_name
