@@ -421,25 +421,39 @@ fn cluster_credentials_go_only_to_the_api_server_host() {
         "refused before creating"
     );
 
-    // The same export server under another host name than the API server's.
+    // The same export server published under another host name than the API server's: the
+    // download goes through the API server to the exporter pod instead, and the credentials
+    // never name `localhost`.
     env.emulator.set_export_faults(ExportFaults {
         public_host: Some("localhost".into()),
         ..Default::default()
     });
     let out = export(&env, &["vd/big", "-o", file.to_str().unwrap()]);
     let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(out.status.success(), "{err}");
     assert!(
-        err.contains("localhost") && err.contains("only to the API server"),
-        "{err}"
+        err.contains("localhost") && err.contains("port-forward"),
+        "the route is explained: {err}"
     );
-    assert_eq!(env.emulator.export_requests_with_authorization(), 0);
-    assert!(!file.exists());
+    let hosts = env.emulator.export_authorized_hosts();
+    assert!(!hosts.is_empty(), "the exporter pod took the credentials");
+    assert!(
+        hosts.iter().all(|h| h != "localhost"),
+        "credentials went to the public host: {hosts:?}"
+    );
+    assert_eq!(sha256_of(&file), reference_sha256(&env, "vd-big-0001", MIB));
+    std::fs::remove_file(&file).unwrap();
 
-    // Under the API server's host name the download works, with the credentials.
+    // Under the API server's host name the public URL is used, with the credentials.
     env.emulator.set_export_faults(ExportFaults::default());
+    let before = env.emulator.export_authorized_hosts().len();
     succeeded(&export(&env, &["vd/big", "-o", file.to_str().unwrap()]));
-    assert!(env.emulator.export_requests_with_authorization() > 0);
+    let hosts = env.emulator.export_authorized_hosts();
+    assert!(hosts.len() > before);
+    assert!(
+        hosts[before..].iter().all(|h| h == "127.0.0.1"),
+        "{hosts:?}"
+    );
     assert_eq!(sha256_of(&file), reference_sha256(&env, "vd-big-0001", MIB));
 }
 

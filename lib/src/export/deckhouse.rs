@@ -168,14 +168,18 @@ async fn fetch(
         ));
     }
     let public = export.pointer("/status/publicURL").and_then(Value::as_str);
+    // The exporter takes the kubeconfig's credentials. They go directly only to the API
+    // server's host; a public URL elsewhere (e.g. `api.<public domain>` while the kubeconfig
+    // names a master's address) is reached through the API server instead.
+    let elsewhere = public.filter(|url| !super::http::on_api_server_host(&cluster.config, url));
     let (base, route) = match public {
-        Some(url) => {
+        Some(url) if elsewhere.is_none() => {
             on_event(Event::Route {
                 description: "reaching the exporter through its public URL".into(),
             });
             (url.to_string(), Route::Direct)
         }
-        None => {
+        _ => {
             // Only the in-cluster URL (`https://IP:8085`): through the exporter pod with that IP.
             let url = export
                 .pointer("/status/url")
@@ -193,9 +197,16 @@ async fn fetch(
             let selector = route::PodSelector::Ip(ip);
             let (route, pod) =
                 route::port_forward(cluster, &options.namespace, &selector, port).await?;
+            let why = match elsewhere {
+                Some(public) => format!(
+                    "the public URL {public} is not on the API server's host, and your cluster \
+                     credentials go only there"
+                ),
+                None => "no public URL".into(),
+            };
             on_event(Event::Route {
                 description: format!(
-                    "no public URL: reaching the exporter at {url} through a port-forward to pod {pod}"
+                    "{why}: reaching the exporter at {url} through a port-forward to pod {pod}"
                 ),
             });
             (url.to_string(), route)

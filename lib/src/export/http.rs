@@ -125,6 +125,16 @@ fn host_key(host: &str) -> String {
     host.trim_matches(['[', ']']).to_ascii_lowercase()
 }
 
+/// Whether `url` is served on the API server's own host: the only host the kubeconfig's
+/// credentials go to directly. Unreadable URLs are not.
+pub fn on_api_server_host(config: &kube::Config, url: &str) -> bool {
+    let api_host = host_key(config.cluster_url.host().unwrap_or_default());
+    url.parse::<Uri>()
+        .ok()
+        .and_then(|uri| uri.host().map(host_key))
+        .is_some_and(|host| host == api_host)
+}
+
 impl HttpClient {
     /// A client trusting `ca_pem` (the export's CA) plus the kubeconfig's CA, or nothing at
     /// all when `insecure`.

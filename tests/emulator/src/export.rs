@@ -69,6 +69,9 @@ pub struct ExportState {
     pub bytes_served: Arc<AtomicU64>,
     /// Requests to the export server that carried an `Authorization` header.
     pub authorization_seen: AtomicU64,
+    /// The `Host` header (host part) of each request that carried an `Authorization` header:
+    /// which names the credentials were sent to.
+    pub authorized_hosts: Mutex<Vec<String>>,
     /// Requests to the export server, all together.
     pub requests_seen: AtomicU64,
     /// Last request per export uid (Deckhouse idle TTL).
@@ -658,6 +661,16 @@ impl crate::Handle {
             .exports
             .authorization_seen
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The hosts (from `Host`, without port) that requests carrying credentials named.
+    pub fn export_authorized_hosts(&self) -> Vec<String> {
+        self.app
+            .exports
+            .authorized_hosts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Body bytes the export server has sent so far.

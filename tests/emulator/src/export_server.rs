@@ -137,6 +137,21 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
         state
             .authorization_seen
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // HTTP/1.1 names the host in `Host`; the port after the last `:` (IPv6 in brackets).
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or_default();
+        let host = match host.rsplit_once(':') {
+            Some((name, port)) if !port.contains(']') => name,
+            _ => host,
+        };
+        state
+            .authorized_hosts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(host.to_string());
     }
     {
         let mut faults = state.faults.lock().unwrap_or_else(|e| e.into_inner());
