@@ -5,12 +5,14 @@
 pub mod cert;
 pub mod client;
 pub mod config;
+pub mod escape;
 pub mod files;
 pub mod forward;
 pub mod hostkey;
 pub mod vm;
 
 pub use cert::{CaSigner, CertRequest, Signer, UserIdentity};
+pub use escape::{EscapeChar, EscapeEvent, EscapeFilter};
 pub use client::{Auth, Connection, ExitOutcome, PtyRequest, SessionIo, SessionRequest};
 pub use hostkey::{HostRejection, HostTrust, HostVerifier, StrictHostKeyChecking};
 
