@@ -12,8 +12,8 @@ pub mod hostkey;
 pub mod vm;
 
 pub use cert::{CaSigner, CertRequest, Signer, UserIdentity};
-pub use escape::{EscapeChar, EscapeEvent, EscapeFilter};
 pub use client::{Auth, Connection, ExitOutcome, PtyRequest, SessionIo, SessionRequest};
+pub use escape::{EscapeChar, EscapeEvent, EscapeFilter};
 pub use hostkey::{HostRejection, HostTrust, HostVerifier, StrictHostKeyChecking};
 
 use thiserror::Error;
