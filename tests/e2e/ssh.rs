@@ -112,9 +112,18 @@ fn interactive(env: &Env) {
         },
     )
     .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    p.send_line("stty size; tty").unwrap();
-    p.exp_string("40 120").unwrap();
+    // SIGWINCH → window-change reaches the guest's pty asynchronously, with nothing to wait
+    // on here: ask the guest until it has the new size (each question is a round trip).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        p.send_line("echo S=$(stty size)=").unwrap();
+        let (_, size) = p.exp_regex(r"S=\d+ \d+=").unwrap();
+        if size == "S=40 120=" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still {size}");
+    }
+    p.send_line("tty").unwrap();
     p.exp_string("/dev/pts/").unwrap();
     p.send_line("exit 3").unwrap();
     p.exp_eof().unwrap();
@@ -567,15 +576,17 @@ fn without_the_ca_key_the_agent_is_used() {
         .arg("-D")
         .arg("-a")
         .arg(&sock)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    for _ in 0..100 {
-        if sock.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // ssh-agent prints its environment once the socket listens (ssh-agent.c).
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(agent.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("SSH_AUTH_SOCK="), "{line}");
     let added = std::process::Command::new("ssh-add")
         .arg(&key)
         .env("SSH_AUTH_SOCK", &sock)
