@@ -513,3 +513,63 @@ fn tail_and_since_limit_logs() {
         2
     );
 }
+
+/// A launcher whose exec never answers (the emulator's hang switch): the bundle still
+/// completes, errors.txt says the domain XML timed out, everything else is there.
+#[test]
+fn a_hung_domain_xml_exec_times_out_and_the_rest_is_collected() {
+    let env = env(ServeFlavor::KubeVirt);
+    env.emulator.set_exec_hangs(true);
+    let archive = env.dir.path().join("hung.tar.gz");
+    let started = std::time::Instant::now();
+    let output = env
+        .command(BIN)
+        .args(["collect-debug-info", "app", "-n", "dev", "-o"])
+        .arg(&archive)
+        .env("KUBECTL_VM_EXEC_TIMEOUT", "1s")
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    ok(output.clone());
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "the 1s exec timeout applied, not the 30s default: {took:?}"
+    );
+    let err = stderr(&output);
+    assert!(
+        err.contains("domain XML") && err.contains("no answer within 1s"),
+        "{err}"
+    );
+    let files = listing(&archive);
+    assert!(!files.iter().any(|f| f.starts_with("domain/")), "{files:?}");
+    assert_has(
+        &files,
+        &[
+            "virtualmachine/app.yaml",
+            "virtualmachineinstance/app.yaml",
+            "pod/virt-launcher-app-new22.yaml",
+            "log/virt-launcher-app-new22/compute.log",
+            "event/virtualmachineinstance-app.yaml",
+            "guest/userlist.json",
+            "summary.txt",
+            "errors.txt",
+            "manifest.json",
+        ],
+    );
+    let top = extract(&env, &archive);
+    let errors = read(&top, "errors.txt");
+    assert_eq!(errors.lines().count(), 1, "{errors}");
+    assert!(
+        errors.contains("domain XML (virsh")
+            && errors.contains("pod/virt-launcher-app-new22: no answer within 1s"),
+        "{errors}"
+    );
+    // The exec was asked for, and held open by the emulator until kubectl-vm gave up.
+    assert!(
+        env.emulator
+            .requests()
+            .iter()
+            .any(|r| r.path.ends_with("/pods/virt-launcher-app-new22/exec")),
+        "no exec request"
+    );
+}
