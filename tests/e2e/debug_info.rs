@@ -573,3 +573,68 @@ fn a_hung_domain_xml_exec_times_out_and_the_rest_is_collected() {
         "no exec request"
     );
 }
+
+/// The importer pods of a Deckhouse VM's disks (`d8v-vd-importer-<disk uid>`), with their logs
+/// and events, go in the bundle; another VM's importer in the same namespace does not.
+#[test]
+fn deckhouse_bundle_holds_the_importer_pods_of_the_vms_disks() {
+    let env = Env::deckhouse();
+    // Hosts under .invalid never resolve: both imports fail, and their importers keep
+    // restarting, as a real stuck import does.
+    for (vm, url) in [
+        ("imp", "https://disks.invalid/imp.qcow2"),
+        ("other", "https://disks.invalid/other.qcow2"),
+    ] {
+        ok(env.vm(&["create", vm, "-n", "default", "--url", url]));
+    }
+    let disk_uid = |name: &str| {
+        env.emulator
+            .objects(
+                "virtualization.deckhouse.io",
+                "virtualdisks",
+                Some("default"),
+            )
+            .into_iter()
+            .find(|d| d["metadata"]["name"] == name)
+            .unwrap()["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (mine, theirs) = (
+        format!("d8v-vd-importer-{}", disk_uid("imp-root")),
+        format!("d8v-vd-importer-{}", disk_uid("other-root")),
+    );
+    let failing = |pod: &str| {
+        env.emulator
+            .objects("", "pods", Some("default"))
+            .iter()
+            .any(|p| {
+                p["metadata"]["name"] == pod
+                    && p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                        == "CrashLoopBackOff"
+            })
+    };
+    crate::lifecycle::eventually("both importers fail", || failing(&mine) && failing(&theirs));
+    let (archive, _) = collect(&env, &["imp", "-n", "default"]);
+    let files = listing(&archive);
+    assert_has(
+        &files,
+        &[
+            &format!("pod/{mine}.yaml"),
+            &format!("log/{mine}/d8v-dvcr-importer.log"),
+            &format!("event/pod-{mine}.yaml"),
+        ],
+    );
+    assert!(!files.iter().any(|f| f.contains(&theirs)), "{files:?}");
+    let top = extract(&env, &archive);
+    let log = read(&top, &format!("log/{mine}/d8v-dvcr-importer.log"));
+    assert!(
+        log.contains("https://disks.invalid/imp.qcow2") && log.contains("no such host"),
+        "{log}"
+    );
+    let events = read(&top, &format!("event/pod-{mine}.yaml"));
+    assert!(events.contains("BackOff"), "{events}");
+    let pod = read(&top, &format!("pod/{mine}.yaml"));
+    assert!(pod.contains("app: dvcr-data-importer"), "{pod}");
+}
