@@ -42,6 +42,27 @@ pub fn restore() {
     }
 }
 
+/// Stop the process as Ctrl-Z would outside raw mode (ssh's `~^Z`): the saved modes back,
+/// SIGTSTP to ourselves, and once continued (`fg`), raw mode again from the modes the
+/// terminal has then, as OpenSSH's `client_suspend_self` does.
+pub fn suspend() -> std::io::Result<()> {
+    let saved = SAVED.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(saved) = &saved {
+        termios::tcsetattr(std::io::stdin(), OptionalActions::Now, saved)?;
+    }
+    rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::TSTP)?;
+    // Continued.
+    if saved.is_some() {
+        let stdin = std::io::stdin();
+        let now = termios::tcgetattr(&stdin)?;
+        let mut raw = now.clone();
+        raw.make_raw();
+        *SAVED.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
+        termios::tcsetattr(&stdin, OptionalActions::Now, &raw)?;
+    }
+    Ok(())
+}
+
 fn install_panic_hook() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {

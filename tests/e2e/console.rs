@@ -272,7 +272,10 @@ fn vm_restart_during_a_session_reconnects_kubevirt() {
         vmi
     };
     env.emulator.put_object(vmi("Scheduling"));
-    std::thread::sleep(Duration::from_millis(1500));
+    // The console saw its stream end and the VMI not running: only then the new boot runs.
+    session
+        .exp_string("The console of web was interrupted")
+        .unwrap();
     env.emulator.put_object(vmi("Running"));
     session
         .exp_string("Reconnected to web's serial console.")

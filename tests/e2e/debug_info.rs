@@ -513,3 +513,128 @@ fn tail_and_since_limit_logs() {
         2
     );
 }
+
+/// A launcher whose exec never answers (the emulator's hang switch): the bundle still
+/// completes, errors.txt says the domain XML timed out, everything else is there.
+#[test]
+fn a_hung_domain_xml_exec_times_out_and_the_rest_is_collected() {
+    let env = env(ServeFlavor::KubeVirt);
+    env.emulator.set_exec_hangs(true);
+    let archive = env.dir.path().join("hung.tar.gz");
+    let started = std::time::Instant::now();
+    let output = env
+        .command(BIN)
+        .args(["collect-debug-info", "app", "-n", "dev", "-o"])
+        .arg(&archive)
+        .env("KUBECTL_VM_EXEC_TIMEOUT", "1s")
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    ok(output.clone());
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "the 1s exec timeout applied, not the 30s default: {took:?}"
+    );
+    let err = stderr(&output);
+    assert!(
+        err.contains("domain XML") && err.contains("no answer within 1s"),
+        "{err}"
+    );
+    let files = listing(&archive);
+    assert!(!files.iter().any(|f| f.starts_with("domain/")), "{files:?}");
+    assert_has(
+        &files,
+        &[
+            "virtualmachine/app.yaml",
+            "virtualmachineinstance/app.yaml",
+            "pod/virt-launcher-app-new22.yaml",
+            "log/virt-launcher-app-new22/compute.log",
+            "event/virtualmachineinstance-app.yaml",
+            "guest/userlist.json",
+            "summary.txt",
+            "errors.txt",
+            "manifest.json",
+        ],
+    );
+    let top = extract(&env, &archive);
+    let errors = read(&top, "errors.txt");
+    assert_eq!(errors.lines().count(), 1, "{errors}");
+    assert!(
+        errors.contains("domain XML (virsh")
+            && errors.contains("pod/virt-launcher-app-new22: no answer within 1s"),
+        "{errors}"
+    );
+    // The exec was asked for, and held open by the emulator until kubectl-vm gave up.
+    assert!(
+        env.emulator
+            .requests()
+            .iter()
+            .any(|r| r.path.ends_with("/pods/virt-launcher-app-new22/exec")),
+        "no exec request"
+    );
+}
+
+/// The importer pods of a Deckhouse VM's disks (`d8v-vd-importer-<disk uid>`), with their logs
+/// and events, go in the bundle; another VM's importer in the same namespace does not.
+#[test]
+fn deckhouse_bundle_holds_the_importer_pods_of_the_vms_disks() {
+    let env = Env::deckhouse();
+    // Hosts under .invalid never resolve: both imports fail, and their importers keep
+    // restarting, as a real stuck import does.
+    for (vm, url) in [
+        ("imp", "https://disks.invalid/imp.qcow2"),
+        ("other", "https://disks.invalid/other.qcow2"),
+    ] {
+        ok(env.vm(&["create", vm, "-n", "default", "--url", url]));
+    }
+    let disk_uid = |name: &str| {
+        env.emulator
+            .objects(
+                "virtualization.deckhouse.io",
+                "virtualdisks",
+                Some("default"),
+            )
+            .into_iter()
+            .find(|d| d["metadata"]["name"] == name)
+            .unwrap()["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (mine, theirs) = (
+        format!("d8v-vd-importer-{}", disk_uid("imp-root")),
+        format!("d8v-vd-importer-{}", disk_uid("other-root")),
+    );
+    let failing = |pod: &str| {
+        env.emulator
+            .objects("", "pods", Some("default"))
+            .iter()
+            .any(|p| {
+                p["metadata"]["name"] == pod
+                    && p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                        == "CrashLoopBackOff"
+            })
+    };
+    crate::lifecycle::eventually("both importers fail", || failing(&mine) && failing(&theirs));
+    let (archive, _) = collect(&env, &["imp", "-n", "default"]);
+    let files = listing(&archive);
+    assert_has(
+        &files,
+        &[
+            &format!("pod/{mine}.yaml"),
+            &format!("log/{mine}/d8v-dvcr-importer.log"),
+            &format!("event/pod-{mine}.yaml"),
+        ],
+    );
+    assert!(!files.iter().any(|f| f.contains(&theirs)), "{files:?}");
+    let top = extract(&env, &archive);
+    let log = read(&top, &format!("log/{mine}/d8v-dvcr-importer.log"));
+    assert!(
+        log.contains("https://disks.invalid/imp.qcow2") && log.contains("no such host"),
+        "{log}"
+    );
+    let events = read(&top, &format!("event/pod-{mine}.yaml"));
+    assert!(events.contains("BackOff"), "{events}");
+    let pod = read(&top, &format!("pod/{mine}.yaml"));
+    assert!(pod.contains("app: dvcr-data-importer"), "{pod}");
+}

@@ -381,6 +381,8 @@ fn cancel_stops_a_running_migration_and_no_wait_returns_before() {
             )
             .is_empty()
     );
+    // This sleep holds time, it synchronises nothing: two of the emulator's 700 ms migration
+    // steps pass, in which a migration that still ran would have moved the VMI.
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(
         vmi(&env, "default", "web").unwrap()["status"]["nodeName"],

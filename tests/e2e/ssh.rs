@@ -112,9 +112,18 @@ fn interactive(env: &Env) {
         },
     )
     .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    p.send_line("stty size; tty").unwrap();
-    p.exp_string("40 120").unwrap();
+    // SIGWINCH → window-change reaches the guest's pty asynchronously, with nothing to wait
+    // on here: ask the guest until it has the new size (each question is a round trip).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        p.send_line("echo S=$(stty size)=").unwrap();
+        let (_, size) = p.exp_regex(r"S=\d+ \d+=").unwrap();
+        if size == "S=40 120=" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still {size}");
+    }
+    p.send_line("tty").unwrap();
     p.exp_string("/dev/pts/").unwrap();
     p.send_line("exit 3").unwrap();
     p.exp_eof().unwrap();
@@ -170,6 +179,159 @@ fn sigterm_restores_the_terminal() {
         std::fs::read_to_string(&after).unwrap(),
     );
     assert_eq!(b, a, "terminal modes restored after SIGTERM");
+}
+
+/// `ssh` run by `sh` on a pseudo-terminal, which records the terminal modes before and after
+/// in `modes.before` / `modes.after` and prints `rc=STATUS`.
+fn ssh_on_tty(env: &Env, args: &str) -> rexpect::session::PtySession {
+    let script = format!(
+        "stty -g > {b}; {bin} ssh {args}; rc=$?; stty -g > {a}; echo rc=$rc",
+        b = env.dir.path().join("modes.before").display(),
+        a = env.dir.path().join("modes.after").display(),
+        bin = BIN
+    );
+    let mut command = env.command("sh");
+    command.args(["-c", &script]).env("TERM", "xterm");
+    rexpect::session::spawn_command(command, Some(30_000)).unwrap()
+}
+
+fn assert_modes_restored(env: &Env) {
+    let read = |f: &str| std::fs::read_to_string(env.dir.path().join(f)).unwrap();
+    let (b, a) = (read("modes.before"), read("modes.after"));
+    assert!(!b.is_empty());
+    assert_eq!(b, a, "terminal modes restored");
+}
+
+/// `~.` ends a session whose remote side is busy (before: only killing kubectl-vm did),
+/// with OpenSSH's status 255 and message, and the terminal back as it was.
+#[test]
+fn tilde_dot_disconnects_a_busy_session() {
+    let env = Env::kubevirt();
+    // -e is checked before any request, with OpenSSH's words.
+    let out = ssh(&env, &["-e", "ab", "sshvm"], b"");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("Bad escape character 'ab'."),
+        "{}",
+        stderr(&out)
+    );
+    vm_with_ca(&env, "sshvm", &[]);
+    let mut p = ssh_on_tty(&env, "sshvm");
+    p.send_line("echo BUSY-$((6*7)); sleep 600").unwrap();
+    p.exp_string("BUSY-42").unwrap();
+    // The line above ended in a newline, so `~` starts an escape.
+    p.send("~.").unwrap();
+    p.flush().unwrap();
+    p.exp_string("Connection to sshvm closed.").unwrap();
+    p.exp_string("rc=255").unwrap();
+    p.exp_eof().unwrap();
+    assert_modes_restored(&env);
+}
+
+/// `~~` sends one `~`, a `~` inside a line is text, `~?` lists the escapes locally, `-e`
+/// picks another escape character.
+#[test]
+fn escapes_of_an_interactive_session() {
+    let env = Env::kubevirt();
+    vm_with_ca(&env, "sshvm", &[]);
+    let mut p = ssh_on_tty(&env, "-e ^] sshvm");
+    session_up(&mut p);
+    start_cat(&mut p);
+    // With ^] as the escape character, `~.` at a line start is text.
+    p.send("~~A\n~.B\nc~.d\n").unwrap();
+    p.flush().unwrap();
+    let seen = p.exp_string("c~.d").unwrap();
+    assert!(seen.contains("~~A") && seen.contains("~.B"), "{seen:?}");
+    p.send("\x1d?").unwrap();
+    p.flush().unwrap();
+    p.exp_string("^]?").unwrap();
+    p.exp_string("^].").unwrap();
+    p.send("\x1d.").unwrap();
+    p.flush().unwrap();
+    p.exp_string("rc=255").unwrap();
+    p.exp_eof().unwrap();
+    assert_modes_restored(&env);
+
+    let mut p = ssh_on_tty(&env, "sshvm");
+    session_up(&mut p);
+    start_cat(&mut p);
+    p.send("~~A\nb~.c\n").unwrap();
+    p.flush().unwrap();
+    let seen = p.exp_string("b~.c").unwrap();
+    assert!(seen.contains("~A") && !seen.contains("~~A"), "{seen:?}");
+    p.send("~?").unwrap();
+    p.flush().unwrap();
+    p.exp_string("Escape sequences").unwrap();
+    p.exp_string("~.").unwrap();
+    // `~?` leaves the line start as it was: `~.` right after it still disconnects.
+    p.send("~.").unwrap();
+    p.flush().unwrap();
+    p.exp_string("rc=255").unwrap();
+    p.exp_eof().unwrap();
+    assert_modes_restored(&env);
+}
+
+/// `~^Z` stops kubectl-vm with the terminal back in its own modes; `fg` makes it raw again
+/// and the session goes on.
+#[test]
+fn tilde_ctrl_z_suspends_and_resumes() {
+    use rustix::termios::LocalModes;
+    let env = Env::kubevirt();
+    vm_with_ca(&env, "sshvm", &[]);
+    // Job control (set -m), as in an interactive shell: the stop is reported, `fg` continues.
+    let file = |f: &str| env.dir.path().join(f).display().to_string();
+    let script = format!(
+        "set -m; stty -g > {b}; {bin} ssh sshvm; echo stopped-rc=$?; stty -g > {d}; fg; rc=$?; stty -g > {a}; echo rc=$rc",
+        b = file("modes.before"),
+        d = file("modes.during"),
+        a = file("modes.after"),
+        bin = BIN
+    );
+    let mut command = env.command("sh");
+    command.args(["-c", &script]).env("TERM", "xterm");
+    let mut p = rexpect::session::spawn_command(command, Some(30_000)).unwrap();
+    session_up(&mut p);
+    let pty = p.process().get_file_handle().unwrap();
+    let canonical = || {
+        rustix::termios::tcgetattr(&pty)
+            .unwrap()
+            .local_modes
+            .contains(LocalModes::ICANON)
+    };
+    assert!(!canonical(), "raw while connected");
+    p.send("~\x1a").unwrap();
+    p.flush().unwrap();
+    p.exp_string("[suspend kubectl-vm]").unwrap();
+    // 128 + SIGTSTP: the shell saw kubectl-vm stop.
+    p.exp_string("stopped-rc=148").unwrap();
+    p.send_line("echo BACK-$((6*7))").unwrap();
+    p.exp_string("BACK-42").unwrap();
+    assert!(!canonical(), "raw again once continued");
+    p.send("~.").unwrap();
+    p.flush().unwrap();
+    p.exp_string("rc=255").unwrap();
+    p.exp_eof().unwrap();
+    let read = |f: &str| std::fs::read_to_string(env.dir.path().join(f)).unwrap();
+    assert_eq!(
+        read("modes.before"),
+        read("modes.during"),
+        "modes while suspended"
+    );
+    assert_modes_restored(&env);
+}
+
+/// Run `cat` on the guest, and wait until its terminal echoes what is typed next (bash puts
+/// the terminal back in canonical mode before it runs the line, so before the echo's output).
+fn start_cat(p: &mut rexpect::session::PtySession) {
+    p.send_line("echo CAT-$((6*7)); cat").unwrap();
+    p.exp_string("CAT-42").unwrap();
+}
+
+/// Wait until the remote shell answers, so what is typed next goes through kubectl-vm (and
+/// not the local terminal's echo before raw mode).
+fn session_up(p: &mut rexpect::session::PtySession) {
+    p.send_line("echo UP-$((6*7))").unwrap();
+    p.exp_string("UP-42").unwrap();
 }
 
 #[test]
@@ -414,15 +576,17 @@ fn without_the_ca_key_the_agent_is_used() {
         .arg("-D")
         .arg("-a")
         .arg(&sock)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    for _ in 0..100 {
-        if sock.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // ssh-agent prints its environment once the socket listens (ssh-agent.c).
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(agent.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("SSH_AUTH_SOCK="), "{line}");
     let added = std::process::Command::new("ssh-add")
         .arg(&key)
         .env("SSH_AUTH_SOCK", &sock)

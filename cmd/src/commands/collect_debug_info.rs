@@ -113,6 +113,7 @@ pub async fn cmd_collect_debug_info(
         tail_lines: (args.tail >= 0).then_some(args.tail),
         since: args.since.filter(|d| !d.is_zero()),
         include_secrets: args.include_secrets,
+        exec_timeout: exec_timeout(),
         ..Options::default()
     };
 
@@ -217,4 +218,14 @@ pub async fn cmd_collect_debug_info(
         target.name,
     );
     Ok(())
+}
+
+/// How long the domain-XML exec may take: [`debug_info::EXEC_TIMEOUT`], or
+/// `KUBECTL_VM_EXEC_TIMEOUT` (a duration such as `2s`). Test-only: tests cannot wait 30 s to
+/// see a hung exec given up.
+fn exec_timeout() -> std::time::Duration {
+    std::env::var("KUBECTL_VM_EXEC_TIMEOUT")
+        .ok()
+        .and_then(|v| kubevm::cluster::parse_duration(&v).ok())
+        .unwrap_or(debug_info::EXEC_TIMEOUT)
 }

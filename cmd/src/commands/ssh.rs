@@ -10,11 +10,14 @@ use clap::Args;
 use clap_complete::engine::ArgValueCompleter;
 use kubevm::ca::store::DEFAULT_CA_NAMESPACE;
 use kubevm::cluster::Cluster;
+use kubevm::ssh::escape::{ESCAPES, EscapeChar, EscapeEvent, EscapeFilter};
 use kubevm::ssh::forward::{self, LocalForward};
 use kubevm::ssh::hostkey::{Prompt, UnknownHost};
 use kubevm::ssh::vm::{self as sshvm, ConnectError, SshEvent, SshOptions};
 use kubevm::ssh::{PtyRequest, SessionIo, SessionRequest, SshError, StrictHostKeyChecking, cert};
 use kubevm::target::Target;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::cli::GlobalArgs;
 use crate::complete;
@@ -79,6 +82,10 @@ pub struct SshArgs {
     /// Namespace holding the platform SSH CA
     #[arg(long, value_name = "NAMESPACE", default_value = DEFAULT_CA_NAMESPACE)]
     pub ca_namespace: String,
+
+    /// Escape character of a terminal session (~. disconnects, ~? lists the rest): a character, ^X or none
+    #[arg(short = 'e', value_name = "CHAR", default_value = "~")]
+    pub escape: String,
 }
 
 /// What the flags ask for, checked before any request.
@@ -89,10 +96,13 @@ pub struct Plan {
     pub pty: bool,
     pub forwards: Vec<LocalForward>,
     pub strict: StrictHostKeyChecking,
+    /// The escape character in effect: none without a terminal, as in OpenSSH.
+    pub escape: EscapeChar,
 }
 
 pub fn plan(args: &SshArgs) -> CommandResult<Plan> {
     let target = Target::parse(&args.target, true)?;
+    let escape: EscapeChar = args.escape.parse().map_err(CommandError::usage)?;
     cert::check_ttl(args.ttl).map_err(CommandError::usage)?;
     let forwards = args
         .forwards
@@ -125,6 +135,7 @@ pub fn plan(args: &SshArgs) -> CommandResult<Plan> {
             .strict_host_key_checking
             .parse()
             .map_err(CommandError::usage)?,
+        escape: if pty { escape } else { EscapeChar::None },
     })
 }
 
@@ -243,11 +254,12 @@ pub async fn cmd_ssh(global: &GlobalArgs, args: SshArgs) -> CommandResult {
     } else {
         None
     };
-    let resize = if plan.pty {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let (resize, resized) = if plan.pty {
+        let (tx, rx) = mpsc::unbounded_channel();
         if let Ok(mut winch) =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
         {
+            let tx = tx.clone();
             tokio::spawn(async move {
                 while winch.recv().await.is_some() {
                     if tx.send(terminal::size()).is_err() {
@@ -256,25 +268,53 @@ pub async fn cmd_ssh(global: &GlobalArgs, args: SshArgs) -> CommandResult {
                 }
             });
         }
-        Some(rx)
+        (Some(rx), Some(tx))
     } else {
-        None
+        (None, None)
+    };
+    let (stdin, disconnect): (Box<dyn AsyncRead + Send + Unpin>, _) = match plan.escape {
+        EscapeChar::None => (Box::new(tokio::io::stdin()), None),
+        EscapeChar::Char(_) => {
+            let (stdin, disconnect) = escaped_stdin(plan.escape, resized);
+            (stdin, Some(disconnect))
+        }
+    };
+    let disconnected = async {
+        match disconnect {
+            Some(rx) => {
+                if rx.await.is_err() {
+                    // Input ended without `~.`: the session goes on.
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending().await,
+        }
     };
     let io = SessionIo {
-        stdin: Box::new(tokio::io::stdin()),
+        stdin,
         stdout: Box::new(tokio::io::stdout()),
         stderr: Box::new(tokio::io::stderr()),
         resize,
     };
     let outcome = tokio::select! {
-        outcome = connection.run(&request, io) => Some(outcome),
-        _ = term.recv() => None,
-        _ = hangup.recv() => None,
+        outcome = connection.run(&request, io) => Ended::Outcome(outcome),
+        _ = term.recv() => Ended::Signal,
+        _ = hangup.recv() => Ended::Signal,
+        () = disconnected => Ended::Escape,
     };
     drop(raw);
-    let Some(outcome) = outcome else {
-        connection.close().await;
-        return Err(CommandError::Interrupted);
+    let outcome = match outcome {
+        Ended::Outcome(outcome) => outcome,
+        Ended::Signal => {
+            connection.close().await;
+            return Err(CommandError::Interrupted);
+        }
+        Ended::Escape => {
+            connection.close().await;
+            // OpenSSH's words and status: no exit status came, so 255.
+            eprintln!("Connection to {} closed.", plan.target.name);
+            return Err(CommandError::Exit(255));
+        }
     };
     for f in forwarders {
         f.abort();
@@ -285,4 +325,69 @@ pub async fn cmd_ssh(global: &GlobalArgs, args: SshArgs) -> CommandResult {
         0 => Ok(()),
         code => Err(CommandError::Exit(code as u8)),
     }
+}
+
+/// How the session loop ended.
+enum Ended {
+    Outcome(Result<kubevm::ssh::ExitOutcome, SshError>),
+    Signal,
+    Escape,
+}
+
+/// The terminal read through the escape filter: data goes on to the session (the returned
+/// reader), `~?` and `~^Z` act here, `~.` fires the returned receiver. Messages end in
+/// `\r\n`, as the terminal is raw.
+fn escaped_stdin(
+    escape: EscapeChar,
+    resized: Option<mpsc::UnboundedSender<(u32, u32)>>,
+) -> (Box<dyn AsyncRead + Send + Unpin>, oneshot::Receiver<()>) {
+    let (reader, mut writer) = tokio::io::duplex(64 * 1024);
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let mut stdin = tokio::io::stdin();
+        let mut filter = EscapeFilter::new(escape);
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = match stdin.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            for event in filter.feed(&buf[..n]) {
+                match event {
+                    EscapeEvent::Data(data) => {
+                        if writer.write_all(&data).await.is_err() {
+                            return;
+                        }
+                    }
+                    EscapeEvent::Disconnect => {
+                        eprint!("{escape}.\r\n");
+                        let _ = tx.send(());
+                        return;
+                    }
+                    EscapeEvent::Help => eprint!("{}", escape_help(escape)),
+                    EscapeEvent::Suspend => {
+                        eprint!("{escape}^Z [suspend kubectl-vm]\r\n");
+                        if let Err(e) = terminal::suspend() {
+                            eprint!("Warning: cannot suspend: {e}\r\n");
+                        }
+                        // The window may have changed while suspended.
+                        if let Some(resized) = &resized {
+                            let _ = resized.send(terminal::size());
+                        }
+                    }
+                }
+            }
+        }
+    });
+    (Box::new(reader), rx)
+}
+
+/// The `~?` answer.
+fn escape_help(escape: EscapeChar) -> String {
+    let mut text = format!("{escape}?\r\nEscape sequences (at the start of a line):\r\n");
+    for (key, what) in ESCAPES {
+        text.push_str(&format!(" {escape}{key:<3} {what}\r\n"));
+    }
+    text.push_str(&format!(" {escape}{escape}   send {escape} itself\r\n"));
+    text
 }

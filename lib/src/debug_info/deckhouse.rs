@@ -1,7 +1,8 @@
 //! What belongs to a Deckhouse VM: its internal KubeVirt objects
 //! (`internal.virtualization.deckhouse.io`), operations (VMOPs, migrations among them), block
 //! devices (VirtualDisks, VirtualImages, ClusterVirtualImages, VMBDAs) and their PVCs, the
-//! virt-launcher and hotplug pods, and the domain XML (`vlctl domain -o xml` in `compute`).
+//! virt-launcher and hotplug pods, the importer pods of disks still importing, and the domain
+//! XML (`vlctl domain -o xml` in `compute`).
 
 use serde_json::Value;
 
@@ -157,6 +158,10 @@ pub(crate) async fn collect(c: &Collector, vm: &Value) {
         .collect();
     let mut pods = launchers.clone();
     pods.extend(owned_pods(&all_pods, &launchers));
+    // The importer pods of this VM's disks and images (`d8v-vd-importer-<uid>`, formerly
+    // `vd-importer-<name>`): owned by the disk, so other VMs' imports stay out.
+    let devices_found: Vec<Value> = devices.iter().filter_map(|(d, _)| d.clone()).collect();
+    pods.extend(owned_pods(&all_pods, &devices_found));
     for pod in &pods {
         c.put_object(&POD, pod).await;
     }

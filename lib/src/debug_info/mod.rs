@@ -42,6 +42,8 @@ pub struct Options {
     pub include_secrets: bool,
     /// Requests in flight at most.
     pub concurrency: usize,
+    /// How long the domain-XML exec may take ([`EXEC_TIMEOUT`]).
+    pub exec_timeout: Duration,
 }
 
 impl Default for Options {
@@ -51,6 +53,7 @@ impl Default for Options {
             since: None,
             include_secrets: false,
             concurrency: 16,
+            exec_timeout: EXEC_TIMEOUT,
         }
     }
 }
@@ -428,7 +431,7 @@ impl Collector {
             Ok::<_, kube::Error>((stdout, stderr, status))
         };
         // A launcher that never answers must not hold the bundle (and a concurrency slot).
-        let outcome = tokio::time::timeout(EXEC_TIMEOUT, run).await;
+        let outcome = tokio::time::timeout(self.options.exec_timeout, run).await;
         drop(_permit);
         let (stdout, stderr, status) = match outcome {
             Ok(Ok(done)) => done,
@@ -441,8 +444,8 @@ impl Collector {
             }
             Err(_) => {
                 self.error(fail(format!(
-                    "no answer within {}s",
-                    EXEC_TIMEOUT.as_secs()
+                    "no answer within {:?}; the rest of the bundle was collected",
+                    self.options.exec_timeout
                 )));
                 return;
             }
@@ -773,8 +776,8 @@ pub async fn collect<W: Write + Send + 'static>(
     })
 }
 
-/// How long the domain-XML command may take.
-const EXEC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long the domain-XML command may take by default.
+pub const EXEC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// The most of its output kept (a domain XML is a few KiB).
 const MAX_EXEC_OUTPUT: u64 = 16 * 1024 * 1024;
 /// The longest log line held at once; longer ones are split there.

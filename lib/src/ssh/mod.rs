@@ -5,6 +5,7 @@
 pub mod cert;
 pub mod client;
 pub mod config;
+pub mod escape;
 pub mod files;
 pub mod forward;
 pub mod hostkey;
@@ -12,6 +13,7 @@ pub mod vm;
 
 pub use cert::{CaSigner, CertRequest, Signer, UserIdentity};
 pub use client::{Auth, Connection, ExitOutcome, PtyRequest, SessionIo, SessionRequest};
+pub use escape::{EscapeChar, EscapeEvent, EscapeFilter};
 pub use hostkey::{HostRejection, HostTrust, HostVerifier, StrictHostKeyChecking};
 
 use thiserror::Error;

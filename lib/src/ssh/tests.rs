@@ -411,7 +411,9 @@ async fn pty_shell_with_resize() {
     wait_for(&mut out_r, &mut seen, "24 80\r\n").await;
     resize_tx.send((100, 40)).unwrap();
     stdin_w
-        .write_all(b"sleep 0.2; stty size; tty; exit 3\n")
+        // The window change reaches the guest's pty asynchronously: the guest polls for it
+        // (bounded by the timeout below) instead of sleeping and hoping.
+        .write_all(b"while [ \"$(stty size)\" != \"40 100\" ]; do sleep 0.05; done; stty size; tty; exit 3\n")
         .await
         .unwrap();
     let exit = tokio::time::timeout(Duration::from_secs(10), run)

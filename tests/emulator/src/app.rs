@@ -43,6 +43,8 @@ pub struct App {
     pub sa_tokens: crate::sa_tokens::ServiceAccountTokens,
     /// The aggregator's front-proxy identity (set at start).
     pub front_proxy: std::sync::OnceLock<crate::tls::FrontProxy>,
+    /// Test switch: pod execs open their streams and then hang (see `Handle::set_exec_hangs`).
+    pub exec_hangs: std::sync::atomic::AtomicBool,
 }
 
 impl App {
@@ -64,6 +66,7 @@ impl App {
             exports: Default::default(),
             sa_tokens: Default::default(),
             front_proxy: Default::default(),
+            exec_hangs: Default::default(),
         }
     }
 

@@ -291,6 +291,15 @@ impl Handle {
         self.app.guests.stop_one(namespace, name);
     }
 
+    /// Test switch: from now on every pod exec is accepted and opens its streams, then says
+    /// nothing and holds the connection open until the client goes, as an exec whose command
+    /// hangs (a virsh stuck on a wedged libvirtd) does on a real kubelet.
+    pub fn set_exec_hangs(&self, hang: bool) {
+        self.app
+            .exec_hangs
+            .store(hang, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Test switch: pause or unpause VM `namespace/name` (its portforward answers 409).
     pub fn set_guest_paused(&self, namespace: &str, name: &str, paused: bool) {
         self.app.ssh_switches.set_paused(namespace, name, paused);

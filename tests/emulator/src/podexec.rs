@@ -135,6 +135,7 @@ pub async fn serve(
             "unable to upgrade: no supported channel protocol (v4.channel.k8s.io, v5.channel.k8s.io) offered",
         ));
     }
+    let hang = app.exec_hangs.load(std::sync::atomic::Ordering::SeqCst);
     let (stdout, stderr, code) = run(app, &pod, &container, &command);
     Ok(upgrade.on_upgrade(move |mut socket| async move {
         for channel in [1u8, 2, 3] {
@@ -145,6 +146,16 @@ pub async fn serve(
             {
                 return;
             }
+        }
+        if hang {
+            // A command that never ends: no output, no status, the stream open until the
+            // client closes it (the kubelet keeps an exec open as long as its process runs).
+            while let Some(Ok(message)) = socket.recv().await {
+                if matches!(message, Message::Close(_)) {
+                    break;
+                }
+            }
+            return;
         }
         for (channel, data) in [(1u8, stdout), (2u8, stderr)] {
             // The kubelet copies output in chunks; a few KiB per message like it.

@@ -65,6 +65,25 @@ async fn exec_logs_and_guest_agent() {
         "{xml}"
     );
 
+    // The hang switch: the exec is accepted, then nothing comes and the stream stays open.
+    emu.set_exec_hangs(true);
+    let mut p = pods
+        .exec(
+            "virt-launcher-app-new22",
+            ["virsh", "dumpxml", "dev_app"],
+            &params,
+        )
+        .await
+        .unwrap();
+    let mut out = p.stdout().unwrap();
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(std::time::Duration::from_millis(500), out.read(&mut byte));
+    // This wait holds time: nothing may arrive within it.
+    assert!(read.await.is_err(), "a hung exec says nothing");
+    drop(out);
+    p.abort();
+    emu.set_exec_hangs(false);
+
     // A wrong domain: virsh's error on stderr, exit code 1 in the Status.
     let mut p = pods
         .exec(

@@ -207,3 +207,112 @@ async fn deckhouse_disks_wait_for_first_consumer_or_fail() {
     );
     emu.shutdown().await;
 }
+
+/// Deckhouse's importer pod runs while a disk imports (name, labels, owner, container as
+/// the controller makes them), logs its source, and goes once the disk is ready; a failing
+/// import leaves it restarting with the error in its log and a BackOff event.
+#[tokio::test]
+async fn deckhouse_importer_pods_live_while_disks_import() {
+    let emu = Emulator::start(EmulatorOptions {
+        fixture_yaml: vec![fixture("deckhouse.yaml")],
+        flavor: ServeFlavor::Deckhouse,
+        // Slow enough for the Provisioning phase to be seen.
+        import_step: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let client = common::client(&emu).await;
+    let vds = api(
+        &client,
+        "virtualization.deckhouse.io",
+        "v1alpha2",
+        "VirtualDisk",
+        "virtualdisks",
+    );
+    let vms = api(
+        &client,
+        "virtualization.deckhouse.io",
+        "v1alpha2",
+        "VirtualMachine",
+        "virtualmachines",
+    );
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "default");
+    for (name, annotations) in [
+        ("good", json!({})),
+        ("bad", json!({IMPORT_ERROR_ANNOTATION: "404 Not Found"})),
+    ] {
+        create(
+            &vds,
+            json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDisk",
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {"persistentVolumeClaim": {"size": "1Gi"},
+                     "dataSource": {"type": "HTTP", "http": {"url": format!("https://images.example.org/{name}.qcow2")}}}}),
+        )
+        .await;
+        // A VM that uses it, so a WaitForFirstConsumer class lets the import start.
+        create(
+            &vms,
+            json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualMachine",
+            "metadata": {"name": format!("vm-{name}")},
+            "spec": {"virtualMachineClassName": "generic", "runPolicy": "AlwaysOn",
+                     "cpu": {"cores": 1}, "memory": {"size": "1Gi"},
+                     "blockDeviceRefs": [{"kind": "VirtualDisk", "name": name}]}}),
+        )
+        .await;
+    }
+    let phase = |v: &Value| v["status"]["phase"].as_str().unwrap_or("").to_owned();
+    let good = until(&vds, "good", |v| phase(v) == "Provisioning").await;
+    let uid = good["metadata"]["uid"].as_str().unwrap().to_owned();
+    let name = format!("d8v-vd-importer-{uid}");
+    let pod = serde_json::to_value(pods.get(&name).await.unwrap()).unwrap();
+    assert_eq!(pod["metadata"]["labels"]["app"], "dvcr-data-importer");
+    assert_eq!(pod["metadata"]["labels"]["heritage"], "deckhouse");
+    let owner = &pod["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (&owner["kind"], &owner["uid"], &owner["controller"]),
+        (&json!("VirtualDisk"), &json!(uid), &json!(true))
+    );
+    assert_eq!(pod["spec"]["containers"][0]["name"], "d8v-dvcr-importer");
+    let params = kube::api::LogParams {
+        container: Some("d8v-dvcr-importer".into()),
+        ..Default::default()
+    };
+    let log = pods.logs(&name, &params).await.unwrap();
+    assert!(
+        log.contains("https://images.example.org/good.qcow2"),
+        "{log}"
+    );
+    until(&vds, "good", |v| phase(v) == "Ready").await;
+    assert!(
+        pods.get_opt(&name).await.unwrap().is_none(),
+        "the importer is deleted once the disk is ready"
+    );
+
+    let bad = until(&vds, "bad", |v| phase(v) == "Failed").await;
+    let name = format!(
+        "d8v-vd-importer-{}",
+        bad["metadata"]["uid"].as_str().unwrap()
+    );
+    let pod = serde_json::to_value(pods.get(&name).await.unwrap()).unwrap();
+    let status = &pod["status"]["containerStatuses"][0];
+    assert_eq!(status["state"]["waiting"]["reason"], "CrashLoopBackOff");
+    assert!(status["restartCount"].as_i64().unwrap() >= 1);
+    let log = pods.logs(&name, &params).await.unwrap();
+    assert!(log.contains("404 Not Found"), "{log}");
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let list = events
+        .list(&kube::api::ListParams::default().fields(&format!(
+            "involvedObject.kind=Pod,involvedObject.name={name}"
+        )))
+        .await
+        .unwrap();
+    assert!(
+        list.items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("BackOff")),
+        "{:?}",
+        list.items
+    );
+    emu.shutdown().await;
+}

@@ -1,6 +1,7 @@
 //! Deckhouse virtualization: VirtualDisk, VirtualImage / ClusterVirtualImage,
 //! VirtualMachineClass and VirtualMachine.
 
+use super::importer;
 use super::{STEP_PERCENT, ensure_pvc, key_of, percent, set_condition, uid_bytes};
 use crate::app::App;
 use crate::store::Key;
@@ -27,6 +28,9 @@ pub(super) fn virtual_disk(app: &App, vd: &Value, tick: bool) {
         let failure = crate::storage::import_error(vd).filter(|_| !waiting);
         if phase == "WaitForFirstConsumer" && failure.is_none() {
             return;
+        }
+        if let Some(message) = &failure {
+            importer::ensure(app, "vd", vd, Some(message));
         }
         app.store.modify(&key_of(DH, "virtualdisks", vd), |o| {
             let mut st = o.get("status").cloned().unwrap_or(json!({}));
@@ -79,6 +83,11 @@ pub(super) fn virtual_disk(app: &App, vd: &Value, tick: bool) {
         .map(String::from);
     if next != "Pending" {
         ensure_pvc(app, vd, &pvc_name, &size, class.clone());
+    }
+    match next {
+        "Provisioning" => importer::ensure(app, "vd", vd, None),
+        "Ready" => importer::remove(app, "vd", vd),
+        _ => {}
     }
     app.store.modify(&key_of(DH, "virtualdisks", vd), |o| {
         let mut st = o.get("status").cloned().unwrap_or(json!({}));

@@ -11,6 +11,7 @@
 
 mod cdi;
 mod deckhouse;
+pub mod importer;
 mod kubevirt;
 
 pub(crate) use kubevirt::{kubevirt_should_run, launcher_pod, new_vmi};
