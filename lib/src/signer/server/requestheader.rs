@@ -148,14 +148,52 @@ fn percent_decode(key: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The subject common name of a DER certificate.
-pub fn common_name(der: &[u8]) -> Option<String> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    cert.subject()
-        .iter_common_name()
-        .next()
-        .and_then(|cn| cn.as_str().ok())
-        .map(str::to_owned)
+/// The subject common name of a DER certificate (the first CN of the subject, as a
+/// UTF8String, PrintableString or IA5String), walked with `der`'s decoder:
+/// `Certificate ::= SEQUENCE { tbsCertificate SEQUENCE { [0] version OPTIONAL, serialNumber,
+/// signature, issuer, validity, subject, ... }, ... }` (RFC 5280 §4.1).
+pub fn common_name(der_bytes: &[u8]) -> Option<String> {
+    use der::asn1::{AnyRef, ObjectIdentifier};
+    use der::{Decode, Reader, SliceReader, Tag, TagNumber, Tagged};
+    const COMMON_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.3");
+
+    /// The elements of a constructed value (SEQUENCE, SET), in order.
+    fn elements(value: AnyRef<'_>) -> Option<Vec<AnyRef<'_>>> {
+        let mut reader = SliceReader::new(value.value()).ok()?;
+        let mut out = Vec::new();
+        while !reader.is_finished() {
+            out.push(AnyRef::decode(&mut reader).ok()?);
+        }
+        Some(out)
+    }
+
+    let certificate = AnyRef::from_der(der_bytes).ok()?;
+    let tbs = *elements(certificate)?.first()?;
+    let fields = elements(tbs)?;
+    let version = Tag::ContextSpecific {
+        constructed: true,
+        number: TagNumber(0),
+    };
+    let skip = usize::from(fields.first()?.tag() == version);
+    // serialNumber, signature, issuer, validity, subject
+    let subject = *fields.get(skip + 4)?;
+    for relative_name in elements(subject)? {
+        for attribute in elements(relative_name)? {
+            let [kind, value] = elements(attribute)?[..] else {
+                return None;
+            };
+            if kind.decode_as::<ObjectIdentifier>().ok()? != COMMON_NAME {
+                continue;
+            }
+            return match value.tag() {
+                Tag::Utf8String | Tag::PrintableString | Tag::Ia5String => {
+                    std::str::from_utf8(value.value()).ok().map(str::to_owned)
+                }
+                _ => None,
+            };
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -227,5 +265,39 @@ mod tests {
             common_name(&c.client_ca[0]).as_deref(),
             Some("rcgen self signed cert")
         );
+    }
+
+    #[test]
+    fn common_name_is_read_from_the_subject_not_the_issuer() {
+        // Issuer CN "issuing-ca", subject O and CN (a PrintableString and a UTF8String).
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "issuing-ca");
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        for value in [
+            rcgen::DnValue::PrintableString("front-proxy-client".try_into().unwrap()),
+            rcgen::DnValue::Utf8String("front-proxy-client".into()),
+        ] {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut params = rcgen::CertificateParams::new(Vec::new()).unwrap();
+            params
+                .distinguished_name
+                .push(rcgen::DnType::OrganizationName, "system:masters");
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, value);
+            let cert = params.signed_by(&key, &issuer).unwrap();
+            assert_eq!(
+                common_name(cert.der()).as_deref(),
+                Some("front-proxy-client")
+            );
+        }
+        assert_eq!(common_name(ca.der()).as_deref(), Some("issuing-ca"));
+        assert_eq!(common_name(b"not a certificate"), None);
+        assert_eq!(common_name(&ca.der()[..40]), None);
     }
 }
