@@ -40,7 +40,7 @@ impl Ctx<'_> {
     /// The object as served at the request's version (decoded from storage: pruned and
     /// defaulted like the real server's codec does on every read).
     pub(super) fn present(&self, mut obj: Value) -> Value {
-        self.from_storage(&mut obj);
+        self.decode_stored(&mut obj);
         if let Some(m) = obj.as_object_mut() {
             m.insert(
                 "apiVersion".into(),
@@ -52,7 +52,7 @@ impl Ctx<'_> {
     }
 
     /// What the storage codec does to an object read back: prune, drop nulls, default.
-    pub(super) fn from_storage(&self, obj: &mut Value) {
+    pub(super) fn decode_stored(&self, obj: &mut Value) {
         if let Some(schema) = self.def.schema.for_version(self.version) {
             crate::structural::on_read(&schema, obj);
         }
@@ -168,7 +168,7 @@ impl Ctx<'_> {
             .store
             .get(&self.key())
             .ok_or_else(|| ApiError::not_found(&self.def.group, &self.def.plural, self.name))?;
-        self.from_storage(&mut obj);
+        self.decode_stored(&mut obj);
         Ok(obj)
     }
 

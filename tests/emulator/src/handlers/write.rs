@@ -120,7 +120,7 @@ impl Ctx<'_> {
         }
         let current = match self.app.store.get(&self.key()) {
             Some(mut c) => {
-                self.from_storage(&mut c);
+                self.decode_stored(&mut c);
                 c
             }
             None if kind == PatchType::Apply && !status_only => {
