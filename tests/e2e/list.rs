@@ -123,7 +123,9 @@ fn deckhouse_wide_list_through_kubectl_plugin_discovery() {
     // Read by hand from tests/fixtures/deckhouse.yaml: status first (the CRD's printer columns
     // Phase, Node, IPAddress, Cores, CoreFraction, Memory read .status), the spec for what a VM
     // without status resources asks for. waiting-vm names no coreFraction: the class default
-    // applies (CRD description of spec.cpu.coreFraction), which the VM does not say.
+    // applies (CRD description of spec.cpu.coreFraction), which the VM does not say. It names
+    // no runPolicy either: the API server serves the CRD's `default:`
+    // (AlwaysOnUnlessStoppedManually, schemas/deckhouse/virtualmachines.yaml).
     assert_eq!(
         without_age(table(&text), 5),
         rows(&[
@@ -167,7 +169,7 @@ fn deckhouse_wide_list_through_kubectl_plugin_discovery() {
                 "1Gi",
                 "<none>",
                 "<none>",
-                "<none>",
+                "AlwaysOnUnlessStoppedManually",
                 "<none>"
             ],
             &[

@@ -20,11 +20,18 @@
 //!   generation, creationTimestamp, managedFields, …) are never owned (`stripmeta.go`), nor
 //!   is `status` through the main resource when status is a subresource (reset fields).
 //!
+//! - An Update owns, besides the leaves it changed, every non-leaf node it added (a non-empty
+//!   object or a keyed list item absent before): `typed.Compare` runs the merge walker with a
+//!   post-item hook that puts such paths in `Added`, and FieldsV1 then shows them as `".": {}`.
+//!   A custom resource's "before" on create is an empty object, so every object its creator
+//!   sends is such a node (`f:spec: {".": {}, …}`); the `metadata` node itself is stripped.
+//!
 //! Approximations (no OpenAPI types here): a list of objects that all have `name` is keyed by
 //! `name` for built-in kinds; lists of custom resources are atomic (as CRD lists without
-//! `x-kubernetes-list-type` are); lists of scalars are atomic. Only `labels`/`annotations`
-//! and built-in `data`/`binaryData`/`stringData` are known as maps (an Update adding one owns
-//! its node, `.`); every other object is treated as a struct. `/status` writes record nothing.
+//! `x-kubernetes-list-type` are); lists of scalars are atomic. For built-in kinds, whose
+//! "before" on create is the typed zero value (structs present, pointers and maps absent), only
+//! `labels`/`annotations` and `data`/`binaryData`/`stringData` are known as nodes an Update can
+//! add. `/status` writes record nothing.
 
 use crate::status::ApiError;
 use crate::util::now_rfc3339;
@@ -58,6 +65,8 @@ pub struct Shape {
     pub keyed_lists: bool,
     /// `status` is a subresource, so main-resource writes own none of it.
     pub status_subresource: bool,
+    /// A custom resource: every object is a node an Update can add (see the module comment).
+    pub custom: bool,
 }
 
 /// Who writes: the manager name and the request's group/version.
@@ -78,6 +87,7 @@ pub fn shape_of(def: &crate::registry::ResourceDef) -> Shape {
     Shape {
         keyed_lists: builtin,
         status_subresource: def.has_status,
+        custom: !builtin,
     }
 }
 
@@ -517,27 +527,30 @@ pub fn apply(
     Ok(())
 }
 
-/// The string maps whose node an Update owns when it adds the whole map (the real server
-/// knows them from the schema; a map node is a member, a struct node is not): `labels` and
-/// `annotations` of any `metadata`, and `data`/`binaryData`/`stringData` of built-in kinds.
+/// The object nodes an Update owns when it adds them (see the module comment): for custom
+/// resources every non-empty object but `metadata` itself; for built-in kinds `labels` and
+/// `annotations` of any `metadata`, and `data`/`binaryData`/`stringData`.
 fn map_nodes(obj: &Value, shape: Shape) -> FieldSet {
-    fn go(v: &Value, path: &mut Path, set: &mut FieldSet) {
+    fn go(v: &Value, path: &mut Path, custom: bool, set: &mut FieldSet) {
         let Some(m) = v.as_object() else { return };
         for (k, child) in m {
             path.push(format!("f:{k}"));
-            let is_map = path.len() >= 2
-                && path[path.len() - 2] == "f:metadata"
-                && (k == "labels" || k == "annotations");
-            if is_map && child.as_object().is_some_and(|c| !c.is_empty()) {
+            let in_meta = path.len() >= 2 && path[path.len() - 2] == "f:metadata";
+            let node = if custom {
+                !(path.len() == 1 && k == "metadata")
+            } else {
+                in_meta && (k == "labels" || k == "annotations")
+            };
+            if node && child.as_object().is_some_and(|c| !c.is_empty()) {
                 set.insert(path.clone());
             }
-            go(child, path, set);
+            go(child, path, custom, set);
             path.pop();
         }
     }
     let o = ownable(obj, shape);
     let mut set = FieldSet::new();
-    go(&o, &mut vec![], &mut set);
+    go(&o, &mut vec![], shape.custom, &mut set);
     if shape.keyed_lists {
         for k in ["data", "binaryData", "stringData"] {
             if o.get(k)
@@ -562,7 +575,7 @@ pub fn update(w: &Writer, live: Option<&Value>, new: &mut Value) {
         .into_iter()
         .filter(|p| changed(live, new, p))
         .collect();
-    // A map the request added whole is owned as a node too (FieldsV1 `.: {}`).
+    // A node the request added is owned too (FieldsV1 `.: {}`).
     touched.extend(
         map_nodes(new, w.shape)
             .into_iter()
@@ -596,10 +609,12 @@ mod tests {
     const BUILTIN: Shape = Shape {
         keyed_lists: true,
         status_subresource: true,
+        custom: false,
     };
     const CRD: Shape = Shape {
         keyed_lists: false,
         status_subresource: true,
+        custom: true,
     };
 
     fn w(m: &str, shape: Shape) -> Writer<'_> {
@@ -656,6 +671,42 @@ mod tests {
                 "f:image".into()
             ]),
             ".spec[name=\"c\"].image"
+        );
+    }
+
+    #[test]
+    fn an_update_owns_the_nodes_it_adds() {
+        // kubernetes/website content/en/docs/tasks/extend-kubernetes/custom-resources/
+        // custom-resource-definitions.md: a CronTab created by `kubectl apply` (client-side,
+        // so an Update), as a real server lists it.
+        let crontab = json!({"apiVersion": "stable.example.com/v1", "kind": "CronTab",
+            "metadata": {"name": "my-new-cron-object", "namespace": "default",
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+            "spec": {"cronSpec": "* * * * */5", "image": "my-awesome-cron-image"}});
+        let mut obj = crontab.clone();
+        update(&w("kubectl-client-side-apply", CRD), None, &mut obj);
+        assert_eq!(
+            obj["metadata"]["managedFields"][0]["fieldsV1"],
+            json!({"f:metadata": {"f:annotations": {".": {},
+                    "f:kubectl.kubernetes.io/last-applied-configuration": {}}},
+                "f:spec": {".": {}, "f:cronSpec": {}, "f:image": {}}})
+        );
+        // A later Update that adds a nested object owns that node, not `spec` (which existed).
+        let mut edited = obj.clone();
+        edited["spec"]["schedule"] = json!({"zone": "UTC"});
+        update(&w("editor", CRD), Some(&obj), &mut edited);
+        assert_eq!(
+            edited["metadata"]["managedFields"][1]["fieldsV1"],
+            json!({"f:spec": {"f:schedule": {".": {}, "f:zone": {}}}})
+        );
+        // The same request through server-side apply owns leaves only (tofieldset.go).
+        let mut applied = crontab.clone();
+        apply(&w("kubectl", CRD), None, &crontab, &mut applied, false).unwrap();
+        assert_eq!(
+            applied["metadata"]["managedFields"][0]["fieldsV1"],
+            json!({"f:metadata": {"f:annotations": {
+                    "f:kubectl.kubernetes.io/last-applied-configuration": {}}},
+                "f:spec": {"f:cronSpec": {}, "f:image": {}}})
         );
     }
 

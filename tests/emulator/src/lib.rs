@@ -65,6 +65,7 @@ pub mod storage;
 pub mod store;
 pub mod strategy;
 pub mod streams;
+pub mod structural;
 pub mod subresources;
 pub mod table;
 pub mod tls;

@@ -3,7 +3,7 @@
 //! cluster, so the messages follow apiextensions-apiserver).
 //!
 //! Checked: `type` (also `x-kubernetes-int-or-string`, `format: int-or-string`, quantities),
-//! unknown fields (unless `additionalProperties` or `x-kubernetes-preserve-unknown-fields`),
+//! unknown fields (what `structural::prune` drops; reported, or pruned with Warn/Ignore),
 //! `required`, `enum`, `pattern`, `minimum`/`maximum`, `minItems`/`maxItems`,
 //! `minLength`/`maxLength`, and `metadata` (names, labels) the way Kubernetes checks it.
 //! CEL rules (`x-kubernetes-validations`) are NOT evaluated; the one CEL limit clients hit
@@ -12,20 +12,12 @@
 //! Deliberate difference: an absent `fieldValidation` parameter is treated as `Strict` (a real
 //! server's default is `Warn`, but kubectl always sends `Strict`), so tests notice typos.
 
-use crate::registry::{ResourceDef, SchemaRef, SwaggerDoc};
+use crate::registry::ResourceDef;
 use crate::status::{ApiError, Cause};
 use regex::Regex;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
-
-static KUBEVIRT_SWAGGER: LazyLock<Value> = LazyLock::new(|| {
-    serde_json::from_str(include_str!("../schemas/kubevirt-swagger.json"))
-        .expect("embedded swagger")
-});
-static CDI_SWAGGER: LazyLock<Value> = LazyLock::new(|| {
-    serde_json::from_str(include_str!("../schemas/cdi-swagger.json")).expect("embedded swagger")
-});
 
 /// The `fieldValidation` query parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,14 +44,6 @@ impl FieldValidation {
     }
 }
 
-/// The swagger document embedded for `doc`.
-pub fn swagger(doc: SwaggerDoc) -> &'static Value {
-    match doc {
-        SwaggerDoc::KubeVirt => &KUBEVIRT_SWAGGER,
-        SwaggerDoc::Cdi => &CDI_SWAGGER,
-    }
-}
-
 /// Validates `obj` (a full object of kind `def`, served at `version`) in place: unknown fields
 /// are pruned unless `mode` is Strict. Returns the warnings to send, or a 422 `Invalid`.
 pub fn validate(
@@ -69,40 +53,23 @@ pub fn validate(
     mode: FieldValidation,
 ) -> Result<Vec<String>, ApiError> {
     let mut v = Validator {
-        defs: None,
         causes: vec![],
         unknown: vec![],
         prune: mode != FieldValidation::Strict,
     };
     validate_metadata(def, obj, &mut v);
-    match &def.schema {
-        SchemaRef::None => {}
-        SchemaRef::Swagger { doc, definition } => {
-            let root = swagger(*doc);
-            v.defs = root.get("definitions").and_then(Value::as_object);
-            if let Some(schema) = v.defs.and_then(|d| d.get(*definition)) {
-                v.walk_root(schema, obj);
-            }
-        }
-        SchemaRef::Crd(versions) => {
-            if let Some((_, schema)) = versions.iter().find(|(n, _)| n == version) {
-                v.walk_root(&schema.clone(), obj);
-            }
-        }
+    if let Some(schema) = def.schema.for_version(version) {
+        // Unknown fields are what pruning would drop (structural.rs).
+        let unknown = crate::structural::prune(&schema, obj, v.prune);
+        v.unknown.extend(unknown);
+        v.walk_root(&schema, obj);
     }
     let mut causes = v.causes;
     let mut warnings = vec![];
     for (path, field, value) in v.unknown {
         match mode {
-            FieldValidation::Strict => causes.push(Cause {
-                reason: "FieldValueInvalid",
-                field: path,
-                message: format!(
-                    "Invalid value: {}: unknown field \"{field}\"",
-                    render(&value)
-                ),
-            }),
-            FieldValidation::Warn => warnings.push(format!("unknown field \"{path}\"")),
+            FieldValidation::Strict => causes.push(unknown_cause(path, &field, &value)),
+            FieldValidation::Warn => warnings.push(unknown_warning(&path)),
             FieldValidation::Ignore => {}
         }
     }
@@ -112,6 +79,37 @@ pub fn validate(
         let name = crate::util::meta_str(obj, "name").to_string();
         Err(ApiError::invalid(&def.group, &def.kind, &name, causes))
     }
+}
+
+/// The cause reported for an unknown field under `fieldValidation=Strict` (the emulator keeps
+/// its 422 form, see the module comment).
+fn unknown_cause(path: String, field: &str, value: &Value) -> Cause {
+    Cause {
+        reason: "FieldValueInvalid",
+        field: path,
+        message: format!(
+            "Invalid value: {}: unknown field \"{field}\"",
+            render(value)
+        ),
+    }
+}
+
+/// The 422 for unknown fields of object `name` under `fieldValidation=Strict`.
+pub fn unknown_fields_error(
+    def: &ResourceDef,
+    name: &str,
+    unknown: Vec<crate::structural::Unknown>,
+) -> ApiError {
+    let causes = unknown
+        .into_iter()
+        .map(|(path, field, value)| unknown_cause(path, &field, &value))
+        .collect();
+    ApiError::invalid(&def.group, &def.kind, name, causes)
+}
+
+/// The warning sent for an unknown field under `fieldValidation=Warn`.
+pub fn unknown_warning(path: &str) -> String {
+    format!("unknown field \"{path}\"")
 }
 
 /// Renders a value the way `field.Invalid` prints it: strings quoted, scalars bare, composite
@@ -128,8 +126,7 @@ pub fn render(v: &Value) -> String {
     }
 }
 
-struct Validator<'a> {
-    defs: Option<&'a Map<String, Value>>,
+struct Validator {
     causes: Vec<Cause>,
     /// (path, field name, value) of unknown fields.
     unknown: Vec<(String, String, Value)>,
@@ -156,10 +153,6 @@ fn json_type(v: &Value) -> &'static str {
     }
 }
 
-static QUANTITY: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?$")
-        .expect("regex")
-});
 static PATTERNS: LazyLock<Mutex<HashMap<String, Option<Regex>>>> = LazyLock::new(Default::default);
 
 fn pattern_matches(pattern: &str, s: &str) -> bool {
@@ -171,27 +164,7 @@ fn pattern_matches(pattern: &str, s: &str) -> bool {
     re.as_ref().is_none_or(|re| re.is_match(s))
 }
 
-impl<'a> Validator<'a> {
-    /// Follows `$ref`s; returns the schema and whether it is a resource.Quantity.
-    fn resolve<'s>(&self, mut schema: &'s Value) -> (&'s Value, bool)
-    where
-        'a: 's,
-    {
-        let mut quantity = false;
-        for _ in 0..32 {
-            let Some(r) = schema.get("$ref").and_then(Value::as_str) else {
-                break;
-            };
-            let name = r.trim_start_matches("#/definitions/");
-            quantity |= name.ends_with("Quantity");
-            match self.defs.and_then(|d| d.get(name)) {
-                Some(s) => schema = s,
-                None => break,
-            }
-        }
-        (schema, quantity)
-    }
-
+impl Validator {
     fn invalid(&mut self, path: &str, value: &Value, detail: String) {
         self.causes.push(Cause {
             reason: "FieldValueInvalid",
@@ -206,19 +179,16 @@ impl<'a> Validator<'a> {
             self.invalid("", &Value::Null, "must be an object".into());
             return;
         };
-        let (schema, _) = self.resolve(schema);
         let props = schema.get("properties").and_then(Value::as_object);
         let keys: Vec<String> = map.keys().cloned().collect();
         for key in keys {
             if matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
                 continue;
             }
-            match props.and_then(|p| p.get(&key)) {
-                Some(s) => {
-                    let val = map.get_mut(&key).expect("key");
-                    self.walk(s, val, &key);
-                }
-                None => self.unknown_field(map, &key, ""),
+            // Undeclared fields were reported by pruning already.
+            if let Some(s) = props.and_then(|p| p.get(&key)) {
+                let val = map.get_mut(&key).expect("key");
+                self.walk(s, val, &key);
             }
         }
         self.check_required(schema, map, "", &["metadata", "apiVersion", "kind"]);
@@ -265,7 +235,6 @@ impl<'a> Validator<'a> {
     }
 
     fn walk(&mut self, schema: &Value, value: &mut Value, path: &str) {
-        let (schema, quantity) = self.resolve(schema);
         if value.is_null() {
             // null means "unset" for Kubernetes' decoders.
             return;
@@ -275,21 +244,6 @@ impl<'a> Validator<'a> {
             .and_then(Value::as_bool)
             == Some(true)
             || schema.get("format").and_then(Value::as_str) == Some("int-or-string");
-        if quantity {
-            match value {
-                Value::String(s) if !QUANTITY.is_match(s) => self.invalid(
-                    path,
-                    &value.clone(),
-                    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'".into(),
-                ),
-                Value::String(_) | Value::Number(_) => {}
-                other => {
-                    let t = json_type(other);
-                    self.invalid(path, &Value::String(t.into()), format!("{path} in body must be of type string: \"{t}\""))
-                }
-            }
-            return;
-        }
         if int_or_string {
             if !(value.is_string() || json_type(value) == "integer") {
                 let t = json_type(value);
@@ -450,10 +404,6 @@ impl<'a> Validator<'a> {
     fn walk_object(&mut self, schema: &Value, map: &mut Map<String, Value>, path: &str) {
         let props = schema.get("properties").and_then(Value::as_object);
         let additional = schema.get("additionalProperties");
-        let preserve = schema
-            .get("x-kubernetes-preserve-unknown-fields")
-            .and_then(Value::as_bool)
-            == Some(true);
         let keys: Vec<String> = map.keys().cloned().collect();
         for key in keys {
             let child = join(path, &key);
@@ -461,14 +411,8 @@ impl<'a> Validator<'a> {
                 self.walk(s, map.get_mut(&key).expect("key"), &child);
             } else if let Some(add) = additional.filter(|a| a.is_object()) {
                 self.walk(add, map.get_mut(&key).expect("key"), &child);
-            } else if preserve
-                || additional == Some(&Value::Bool(true))
-                || (props.is_none() && additional.is_none())
-            {
-                // Free-form object (or an empty Go struct in the swagger): anything goes.
-            } else {
-                self.unknown_field(map, &key, path);
             }
+            // Anything else is free-form (preserved) or was reported by pruning.
         }
         self.check_required(schema, map, path, &[]);
     }

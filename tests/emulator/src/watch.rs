@@ -54,6 +54,12 @@ impl Filter {
 
     fn render(&self, kind: &str, obj: &Value) -> Bytes {
         let mut obj = obj.clone();
+        // Objects are decoded from storage: pruned and defaulted (structural.rs).
+        if kind != "BOOKMARK"
+            && let Some(schema) = self.def.schema.for_version(&self.version)
+        {
+            crate::structural::on_read(&schema, &mut obj);
+        }
         obj["apiVersion"] = json!(self.def.api_version(&self.version));
         obj["kind"] = json!(self.def.kind);
         if self.table && kind != "BOOKMARK" {

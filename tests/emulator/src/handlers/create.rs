@@ -22,6 +22,7 @@ impl Ctx<'_> {
         if !self.def.stored {
             return self.review(obj);
         }
+        self.decode_custom(&mut obj)?;
         self.own_update(None, &mut obj);
         self.create_object(obj)
     }

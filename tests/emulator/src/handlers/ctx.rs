@@ -14,6 +14,7 @@ use axum::body::Bytes;
 use axum::response::Response;
 use http::{HeaderMap, StatusCode, header};
 use serde_json::{Value, json};
+use std::cell::RefCell;
 use std::sync::Arc;
 
 /// One request against a stored kind.
@@ -26,6 +27,9 @@ pub(super) struct Ctx<'a> {
     pub(super) q: &'a Query,
     pub(super) headers: &'a HeaderMap,
     pub(super) user: &'a User,
+    /// Warnings gathered while decoding (unknown fields under `fieldValidation=Warn`), sent
+    /// with the response.
+    pub(super) warnings: RefCell<Vec<String>>,
 }
 
 impl Ctx<'_> {
@@ -33,8 +37,10 @@ impl Ctx<'_> {
         Key::new(&self.def.group, &self.def.plural, self.ns, self.name)
     }
 
-    /// The object as served at the request's version.
+    /// The object as served at the request's version (decoded from storage: pruned and
+    /// defaulted like the real server's codec does on every read).
     pub(super) fn present(&self, mut obj: Value) -> Value {
+        self.decode_stored(&mut obj);
         if let Some(m) = obj.as_object_mut() {
             m.insert(
                 "apiVersion".into(),
@@ -43,6 +49,43 @@ impl Ctx<'_> {
             m.insert("kind".into(), json!(self.def.kind));
         }
         obj
+    }
+
+    /// What the storage codec does to an object read back: prune, drop nulls, default.
+    pub(super) fn decode_stored(&self, obj: &mut Value) {
+        if let Some(schema) = self.def.schema.for_version(self.version) {
+            crate::structural::on_read(&schema, obj);
+        }
+    }
+
+    /// What the request codec does to a decoded body or a patch result before anything else
+    /// sees it (customresource_handler.go's schemaCoercingDecoder and unstructuredDefaulter):
+    /// unknown fields are an error under `fieldValidation=Strict` and pruned otherwise (with a
+    /// warning under Warn), non-nullable nulls without a default go, defaults are applied. So
+    /// field ownership is recorded on the defaulted object: the requester owns the defaults.
+    pub(super) fn decode_custom(&self, obj: &mut Value) -> Result<(), ApiError> {
+        let Some(schema) = self.def.schema.for_version(self.version) else {
+            return Ok(());
+        };
+        let mode = FieldValidation::parse(self.q.get("fieldValidation").map(String::as_str))?;
+        let unknown = crate::structural::prune(&schema, obj, mode != FieldValidation::Strict);
+        match mode {
+            FieldValidation::Strict if !unknown.is_empty() => {
+                let name = crate::util::meta_str(obj, "name").to_string();
+                return Err(crate::schema::unknown_fields_error(
+                    self.def, &name, unknown,
+                ));
+            }
+            FieldValidation::Warn => self.warnings.borrow_mut().extend(
+                unknown
+                    .iter()
+                    .map(|(p, _, _)| crate::schema::unknown_warning(p)),
+            ),
+            _ => {}
+        }
+        crate::structural::prune_nulls(&schema, obj);
+        crate::structural::default(&schema, obj);
+        Ok(())
     }
 
     /// Records field ownership of a create/update/non-apply patch (see fieldmanager.rs).
@@ -90,6 +133,9 @@ impl Ctx<'_> {
         warnings: &[String],
     ) -> Result<Response, ApiError> {
         let obj = self.present(obj);
+        let mut all = self.warnings.borrow().clone();
+        all.extend(warnings.iter().cloned());
+        let warnings = &all[..];
         if wants_table(self.headers) {
             let include = IncludeObject::parse(self.q.get("includeObject").map(String::as_str));
             return Ok(json_response(
@@ -115,11 +161,15 @@ impl Ctx<'_> {
         }
     }
 
+    /// The stored object, as decoded from storage.
     pub(super) fn current(&self) -> Result<Value, ApiError> {
-        self.app
+        let mut obj = self
+            .app
             .store
             .get(&self.key())
-            .ok_or_else(|| ApiError::not_found(&self.def.group, &self.def.plural, self.name))
+            .ok_or_else(|| ApiError::not_found(&self.def.group, &self.def.plural, self.name))?;
+        self.decode_stored(&mut obj);
+        Ok(obj)
     }
 
     pub(super) fn decode(&self, body: &Bytes) -> Result<Value, ApiError> {

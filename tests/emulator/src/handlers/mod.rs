@@ -267,6 +267,7 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         q: &q,
         headers: &parts.headers,
         user: &user,
+        warnings: Default::default(),
     };
     match (verb, sub.as_str()) {
         ("create", "") => ctx.create(&body),

@@ -97,6 +97,7 @@ impl Ctx<'_> {
                 ApiError::bad_request(format!("invalid resourceVersion {rv_text:?}"))
             })?)
         };
+        self.decode_custom(&mut obj)?;
         if !status_only {
             self.own_update(Some(&current), &mut obj);
         }
@@ -118,7 +119,10 @@ impl Ctx<'_> {
             ));
         }
         let current = match self.app.store.get(&self.key()) {
-            Some(c) => c,
+            Some(mut c) => {
+                self.decode_stored(&mut c);
+                c
+            }
             None if kind == PatchType::Apply && !status_only => {
                 // Server-side apply creates missing objects.
                 let mut obj = crate::patch::without_directives(&patch);
@@ -130,6 +134,9 @@ impl Ctx<'_> {
                 }
                 let applied = obj.clone();
                 self.own_apply(None, &applied, &mut obj)?;
+                // Defaults come after the merge and belong to nobody (structuredmerge.go
+                // Apply runs the defaulter on the merged object).
+                self.decode_custom(&mut obj)?;
                 return self.create_object(obj);
             }
             None => {
@@ -150,9 +157,15 @@ impl Ctx<'_> {
             return Err(ApiError::bad_request("the patch result is not an object"));
         }
         match (status_only, kind) {
-            (true, _) => {}
-            (false, PatchType::Apply) => self.own_apply(Some(&current), &applied, &mut new)?,
-            (false, _) => self.own_update(Some(&current), &mut new),
+            (true, _) => self.decode_custom(&mut new)?,
+            (false, PatchType::Apply) => {
+                self.own_apply(Some(&current), &applied, &mut new)?;
+                self.decode_custom(&mut new)?;
+            }
+            (false, _) => {
+                self.decode_custom(&mut new)?;
+                self.own_update(Some(&current), &mut new);
+            }
         }
         let cur_rv = meta_str(&current, "resourceVersion").to_string();
         let new_rv = meta_str(&new, "resourceVersion").to_string();

@@ -48,12 +48,10 @@ pub fn crd_to_def(crd: &Value) -> Result<ResourceDef, String> {
                 .collect()
         })
         .unwrap_or_default();
-    let schemas = versions
-        .iter()
-        .filter_map(|v| {
-            let schema = v.get("schema")?.get("openAPIV3Schema")?.clone();
-            Some((s(v, "name"), Arc::new(schema)))
-        })
+    let served: Vec<String> = versions.iter().map(|v| s(v, "name")).collect();
+    let schemas = version_schemas(crd)
+        .into_iter()
+        .filter(|(v, _)| served.contains(v))
         .collect();
     Ok(ResourceDef {
         group: s(spec, "group"),
@@ -73,4 +71,18 @@ pub fn crd_to_def(crd: &Value) -> Result<ResourceDef, String> {
         columns,
         schema: SchemaRef::Crd(schemas),
     })
+}
+
+/// `(version, openAPIV3Schema)` of every version a CRD defines.
+pub(super) fn version_schemas(crd: &Value) -> Vec<(String, Arc<Value>)> {
+    crd.pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            let name = v.get("name")?.as_str()?.to_string();
+            let schema = v.get("schema")?.get("openAPIV3Schema")?.clone();
+            Some((name, Arc::new(schema)))
+        })
+        .collect()
 }

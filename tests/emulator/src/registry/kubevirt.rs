@@ -1,14 +1,71 @@
-//! KubeVirt and CDI kinds (described here: their CRDs are generated in Go upstream, so only the
-//! swagger exists) and the aggregated `subresources.kubevirt.io` group.
+//! KubeVirt and CDI kinds (names, versions and columns described here; schemas from the CRDs
+//! the operators install, embedded from `schemas/crds/`) and the aggregated
+//! `subresources.kubevirt.io` group.
 
-use super::{AggregatedGroup, Column, ResourceDef, SchemaRef, SwaggerDoc, def};
+use super::{AggregatedGroup, Column, EmbeddedCrd, ResourceDef, SchemaRef, def};
 
-fn swagger(doc: SwaggerDoc, definition: &'static str) -> SchemaRef {
-    SchemaRef::Swagger { doc, definition }
+macro_rules! embedded {
+    ($name:ident, $dir:literal, $file:literal) => {
+        static $name: EmbeddedCrd = EmbeddedCrd::new(
+            $file,
+            include_str!(concat!("../../schemas/crds/", $dir, "/", $file)),
+        );
+    };
 }
 
+embedded!(VM, "kubevirt", "virtualmachines.kubevirt.io.yaml");
+embedded!(VMI, "kubevirt", "virtualmachineinstances.kubevirt.io.yaml");
+embedded!(
+    VMIM,
+    "kubevirt",
+    "virtualmachineinstancemigrations.kubevirt.io.yaml"
+);
+embedded!(KUBEVIRT, "kubevirt", "kubevirts.kubevirt.io.yaml");
+embedded!(
+    VMEXPORT,
+    "kubevirt",
+    "virtualmachineexports.export.kubevirt.io.yaml"
+);
+embedded!(
+    VMSNAPSHOT,
+    "kubevirt",
+    "virtualmachinesnapshots.snapshot.kubevirt.io.yaml"
+);
+embedded!(
+    VMSNAPSHOTCONTENT,
+    "kubevirt",
+    "virtualmachinesnapshotcontents.snapshot.kubevirt.io.yaml"
+);
+embedded!(
+    INSTANCETYPE,
+    "kubevirt",
+    "virtualmachineinstancetypes.instancetype.kubevirt.io.yaml"
+);
+embedded!(
+    CLUSTERINSTANCETYPE,
+    "kubevirt",
+    "virtualmachineclusterinstancetypes.instancetype.kubevirt.io.yaml"
+);
+embedded!(
+    PREFERENCE,
+    "kubevirt",
+    "virtualmachinepreferences.instancetype.kubevirt.io.yaml"
+);
+embedded!(
+    CLUSTERPREFERENCE,
+    "kubevirt",
+    "virtualmachineclusterpreferences.instancetype.kubevirt.io.yaml"
+);
+embedded!(DATAVOLUME, "cdi", "datavolumes.cdi.kubevirt.io.yaml");
+embedded!(DATASOURCE, "cdi", "datasources.cdi.kubevirt.io.yaml");
+embedded!(CDI, "cdi", "cdis.cdi.kubevirt.io.yaml");
+embedded!(
+    STORAGEPROFILE,
+    "cdi",
+    "storageprofiles.cdi.kubevirt.io.yaml"
+);
+
 pub(super) fn kinds() -> Vec<ResourceDef> {
-    use SwaggerDoc::{Cdi, KubeVirt as Kv};
     let c = Column::new;
     let age = Column::age;
     let ready = |t: &str| format!(".status.conditions[?(@.type=='{t}')].status");
@@ -27,7 +84,7 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
                 c("Status", "string", ".status.printableStatus"),
                 c("Ready", "string", &ready("Ready")),
             ],
-            swagger(Kv, "v1.VirtualMachine"),
+            SchemaRef::Embedded(&VM),
         ),
         def(
             "kubevirt.io",
@@ -47,7 +104,7 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
                 c("Live-Migratable", "string", &ready("LiveMigratable")).wide(),
                 c("Paused", "string", &ready("Paused")).wide(),
             ],
-            swagger(Kv, "v1.VirtualMachineInstance"),
+            SchemaRef::Embedded(&VMI),
         ),
         def(
             "kubevirt.io",
@@ -62,7 +119,7 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
                 c("Phase", "string", ".status.phase"),
                 c("VMI", "string", ".spec.vmiName"),
             ],
-            swagger(Kv, "v1.VirtualMachineInstanceMigration"),
+            SchemaRef::Embedded(&VMIM),
         ),
         def(
             "kubevirt.io",
@@ -74,7 +131,7 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
             true,
             true,
             vec![age(), c("Phase", "string", ".status.phase")],
-            swagger(Kv, "v1.KubeVirt"),
+            SchemaRef::Embedded(&KUBEVIRT),
         ),
         def(
             "export.kubevirt.io",
@@ -90,7 +147,7 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
                 c("SourceName", "string", ".spec.source.name"),
                 c("Phase", "string", ".status.phase"),
             ],
-            swagger(Kv, "v1.VirtualMachineExport"),
+            SchemaRef::Embedded(&VMEXPORT),
         ),
         def(
             "snapshot.kubevirt.io",
@@ -108,7 +165,7 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
                 c("Phase", "string", ".status.phase"),
                 c("ReadyToUse", "boolean", ".status.readyToUse"),
             ],
-            swagger(Kv, "v1beta1.VirtualMachineSnapshot"),
+            SchemaRef::Embedded(&VMSNAPSHOT),
         ),
         def(
             "snapshot.kubevirt.io",
@@ -120,7 +177,7 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
             true,
             true,
             vec![age(), c("ReadyToUse", "boolean", ".status.readyToUse")],
-            swagger(Kv, "v1beta1.VirtualMachineSnapshotContent"),
+            SchemaRef::Embedded(&VMSNAPSHOTCONTENT),
         ),
         def(
             "instancetype.kubevirt.io",
@@ -132,7 +189,7 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
             true,
             false,
             vec![age()],
-            swagger(Kv, "v1beta1.VirtualMachineInstancetype"),
+            SchemaRef::Embedded(&INSTANCETYPE),
         ),
         def(
             "instancetype.kubevirt.io",
@@ -149,7 +206,7 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
             false,
             false,
             vec![age()],
-            swagger(Kv, "v1beta1.VirtualMachineClusterInstancetype"),
+            SchemaRef::Embedded(&CLUSTERINSTANCETYPE),
         ),
         def(
             "instancetype.kubevirt.io",
@@ -161,7 +218,7 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
             true,
             false,
             vec![age()],
-            swagger(Kv, "v1beta1.VirtualMachinePreference"),
+            SchemaRef::Embedded(&PREFERENCE),
         ),
         def(
             "instancetype.kubevirt.io",
@@ -173,7 +230,7 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
             false,
             false,
             vec![age()],
-            swagger(Kv, "v1beta1.VirtualMachineClusterPreference"),
+            SchemaRef::Embedded(&CLUSTERPREFERENCE),
         ),
         def(
             "cdi.kubevirt.io",
@@ -190,7 +247,7 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
                 c("Restarts", "integer", ".status.restartCount"),
                 age(),
             ],
-            swagger(Cdi, "v1beta1.DataVolume"),
+            SchemaRef::Embedded(&DATAVOLUME),
         ),
         def(
             "cdi.kubevirt.io",
@@ -202,7 +259,7 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
             true,
             true,
             vec![age()],
-            swagger(Cdi, "v1beta1.DataSource"),
+            SchemaRef::Embedded(&DATASOURCE),
         ),
         def(
             "cdi.kubevirt.io",
@@ -214,9 +271,8 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
             false,
             true,
             vec![age(), c("Phase", "string", ".status.phase")],
-            swagger(Cdi, "v1beta1.CDI"),
+            SchemaRef::Embedded(&CDI),
         ),
-        // Not in the CDI swagger, so served without validation.
         def(
             "cdi.kubevirt.io",
             &["v1beta1"],
@@ -227,7 +283,7 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
             false,
             true,
             vec![age()],
-            SchemaRef::None,
+            SchemaRef::Embedded(&STORAGEPROFILE),
         ),
     ]
 }
@@ -280,5 +336,41 @@ pub(super) fn aggregated() -> AggregatedGroup {
         group: "subresources.kubevirt.io".into(),
         version: "v1".into(),
         entries,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    /// Names, scope and versions described here agree with the operators' CRDs.
+    #[test]
+    fn kinds_agree_with_their_crds() {
+        for def in kinds() {
+            let SchemaRef::Embedded(e) = &def.schema else {
+                panic!("{} has no CRD", def.kind)
+            };
+            let crd = e.crd();
+            let spec = &crd["spec"];
+            assert_eq!(spec["group"], def.group.as_str(), "{}", e.file);
+            assert_eq!(spec["names"]["kind"], def.kind.as_str(), "{}", e.file);
+            assert_eq!(spec["names"]["plural"], def.plural.as_str(), "{}", e.file);
+            assert_eq!(spec["scope"] == "Namespaced", def.namespaced, "{}", e.file);
+            let short: Vec<&str> = spec["names"]["shortNames"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            assert_eq!(short, def.short_names, "{}", e.file);
+            for v in &def.versions {
+                assert!(
+                    def.schema.for_version(v).is_some(),
+                    "{} does not define {v}",
+                    e.file
+                );
+            }
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! The kinds the emulator serves: names, scope, versions, printer columns and where their schema
 //! comes from. The kinds themselves are listed by platform: `core_kinds` (built-in Kubernetes),
-//! `kubevirt` (KubeVirt/CDI, described here since only their swagger exists upstream) and
-//! `deckhouse` (read from the embedded CRD files themselves, through `crd`).
+//! `kubevirt` (KubeVirt/CDI: names described here, schemas from the operators' embedded CRDs,
+//! parsed on first use) and `deckhouse` (read from the embedded CRD files themselves, through
+//! `crd`).
 
 mod core_kinds;
 mod crd;
@@ -14,7 +15,7 @@ pub use deckhouse::DECKHOUSE_CRDS;
 use crate::ServeFlavor;
 use serde_json::Value;
 use std::cmp::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// One printer column (`additionalPrinterColumns` entry).
 #[derive(Debug, Clone)]
@@ -56,26 +57,62 @@ impl Column {
 /// Where a kind's schema lives.
 #[derive(Debug, Clone)]
 pub enum SchemaRef {
-    /// Not validated (core kinds and kinds without a published schema).
+    /// Not validated (core kinds and the emulator's internal kinds).
     None,
-    /// A definition of an embedded swagger document (`#/definitions/<name>`).
-    Swagger {
-        /// Which document.
-        doc: SwaggerDoc,
-        /// Definition name, e.g. `v1.VirtualMachine`.
-        definition: &'static str,
-    },
     /// `openAPIV3Schema` of a CRD, per served version.
     Crd(Vec<(String, Arc<Value>)>),
+    /// A CRD file embedded in the emulator, parsed the first time a schema is needed.
+    Embedded(&'static EmbeddedCrd),
 }
 
-/// The embedded swagger documents.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SwaggerDoc {
-    /// kubevirt/kubevirt `api/openapi-spec/swagger.json`.
-    KubeVirt,
-    /// kubevirt/containerized-data-importer `api/openapi-spec/swagger.json`.
-    Cdi,
+impl SchemaRef {
+    /// The `openAPIV3Schema` of `version`, if the kind has one.
+    pub fn for_version(&self, version: &str) -> Option<Arc<Value>> {
+        let versions = match self {
+            SchemaRef::None => return None,
+            SchemaRef::Crd(v) => v,
+            SchemaRef::Embedded(e) => e.schemas(),
+        };
+        versions
+            .iter()
+            .find(|(n, _)| n == version)
+            .map(|(_, s)| s.clone())
+    }
+}
+
+/// A `CustomResourceDefinition` YAML file compiled into the emulator (the KubeVirt and CDI
+/// CRDs are large, so each is parsed only when its kind is first written or read).
+#[derive(Debug)]
+pub struct EmbeddedCrd {
+    /// File name, for messages.
+    pub file: &'static str,
+    /// The YAML text.
+    pub text: &'static str,
+    parsed: OnceLock<Vec<(String, Arc<Value>)>>,
+}
+
+impl EmbeddedCrd {
+    /// An embedded CRD file.
+    pub const fn new(file: &'static str, text: &'static str) -> Self {
+        EmbeddedCrd {
+            file,
+            text,
+            parsed: OnceLock::new(),
+        }
+    }
+
+    /// The parsed CRD object.
+    pub fn crd(&self) -> Value {
+        let y: yaml_serde::Value = yaml_serde::from_str(self.text)
+            .unwrap_or_else(|e| panic!("embedded CRD {}: {e}", self.file));
+        serde_json::to_value(y).unwrap_or_else(|e| panic!("embedded CRD {}: {e}", self.file))
+    }
+
+    /// `(version, openAPIV3Schema)` of every version the CRD defines.
+    pub fn schemas(&self) -> &[(String, Arc<Value>)] {
+        self.parsed
+            .get_or_init(|| crd::version_schemas(&self.crd()))
+    }
 }
 
 /// A stored resource type (what a CRD or built-in type is to a real API server).
