@@ -64,7 +64,10 @@ fn every_bad_input_is_one_line_exit_2_and_no_request() {
     let nine_secrets: Vec<&str> = nine_secrets.iter().map(String::as_str).collect();
     let seventeen_users = format!(
         "team-keys:{}",
-        (0..17).map(|i| format!("u{i}")).collect::<Vec<_>>().join(",")
+        (0..17)
+            .map(|i| format!("u{i}"))
+            .collect::<Vec<_>>()
+            .join(",")
     );
     let long_get = "b".repeat(64);
     let cases = vec![
@@ -217,7 +220,10 @@ fn every_bad_input_is_one_line_exit_2_and_no_request() {
             "--timeout: invalid duration",
         ),
         // The seed's limits (Settings reference).
-        image(&nine_secrets, "--ssh-key-secret is given 9 times: at most 8 Secrets"),
+        image(
+            &nine_secrets,
+            "--ssh-key-secret is given 9 times: at most 8 Secrets",
+        ),
         image(
             &["--access-credential", &seventeen_users],
             "--access-credential team-keys: 17 users; give 1 to 16",
@@ -226,7 +232,10 @@ fn every_bad_input_is_one_line_exit_2_and_no_request() {
             &["--access-credential", "team-keys:ops:email"],
             "--access-credential: invalid delivery method \"email\"",
         ),
-        image(&["--sockets", "33"], "--sockets 33 is out of range: give 1 to 32"),
+        image(
+            &["--sockets", "33"],
+            "--sockets 33 is out of range: give 1 to 32",
+        ),
         image(
             &["--threads", "9"],
             "--threads 9 is out of range: give 1 to 8 threads per core",
@@ -252,7 +261,10 @@ fn every_bad_input_is_one_line_exit_2_and_no_request() {
             &["--flavor", "deckhouse", "--sockets", "2"],
             "--sockets and --threads are KubeVirt-only",
         ),
-        image(&["--subdomain", "Web_Tier"], "--subdomain \"Web_Tier\" is not valid"),
+        image(
+            &["--subdomain", "Web_Tier"],
+            "--subdomain \"Web_Tier\" is not valid",
+        ),
         image(
             &["--cloud-init", user_key, "--user-data-secret", "ud"],
             "--cloud-init and --user-data-secret cannot be used together",

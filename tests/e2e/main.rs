@@ -8,6 +8,7 @@ mod ca;
 mod completion;
 mod console;
 mod create;
+mod create_extras;
 mod create_safety;
 mod create_validation;
 mod debug_info;
