@@ -24,6 +24,7 @@ mod lifecycle_deckhouse;
 mod list;
 mod list_watch;
 mod real_guest;
+mod real_guest_extras;
 mod scripts;
 mod server_errors;
 mod signer;

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
+use clap_complete::engine::ArgValueCompleter;
 use kubevm::api::Kind;
 use kubevm::ca::store::DEFAULT_CA_NAMESPACE;
 use kubevm::cluster::{Cluster, parse_duration};
@@ -24,6 +25,7 @@ use serde_json::Value;
 
 use crate::cli::GlobalArgs;
 use crate::commands::create_interactive;
+use crate::complete;
 use crate::error::{CommandError, CommandResult};
 use crate::render::{self, OutputFormat};
 
@@ -146,13 +148,13 @@ pub struct CreateArgs {
     #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath, help_heading = "Guest")]
     pub cloud_init: Option<PathBuf>,
     /// User data from this existing Secret (key userdata or user-data), merged with the platform's like --cloud-init; the Secret is only read
-    #[arg(long, value_name = "SECRET", help_heading = "Guest")]
+    #[arg(long, value_name = "SECRET", help_heading = "Guest", add = ArgValueCompleter::new(complete::secret_names))]
     pub user_data_secret: Option<String>,
     /// Secret of SSH public keys (every line of every key) for the --guest-user or the image's default user, read at creation (repeatable, at most 8)
-    #[arg(long, value_name = "SECRET", help_heading = "Guest")]
+    #[arg(long, value_name = "SECRET", help_heading = "Guest", add = ArgValueCompleter::new(complete::secret_names))]
     pub ssh_key_secret: Vec<String>,
     /// SECRET:USER[,USER…][:qemuGuestAgent|configDrive]: the Secret's keys for 1-16 guest users; qemuGuestAgent (default) keeps them in sync while the VM runs (KubeVirt), configDrive writes them at first boot (Deckhouse always does) (repeatable)
-    #[arg(long, value_name = "SPEC", help_heading = "Guest")]
+    #[arg(long, value_name = "SPEC", help_heading = "Guest", add = ArgValueCompleter::new(complete::secret_names))]
     pub access_credential: Vec<String>,
     /// SSH public key file for the --guest-user (or the image's default user) (repeatable)
     #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath, help_heading = "Guest")]

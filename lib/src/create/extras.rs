@@ -216,7 +216,7 @@ impl VmPlan {
         }
         let per_core = topology.sockets * topology.threads;
         let vcpus = self.cpu.unwrap_or(per_core);
-        if vcpus % per_core != 0 {
+        if !vcpus.is_multiple_of(per_core) {
             return Err(conflict(format!(
                 "--cpu {vcpus} cannot be split into {} sockets × {} threads: give a multiple of {per_core}",
                 topology.sockets, topology.threads
