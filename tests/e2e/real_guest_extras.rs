@@ -1,7 +1,8 @@
 //! The seed's VM settings on a real guest (qemu, Debian 12; see real_guest.rs): the SMBIOS
 //! UUID, serial and manufacturer the guest's firmware tables show, the sockets × cores ×
 //! threads its kernel sees, a key from a `--ssh-key-secret` Secret logging in, and user data
-//! from a `--user-data-secret` Secret run next to the platform's trust.
+//! from a `--user-data-secret` Secret run next to the platform's trust, and an
+//! `--access-credential` (guest agent) replacing root's authorized keys while the VM runs.
 //!
 //! The guest image has no dmidecode; the kernel's DMI driver exposes the same SMBIOS type 1
 //! fields under /sys/class/dmi/id (`product_uuid`, `product_serial`, `sys_vendor`).
@@ -52,6 +53,10 @@ fn real_guest_kubevirt_seed_settings() {
         "userdata",
         "#cloud-config\nruncmd:\n- [sh, -c, 'echo ran-from-secret > /var/lib/ud-secret-ran']\n",
     );
+    let root_key = env.dir.path().join("id_root");
+    keygen(&root_key);
+    let root_public = std::fs::read_to_string(format!("{}.pub", root_key.display())).unwrap();
+    secret(&env, "root-keys", "key", &root_public);
     let _signer = crate::signer::start_signer(&env, &[]);
     let out = ok(env.vm(&[
         "create",
@@ -74,6 +79,8 @@ fn real_guest_kubevirt_seed_settings() {
         "team-keys",
         "--guest-user",
         "ops",
+        "--access-credential",
+        "root-keys:root",
         "--wait",
         "--timeout",
         "120s",
@@ -131,6 +138,132 @@ fn real_guest_kubevirt_seed_settings() {
         ],
     );
     assert_eq!(stdout(&out), "ran-from-secret\n", "{}", stderr(&out));
+
+    // The guest agent wrote the credential: the VMI says so, and root's authorized_keys is
+    // exactly the Secret's line (KubeVirt replaces the whole file).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let jsonpath =
+        "jsonpath={.status.conditions[?(@.type==\"AccessCredentialsSynchronized\")].status}";
+    loop {
+        let out = env.kubectl(&["get", "vmi", vm, "-o", jsonpath]);
+        if stdout(&out) == "True" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} {}",
+            stdout(&out),
+            stderr(&out)
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let out = ssh(
+        &env,
+        &[
+            "-i",
+            root_key.to_str().unwrap(),
+            &format!("root@{vm}"),
+            "--",
+            "cat /root/.ssh/authorized_keys",
+        ],
+    );
+    // qemu-ga writes the keys without a final newline.
+    assert_eq!(
+        stdout(&out).lines().collect::<Vec<_>>(),
+        [root_public.trim_end()],
+        "{}",
+        stderr(&out)
+    );
+    ok(env.vm(&["delete", vm]));
+    eprintln!("whole scenario: {:.1}s", t0.elapsed().as_secs_f64());
+}
+
+/// Deckhouse has the user data and key Secrets but no accessCredentials: the credential's keys
+/// are written at boot (with one warning line), and every key logs in.
+#[test]
+#[ignore = "needs the qemu guest image: tests/run-all.sh builds it"]
+fn real_guest_deckhouse_seed_settings() {
+    let t0 = Instant::now();
+    let env = Env::deckhouse();
+    let vm = "guest3";
+    let config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
+    let guests = env.emulator.use_qemu_guests(config).unwrap();
+    let _tail = SerialTail {
+        guests: guests.clone(),
+        vm: vm.into(),
+    };
+    let key = env.dir.path().join("id_secret");
+    keygen(&key);
+    let public = std::fs::read_to_string(format!("{}.pub", key.display())).unwrap();
+    secret(&env, "team-keys", "ops", &public);
+    secret(
+        &env,
+        "ud",
+        "userdata",
+        "#cloud-config\nruncmd:\n- [sh, -c, 'echo ran-from-secret > /var/lib/ud-secret-ran']\n",
+    );
+    let root_key = env.dir.path().join("id_root");
+    keygen(&root_key);
+    let root_public = std::fs::read_to_string(format!("{}.pub", root_key.display())).unwrap();
+    secret(&env, "root-keys", "key", &root_public);
+    let _signer = crate::signer::start_signer(&env, &[]);
+    let output = env.vm(&[
+        "create",
+        vm,
+        "--image",
+        "quay.io/containerdisks/debian:12",
+        "--user-data-secret",
+        "ud",
+        "--ssh-key-secret",
+        "team-keys",
+        "--guest-user",
+        "ops",
+        "--access-credential",
+        "root-keys:root",
+        "--wait",
+        "--timeout",
+        "120s",
+    ]);
+    let log = stderr(&output);
+    ok(output);
+    assert!(
+        log.contains("Warning: Deckhouse has no accessCredentials: the keys of Secret root-keys are written into the VM's cloud-init for root now"),
+        "{log}"
+    );
+    let out = ssh_until_ok(
+        &env,
+        &[
+            vm,
+            "--",
+            "cloud-init status --wait >/dev/null; cat /var/lib/ud-secret-ran",
+        ],
+        Duration::from_secs(300),
+    );
+    eprintln!("boot to ssh: {:.1}s", t0.elapsed().as_secs_f64());
+    assert_eq!(stdout(&out), "ran-from-secret\n", "{}", stderr(&out));
+    let out = ssh(
+        &env,
+        &[
+            "-i",
+            key.to_str().unwrap(),
+            &format!("ops@{vm}"),
+            "--",
+            "id",
+            "-un",
+        ],
+    );
+    assert_eq!(stdout(&out), "ops\n", "{}", stderr(&out));
+    let out = ssh(
+        &env,
+        &[
+            "-i",
+            root_key.to_str().unwrap(),
+            &format!("root@{vm}"),
+            "--",
+            "id -un; grep -c 'real-guest-test' /root/.ssh/authorized_keys",
+        ],
+    );
+    assert_eq!(stdout(&out), "root\n1\n", "{}", stderr(&out));
     ok(env.vm(&["delete", vm]));
     eprintln!("whole scenario: {:.1}s", t0.elapsed().as_secs_f64());
 }

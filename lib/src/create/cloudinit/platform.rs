@@ -62,6 +62,8 @@ pub fn platform_config(plan: &VmPlan, user_has_users: bool) -> Mapping {
         doc.insert(s("ssh_authorized_keys"), strings(&guest.ssh_keys));
     }
     // Access-credential users delivered at boot: created if the image lacks them, no sudo.
+    // Their password is left as it is (`lock_passwd: false`): an existing user such as root
+    // keeps its own, a new one has none and is unlocked by the boot script.
     let mut seen: Vec<&str> = guest.user.iter().map(String::as_str).collect();
     for (user, _) in &guest.boot_keys {
         if seen.contains(&user.as_str()) {
@@ -71,7 +73,7 @@ pub fn platform_config(plan: &VmPlan, user_has_users: bool) -> Mapping {
         let mut entry = Mapping::new();
         entry.insert(s("name"), s(user));
         entry.insert(s("shell"), s("/bin/bash"));
-        entry.insert(s("lock_passwd"), Value::Bool(true));
+        entry.insert(s("lock_passwd"), Value::Bool(false));
         entry.insert(s("ssh_authorized_keys"), strings(boot_keys(user)));
         users.push(Value::Mapping(entry));
     }

@@ -493,6 +493,7 @@ fn secret_user_data_and_boot_keys() {
     assert_eq!(keys, ["ssh-ed25519 AAAA one", "ssh-ed25519 BBBB two"]);
     assert_eq!(users.len(), 2, "ops is listed once");
     assert!(ops.get("sudo").is_none(), "boot-time users get no sudo");
+    assert_eq!(ops["lock_passwd"], Value::Bool(false), "a password is kept");
     assert!(
         data.text.contains("for u in kubevm ops; do"),
         "{}",
