@@ -227,6 +227,24 @@ pub fn namespaces(current: &OsStr) -> Vec<CompletionCandidate> {
     matching(current, names.unwrap_or_default())
 }
 
+/// Secret names in the namespace the command line selects (metadata only: no Secret data is
+/// read).
+pub fn secret_names(current: &OsStr) -> Vec<CompletionCandidate> {
+    let names = with_cluster(async |cluster, _| {
+        let api: kube::Api<k8s_openapi::api::core::v1::Secret> =
+            kube::Api::namespaced(cluster.client.clone(), &cluster.namespace);
+        let list = api.list_metadata(&Default::default()).await.ok()?;
+        Some(
+            list.items
+                .into_iter()
+                .filter_map(|s| s.metadata.name)
+                .map(|name| (name, None))
+                .collect::<Vec<_>>(),
+        )
+    });
+    matching(current, names.unwrap_or_default())
+}
+
 /// Context names from the kubeconfig (no network).
 pub fn contexts(current: &OsStr) -> Vec<CompletionCandidate> {
     let (options, _) = typed_connection();

@@ -144,3 +144,52 @@ fn bash_script_completes_commands_flags_and_vm_names() {
     let names = bash_complete(&env, &["kubectl-vm", "get", "-n", "dev", "b"]);
     assert_eq!(names, ["batch"]);
 }
+
+#[test]
+fn kubectl_completes_create_flags_and_secret_names() {
+    let env = Env::kubevirt();
+    let (values, _) = kubectl_complete(&env, &["create", "web", "--"]);
+    for flag in [
+        "--sockets",
+        "--threads",
+        "--uuid",
+        "--serial",
+        "--secure-boot",
+        "--persistent-efi",
+        "--subdomain",
+        "--user-data-secret",
+        "--ssh-key-secret",
+        "--access-credential",
+    ] {
+        assert!(
+            values.contains(&flag.to_owned()),
+            "{flag} missing from {values:?}"
+        );
+    }
+    ok(env.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "team-keys",
+        "-n",
+        "dev",
+        "--from-literal=ops=ssh-ed25519 AAAA ops",
+    ]));
+    let mut expected: Vec<String> = env
+        .emulator
+        .objects("", "secrets", Some("dev"))
+        .iter()
+        .map(|s| s["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    expected.sort();
+    assert!(expected.contains(&"team-keys".to_owned()));
+    for flag in [
+        "--user-data-secret",
+        "--ssh-key-secret",
+        "--access-credential",
+    ] {
+        let (mut values, _) = kubectl_complete(&env, &["create", "web", "-n", "dev", flag, ""]);
+        values.sort();
+        assert_eq!(values, expected, "{flag}");
+    }
+}

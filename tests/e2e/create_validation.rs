@@ -56,6 +56,19 @@ fn every_bad_input_is_one_line_exit_2_and_no_request() {
         huge.to_str().unwrap(),
     );
     let long_vm = "a".repeat(60);
+    let mut nine_secrets = Vec::new();
+    for i in 0..9 {
+        nine_secrets.push("--ssh-key-secret".to_owned());
+        nine_secrets.push(format!("keys-{i}"));
+    }
+    let nine_secrets: Vec<&str> = nine_secrets.iter().map(String::as_str).collect();
+    let seventeen_users = format!(
+        "team-keys:{}",
+        (0..17)
+            .map(|i| format!("u{i}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
     let long_get = "b".repeat(64);
     let cases = vec![
         // Names and the boot source.
@@ -205,6 +218,56 @@ fn every_bad_input_is_one_line_exit_2_and_no_request() {
         image(
             &["--ssh-key", user_key, "--timeout", "soon"],
             "--timeout: invalid duration",
+        ),
+        // The seed's limits (Settings reference).
+        image(
+            &nine_secrets,
+            "--ssh-key-secret is given 9 times: at most 8 Secrets",
+        ),
+        image(
+            &["--access-credential", &seventeen_users],
+            "--access-credential team-keys: 17 users; give 1 to 16",
+        ),
+        image(
+            &["--access-credential", "team-keys:ops:email"],
+            "--access-credential: invalid delivery method \"email\"",
+        ),
+        image(
+            &["--sockets", "33"],
+            "--sockets 33 is out of range: give 1 to 32",
+        ),
+        image(
+            &["--threads", "9"],
+            "--threads 9 is out of range: give 1 to 8 threads per core",
+        ),
+        image(
+            &["--cpu", "3", "--sockets", "2"],
+            "--cpu 3 cannot be split into 2 sockets × 1 threads",
+        ),
+        image(
+            // A version 1 UUID, as `uuidgen -t` prints them.
+            &["--uuid", "c232ab00-9414-11ec-b3c8-9f6bdeced846"],
+            "is not a version 4 UUID",
+        ),
+        image(
+            &["--secure-boot"],
+            "--secure-boot needs persistent EFI NVRAM (--persistent-efi): without it a Secure Boot guest loses its boot state on reboot",
+        ),
+        image(
+            &["--flavor", "deckhouse", "--secure-boot"],
+            "--secure-boot is refused on Deckhouse: it keeps no persistent EFI NVRAM",
+        ),
+        image(
+            &["--flavor", "deckhouse", "--sockets", "2"],
+            "--sockets and --threads are KubeVirt-only",
+        ),
+        image(
+            &["--subdomain", "Web_Tier"],
+            "--subdomain \"Web_Tier\" is not valid",
+        ),
+        image(
+            &["--cloud-init", user_key, "--user-data-secret", "ud"],
+            "--cloud-init and --user-data-secret cannot be used together",
         ),
         // Connection and targets.
         image(

@@ -24,9 +24,9 @@ const MARKER_FILE: &str = "/var/lib/real-guest/written-by-user-config";
 const RUNCMD_FILE: &str = "/var/lib/real-guest/runcmd-ran";
 
 /// Prints the guest's serial log tail when the scenario fails.
-struct SerialTail {
-    guests: Arc<QemuGuests>,
-    vm: String,
+pub(crate) struct SerialTail {
+    pub(crate) guests: Arc<QemuGuests>,
+    pub(crate) vm: String,
 }
 
 impl Drop for SerialTail {
@@ -49,7 +49,7 @@ fn pid_alive(pid: i32) -> bool {
     })
 }
 
-fn ssh(env: &Env, args: &[&str]) -> Output {
+pub(crate) fn ssh(env: &Env, args: &[&str]) -> Output {
     env.command(BIN)
         .arg("ssh")
         .args(args)
@@ -60,7 +60,7 @@ fn ssh(env: &Env, args: &[&str]) -> Output {
 
 /// Retries `ssh ARGS` until it succeeds (the guest is still booting); returns its output.
 #[track_caller]
-fn ssh_until_ok(env: &Env, args: &[&str], limit: Duration) -> Output {
+pub(crate) fn ssh_until_ok(env: &Env, args: &[&str], limit: Duration) -> Output {
     let deadline = Instant::now() + limit;
     loop {
         let out = ssh(env, args);
@@ -76,7 +76,7 @@ fn ssh_until_ok(env: &Env, args: &[&str], limit: Duration) -> Output {
     }
 }
 
-fn keygen(path: &Path) {
+pub(crate) fn keygen(path: &Path) {
     let status = std::process::Command::new("ssh-keygen")
         .args([
             "-q",

@@ -7,12 +7,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
+use clap_complete::engine::ArgValueCompleter;
 use kubevm::api::Kind;
 use kubevm::ca::store::DEFAULT_CA_NAMESPACE;
 use kubevm::cluster::{Cluster, parse_duration};
 use kubevm::create::checks::{self, CaSource, PrepareOptions, Prepared};
 use kubevm::create::execute::{self, Applied};
-use kubevm::create::plan::{CoreFraction, Firmware, KindRef, OsType, RunStrategy};
+use kubevm::create::plan::{
+    AccessCredential, CoreFraction, Extras, Firmware, KindRef, OsType, RunStrategy,
+};
 use kubevm::create::{self, BootFlags, BootSource, Manifests, VmPlan};
 use kubevm::flavor::{self, Flavor, FlavorChoice};
 use kubevm::quantity::Quantity;
@@ -22,6 +25,7 @@ use serde_json::Value;
 
 use crate::cli::GlobalArgs;
 use crate::commands::create_interactive;
+use crate::complete;
 use crate::error::{CommandError, CommandResult};
 use crate::render::{self, OutputFormat};
 
@@ -104,6 +108,27 @@ pub struct CreateArgs {
     /// Guest host name (default: the VM name)
     #[arg(long, value_name = "NAME", help_heading = "Machine")]
     pub hostname: Option<String>,
+    /// CPU sockets, 1-32 (KubeVirt); the --cpu vCPUs are split into sockets × cores × threads
+    #[arg(long, value_name = "N", help_heading = "Machine")]
+    pub sockets: Option<String>,
+    /// Threads per core, 1-8 (KubeVirt); cores per socket = --cpu / (sockets × threads)
+    #[arg(long, value_name = "N", help_heading = "Machine")]
+    pub threads: Option<String>,
+    /// SMBIOS system UUID, a version 4 UUID (KubeVirt; default: generated)
+    #[arg(long, value_name = "UUID", help_heading = "Machine")]
+    pub uuid: Option<String>,
+    /// SMBIOS system serial number (KubeVirt)
+    #[arg(long, value_name = "SERIAL", help_heading = "Machine")]
+    pub serial: Option<String>,
+    /// UEFI Secure Boot (KubeVirt, with --persistent-efi; refused on Deckhouse, which keeps no EFI NVRAM)
+    #[arg(long, help_heading = "Machine")]
+    pub secure_boot: bool,
+    /// Keep the EFI NVRAM across restarts (KubeVirt; needs the VMPersistentState feature gate)
+    #[arg(long, help_heading = "Machine")]
+    pub persistent_efi: bool,
+    /// DNS subdomain of the guest, HOSTNAME.SUBDOMAIN.NAMESPACE.svc (KubeVirt)
+    #[arg(long, value_name = "NAME", help_heading = "Machine")]
+    pub subdomain: Option<String>,
     /// Always, RerunOnFailure, Manual or Halted (Deckhouse run policies AlwaysOn, AlwaysOnUnlessStoppedManually, Manual, AlwaysOff)
     #[arg(long, value_name = "STRATEGY", help_heading = "Machine")]
     pub run_strategy: Option<String>,
@@ -122,6 +147,15 @@ pub struct CreateArgs {
     /// User data for cloud-init (#cloud-config, script or MIME multipart), merged with the platform's
     #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath, help_heading = "Guest")]
     pub cloud_init: Option<PathBuf>,
+    /// User data from this existing Secret (key userdata or user-data), merged with the platform's like --cloud-init; the Secret is only read
+    #[arg(long, value_name = "SECRET", help_heading = "Guest", add = ArgValueCompleter::new(complete::secret_names))]
+    pub user_data_secret: Option<String>,
+    /// Secret of SSH public keys (every line of every key) for the --guest-user or the image's default user, read at creation (repeatable, at most 8)
+    #[arg(long, value_name = "SECRET", help_heading = "Guest", add = ArgValueCompleter::new(complete::secret_names))]
+    pub ssh_key_secret: Vec<String>,
+    /// SECRET:USER[,USER…][:qemuGuestAgent|configDrive]: the Secret's keys for 1-16 guest users; qemuGuestAgent (default) keeps them in sync while the VM runs (KubeVirt), configDrive writes them at first boot (Deckhouse always does) (repeatable)
+    #[arg(long, value_name = "SPEC", help_heading = "Guest", add = ArgValueCompleter::new(complete::secret_names))]
+    pub access_credential: Vec<String>,
     /// SSH public key file for the --guest-user (or the image's default user) (repeatable)
     #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath, help_heading = "Guest")]
     pub ssh_key: Vec<PathBuf>,
@@ -479,6 +513,21 @@ fn build_plan(
     plan.guest.env = parse_all::<EnvVar>("env", &args.env)?;
     plan.platform_ssh.enabled = !args.no_platform_ssh;
     plan.guest.guest_agent = !args.no_guest_agent;
+    plan.extras = Extras {
+        sockets: parse::<u32>("sockets", &args.sockets)?,
+        threads: parse::<u32>("threads", &args.threads)?,
+        uuid: args.uuid.clone(),
+        serial: args.serial.clone(),
+        secure_boot: args.secure_boot,
+        persistent_efi: args.persistent_efi,
+        subdomain: args.subdomain.clone(),
+        user_data_secret: args.user_data_secret.clone(),
+        ssh_key_secrets: args.ssh_key_secret.clone(),
+        access_credentials: parse_all::<AccessCredential>(
+            "access-credential",
+            &args.access_credential,
+        )?,
+    };
     Ok(plan)
 }
 

@@ -268,8 +268,26 @@ pub async fn prepare(
             check_sizing(cluster, platform, &plan).await?;
         }
     }
+    match cluster {
+        Some((cluster, _)) => crate::create::secrets::load(cluster, &mut plan, warn).await?,
+        None if crate::create::secrets::names_secrets(&plan) => {
+            return Err(Error::Usage(
+                "--user-data-secret, --ssh-key-secret and boot-time --access-credential keys are read from the cluster: use --dry-run=server instead of --dry-run=client".into(),
+            ));
+        }
+        None => {}
+    }
     setup_platform_ssh(cluster, &options.ca, &mut plan, warn).await?;
-    let manifests = crate::create::build(&plan).map_err(|e| Error::Usage(e.to_string()))?;
+    let manifests = crate::create::build(&plan).map_err(|e| match e {
+        crate::create::CreateError::CloudInit(e) if plan.guest.user_data_from_secret => {
+            Error::Platform(format!(
+                "--user-data-secret {}: {}",
+                plan.extras.user_data_secret.as_deref().unwrap_or_default(),
+                e.to_string().replace("--cloud-init data", "the user data")
+            ))
+        }
+        e => Error::Usage(e.to_string()),
+    })?;
     let existing = match cluster {
         Some((cluster, _)) => crate::create::execute::check_existing(cluster, &manifests).await?,
         None => Default::default(),

@@ -4,7 +4,7 @@
 use serde_json::{Map, Value, json};
 
 use super::cloudinit::UserData;
-use super::plan::{BootSource, Firmware, OsType, VmPlan};
+use super::plan::{BootSource, DeliveryMethod, Firmware, OsType, VmPlan};
 use super::{PlannedObject, labels, user_data_secret, vm_metadata};
 use crate::validate::{ChecksumAlgo, DataDisk, DiskBus};
 
@@ -89,15 +89,14 @@ fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Value {
         "devices": { "disks": disks, "interfaces": [interface], "rng": {} },
     });
     if plan.instancetype.is_none() {
-        domain["cpu"] = json!({ "cores": plan.cores() });
+        domain["cpu"] = match plan.topology() {
+            Some(t) => json!({ "sockets": t.sockets, "cores": t.cores, "threads": t.threads }),
+            None => json!({ "cores": plan.cores() }),
+        };
         domain["memory"] = json!({ "guest": plan.memory_size().to_string() });
     }
-    match plan.firmware {
-        Some(Firmware::Efi) => {
-            domain["firmware"] = json!({ "bootloader": { "efi": { "secureBoot": false } } })
-        }
-        Some(Firmware::Bios) => domain["firmware"] = json!({ "bootloader": { "bios": {} } }),
-        None => {}
+    if let Some(firmware) = firmware(plan) {
+        domain["firmware"] = firmware;
     }
     if let Some(clock) = clock(plan) {
         domain["clock"] = clock;
@@ -108,6 +107,11 @@ fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Value {
             "hyperv": { "relaxed": {}, "vapic": {}, "spinlocks": { "spinlocks": 8191 } },
         });
     }
+    if plan.extras.secure_boot {
+        // KubeVirt's webhook: "SMM must be enabled when EFI SecureBoot is enabled"
+        // (pkg/virt-api/webhooks/validating-webhook/admitters/vmi-create-admitter.go).
+        domain["features"]["smm"] = json!({ "enabled": true });
+    }
 
     let mut pod_spec = json!({
         "domain": domain,
@@ -116,6 +120,24 @@ fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Value {
     });
     if let Some(hostname) = &plan.hostname {
         pod_spec["hostname"] = json!(hostname);
+    }
+    if let Some(subdomain) = &plan.extras.subdomain {
+        pod_spec["subdomain"] = json!(subdomain);
+    }
+    let credentials: Vec<Value> = plan
+        .extras
+        .access_credentials
+        .iter()
+        .filter(|c| c.method == DeliveryMethod::QemuGuestAgent)
+        .map(|c| {
+            json!({ "sshPublicKey": {
+                "source": { "secret": { "secretName": c.secret } },
+                "propagationMethod": { "qemuGuestAgent": { "users": c.users } },
+            } })
+        })
+        .collect();
+    if !credentials.is_empty() {
+        pod_spec["accessCredentials"] = Value::Array(credentials);
     }
     let mut spec = json!({
         "runStrategy": plan.run_strategy().kubevirt(),
@@ -139,6 +161,30 @@ fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Value {
         "metadata": vm_metadata(plan),
         "spec": spec,
     })
+}
+
+/// `domain.firmware`: the bootloader (`--firmware`, `--secure-boot`, `--persistent-efi`) and
+/// the SMBIOS system UUID and serial.
+fn firmware(plan: &VmPlan) -> Option<Value> {
+    let x = &plan.extras;
+    let mut firmware = Map::new();
+    let efi = x.secure_boot || x.persistent_efi || plan.firmware == Some(Firmware::Efi);
+    if efi {
+        let mut efi = json!({ "secureBoot": x.secure_boot });
+        if x.persistent_efi {
+            efi["persistent"] = json!(true);
+        }
+        firmware.insert("bootloader".into(), json!({ "efi": efi }));
+    } else if plan.firmware == Some(Firmware::Bios) {
+        firmware.insert("bootloader".into(), json!({ "bios": {} }));
+    }
+    if let Some(uuid) = &x.uuid {
+        firmware.insert("uuid".into(), json!(uuid.to_ascii_lowercase()));
+    }
+    if let Some(serial) = &x.serial {
+        firmware.insert("serial".into(), json!(serial));
+    }
+    (!firmware.is_empty()).then_some(Value::Object(firmware))
 }
 
 /// A disk device; data disks carry their name as serial so the guest finds them under

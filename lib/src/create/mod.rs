@@ -11,10 +11,12 @@ pub mod checks;
 pub mod cloudinit;
 pub mod deckhouse;
 pub mod execute;
+pub mod extras;
 pub mod kubevirt;
 pub mod limits;
 pub mod options;
 pub mod plan;
+pub mod secrets;
 pub mod sizing;
 
 #[cfg(test)]

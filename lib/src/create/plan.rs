@@ -9,6 +9,7 @@ use crate::flavor::Flavor;
 use crate::quantity::Quantity;
 use crate::validate::{self, Checksum, DataDisk, DiskBus, EnvVar, Label, ValidationError};
 
+pub use super::extras::{AccessCredential, DeliveryMethod, Extras, Topology};
 pub use super::options::{CoreFraction, Firmware, ImageRef, KindRef, OsType, RunStrategy};
 
 /// A plan that cannot be turned into objects.
@@ -149,6 +150,12 @@ pub struct GuestConfig {
     pub env: Vec<EnvVar>,
     /// Install and enable qemu-guest-agent (on by default).
     pub guest_agent: bool,
+    /// Whether `user_data` was read from the `--user-data-secret` Secret: then the merged
+    /// result is kept in kubectl-vm's own Secret, never inline.
+    pub user_data_from_secret: bool,
+    /// Keys read from access-credential Secrets at creation, per guest user, for the users
+    /// whose keys are delivered at boot (see [`VmPlan::boot_time_credentials`]).
+    pub boot_keys: Vec<(String, Vec<String>)>,
 }
 
 impl Default for GuestConfig {
@@ -159,6 +166,8 @@ impl Default for GuestConfig {
             user: None,
             env: Vec::new(),
             guest_agent: true,
+            user_data_from_secret: false,
+            boot_keys: Vec::new(),
         }
     }
 }
@@ -251,6 +260,8 @@ pub struct VmPlan {
     pub guest: GuestConfig,
     /// Platform SSH trust.
     pub platform_ssh: PlatformSsh,
+    /// The seed's further settings (topology, SMBIOS, Secure Boot, key Secrets, …).
+    pub extras: Extras,
 }
 
 impl VmPlan {
@@ -280,6 +291,7 @@ impl VmPlan {
             data_disks: Vec::new(),
             guest: GuestConfig::default(),
             platform_ssh: PlatformSsh::default(),
+            extras: Extras::default(),
         }
     }
 
@@ -354,6 +366,7 @@ impl VmPlan {
         self.validate_sizing()?;
         self.validate_disks()?;
         self.validate_machine()?;
+        self.validate_extras()?;
         self.validate_guest()
     }
 
@@ -631,7 +644,7 @@ impl VmPlan {
 
 /// Check a Linux user name: lowercase letter or `_`, then lowercase letters, digits, `_` or
 /// `-`, at most 32 characters.
-fn check_user_name(what: &str, user: &str) -> Result<(), PlanError> {
+pub(crate) fn check_user_name(what: &str, user: &str) -> Result<(), PlanError> {
     let mut chars = user.chars();
     let ok = user.len() <= 32
         && chars

@@ -66,7 +66,17 @@ fn render(doc: &Value) -> String {
 /// Linux guests get the platform cloud-config; a user `#cloud-config` is merged into it
 /// (lists appended, the user's keys win on conflicts), any other user data is combined with it
 /// in a MIME multipart archive. Windows guests get the user's data unchanged.
+///
+/// User data read from `--user-data-secret` is always delivered through a Secret.
 pub fn build(plan: &VmPlan) -> Result<Option<UserData>, CloudInitError> {
+    let mut data = build_text(plan)?;
+    if let Some(data) = data.as_mut() {
+        data.contains_secrets |= plan.guest.user_data_from_secret;
+    }
+    Ok(data)
+}
+
+fn build_text(plan: &VmPlan) -> Result<Option<UserData>, CloudInitError> {
     let user = plan
         .guest
         .user_data

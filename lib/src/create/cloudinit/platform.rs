@@ -46,10 +46,36 @@ pub fn platform_config(plan: &VmPlan, user_has_users: bool) -> Mapping {
     // The platform user is not listed here: `bootcmd` creates it on every boot, before the
     // users module runs, and that module would log `User kubevm already exists, skipping`.
     let mut users = Vec::new();
+    let boot_keys = |name: &str| {
+        guest
+            .boot_keys
+            .iter()
+            .filter(|(user, _)| user == name)
+            .flat_map(|(_, keys)| keys.iter().cloned())
+            .collect::<Vec<_>>()
+    };
     if let Some(user) = &guest.user {
-        users.push(user_entry(user, &guest.ssh_keys));
+        let mut keys = guest.ssh_keys.clone();
+        keys.extend(boot_keys(user));
+        users.push(user_entry(user, &keys));
     } else if !guest.ssh_keys.is_empty() {
         doc.insert(s("ssh_authorized_keys"), strings(&guest.ssh_keys));
+    }
+    // Access-credential users delivered at boot: created if the image lacks them, no sudo.
+    // Their password is left as it is (`lock_passwd: false`): an existing user such as root
+    // keeps its own, a new one has none and is unlocked by the boot script.
+    let mut seen: Vec<&str> = guest.user.iter().map(String::as_str).collect();
+    for (user, _) in &guest.boot_keys {
+        if seen.contains(&user.as_str()) {
+            continue;
+        }
+        seen.push(user);
+        let mut entry = Mapping::new();
+        entry.insert(s("name"), s(user));
+        entry.insert(s("shell"), s("/bin/bash"));
+        entry.insert(s("lock_passwd"), Value::Bool(false));
+        entry.insert(s("ssh_authorized_keys"), strings(boot_keys(user)));
+        users.push(Value::Mapping(entry));
     }
     if !users.is_empty() {
         if !user_has_users {
@@ -103,6 +129,18 @@ fn unlockable_users(plan: &VmPlan) -> Vec<&str> {
         users.push(plan.platform_ssh.user.as_str());
     }
     users.extend(plan.guest.user.as_deref());
+    users
+}
+
+/// Users whose account must be unlocked: those of [`unlockable_users`] (which also take
+/// platform certificates) and the access-credential users delivered at boot (keys only).
+fn unlock_users(plan: &VmPlan) -> Vec<&str> {
+    let mut users = unlockable_users(plan);
+    for (user, _) in &plan.guest.boot_keys {
+        if !users.contains(&user.as_str()) {
+            users.push(user);
+        }
+    }
     users
 }
 
@@ -173,7 +211,7 @@ fn boot_script(plan: &VmPlan) -> String {
             "echo '{user} {SUDO_ALL}' > {SUDOERS_PATH} && chmod 0440 {SUDOERS_PATH}\n"
         ));
     }
-    let users = unlockable_users(plan);
+    let users = unlock_users(plan);
     if !users.is_empty() {
         out.push_str(&unlock_snippet(&users));
     }
@@ -196,7 +234,7 @@ fn boot_script(plan: &VmPlan) -> String {
 /// installed packages.
 fn first_boot_script(plan: &VmPlan) -> String {
     let mut out = String::new();
-    let users = unlockable_users(plan);
+    let users = unlock_users(plan);
     if !users.is_empty() {
         out.push_str(&unlock_snippet(&users));
     }

@@ -460,3 +460,43 @@ fn no_guest_agent_leaves_the_agent_alone() {
     let text = format!("{doc:?}");
     assert!(!text.contains("qemu-guest-agent"), "{text}");
 }
+
+/// User data from a Secret is merged like a file (the platform trust stays) and always goes
+/// into kubectl-vm's own Secret; boot-time credential keys create their users.
+#[test]
+fn secret_user_data_and_boot_keys() {
+    let mut p = plan();
+    p.guest.user_data = Some("#cloud-config\nruncmd:\n  - echo from-secret\n".into());
+    p.guest.user_data_from_secret = true;
+    p.guest.boot_keys = vec![
+        ("ops".into(), vec!["ssh-ed25519 AAAA one".into()]),
+        ("ops".into(), vec!["ssh-ed25519 BBBB two".into()]),
+    ];
+    let data = build(&p).unwrap().unwrap();
+    assert!(data.needs_secret());
+    let doc = yaml(&data.text);
+    let runcmd = format!("{:?}", doc["runcmd"]);
+    assert!(runcmd.contains("from-secret"), "{runcmd}");
+    assert!(data.text.contains(CA_KEYS_PATH));
+    let users = doc["users"].as_sequence().unwrap();
+    assert_eq!(users[0], Value::String("default".into()));
+    let ops = users
+        .iter()
+        .find(|u| u["name"].as_str() == Some("ops"))
+        .unwrap();
+    let keys: Vec<&str> = ops["ssh_authorized_keys"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["ssh-ed25519 AAAA one", "ssh-ed25519 BBBB two"]);
+    assert_eq!(users.len(), 2, "ops is listed once");
+    assert!(ops.get("sudo").is_none(), "boot-time users get no sudo");
+    assert_eq!(ops["lock_passwd"], Value::Bool(false), "a password is kept");
+    assert!(
+        data.text.contains("for u in kubevm ops; do"),
+        "{}",
+        data.text
+    );
+}

@@ -304,3 +304,66 @@ fn stopped_vm_is_halted() {
     plan.stopped = true;
     assert_eq!(vm(&plan)["spec"]["runStrategy"], "Halted");
 }
+
+/// The seed's further settings land in the fields the KubeVirt API docs name
+/// (swagger `v1.CPU`, `v1.Firmware`, `v1.EFI`, `v1.AccessCredential`, `v1.VirtualMachineInstanceSpec.subdomain`).
+#[test]
+fn seed_extras_use_the_api_fields() {
+    use crate::create::plan::{AccessCredential, DeliveryMethod};
+    let mut plan = fixtures::plan(Flavor::KubeVirt, fixtures::image());
+    plan.cpu = Some(8);
+    plan.extras.sockets = Some(2);
+    plan.extras.threads = Some(2);
+    plan.extras.uuid = Some("7C9E6679-7425-40DE-944B-E07FC1F90AE7".into());
+    plan.extras.serial = Some("SN 42".into());
+    plan.extras.secure_boot = true;
+    plan.extras.persistent_efi = true;
+    plan.hostname = Some("db".into());
+    plan.extras.subdomain = Some("tier".into());
+    plan.extras.access_credentials = vec![
+        AccessCredential {
+            secret: "team-keys".into(),
+            users: vec!["ubuntu".into(), "ops".into()],
+            method: DeliveryMethod::QemuGuestAgent,
+        },
+        AccessCredential {
+            secret: "boot-keys".into(),
+            users: vec!["ops".into()],
+            method: DeliveryMethod::ConfigDrive,
+        },
+    ];
+    let created = vm(&plan);
+    let spec = &created["spec"]["template"]["spec"];
+    let domain = &spec["domain"];
+    assert_eq!(
+        domain["cpu"],
+        json!({ "sockets": 2, "cores": 2, "threads": 2 })
+    );
+    assert_eq!(
+        domain["firmware"],
+        json!({
+            "bootloader": { "efi": { "secureBoot": true, "persistent": true } },
+            "uuid": "7c9e6679-7425-40de-944b-e07fc1f90ae7",
+            "serial": "SN 42",
+        })
+    );
+    assert_eq!(domain["features"]["smm"], json!({ "enabled": true }));
+    assert_eq!(spec["hostname"], "db");
+    assert_eq!(spec["subdomain"], "tier");
+    // Only the guest-agent credential is a reference; configDrive keys come in the user data.
+    assert_eq!(
+        spec["accessCredentials"],
+        json!([{ "sshPublicKey": {
+            "source": { "secret": { "secretName": "team-keys" } },
+            "propagationMethod": { "qemuGuestAgent": { "users": ["ubuntu", "ops"] } },
+        } }])
+    );
+    // Without the extras nothing of it appears.
+    let plain = vm(&fixtures::plan(Flavor::KubeVirt, fixtures::image()));
+    let spec = &plain["spec"]["template"]["spec"];
+    assert_eq!(spec["domain"]["cpu"], json!({ "cores": 1 }));
+    for absent in ["accessCredentials", "subdomain"] {
+        assert!(spec.get(absent).is_none(), "{absent}");
+    }
+    assert!(spec["domain"].get("firmware").is_none());
+}

@@ -1,6 +1,7 @@
 //! The guest agent channel: QGA JSON (`guest-sync`, `guest-get-osinfo`, `guest-get-users`,
 //! `guest-get-fsinfo`, `guest-shutdown`) and what it reports into the VM's status.
 
+use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -80,7 +81,12 @@ impl Agent {
     }
 
     fn execute(&mut self, command: &str) -> io::Result<Value> {
-        writeln!(self.writer, "{}", json!({"execute": command}))?;
+        self.request(&json!({"execute": command}))
+    }
+
+    fn request(&mut self, request: &Value) -> io::Result<Value> {
+        let command = request["execute"].as_str().unwrap_or_default().to_owned();
+        writeln!(self.writer, "{request}")?;
         let mut line = String::new();
         if self.reader.read_line(&mut line)? == 0 {
             return Err(io::Error::other("agent channel closed"));
@@ -149,6 +155,7 @@ pub(super) fn watch_agent(app: Weak<App>, spec: GuestSpec, path: PathBuf, proc_:
     let mut last: Option<AgentInfo> = None;
     let mut agent: Option<Agent> = None;
     let mut shutdown_sent = false;
+    let mut synced: Option<Result<BTreeMap<String, Vec<String>>, String>> = None;
     while proc_.running() {
         if proc_.stop_requested.load(Ordering::SeqCst) {
             if let (Some(a), false) = (agent.as_mut(), shutdown_sent) {
@@ -188,6 +195,9 @@ pub(super) fn watch_agent(app: Weak<App>, spec: GuestSpec, path: PathBuf, proc_:
             report_agent(&app, &spec, info.as_ref());
             last = info;
         }
+        if let (Some(_), Some(a), Some(app)) = (&last, agent.as_mut(), app.upgrade()) {
+            sync_credentials(&app, &spec, a, &mut synced);
+        }
         let pause = if last.is_some() { 3000 } else { 300 };
         for _ in 0..pause / 100 {
             if !proc_.running() || proc_.stop_requested.load(Ordering::SeqCst) {
@@ -201,6 +211,51 @@ pub(super) fn watch_agent(app: Weak<App>, spec: GuestSpec, path: PathBuf, proc_:
     {
         report_agent(&app, &spec, None);
     }
+}
+
+/// Propagates the VMI's guest-agent access credentials (see [`super::credentials`]) when they
+/// differ from what was last written, and sets `AccessCredentialsSynchronized`.
+fn sync_credentials(
+    app: &App,
+    spec: &GuestSpec,
+    agent: &mut Agent,
+    synced: &mut Option<Result<BTreeMap<String, Vec<String>>, String>>,
+) {
+    use crate::controllers::set_condition;
+    let vmi_key = Key::new(KV, "virtualmachineinstances", &spec.namespace, &spec.name);
+    let Some(vmi) = app.store.get(&vmi_key) else {
+        return;
+    };
+    if meta_str(&vmi, "uid") != spec.boot_id || vmi["spec"]["accessCredentials"].is_null() {
+        return;
+    }
+    let lookup = |name: &str| {
+        app.store
+            .get(&Key::new("", "secrets", &spec.namespace, name))
+    };
+    let wanted = super::credentials::desired(&vmi["spec"], lookup);
+    if synced.as_ref() == Some(&wanted) {
+        return;
+    }
+    let outcome = match &wanted {
+        Ok(users) => users.iter().try_for_each(|(user, keys)| {
+            agent
+                .sync()
+                .and_then(|()| agent.request(&super::credentials::command(user, keys)))
+                .map(|_| ())
+                .map_err(|e| format!("{user}: {e}"))
+        }),
+        Err(e) => Err(e.clone()),
+    };
+    app.store.modify(&vmi_key, |o| {
+        let mut st = o["status"].clone();
+        match &outcome {
+            Ok(()) => set_condition(&mut st, "AccessCredentialsSynchronized", true, "", ""),
+            Err(e) => set_condition(&mut st, "AccessCredentialsSynchronized", false, "", e),
+        }
+        o["status"] = st;
+    });
+    *synced = outcome.is_ok().then_some(wanted);
 }
 
 /// Writes what the agent reports into the VM's status, if the boot it came from is current:

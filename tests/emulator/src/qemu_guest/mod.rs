@@ -46,7 +46,9 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
 
 mod agent;
+mod credentials;
 pub mod disk;
+mod machine;
 mod process;
 pub mod stale;
 
@@ -422,6 +424,24 @@ impl QemuGuests {
         Some((meta_str(&vm, "uid").to_owned(), name.to_owned()))
     }
 
+    /// The CPU and SMBIOS arguments of a KubeVirt guest from its VMI (else its VM template);
+    /// a Deckhouse guest keeps `cpus` vCPUs and qemu's own SMBIOS table.
+    fn machine(app: &App, ns: &str, name: &str, cpus: u32) -> Vec<String> {
+        let vmi = app
+            .store
+            .get(&Key::new(KV, "virtualmachineinstances", ns, name))
+            .and_then(|v| v.get("spec").cloned());
+        let vm = || {
+            app.store
+                .get(&Key::new(KV, "virtualmachines", ns, name))
+                .and_then(|v| v.pointer("/spec/template/spec").cloned())
+        };
+        match vmi.or_else(vm) {
+            Some(spec) => machine::args(&spec, cpus),
+            None => vec!["-smp".to_owned(), cpus.to_string()],
+        }
+    }
+
     fn prepare_disk(&self, app: &App, ns: &str, name: &str, uid: &str) -> io::Result<PathBuf> {
         let mut disks = self.disks.lock().unwrap_or_else(|e| e.into_inner());
         let k = key(ns, name);
@@ -505,8 +525,17 @@ impl QemuGuests {
         let mut cmd = tied_command(&c.qemu);
         cmd.arg("-L")
             .arg(&c.firmware)
-            .args(["-accel", "tcg,tb-size=256", "-cpu", "max"])
-            .args(["-m", &c.memory_mib.to_string(), "-smp", &c.cpus.to_string()])
+            // TCG's `max` CPU reports AMD family 15, whose topology Linux reads without
+            // threads (no TopologyExtensions); with Intel's vendor string the guest reads the
+            // sockets × cores × threads of `-smp` from CPUID leaf 0xB, as on a real host.
+            .args([
+                "-accel",
+                "tcg,tb-size=256",
+                "-cpu",
+                "max,vendor=GenuineIntel",
+            ])
+            .args(["-m", &c.memory_mib.to_string()])
+            .args(Self::machine(app, ns, name, c.cpus))
             .args([
                 "-nographic",
                 "-nodefaults",

@@ -1,0 +1,134 @@
+//! KubeVirt's access-credential propagation through the guest agent: the public keys of every
+//! `accessCredentials[].sshPublicKey` with `propagationMethod.qemuGuestAgent` are gathered per
+//! user (every line of every Secret key is a key, passed verbatim) and each user's whole
+//! `authorized_keys` is replaced with `guest-ssh-add-authorized-keys` (`reset: true`); the
+//! VMI's `AccessCredentialsSynchronized` condition tells how it went. Secrets are read again on
+//! every round, so a changed Secret reaches the running guest.
+//! (pkg/virt-launcher/virtwrap/access-credentials/access_credentials.go,
+//! pkg/virt-handler/vm.go `updateAccessCredentialConditions`.)
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+/// Keys per guest user, from a VMI spec; `secret` looks a Secret up by name. A missing Secret
+/// is an error naming it (KubeVirt reports the failure in the condition).
+pub(super) fn desired(
+    spec: &Value,
+    secret: impl Fn(&str) -> Option<Value>,
+) -> Result<BTreeMap<String, Vec<String>>, String> {
+    let mut users: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let credentials = spec["accessCredentials"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for credential in credentials {
+        let ssh = &credential["sshPublicKey"];
+        let Some(list) = ssh
+            .pointer("/propagationMethod/qemuGuestAgent/users")
+            .and_then(Value::as_array)
+        else {
+            continue;
+        };
+        let name = ssh
+            .pointer("/source/secret/secretName")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let object = secret(name).ok_or_else(|| format!("secret {name} not found"))?;
+        let keys = secret_keys(&object);
+        for user in list.iter().filter_map(Value::as_str) {
+            let entry = users.entry(user.to_owned()).or_default();
+            for key in &keys {
+                if !entry.contains(key) {
+                    entry.push(key.clone());
+                }
+            }
+        }
+    }
+    Ok(users)
+}
+
+/// Every non-empty line of every `data` value (in key order), verbatim.
+fn secret_keys(secret: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(data) = secret["data"].as_object() {
+        for value in data.values().filter_map(Value::as_str) {
+            let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(value) else {
+                continue;
+            };
+            for line in String::from_utf8_lossy(&bytes).lines() {
+                if !line.trim().is_empty() {
+                    out.push(line.to_owned());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The agent command that replaces `user`'s authorized keys (qemu `qga/qapi-schema.json`
+/// `guest-ssh-add-authorized-keys`, since qemu 5.2).
+pub(super) fn command(user: &str, keys: &[String]) -> Value {
+    json!({
+        "execute": "guest-ssh-add-authorized-keys",
+        "arguments": { "username": user, "keys": keys, "reset": true },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(data: &[(&str, &str)]) -> Value {
+        let data: serde_json::Map<String, Value> = data
+            .iter()
+            .map(|(k, v)| {
+                (
+                    (*k).to_owned(),
+                    json!(base64::engine::general_purpose::STANDARD.encode(v)),
+                )
+            })
+            .collect();
+        json!({ "data": data })
+    }
+
+    #[test]
+    fn keys_are_gathered_per_user() {
+        let spec = json!({ "accessCredentials": [
+            { "sshPublicKey": { "source": { "secret": { "secretName": "a" } },
+              "propagationMethod": { "qemuGuestAgent": { "users": ["root", "ops"] } } } },
+            { "sshPublicKey": { "source": { "secret": { "secretName": "b" } },
+              "propagationMethod": { "qemuGuestAgent": { "users": ["ops"] } } } },
+            { "sshPublicKey": { "source": { "secret": { "secretName": "c" } },
+              "propagationMethod": { "noCloud": {} } } },
+        ]});
+        let lookup = |name: &str| match name {
+            "a" => Some(secret(&[(
+                "k1",
+                "ssh-ed25519 AAAA a1\n\nssh-rsa BBBB a2\n",
+            )])),
+            "b" => Some(secret(&[("k", "ssh-ed25519 CCCC b1")])),
+            _ => None,
+        };
+        let users = desired(&spec, lookup).unwrap();
+        assert_eq!(users["root"], ["ssh-ed25519 AAAA a1", "ssh-rsa BBBB a2"]);
+        assert_eq!(
+            users["ops"],
+            [
+                "ssh-ed25519 AAAA a1",
+                "ssh-rsa BBBB a2",
+                "ssh-ed25519 CCCC b1"
+            ]
+        );
+        assert_eq!(users.len(), 2);
+        let missing = json!({ "accessCredentials": [
+            { "sshPublicKey": { "source": { "secret": { "secretName": "zz" } },
+              "propagationMethod": { "qemuGuestAgent": { "users": ["root"] } } } }]});
+        assert_eq!(
+            desired(&missing, lookup).unwrap_err(),
+            "secret zz not found"
+        );
+        assert!(desired(&json!({}), lookup).unwrap().is_empty());
+    }
+}
