@@ -45,6 +45,8 @@ pub struct App {
     pub front_proxy: std::sync::OnceLock<crate::tls::FrontProxy>,
     /// Test switch: pod execs open their streams and then hang (see `Handle::set_exec_hangs`).
     pub exec_hangs: std::sync::atomic::AtomicBool,
+    /// Objects as decoded from storage (the watch cache's copies), for lists.
+    pub decoded: crate::decoded::DecodedCache,
 }
 
 impl App {
@@ -67,6 +69,7 @@ impl App {
             sa_tokens: Default::default(),
             front_proxy: Default::default(),
             exec_hangs: Default::default(),
+            decoded: Default::default(),
         }
     }
 

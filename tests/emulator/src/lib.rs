@@ -26,6 +26,7 @@ pub mod app;
 pub mod auth;
 pub mod bootstrap;
 pub mod controllers;
+pub mod decoded;
 pub mod discovery;
 pub mod expect;
 pub mod export;

@@ -20,9 +20,9 @@ pub const EXPIRED_CONTINUE: &str = "The provided continue parameter is too old t
 
 /// One chunk of a list.
 #[derive(Debug)]
-pub struct Page {
-    /// The items of this chunk.
-    pub items: Vec<Value>,
+pub struct Page<'a> {
+    /// The items of this chunk (still in the store: the caller copies what it serves).
+    pub items: Vec<&'a Value>,
     /// The list's resourceVersion (the first chunk's).
     pub resource_version: u64,
     /// Token for the next chunk, if any.
@@ -70,12 +70,12 @@ fn decode(token: &str) -> Result<(u64, String), ApiError> {
 /// Cuts one chunk from `items` (already filtered, in key order) as the request's
 /// `limit`/`continue` ask. `current_rv` is the store's resourceVersion, `compacted` the oldest
 /// one it can still serve.
-pub fn page(
-    items: Vec<&Value>,
+pub fn page<'a>(
+    items: Vec<&'a Value>,
     q: &crate::handlers::Query,
     current_rv: u64,
     compacted: u64,
-) -> Result<Page, ApiError> {
+) -> Result<Page<'a>, ApiError> {
     let limit = match q.get("limit").map(String::as_str) {
         None | Some("") | Some("0") => None,
         Some(l) => Some(
@@ -107,15 +107,16 @@ pub fn page(
     };
     let Some(limit) = limit.filter(|l| *l < items.len()) else {
         return Ok(Page {
-            items: items.into_iter().cloned().collect(),
+            items,
             resource_version: rv,
             continue_token: None,
             remaining: None,
         });
     };
     let remaining = (items.len() - limit) as u64;
-    let items: Vec<Value> = items.into_iter().take(limit).cloned().collect();
-    let last = items.last().map(key).unwrap_or_default();
+    let mut items = items;
+    items.truncate(limit);
+    let last = items.last().map(|o| key(o)).unwrap_or_default();
     Ok(Page {
         items,
         resource_version: rv,
@@ -143,7 +144,8 @@ mod tests {
 
     #[test]
     fn chunks_follow_each_other() {
-        let first = page(objs(5).iter().collect(), &q(&[("limit", "2")]), 1500, 1000).unwrap();
+        let five = objs(5);
+        let first = page(five.iter().collect(), &q(&[("limit", "2")]), 1500, 1000).unwrap();
         assert_eq!(first.items.len(), 2);
         assert_eq!(first.remaining, Some(3));
         let token = first.continue_token.unwrap();
@@ -156,7 +158,7 @@ mod tests {
             r#"{"rv":1500,"start":"ns/vm-01\u0000","v":"meta.k8s.io/v1"}"#
         );
         let second = page(
-            objs(5).iter().collect(),
+            five.iter().collect(),
             &q(&[("limit", "2"), ("continue", &token)]),
             1600,
             1000,
@@ -165,7 +167,7 @@ mod tests {
         assert_eq!(second.resource_version, 1500);
         assert_eq!(second.items[0]["metadata"]["name"], "vm-02");
         let third = page(
-            objs(5).iter().collect(),
+            five.iter().collect(),
             &q(&[
                 ("limit", "2"),
                 ("continue", &second.continue_token.unwrap()),
@@ -199,15 +201,16 @@ mod tests {
 
     #[test]
     fn compacted_token_is_gone() {
-        let first = page(objs(5).iter().collect(), &q(&[("limit", "2")]), 1500, 1000).unwrap();
+        let (five, one) = (objs(5), objs(1));
+        let first = page(five.iter().collect(), &q(&[("limit", "2")]), 1500, 1000).unwrap();
         let e = page(
-            objs(5).iter().collect(),
+            five.iter().collect(),
             &q(&[("continue", &first.continue_token.unwrap())]),
             1700,
             1600,
         )
         .unwrap_err();
         assert_eq!((e.code, e.reason.as_str()), (410, "Expired"));
-        assert!(page(objs(1).iter().collect(), &q(&[("continue", "!!")]), 1, 1).is_err());
+        assert!(page(one.iter().collect(), &q(&[("continue", "!!")]), 1, 1).is_err());
     }
 }

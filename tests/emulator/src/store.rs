@@ -47,6 +47,23 @@ impl Key {
     }
 }
 
+/// The objects of one kind (optionally in one namespace): keys sort by group, plural,
+/// namespace, name, so they are one contiguous range of the map and nothing else is visited.
+fn of_kind<'a>(
+    objects: &'a BTreeMap<Key, Value>,
+    group: &'a str,
+    plural: &'a str,
+    namespace: Option<&'a str>,
+) -> impl Iterator<Item = &'a Value> + 'a {
+    let start = Key::new(group, plural, namespace.unwrap_or(""), "");
+    objects
+        .range(start..)
+        .take_while(move |(k, _)| {
+            k.group == group && k.plural == plural && namespace.is_none_or(|ns| k.namespace == ns)
+        })
+        .map(|(_, v)| v)
+}
+
 /// Watch event type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
@@ -204,15 +221,8 @@ impl Store {
     /// Objects of a kind, optionally in one namespace, plus the store's resourceVersion.
     pub fn list(&self, group: &str, plural: &str, namespace: Option<&str>) -> (Vec<Value>, u64) {
         let inner = self.lock();
-        let items = inner
-            .objects
-            .iter()
-            .filter(|(k, _)| {
-                k.group == group
-                    && k.plural == plural
-                    && namespace.is_none_or(|ns| k.namespace == ns)
-            })
-            .map(|(_, v)| v.clone())
+        let items = of_kind(&inner.objects, group, plural, namespace)
+            .cloned()
             .collect();
         (items, inner.rv)
     }
@@ -228,16 +238,7 @@ impl Store {
         f: impl FnOnce(Vec<&Value>, u64, u64) -> R,
     ) -> R {
         let inner = self.lock();
-        let items = inner
-            .objects
-            .iter()
-            .filter(|(k, _)| {
-                k.group == group
-                    && k.plural == plural
-                    && namespace.is_none_or(|ns| k.namespace == ns)
-            })
-            .map(|(_, v)| v)
-            .collect();
+        let items = of_kind(&inner.objects, group, plural, namespace).collect();
         f(items, inner.rv, inner.compacted)
     }
 
@@ -583,6 +584,46 @@ mod tests {
 
     fn vm(name: &str) -> Value {
         json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": name, "namespace": "default"}, "spec": {"running": false}})
+    }
+
+    #[test]
+    fn lists_take_exactly_one_kind_and_namespace() {
+        let s = Store::new();
+        let put = |group: &str, plural: &str, ns: &str, name: &str| {
+            let obj = json!({"metadata": {"name": name, "namespace": ns}});
+            s.create(group, plural, obj).unwrap();
+        };
+        // Neighbours in key order on every side: a shorter and a longer plural, a group with
+        // the same prefix, namespaces before, between and after.
+        put("kubevirt.io", "virtualmachines", "a", "x");
+        put("kubevirt.io", "virtualmachines", "a-b", "y");
+        put("kubevirt.io", "virtualmachines", "b", "z");
+        put("kubevirt.io", "virtualmachine", "a", "shorter");
+        put("kubevirt.io", "virtualmachinesx", "a", "longer");
+        put("kubevirt.io", "virtualmachineinstances", "a", "x");
+        put("kubevirt.iox", "virtualmachines", "a", "group");
+        put("", "virtualmachines", "a", "core");
+        let names = |ns: Option<&str>| {
+            let mut names: Vec<String> = s
+                .list("kubevirt.io", "virtualmachines", ns)
+                .0
+                .iter()
+                .map(|o| meta_str(o, "name").to_string())
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names(None), ["x", "y", "z"]);
+        assert_eq!(names(Some("a")), ["x"]);
+        assert_eq!(names(Some("a-b")), ["y"]);
+        assert!(names(Some("c")).is_empty());
+        let seen = s.with_kind(
+            "kubevirt.io",
+            "virtualmachineinstances",
+            None,
+            |items, _, _| items.len(),
+        );
+        assert_eq!(seen, 1);
     }
 
     #[test]

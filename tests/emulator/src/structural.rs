@@ -53,11 +53,29 @@ fn member<'s>(s: &'s Value, key: &str) -> Option<&'s Value> {
     props(s).and_then(|p| p.get(key)).or_else(|| additional(s))
 }
 
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
+/// Where a node sits, as a chain of parent links: the printed path (`spec.items[0].x`) is
+/// built only for an unknown field, so pruning a clean object allocates nothing for paths.
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    Root,
+    Key(&'a Path<'a>, &'a str),
+    Index(&'a Path<'a>, usize),
+}
+
+impl Path<'_> {
+    fn render(&self) -> String {
+        match self {
+            Path::Root => String::new(),
+            Path::Key(parent, key) => {
+                let parent = parent.render();
+                if parent.is_empty() {
+                    key.to_string()
+                } else {
+                    format!("{parent}.{key}")
+                }
+            }
+            Path::Index(parent, i) => format!("{}[{i}]", parent.render()),
+        }
     }
 }
 
@@ -68,14 +86,14 @@ pub fn prune(schema: &Value, obj: &mut Value, remove: bool) -> Vec<Unknown> {
     let mut out = vec![];
     // The root is always treated as an embedded resource (pruning.Prune with
     // isResourceRoot): apiVersion, kind and metadata are never pruned there.
-    prune_node(obj, Some(schema), "", true, remove, &mut out);
+    prune_node(obj, Some(schema), &Path::Root, true, remove, &mut out);
     out
 }
 
 fn prune_node(
     x: &mut Value,
     s: Option<&Value>,
-    path: &str,
+    path: &Path,
     root: bool,
     remove: bool,
     out: &mut Vec<Unknown>,
@@ -89,36 +107,35 @@ fn prune_node(
     match x {
         Value::Object(map) => {
             let keep_meta = root || s.is_some_and(embedded);
-            let keys: Vec<String> = map.keys().cloned().collect();
-            for k in keys {
-                if keep_meta && is_meta(&k, &map[&k]) {
+            // Reported in key order, nested ones where they occur; values are taken (or copied)
+            // once the walk over this map is done.
+            let mut unknown: Vec<usize> = vec![];
+            for (k, v) in map.iter_mut() {
+                if keep_meta && is_meta(k, v) {
                     continue;
                 }
-                let child = join(path, &k);
-                match s.and_then(|s| member(s, &k)) {
-                    Some(cs) => prune_node(
-                        map.get_mut(&k).expect("key"),
-                        Some(cs),
-                        &child,
-                        false,
-                        remove,
-                        out,
-                    ),
+                match s.and_then(|s| member(s, k)) {
+                    Some(cs) => prune_node(v, Some(cs), &Path::Key(path, k), false, remove, out),
                     None => {
-                        let v = if remove {
-                            map.remove(&k)
-                        } else {
-                            map.get(&k).cloned()
-                        };
-                        out.push((child, k, v.unwrap_or(Value::Null)));
+                        unknown.push(out.len());
+                        out.push((Path::Key(path, k).render(), k.clone(), Value::Null));
                     }
                 }
+            }
+            for at in unknown {
+                let k = &out[at].1;
+                let v = if remove {
+                    map.remove(k)
+                } else {
+                    map.get(k).cloned()
+                };
+                out[at].2 = v.unwrap_or(Value::Null);
             }
         }
         Value::Array(items) => {
             let is = s.and_then(|s| s.get("items"));
             for (i, item) in items.iter_mut().enumerate() {
-                prune_node(item, is, &format!("{path}[{i}]"), false, remove, out);
+                prune_node(item, is, &Path::Index(path, i), false, remove, out);
             }
         }
         _ => {}
@@ -138,7 +155,7 @@ fn is_meta(k: &str, v: &Value) -> bool {
 fn skip_prune(
     x: &mut Value,
     s: &Value,
-    path: &str,
+    path: &Path,
     root: bool,
     remove: bool,
     out: &mut Vec<Unknown>,
@@ -151,14 +168,14 @@ fn skip_prune(
                     continue;
                 }
                 if let Some(cs) = member(s, k) {
-                    prune_node(v, Some(cs), &join(path, k), false, remove, out);
+                    prune_node(v, Some(cs), &Path::Key(path, k), false, remove, out);
                 }
             }
         }
         Value::Array(items) => {
             if let Some(is) = s.get("items") {
                 for (i, item) in items.iter_mut().enumerate() {
-                    skip_prune(item, is, &format!("{path}[{i}]"), false, remove, out);
+                    skip_prune(item, is, &Path::Index(path, i), false, remove, out);
                 }
             }
         }

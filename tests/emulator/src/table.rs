@@ -391,9 +391,9 @@ pub fn row(def: &ResourceDef, obj: &Value, include: IncludeObject) -> Value {
 }
 
 /// A whole Table for a list (or a single object).
-pub fn table(
+pub fn table<V: std::borrow::Borrow<Value>>(
     def: &ResourceDef,
-    objs: &[Value],
+    objs: &[V],
     resource_version: Option<u64>,
     include: IncludeObject,
 ) -> Value {
@@ -402,8 +402,9 @@ pub fn table(
         "apiVersion": "meta.k8s.io/v1",
         "metadata": {},
         "columnDefinitions": column_definitions(def),
-        "rows": objs.iter().map(|o| row(def, o, include)).collect::<Vec<_>>(),
     });
+    // Moved in, not interpolated: `json!` would deep-copy every row.
+    t["rows"] = Value::Array(objs.iter().map(|o| row(def, o.borrow(), include)).collect());
     if let Some(rv) = resource_version {
         t["metadata"]["resourceVersion"] = json!(rv.to_string());
     }

@@ -65,8 +65,11 @@ impl Filter {
         if self.table && kind != "BOOKMARK" {
             obj = table::table(&self.def, &[obj], None, self.include);
         }
-        let mut line =
-            serde_json::to_vec(&json!({"type": kind, "object": obj})).unwrap_or_default();
+        // Not `json!`, which would deep-copy the object once more.
+        let mut event = serde_json::Map::new();
+        event.insert("type".into(), kind.into());
+        event.insert("object".into(), obj);
+        let mut line = serde_json::to_vec(&event).unwrap_or_default();
         line.push(b'\n');
         Bytes::from(line)
     }

@@ -51,6 +51,17 @@ impl Ctx<'_> {
         obj
     }
 
+    /// [`Ctx::present`] of a stored object, decoded once per resourceVersion and kept (see
+    /// `decoded.rs`). `schema` is the kind's schema at the request's version.
+    pub(super) fn present_cached(&self, schema: Option<&Arc<Value>>, stored: &Value) -> Arc<Value> {
+        let key = Key::of(&self.def.group, &self.def.plural, stored);
+        self.app
+            .decoded
+            .get(&key, self.version, schema, stored, |obj| {
+                *obj = self.present(std::mem::take(obj));
+            })
+    }
+
     /// What the storage codec does to an object read back: prune, drop nulls, default.
     pub(super) fn decode_stored(&self, obj: &mut Value) {
         if let Some(schema) = self.def.schema.for_version(self.version) {

@@ -64,14 +64,14 @@ pub async fn dispatch(State(app): State<Arc<App>>, req: Request) -> Response {
     response
 }
 
+/// A JSON response already serialized.
+fn bytes_response(code: StatusCode, body: Vec<u8>) -> Response {
+    (code, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
 /// A JSON response.
 pub fn json_response(code: StatusCode, body: &Value, warnings: &[String]) -> Response {
-    let mut resp = (
-        code,
-        [(header::CONTENT_TYPE, "application/json")],
-        serde_json::to_vec(body).unwrap_or_default(),
-    )
-        .into_response();
+    let mut resp = bytes_response(code, serde_json::to_vec(body).unwrap_or_default());
     for w in warnings {
         // Warning header format: 299 - "<text>"
         if let Ok(v) = http::HeaderValue::try_from(format!("299 - \"{}\"", w.replace('"', "\\\"")))

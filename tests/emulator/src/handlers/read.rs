@@ -6,7 +6,9 @@ use crate::status::ApiError;
 use crate::table::{self, IncludeObject};
 use axum::response::Response;
 use http::StatusCode;
+use serde::Serialize;
 use serde_json::{Value, json};
+use std::sync::Arc;
 
 impl Ctx<'_> {
     pub(super) fn get(&self) -> Result<Response, ApiError> {
@@ -33,6 +35,7 @@ impl Ctx<'_> {
     pub(super) fn list(&self) -> Result<Response, ApiError> {
         let (ls, fs) = self.selectors()?;
         let ns = (!self.ns.is_empty()).then_some(self.ns);
+        let schema = self.def.schema.for_version(self.version);
         let page = self.app.store.with_kind(
             &self.def.group,
             &self.def.plural,
@@ -42,16 +45,27 @@ impl Ctx<'_> {
                     .into_iter()
                     .filter(|o| ls.matches(o) && fs.matches(o))
                     .collect();
-                crate::paging::page(items, self.q, rv, compacted)
+                let page = crate::paging::page(items, self.q, rv, compacted)?;
+                // Served from the decoded copies, as the watch cache serves lists.
+                let items: Vec<Arc<Value>> = page
+                    .items
+                    .iter()
+                    .map(|o| self.present_cached(schema.as_ref(), o))
+                    .collect();
+                Ok::<_, ApiError>((
+                    items,
+                    page.resource_version,
+                    page.continue_token,
+                    page.remaining,
+                ))
             },
         )?;
-        let (rv, items) = (page.resource_version, page.items);
-        let items: Vec<Value> = items.into_iter().map(|o| self.present(o)).collect();
+        let (items, rv, continue_token, remaining) = page;
         let mut meta = json!({"resourceVersion": rv.to_string()});
-        if let Some(token) = page.continue_token {
+        if let Some(token) = continue_token {
             meta["continue"] = json!(token);
         }
-        if let Some(n) = page.remaining {
+        if let Some(n) = remaining {
             meta["remainingItemCount"] = json!(n);
         }
         if wants_table(self.headers) {
@@ -60,11 +74,25 @@ impl Ctx<'_> {
             t["metadata"] = meta;
             return Ok(ok(&t));
         }
-        Ok(ok(&json!({
-            "apiVersion": self.def.api_version(self.version),
-            "kind": format!("{}List", self.def.kind),
-            "metadata": meta,
-            "items": items,
-        })))
+        let list = ListBody {
+            api_version: self.def.api_version(self.version),
+            kind: format!("{}List", self.def.kind),
+            metadata: meta,
+            items: items.iter().map(|o| o.as_ref()).collect(),
+        };
+        Ok(super::bytes_response(
+            StatusCode::OK,
+            serde_json::to_vec(&list).unwrap_or_default(),
+        ))
     }
+}
+
+/// A list response, serialized straight from the decoded objects (no copy of the items).
+#[derive(Serialize)]
+struct ListBody<'a> {
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    kind: String,
+    metadata: Value,
+    items: Vec<&'a Value>,
 }
