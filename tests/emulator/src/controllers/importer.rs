@@ -79,14 +79,7 @@ pub fn ensure(app: &App, prefix: &str, owner: &Value, failure: Option<&str>) {
                 p["metadata"]["annotations"][&log_key] = json!(log);
                 p["status"] = status(1);
             });
-            event(
-                app,
-                ns,
-                &name,
-                "Warning",
-                "BackOff",
-                &format!("Back-off restarting failed container {CONTAINER} in pod {name}"),
-            );
+            back_off(app, ns, &name);
         }
         return;
     }
@@ -118,16 +111,21 @@ pub fn ensure(app: &App, prefix: &str, owner: &Value, failure: Option<&str>) {
             &format!("Started container {CONTAINER}"),
         );
         if failure.is_some() {
-            event(
-                app,
-                ns,
-                &name,
-                "Warning",
-                "BackOff",
-                &format!("Back-off restarting failed container {CONTAINER} in pod {name}"),
-            );
+            back_off(app, ns, &name);
         }
     }
+}
+
+/// The kubelet's event for a container that keeps failing.
+fn back_off(app: &App, ns: &str, pod: &str) {
+    event(
+        app,
+        ns,
+        pod,
+        "Warning",
+        "BackOff",
+        &format!("Back-off restarting failed container {CONTAINER} in pod {pod}"),
+    );
 }
 
 /// The import is over: the controller deletes its pod.
