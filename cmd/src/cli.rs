@@ -146,6 +146,10 @@ pub enum Command {
     /// Ask the guests of virtual machines to reboot (KubeVirt; needs the guest agent or ACPI)
     #[command(after_help = "Examples:\n  kubectl vm soft-reboot web")]
     SoftReboot(commands::lifecycle::VmiArgs),
+    /// Hard-reset virtual machines, like pressing their reset button (KubeVirt; needs neither
+    /// ACPI nor the guest agent, and flushes nothing)
+    #[command(after_help = "Examples:\n  kubectl vm reset web")]
+    Reset(commands::lifecycle::VmiArgs),
     /// Move virtual machines off their nodes (live migration)
     Evict(commands::lifecycle::EvictArgs),
     /// Live-migrate a virtual machine, or cancel its migration

@@ -197,6 +197,10 @@ fn power_cycle_reaches_each_end_state_with_exact_requests() {
         ok(env.vm(&["soft-reboot", "web"])),
         "virtualmachine.kubevirt.io/web soft-rebooted\n"
     );
+    assert_eq!(
+        ok(env.vm(&["reset", "web"])),
+        "virtualmachine.kubevirt.io/web reset\n"
+    );
     let requests = changes(&env);
     assert_eq!(
         requests
@@ -207,12 +211,14 @@ fn power_cycle_reaches_each_end_state_with_exact_requests() {
             ("PUT", path("virtualmachineinstances", "pause")),
             ("PUT", path("virtualmachineinstances", "unpause")),
             ("PUT", path("virtualmachineinstances", "softreboot")),
+            ("PUT", path("virtualmachineinstances", "reset")),
         ]
     );
     assert_eq!(requests[0].json(), Some(json!({})));
     assert_eq!(requests[1].json(), Some(json!({})));
-    // SoftReboot takes no options body.
+    // SoftReboot and reset take no options body.
     assert_eq!(requests[2].body, "");
+    assert_eq!(requests[3].body, "");
     assert!(requests.iter().all(|r| r.status == 200));
 }
 
@@ -690,6 +696,7 @@ fn completion_offers_vm_names_for_every_lifecycle_command() {
         "pause",
         "unpause",
         "soft-reboot",
+        "reset",
         "evict",
         "migrate",
     ] {

@@ -172,7 +172,7 @@ fn failures_and_refusals_carry_the_platform_reason() {
     );
     // KubeVirt-only actions are refused before any request.
     env.emulator.clear_requests();
-    for cmd in ["pause", "unpause", "soft-reboot"] {
+    for cmd in ["pause", "unpause", "soft-reboot", "reset"] {
         let err = fails(&env, &[cmd, "linux-vm"], 2);
         assert!(err.contains("is not supported by Deckhouse"), "{err}");
     }

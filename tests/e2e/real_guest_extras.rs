@@ -2,7 +2,8 @@
 //! UUID, serial and manufacturer the guest's firmware tables show, the sockets × cores ×
 //! threads its kernel sees, a key from a `--ssh-key-secret` Secret logging in, and user data
 //! from a `--user-data-secret` Secret run next to the platform's trust, and an
-//! `--access-credential` (guest agent) replacing root's authorized keys while the VM runs.
+//! `--access-credential` (guest agent) replacing root's authorized keys while the VM runs, and
+//! a `reset` that reboots the machine with its agent stopped.
 //!
 //! The guest image has no dmidecode; the kernel's DMI driver exposes the same SMBIOS type 1
 //! fields under /sys/class/dmi/id (`product_uuid`, `product_serial`, `sys_vendor`).
@@ -174,6 +175,36 @@ fn real_guest_kubevirt_seed_settings() {
         "{}",
         stderr(&out)
     );
+
+    // reset: the machine starts over at once (a new boot id) in the same instance (same VMI
+    // uid, so not a restart), asking nothing of the guest: its agent is stopped first.
+    let out = ssh(
+        &env,
+        &[
+            vm,
+            "--",
+            "sudo systemctl stop qemu-guest-agent; cat /proc/sys/kernel/random/boot_id",
+        ],
+    );
+    let before = stdout(&out).trim().to_string();
+    assert_eq!(before.len(), 36, "{}", stderr(&out));
+    let vmi_uid = || stdout(&env.kubectl(&["get", "vmi", vm, "-o", "jsonpath={.metadata.uid}"]));
+    let uid = vmi_uid();
+    let reset = Instant::now();
+    assert_eq!(
+        ok(env.vm(&["reset", vm])),
+        format!("virtualmachine.kubevirt.io/{vm} reset\n")
+    );
+    let out = ssh_until_ok(
+        &env,
+        &[vm, "--", "cat /proc/sys/kernel/random/boot_id"],
+        Duration::from_secs(300),
+    );
+    eprintln!("reset to ssh: {:.1}s", reset.elapsed().as_secs_f64());
+    let after = stdout(&out).trim().to_string();
+    assert_ne!(after, before, "the guest booted again");
+    assert_eq!(vmi_uid(), uid, "the same instance");
+
     ok(env.vm(&["delete", vm]));
     eprintln!("whole scenario: {:.1}s", t0.elapsed().as_secs_f64());
 }

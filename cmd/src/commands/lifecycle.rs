@@ -1,4 +1,4 @@
-//! `start`, `stop`, `restart`, `pause`, `unpause`, `soft-reboot`, `evict` and `migrate`: flags
+//! `start`, `stop`, `restart`, `pause`, `unpause`, `soft-reboot`, `reset`, `evict` and `migrate`: flags
 //! into a [`kubevm::lifecycle::Action`], targets into VMs, then each VM's action run (bulk:
 //! a few at a time) with its events rendered on stderr and one result line per VM on stdout.
 
@@ -113,7 +113,7 @@ pub struct StopArgs {
     pub force: bool,
 }
 
-/// Arguments of `pause`, `unpause` and `soft-reboot`.
+/// Arguments of `pause`, `unpause`, `soft-reboot` and `reset`.
 #[derive(Debug, Args)]
 pub struct VmiArgs {
     #[command(flatten)]
@@ -187,6 +187,8 @@ pub enum Power {
     Unpause(VmiArgs),
     /// `soft-reboot`
     SoftReboot(VmiArgs),
+    /// `reset`
+    Reset(VmiArgs),
     /// `evict`
     Evict(EvictArgs),
 }
@@ -223,6 +225,7 @@ pub async fn cmd_power(global: &GlobalArgs, command: Power) -> CommandResult {
         Power::Pause(a) => (Action::Pause, a.bulk),
         Power::Unpause(a) => (Action::Unpause, a.bulk),
         Power::SoftReboot(a) => (Action::SoftReboot, a.bulk),
+        Power::Reset(a) => (Action::Reset, a.bulk),
         Power::Evict(a) => (Action::Evict { force: a.force }, a.bulk),
     };
     if let Action::Stop {

@@ -94,6 +94,7 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::SoftReboot(args) => {
             lifecycle::cmd_power(&global, lifecycle::Power::SoftReboot(args)).await
         }
+        Command::Reset(args) => lifecycle::cmd_power(&global, lifecycle::Power::Reset(args)).await,
         Command::Evict(args) => lifecycle::cmd_power(&global, lifecycle::Power::Evict(args)).await,
         Command::Migrate(args) => lifecycle::cmd_migrate(&global, args).await,
     }

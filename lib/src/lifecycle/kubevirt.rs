@@ -1,5 +1,5 @@
 //! KubeVirt: the `subresources.kubevirt.io/v1` PUTs (`start`, `stop`, `restart`, `migrate` on
-//! VMs; `pause`, `unpause`, `softreboot` on VMIs; FACTS §2), their 409s turned into
+//! VMs; `pause`, `unpause`, `softreboot`, `reset` on VMIs; FACTS §2), their 409s turned into
 //! sentences, and waits that watch the VM, its VMI or its VirtualMachineInstanceMigration.
 
 use std::time::Instant;
@@ -70,7 +70,7 @@ pub fn body(action: &Action, dry_run: bool) -> Option<Value> {
         Action::Migrate { node_selector, .. } if !node_selector.is_empty() => {
             json!({"addedNodeSelector": node_selector})
         }
-        Action::SoftReboot => return None,
+        Action::SoftReboot | Action::Reset => return None,
         _ => json!({}),
     };
     if dry_run {
@@ -232,6 +232,7 @@ pub(crate) async fn run(
         Action::Pause => ("virtualmachineinstances", "pause"),
         Action::Unpause => ("virtualmachineinstances", "unpause"),
         Action::SoftReboot => ("virtualmachineinstances", "softreboot"),
+        Action::Reset => ("virtualmachineinstances", "reset"),
         Action::CancelMigration => unreachable!("handled above"),
     };
     let mut source_node = String::new();
@@ -300,8 +301,10 @@ pub(crate) async fn run(
             ),
         });
     }
-    if !options.wait || matches!(action, Action::SoftReboot) {
-        done.waited = matches!(action, Action::SoftReboot);
+    // A reboot or reset leaves the instance running: nothing in the API to wait for.
+    let instant = matches!(action, Action::SoftReboot | Action::Reset);
+    if !options.wait || instant {
+        done.waited = instant;
         return finish(cluster, options, done).await;
     }
     let vm_watch = Watched::new(KUBEVIRT_VM, &vm.namespace, &vm.name);
@@ -440,7 +443,7 @@ pub(crate) async fn run(
             .await?;
             done.migrated = Some((source, target, started.elapsed()));
         }
-        Action::SoftReboot | Action::CancelMigration => {}
+        Action::SoftReboot | Action::Reset | Action::CancelMigration => {}
     }
     done.waited = true;
     finish(cluster, options, done).await
@@ -535,6 +538,7 @@ mod tests {
             Some(json!({"addedNodeSelector": {"kubernetes.io/hostname": "node-2"}}))
         );
         assert_eq!(body(&Action::SoftReboot, false), None);
+        assert_eq!(body(&Action::Reset, false), None);
     }
 
     #[test]

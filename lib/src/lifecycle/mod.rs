@@ -1,5 +1,5 @@
 //! Power actions and live migration: `start`, `stop`, `restart`, `pause`, `unpause`,
-//! `soft-reboot`, `evict`, `migrate` (and cancelling a migration), for one VM at a time.
+//! `soft-reboot`, `reset`, `evict`, `migrate` (and cancelling a migration), for one VM at a time.
 //!
 //! KubeVirt: PUTs on `subresources.kubevirt.io/v1` (see [`kubevirt`]); Deckhouse: a
 //! VirtualMachineOperation (see [`deckhouse`]). Waiting watches the objects involved (never
@@ -47,6 +47,9 @@ pub enum Action {
     Unpause,
     /// Ask the guest to reboot (KubeVirt only).
     SoftReboot,
+    /// Reset the virtual machine like its reset button: no ACPI and no guest agent needed,
+    /// nothing is flushed (KubeVirt only).
+    Reset,
     /// Move it off its node (Deckhouse: Evict; KubeVirt: a migration to any other node).
     Evict {
         /// Deckhouse: allow AutoConverge (CPU throttling).
@@ -74,6 +77,7 @@ impl Action {
             Action::Pause => "pause",
             Action::Unpause => "unpause",
             Action::SoftReboot => "soft-reboot",
+            Action::Reset => "reset",
             Action::Evict { .. } => "evict",
             Action::Migrate { .. } => "migrate",
             Action::CancelMigration => "cancel the migration of",
@@ -89,6 +93,7 @@ impl Action {
             Action::Pause => "paused",
             Action::Unpause => "unpaused",
             Action::SoftReboot => "soft-rebooted",
+            Action::Reset => "reset",
             Action::Evict { .. } => "evicted",
             Action::Migrate { .. } => "migrated",
             Action::CancelMigration => "migration cancelled",
@@ -105,7 +110,10 @@ impl Action {
     pub fn check(&self, flavor: Flavor, dry_run: DryRun) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidTarget(m));
         match (flavor, self) {
-            (Flavor::Deckhouse, Action::Pause | Action::Unpause | Action::SoftReboot) => bad(
+            (
+                Flavor::Deckhouse,
+                Action::Pause | Action::Unpause | Action::SoftReboot | Action::Reset,
+            ) => bad(
                 format!(
                     "{} is not supported by Deckhouse virtualization (it has no such VirtualMachineOperation); it works on KubeVirt",
                     self.verb()
@@ -120,9 +128,12 @@ impl Action {
             (Flavor::KubeVirt, Action::Migrate { force: true, .. } | Action::Evict { force: true }) => {
                 bad("--force (AutoConverge) applies to Deckhouse virtualization only; KubeVirt takes it from the migration policy".into())
             }
-            (Flavor::KubeVirt, Action::SoftReboot) if dry_run == DryRun::Server => bad(
-                "KubeVirt's softreboot takes no options, so it has no server-side dry run; use --dry-run=client".into(),
-            ),
+            (Flavor::KubeVirt, Action::SoftReboot | Action::Reset) if dry_run == DryRun::Server => {
+                bad(format!(
+                    "KubeVirt's {} takes no options, so it has no server-side dry run; use --dry-run=client",
+                    if *self == Action::Reset { "reset" } else { "softreboot" }
+                ))
+            }
             _ => Ok(()),
         }
     }
@@ -424,7 +435,12 @@ mod tests {
 
     #[test]
     fn deckhouse_refuses_kubevirt_only_actions() {
-        for a in [Action::Pause, Action::Unpause, Action::SoftReboot] {
+        for a in [
+            Action::Pause,
+            Action::Unpause,
+            Action::SoftReboot,
+            Action::Reset,
+        ] {
             let e = a.check(Flavor::Deckhouse, DryRun::None).unwrap_err();
             assert!(e.to_string().contains("not supported by Deckhouse"), "{e}");
             assert!(a.check(Flavor::KubeVirt, DryRun::None).is_ok());

@@ -89,6 +89,15 @@ pub trait Guest: Send + Sync {
     fn exit(&self) -> Option<GuestExit> {
         None
     }
+    /// Resets the machine like its reset button (KubeVirt's VMI `reset`, libvirt
+    /// `virDomainReset`): the guest OS starts over at once, without ACPI or the agent. Guests
+    /// that cannot be reset say so.
+    fn reset(&self) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this emulator guest has no reset (only qemu guests do)",
+        ))
+    }
     /// Ends the guest at once (emulator shutdown); by default the same as [`Guest::stop`].
     fn kill(&self) {
         self.stop();
@@ -480,6 +489,22 @@ impl Guests {
         for (key, guest) in gone {
             let grace = crate::lifecycle::grace_period(app, &key.0, &key.1);
             self.retire(key, guest, grace);
+        }
+    }
+
+    /// Resets the running guest of one VM: `Ok(false)` when none has booted yet (guests that
+    /// boot on first use: nothing has run that a reset could change).
+    pub fn reset_one(&self, namespace: &str, name: &str) -> io::Result<bool> {
+        let key = (namespace.to_owned(), name.to_owned());
+        let guest = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned();
+        match guest {
+            Some(guest) => guest.reset().map(|()| true),
+            None => Ok(false),
         }
     }
 

@@ -144,6 +144,13 @@ pub fn action(
     }
     let ns = rp.namespace.as_deref().unwrap_or("");
     let name = rp.name.as_deref().unwrap_or("");
+    if (rp.plural.as_str(), sub) == ("virtualmachineinstances", "reset") {
+        // Takes no options: the body is not read.
+        return Some(reset(
+            app,
+            &Key::new(KV, "virtualmachineinstances", ns, name),
+        ));
+    }
     let opts: Value = if body.is_empty() {
         json!({})
     } else {
@@ -458,6 +465,23 @@ fn vmi_action(app: &App, vmi_key: &Key, sub: &str, dry: bool) -> Result<Response
         unsettle(app, &vm);
     }
     Ok(ok())
+}
+
+/// `PUT virtualmachineinstances/…/reset` (rest/subresource.go `ResetVMI`): no validation of
+/// its own; virt-api cannot reach virt-handler for an instance that is neither Running nor
+/// Scheduled, and says so as a 400 with the phase. Then virt-handler resets the domain.
+fn reset(app: &App, vmi_key: &Key) -> Result<Response, ApiError> {
+    let vmi = app.store.get(vmi_key).expect("checked by the caller");
+    let phase = phase(&vmi);
+    if !matches!(phase, "Running" | "Scheduled") {
+        return Err(ApiError::bad_request(format!(
+            "Failed to reset non-running VMI with phase {phase}: Unable to connect to VirtualMachineInstance because phase is {phase} instead of Running or Scheduled"
+        )));
+    }
+    match app.guests.reset_one(&vmi_key.namespace, &vmi_key.name) {
+        Ok(_) => Ok(ok()),
+        Err(e) => Err(ApiError::new(500, "InternalError", e.to_string())),
+    }
 }
 
 /// A schedulable node other than `source` that has every label in `selector`.

@@ -317,6 +317,27 @@ fn pause_unpause_and_soft_reboot() {
 }
 
 #[test]
+fn reset_needs_a_running_or_scheduled_instance() {
+    let app = kubevirt();
+    vm(&app, "web", "Always", json!({}));
+    reconcile_all(&app, false);
+    assert_eq!(phase(&get_vmi(&app, "web").unwrap()), "Pending");
+    // virt-api's message for an instance it cannot reach (subresource.go ResetVMI), a 400;
+    // the body is not read, so even a malformed one gets this answer.
+    assert_eq!(
+        put(&app, "virtualmachineinstances", "web", "reset", json!("not options")),
+        Err((
+            400,
+            "Failed to reset non-running VMI with phase Pending: Unable to connect to VirtualMachineInstance because phase is Pending instead of Running or Scheduled".into()
+        ))
+    );
+    ticks(&app, 5);
+    assert_eq!(phase(&get_vmi(&app, "web").unwrap()), "Running");
+    // No guest has booted yet (the default guests boot on first use): nothing to reset.
+    assert_eq!(vmi_action(&app, "web", "reset", json!({})), Ok(200));
+}
+
+#[test]
 fn unschedulable_switch_gives_error_unschedulable() {
     let app = kubevirt();
     vm(&app, "big", "Always", json!({UNSCHEDULABLE: "true"}));

@@ -272,6 +272,11 @@ impl Guest for QemuGuest {
         self.proc_.kill();
     }
 
+    fn reset(&self) -> io::Result<()> {
+        // What virt-handler's reset does through libvirt (virDomainReset = QMP system_reset).
+        qmp(&self.proc_.qmp, &json!({"execute": "system_reset"})).map(|_| ())
+    }
+
     fn graceful(&self) -> bool {
         true
     }
