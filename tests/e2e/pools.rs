@@ -176,6 +176,16 @@ fn pool_of_three(env: &Env, kubevirt: bool) {
         );
     }
 
+    // scp to one replica and back, checked byte for byte.
+    let local = env.dir.path().join("note.txt");
+    std::fs::write(&local, "replica two\n").unwrap();
+    let unique = env.dir.path().file_name().unwrap().to_str().unwrap();
+    let remote = format!("webs-2:/tmp/pool-note-{unique}.txt");
+    ok(env.vm(&["scp", local.to_str().unwrap(), &remote]));
+    let back = env.dir.path().join("back.txt");
+    ok(env.vm(&["scp", &remote, back.to_str().unwrap()]));
+    assert_eq!(std::fs::read_to_string(&back).unwrap(), "replica two\n");
+
     // The console of one replica.
     let mut session = on_tty(env, &["console", "webs-1"]);
     session

@@ -256,7 +256,13 @@ pub(super) fn kubevirt_pool(app: &App, pool: &Value, _tick: bool) {
         "readyReplicas": ready,
         "labelSelector": label_selector,
     });
-    if pool.get("status") != Some(&status) {
+    // Only a change is written (each write wakes the reconcilers again).
+    let changed = status
+        .as_object()
+        .expect("object")
+        .iter()
+        .any(|(k, v)| pool.pointer(&format!("/status/{k}")) != Some(v));
+    if changed {
         app.store.modify(&pool_key, |o| {
             let mut st = o.get("status").cloned().unwrap_or(json!({}));
             for (k, v) in status.as_object().expect("object") {
