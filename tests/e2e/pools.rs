@@ -206,6 +206,14 @@ fn pool_of_three(env: &Env, kubevirt: bool) {
         let row = rows.iter().find(|r| r[0] == format!("webs-{i}")).unwrap();
         assert_eq!(row[1], "Stopped", "{rows:?}");
     }
+    // The pool's own name is not a VM: the error points at pool/NAME.
+    let out = env.vm(&["start", "webs"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("\"webs\" is a pool of 3 virtual machines (webs-0, webs-1, webs-2): use pool/webs to start them all"),
+        "{}",
+        stderr(&out)
+    );
     let out = env.vm(&["stop", "pool/nopool", "-y"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(

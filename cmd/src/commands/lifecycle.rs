@@ -497,7 +497,21 @@ async fn execute(
     out.flush()?;
     drop(out);
     if !is_bulk {
-        if let Some((_, e)) = failed.pop() {
+        if let Some((vm, e)) = failed.pop() {
+            // A pool's name is not a VM: point at its replicas (looked up only on failure).
+            if matches!(&e, kubevm::Error::NotFound { kind, .. } if kind == "virtualmachine")
+                && let Ok(Some((_, members))) =
+                    kubevm::delete::pool::members(cluster, platform, &vm.name, &vm.namespace).await
+            {
+                return Err(CommandError::Failed(format!(
+                    "{e}; {:?} is a pool of {} virtual machines ({}): use pool/{} to {} them all",
+                    vm.name,
+                    members.len(),
+                    members.join(", "),
+                    vm.name,
+                    action.verb()
+                )));
+            }
             return Err(e.into());
         }
         return Ok(());
