@@ -414,6 +414,37 @@ mod tests {
         assert!(get(&app, "kubevirt.io", "virtualmachines", "web-1").is_some());
     }
 
+    /// A replica made before its cloud-init Secret exists waits for it, as the launcher pod
+    /// waits for its secret volume.
+    #[test]
+    fn a_replica_runs_once_its_secret_exists() {
+        let app = App::new(Registry::new(ServeFlavor::KubeVirt), Duration::from_secs(1));
+        let mut p = pool(1);
+        p["spec"]["virtualMachineTemplate"]["spec"]["dataVolumeTemplates"] = json!([]);
+        p["spec"]["virtualMachineTemplate"]["spec"]["template"]["spec"]["volumes"]
+            .as_array_mut()
+            .unwrap()
+            .drain(..2);
+        app.store
+            .create("pool.kubevirt.io", "virtualmachinepools", p)
+            .unwrap();
+        settle(&app);
+        let vmi = get(&app, "kubevirt.io", "virtualmachineinstances", "web-0").expect("VMI");
+        assert_eq!(vmi["status"]["phase"], "Scheduled");
+        app.store
+            .create(
+                "",
+                "secrets",
+                json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "web-cloudinit-0", "namespace": "default"},
+                    "stringData": {"userdata": "#cloud-config\n"}}),
+            )
+            .unwrap();
+        settle(&app);
+        let vmi = get(&app, "kubevirt.io", "virtualmachineinstances", "web-0").unwrap();
+        assert_eq!(vmi["status"]["phase"], "Running");
+    }
+
     #[test]
     fn no_replicas_without_a_matching_selector_or_while_paused() {
         let app = App::new(Registry::new(ServeFlavor::KubeVirt), Duration::from_secs(1));
