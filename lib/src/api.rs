@@ -112,9 +112,19 @@ pub const PVC: Kind = Kind {
     namespaced: true,
 };
 
+/// KubeVirt's VirtualMachinePool.
+pub const KUBEVIRT_POOL: Kind = Kind {
+    group: "pool.kubevirt.io",
+    version: "v1beta1",
+    kind: "VirtualMachinePool",
+    plural: "virtualmachinepools",
+    namespaced: true,
+};
+
 /// Every kind kubectl-vm writes, for finding the kind of a generated object.
-const KNOWN: [Kind; 8] = [
+const KNOWN: [Kind; 9] = [
     KUBEVIRT_VM,
+    KUBEVIRT_POOL,
     KUBEVIRT_VMI,
     DECKHOUSE_VM,
     DATA_VOLUME,

@@ -108,6 +108,27 @@ impl Target {
     }
 }
 
+/// A pool target, `pool/NAME[/NAMESPACE]` (also `vmpool/…`, `virtualmachinepool/…`), for the
+/// commands that act on a pool made by `create --replicas`: the target with the pool's name,
+/// or `None` when `text` names no pool.
+pub fn parse_pool(text: &str) -> Result<Option<Target>> {
+    let Some((prefix, rest)) = text.split_once('/') else {
+        return Ok(None);
+    };
+    if !matches!(
+        prefix,
+        "pool" | "pools" | "vmpool" | "vmpools" | "virtualmachinepool" | "virtualmachinepools"
+    ) {
+        return Ok(None);
+    }
+    Target::parse(&format!("vm/{rest}"), false)
+        .map(Some)
+        .map_err(|e| match e {
+            Error::InvalidTarget(m) => Error::InvalidTarget(m.replace(&format!("vm/{rest}"), text)),
+            other => other,
+        })
+}
+
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(user) = &self.user {
@@ -173,6 +194,21 @@ mod tests {
 
     fn parse(text: &str) -> Target {
         Target::parse(text, true).unwrap()
+    }
+
+    #[test]
+    fn pool_targets() {
+        let t = parse_pool("pool/web").unwrap().unwrap();
+        assert_eq!((t.name.as_str(), t.namespace), ("web", None));
+        let t = parse_pool("vmpool/web/prod").unwrap().unwrap();
+        assert_eq!(
+            (t.name.as_str(), t.namespace.as_deref()),
+            ("web", Some("prod"))
+        );
+        assert_eq!(parse_pool("web").unwrap(), None);
+        assert_eq!(parse_pool("vm/web").unwrap(), None);
+        let err = parse_pool("pool/Web").unwrap_err().to_string();
+        assert!(err.starts_with("invalid target \"pool/Web\""), "{err}");
     }
 
     #[test]

@@ -66,6 +66,9 @@ pub struct VmSummary {
     pub migratable: Option<bool>,
     /// KubeVirt run strategy or Deckhouse run policy.
     pub run_strategy: Option<String>,
+    /// The pool the VM is a replica of: the VirtualMachinePool controlling it (KubeVirt) or
+    /// its [`crate::create::pool::POOL_LABEL`] label (Deckhouse pools made by `create`).
+    pub pool: Option<String>,
     /// The VM object as the server returned it; with [`Detail::Row`] only the fields a row
     /// needs.
     pub object: Value,
@@ -208,6 +211,18 @@ fn conditions(object: &Value) -> Vec<Condition> {
         .collect()
 }
 
+/// The pool of a VM: its controlling VirtualMachinePool, else its pool label.
+fn pool_of(vm: &Value) -> Option<String> {
+    vm.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|r| r["controller"] == true && r["kind"] == "VirtualMachinePool")
+        .and_then(|r| r["name"].as_str())
+        .or_else(|| vm["metadata"]["labels"][crate::create::pool::POOL_LABEL].as_str())
+        .map(str::to_owned)
+}
+
 /// Summarise a KubeVirt VM and its instance (if it has one).
 pub fn summarize_kubevirt(vm: &Value, vmi: Option<&Value>) -> VmSummary {
     // The instance has the effective values (instancetypes expanded); the VM's template
@@ -251,6 +266,7 @@ pub fn summarize_kubevirt(vm: &Value, vmi: Option<&Value>) -> VmSummary {
         agent: vmi.map(|i| condition_status(i, "AgentConnected").unwrap_or(false)),
         migratable: vmi.map(|i| condition_status(i, "LiveMigratable").unwrap_or(false)),
         run_strategy,
+        pool: pool_of(vm),
         object: vm.clone(),
     }
 }
@@ -275,6 +291,7 @@ pub fn summarize_deckhouse(vm: &Value) -> VmSummary {
         agent: running.then(|| condition_status(vm, "AgentReady").unwrap_or(false)),
         migratable: running.then(|| condition_status(vm, "Migratable").unwrap_or(false)),
         run_strategy: text(vm, "/spec/runPolicy"),
+        pool: pool_of(vm),
         object: vm.clone(),
     }
 }

@@ -62,6 +62,36 @@ const DECKHOUSE_ERROR_PHASES: [&str; 2] = ["Failed", "Degraded"];
 /// An import counts as failing once CDI restarted it this often with an error condition.
 const FAILING_RESTARTS: u64 = 3;
 
+/// Wait until VM `name` exists (a pool's replica, which its controller makes after `create`
+/// returned), polling.
+pub async fn until_exists(
+    cluster: &Cluster,
+    flavor: Flavor,
+    name: &str,
+    namespace: &str,
+    timeout: Duration,
+) -> Result<()> {
+    let vm_kind = Kind::vm(flavor);
+    let api = vm_kind.api(&cluster.client, Some(namespace));
+    let work = async {
+        loop {
+            let found = api.get_opt(name).await.map_err(|e| {
+                cluster.error(e, &vm_kind.action("get", Some(namespace)).named(name))
+            })?;
+            if found.is_some() {
+                return Ok(());
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::Timeout(format!(
+            "virtualmachine {name:?} in namespace {namespace:?} to be created"
+        ))),
+    }
+}
+
 /// Wait until VM `name` has status `want` (`Running`, or `Stopped` for a VM created stopped),
 /// calling `on_change` whenever the snapshot changes.
 ///

@@ -160,6 +160,7 @@ fn kubectl_completes_create_flags_and_secret_names() {
         "--user-data-secret",
         "--ssh-key-secret",
         "--access-credential",
+        "--replicas",
     ] {
         assert!(
             values.contains(&flag.to_owned()),

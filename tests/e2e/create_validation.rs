@@ -70,6 +70,8 @@ fn every_bad_input_is_one_line_exit_2_and_no_request() {
             .join(",")
     );
     let long_get = "b".repeat(64);
+    // Fine for one VM, but replica NAME-9's boot disk NAME-9-root is 64 characters.
+    let long_pool = "p".repeat(57);
     let cases = vec![
         // Names and the boot source.
         case(
@@ -179,6 +181,48 @@ fn every_bad_input_is_one_line_exit_2_and_no_request() {
             "--instancetype cannot be used with --cpu",
         ),
         image(&["--ephemeral", "--flavor", "deckhouse"], "--ephemeral"),
+        // Pools.
+        image(
+            &["--replicas", "0"],
+            "--replicas 0 is out of range: give 1 to 32",
+        ),
+        image(
+            &["--replicas", "33"],
+            "--replicas 33 is out of range: give 1 to 32",
+        ),
+        image(
+            &["--replicas", "three"],
+            "--replicas \"three\": give a whole number",
+        ),
+        case(
+            &["create", "app", "--disk", "app-root", "--replicas", "2"],
+            "--disk app-root cannot be used with --replicas",
+        ),
+        image(
+            &["--replicas", "2", "--hostname", "h"],
+            "--hostname cannot be used with --replicas",
+        ),
+        case(
+            &[
+                "create",
+                "app",
+                "--url",
+                URL,
+                "--checksum",
+                SHA256,
+                "--replicas",
+                "2",
+                "--flavor",
+                "kubevirt",
+            ],
+            "--checksum cannot be used with --replicas on KubeVirt",
+        ),
+        case(
+            &["create", &long_pool, "--image", IMAGE, "--replicas", "10"],
+            &format!(
+                "--replicas 10: the VM name is too long for its boot disk name {long_pool}-9-root"
+            ),
+        ),
         image(&["--run-strategy", "Sometimes"], "--run-strategy"),
         image(
             &["--stopped", "--run-strategy", "Always"],

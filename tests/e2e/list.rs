@@ -37,7 +37,8 @@ fn kubevirt_wide_list_through_kubectl_plugin_discovery() {
             "MEMORY",
             "AGENT",
             "MIGRATABLE",
-            "RUN-STRATEGY"
+            "RUN-STRATEGY",
+            "POOL"
         ]
     );
     // Columns line up: every header starts where its cells start.
@@ -58,7 +59,8 @@ fn kubevirt_wide_list_through_kubectl_plugin_discovery() {
                 "MEMORY",
                 "AGENT",
                 "MIGRATABLE",
-                "RUN-STRATEGY"
+                "RUN-STRATEGY",
+                "POOL"
             ],
             &[
                 "default",
@@ -70,7 +72,8 @@ fn kubevirt_wide_list_through_kubectl_plugin_discovery() {
                 "2Gi",
                 "<none>",
                 "<none>",
-                "Always"
+                "Always",
+                "<none>"
             ],
             &[
                 "default",
@@ -82,7 +85,8 @@ fn kubevirt_wide_list_through_kubectl_plugin_discovery() {
                 "2Gi",
                 "true",
                 "true",
-                "Always"
+                "Always",
+                "<none>"
             ],
             &[
                 "dev",
@@ -94,11 +98,12 @@ fn kubevirt_wide_list_through_kubectl_plugin_discovery() {
                 "1Gi",
                 "false",
                 "true",
-                "Always"
+                "Always",
+                "<none>"
             ],
             &[
                 "dev", "batch", "Stopped", "<none>", "<none>", "<none>", "1Gi", "<none>", "<none>",
-                "Halted"
+                "Halted", "<none>"
             ],
             &[
                 "prod",
@@ -110,7 +115,8 @@ fn kubevirt_wide_list_through_kubectl_plugin_discovery() {
                 "8Gi",
                 "true",
                 "false",
-                "Always"
+                "Always",
+                "<none>"
             ],
         ])
     );
@@ -140,7 +146,8 @@ fn deckhouse_wide_list_through_kubectl_plugin_discovery() {
                 "AGENT",
                 "MIGRATABLE",
                 "RUN-STRATEGY",
-                "CORE-FRACTION"
+                "CORE-FRACTION",
+                "POOL"
             ],
             &[
                 "default",
@@ -153,11 +160,12 @@ fn deckhouse_wide_list_through_kubectl_plugin_discovery() {
                 "true",
                 "true",
                 "AlwaysOnUnlessStoppedManually",
-                "10%"
+                "10%",
+                "<none>"
             ],
             &[
                 "dev", "builder", "Stopped", "<none>", "<none>", "2", "2Gi", "<none>", "<none>",
-                "Manual", "50%"
+                "Manual", "50%", "<none>"
             ],
             &[
                 "dev",
@@ -170,6 +178,7 @@ fn deckhouse_wide_list_through_kubectl_plugin_discovery() {
                 "<none>",
                 "<none>",
                 "AlwaysOnUnlessStoppedManually",
+                "<none>",
                 "<none>"
             ],
             &[
@@ -183,7 +192,8 @@ fn deckhouse_wide_list_through_kubectl_plugin_discovery() {
                 "true",
                 "false",
                 "AlwaysOn",
-                "100%"
+                "100%",
+                "<none>"
             ],
         ])
     );

@@ -23,6 +23,7 @@ mod lifecycle;
 mod lifecycle_deckhouse;
 mod list;
 mod list_watch;
+mod pools;
 mod real_guest;
 mod real_guest_extras;
 mod scripts;

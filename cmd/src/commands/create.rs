@@ -35,6 +35,7 @@ use crate::render::{self, OutputFormat};
   kubectl vm create web --image quay.io/containerdisks/ubuntu:24.04 --cpu 2 --memory 4Gi --ssh-key ~/.ssh/id_ed25519.pub
   kubectl vm create db --url https://example.org/disk.qcow2 --checksum sha256:<hex> --disk-size 40Gi --data-disk data=100Gi
   kubectl vm create web --image cvi/ubuntu-24-04 --class generic --core-fraction 50% --wait
+  kubectl vm create web --image quay.io/containerdisks/fedora:42 --replicas 3
   kubectl vm create web --image quay.io/containerdisks/fedora:42 --dry-run=client -o yaml --flavor kubevirt --ca-public-key ca.pub")]
 pub struct CreateArgs {
     /// Name of the new VM
@@ -135,6 +136,9 @@ pub struct CreateArgs {
     /// Create the VM without starting it
     #[arg(long, help_heading = "Machine")]
     pub stopped: bool,
+    /// Create a pool of N VMs (1-32) named NAME-0 … NAME-<N-1>, each with its own disks (KubeVirt VirtualMachinePool; Deckhouse: N VMs labelled kubevm.io/pool=NAME)
+    #[arg(long, value_name = "N", help_heading = "Machine")]
+    pub replicas: Option<String>,
     /// Label KEY=VALUE for the VM and its disks (repeatable)
     #[arg(
         short = 'l',
@@ -348,7 +352,25 @@ pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandRes
     out.flush()?;
     drop(out);
     if args.wait && dry_run == DryRun::None {
-        wait_for(&cluster, flavor, &plan, timeout).await?;
+        match plan.replicas {
+            None => wait_for(&cluster, flavor, &plan, timeout).await?,
+            // Each replica in turn; the controller makes them at once.
+            Some(n) => {
+                for i in 0..n {
+                    let replica = create::pool::replica_plan(&plan, i);
+                    let ns = &replica.namespace;
+                    wait::until_exists(&cluster, flavor, &replica.name, ns, timeout)
+                        .await
+                        .map_err(|e| match e {
+                            kubevm::Error::Timeout(what) => {
+                                CommandError::Failed(format!("timed out waiting for {what}"))
+                            }
+                            e => e.into(),
+                        })?;
+                    wait_for(&cluster, flavor, &replica, timeout).await?;
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -505,6 +527,18 @@ fn build_plan(
     plan.hostname = args.hostname.clone();
     plan.run_strategy = parse::<RunStrategy>("run-strategy", &args.run_strategy)?;
     plan.stopped = args.stopped;
+    plan.replicas = args
+        .replicas
+        .as_deref()
+        .map(|v| {
+            v.trim().parse::<u32>().map_err(|_| {
+                CommandError::usage(format!(
+                    "--replicas {v:?}: give a whole number of VMs, 1 to {}",
+                    create::pool::MAX_REPLICAS
+                ))
+            })
+        })
+        .transpose()?;
     plan.labels = parse_all::<Label>("label", &args.labels)?;
     plan.data_disks = parse_all::<DataDisk>("data-disk", &args.data_disk)?;
     plan.guest.user_data = inputs.cloud_init.clone();

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, ValueEnum};
 use clap_complete::engine::ArgValueCompleter;
+use kubevm::delete::pool::PoolDeletePlan;
 use kubevm::delete::{self, DeletePlan};
 use kubevm::target::{Target, TargetKind};
 
@@ -16,10 +17,10 @@ use crate::prompt;
 /// Arguments of `delete`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Disks kubectl vm created for the VM are deleted with it unless --keep-disks, which keeps them so\nthe VM can be recreated from the same declaration with its data. Disks you attached yourself are\nnever deleted. On a terminal it asks before deleting unless --yes.\n\nExamples:\n  kubectl vm delete web\n  kubectl vm delete web.prod --keep-disks\n  kubectl vm delete web --dry-run=server\n  kubectl vm delete web -y --wait=false"
+    after_help = "Disks kubectl vm created for the VM are deleted with it unless --keep-disks, which keeps them so\nthe VM can be recreated from the same declaration with its data. Disks you attached yourself are\nnever deleted. NAME may be a pool made by create --replicas: its VMs, their disks and Secrets go too. On a terminal it asks before deleting unless --yes.\n\nExamples:\n  kubectl vm delete web\n  kubectl vm delete web.prod --keep-disks\n  kubectl vm delete web --dry-run=server\n  kubectl vm delete web -y --wait=false\n  kubectl vm delete pool/web -y"
 )]
 pub struct DeleteArgs {
-    /// The VM: NAME, NAME.NAMESPACE or vm/NAME[/NAMESPACE]
+    /// The VM, or a pool made by create --replicas: NAME, NAME.NAMESPACE, vm/NAME[/NAMESPACE] or pool/NAME[/NAMESPACE]
     #[arg(value_name = "VM", add = ArgValueCompleter::new(complete::vm_names))]
     pub target: String,
 
@@ -57,6 +58,22 @@ pub enum DryRun {
 }
 
 pub async fn cmd_delete(global: &GlobalArgs, args: DeleteArgs) -> CommandResult {
+    if let Some(pool) = kubevm::target::parse_pool(&args.target)? {
+        if let Some(flag) = global.namespace.as_deref() {
+            pool.namespace_in(flag, true)?;
+        }
+        let (cluster, platform) = super::connect(global).await?;
+        let namespace = pool.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
+        let plan = delete::pool::plan(&cluster, &platform, &pool.name, &namespace)
+            .await?
+            .ok_or_else(|| {
+                CommandError::Failed(format!(
+                    "pool {:?} not found in namespace {namespace:?} (no VirtualMachinePool, or no VMs created for it by create --replicas)",
+                    pool.name
+                ))
+            })?;
+        return delete_pool(&cluster, &platform, &args, plan).await;
+    }
     let target = Target::parse(&args.target, false)?;
     if target.kind == TargetKind::Vmi {
         return Err(CommandError::usage(format!(
@@ -70,14 +87,37 @@ pub async fn cmd_delete(global: &GlobalArgs, args: DeleteArgs) -> CommandResult 
     }
     let (cluster, platform) = super::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
-    let plan = delete::plan(
+    let plan = match delete::plan(
         &cluster,
         &platform,
         &target.name,
         &namespace,
         args.keep_disks,
     )
-    .await?;
+    .await
+    {
+        Ok(plan) => plan,
+        // No VM of that name: maybe a pool made by `create --replicas`.
+        Err(e @ kubevm::Error::NotFound { .. }) if target.kind == TargetKind::Vm => {
+            let is_vm = matches!(&e, kubevm::Error::NotFound { kind, .. } if kind != "namespace");
+            let pool = if is_vm {
+                delete::pool::plan(&cluster, &platform, &target.name, &namespace).await?
+            } else {
+                None
+            };
+            return match pool {
+                Some(pool) => delete_pool(&cluster, &platform, &args, pool).await,
+                None => Err(e.into()),
+            };
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(pool) = &plan.pool {
+        return Err(CommandError::Failed(format!(
+            "virtualmachine {:?} is a replica of VirtualMachinePool {pool:?}, which would create it again; delete the pool instead: kubectl vm delete {pool}",
+            plan.name
+        )));
+    }
     let dry_run = args.dry_run.unwrap_or(DryRun::None);
     if dry_run == DryRun::None && !args.yes && prompt::interactive() {
         let question = question(&plan);
@@ -111,6 +151,79 @@ pub async fn cmd_delete(global: &GlobalArgs, args: DeleteArgs) -> CommandResult 
         delete::wait_gone(&cluster, &platform, &plan, timeout).await?;
     }
     Ok(())
+}
+
+/// Delete a pool: the KubeVirt VirtualMachinePool (its replicas, their disks and the
+/// per-replica Secrets go with it), or on Deckhouse each VM created for the pool.
+async fn delete_pool(
+    cluster: &kubevm::cluster::Cluster,
+    platform: &kubevm::flavor::Platform,
+    args: &DeleteArgs,
+    plan: PoolDeletePlan,
+) -> CommandResult {
+    if args.keep_disks {
+        return Err(CommandError::usage(format!(
+            "--keep-disks cannot be used on pool {:?}: its replicas' disks are made per replica and go with them",
+            plan.name
+        )));
+    }
+    let dry_run = args.dry_run.unwrap_or(DryRun::None);
+    if dry_run == DryRun::None && !args.yes && prompt::interactive() {
+        let names: Vec<&str> = plan.replicas.iter().map(|r| r.name.as_str()).collect();
+        let question = format!(
+            "Delete pool \"{}/{}\" and its {} virtual machines ({}) with their disks?",
+            plan.namespace,
+            plan.name,
+            names.len(),
+            names.join(", ")
+        );
+        if !prompt::confirm(&question).await? {
+            return Err(CommandError::Failed(format!(
+                "aborted: pool \"{}/{}\" was not deleted (answer y to confirm, or pass --yes)",
+                plan.namespace, plan.name
+            )));
+        }
+    }
+    if dry_run != DryRun::Client {
+        delete::pool::execute(cluster, &plan, dry_run == DryRun::Server).await?;
+    }
+    let suffix = match dry_run {
+        DryRun::None => "",
+        DryRun::Client => " (dry run)",
+        DryRun::Server => " (server dry run)",
+    };
+    let mut out = std::io::stdout().lock();
+    for line in pool_report(&plan) {
+        writeln!(out, "{line}{suffix}")?;
+    }
+    out.flush()?;
+    drop(out);
+    if args.wait && dry_run == DryRun::None {
+        let timeout = if args.timeout.is_zero() {
+            Duration::from_secs(10 * 365 * 24 * 3600)
+        } else {
+            args.timeout
+        };
+        delete::pool::wait_gone(cluster, platform, &plan, timeout).await?;
+    }
+    Ok(())
+}
+
+/// The pool (KubeVirt), then each replica's lines as `delete` prints them, then the Secrets.
+fn pool_report(plan: &PoolDeletePlan) -> Vec<String> {
+    let mut lines = Vec::new();
+    if plan.pool_uid.is_some() {
+        lines.push(format!("{} deleted", plan.display()));
+    }
+    for replica in &plan.replicas {
+        lines.extend(report(replica));
+    }
+    lines.extend(
+        plan.secrets
+            .iter()
+            .map(|s| format!("{} deleted", s.display())),
+    );
+    lines
 }
 
 /// `Delete virtual machine "prod/web" and its 2 disks (web-root, web-data)?`
@@ -175,6 +288,7 @@ mod tests {
                 owned: true,
                 uid: String::new(),
             }],
+            pool: None,
         }
     }
 

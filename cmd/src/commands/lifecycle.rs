@@ -26,7 +26,7 @@ const CONCURRENCY: usize = 4;
 /// Flags every power action shares.
 #[derive(Debug, Args)]
 pub struct BulkArgs {
-    /// VMs: NAME, NAME.NAMESPACE or vm/NAME[/NAMESPACE]
+    /// VMs: NAME, NAME.NAMESPACE or vm/NAME[/NAMESPACE]; pool/NAME for every VM of a pool made by create --replicas
     #[arg(value_name = "VM", add = ArgValueCompleter::new(complete::vm_names))]
     pub targets: Vec<String>,
 
@@ -87,7 +87,7 @@ pub enum ResultFormat {
 /// Arguments of `start`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "KubeVirt: PUT …/virtualmachines/NAME/start. Deckhouse: a Start VirtualMachineOperation.\n\nExamples:\n  kubectl vm start web\n  kubectl vm start web --paused\n  kubectl vm start -l app=web -y --wait\n  kubectl vm start web.prod --no-wait -o name"
+    after_help = "KubeVirt: PUT …/virtualmachines/NAME/start. Deckhouse: a Start VirtualMachineOperation.\n\nExamples:\n  kubectl vm start web\n  kubectl vm start web --paused\n  kubectl vm start -l app=web -y --wait\n  kubectl vm start pool/web -y\n  kubectl vm start web.prod --no-wait -o name"
 )]
 pub struct StartArgs {
     #[command(flatten)]
@@ -237,18 +237,22 @@ pub async fn cmd_power(global: &GlobalArgs, command: Power) -> CommandResult {
         return Err(CommandError::usage("--grace-period must be 0 or more"));
     }
     // Local checks first: no request before the input is known to be good.
-    let names: Vec<Target> = bulk
-        .targets
-        .iter()
-        .map(|t| Target::parse(t, false))
-        .collect::<Result<_, _>>()?;
-    if names.is_empty() && bulk.selector.is_none() && !bulk.all {
+    // `pool/NAME` stands for the pool's replicas (made by `create --replicas`).
+    let mut names: Vec<Target> = Vec::new();
+    let mut pools: Vec<Target> = Vec::new();
+    for t in &bulk.targets {
+        match kubevm::target::parse_pool(t)? {
+            Some(pool) => pools.push(pool),
+            None => names.push(Target::parse(t, false)?),
+        }
+    }
+    if names.is_empty() && pools.is_empty() && bulk.selector.is_none() && !bulk.all {
         return Err(CommandError::usage(format!(
             "name the VMs to {}, or select them with -l SELECTOR or --all",
             action.verb()
         )));
     }
-    if bulk.all_namespaces && !names.is_empty() {
+    if bulk.all_namespaces && !(names.is_empty() && pools.is_empty()) {
         return Err(CommandError::usage(
             "-A selects across namespaces for -l or --all; name VMs in other namespaces as NAME.NAMESPACE",
         ));
@@ -272,20 +276,33 @@ pub async fn cmd_power(global: &GlobalArgs, command: Power) -> CommandResult {
     } else if bulk.all {
         Selection::All { namespace }
     } else {
-        Selection::Names(
-            names
-                .iter()
-                .map(|t| {
-                    Ok(VmRef {
-                        namespace: t
-                            .namespace_in(&cluster.namespace, cluster.namespace_from_flag)?,
-                        name: t.name.clone(),
-                    })
+        let mut refs: Vec<VmRef> = names
+            .iter()
+            .map(|t| {
+                Ok(VmRef {
+                    namespace: t.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?,
+                    name: t.name.clone(),
                 })
-                .collect::<kubevm::Result<_>>()?,
-        )
+            })
+            .collect::<kubevm::Result<_>>()?;
+        for pool in &pools {
+            let namespace = pool.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
+            let members = kubevm::delete::pool::members(&cluster, &platform, &pool.name, &namespace)
+                .await?
+                .ok_or_else(|| {
+                    CommandError::Failed(format!(
+                        "pool {:?} not found in namespace {namespace:?} (no VirtualMachinePool, or no VMs created for it by create --replicas)",
+                        pool.name
+                    ))
+                })?;
+            refs.extend(members.1.into_iter().map(|name| VmRef {
+                namespace: namespace.clone(),
+                name,
+            }));
+        }
+        Selection::Names(refs)
     };
-    let is_bulk = !matches!(&selection, Selection::Names(n) if n.len() == 1);
+    let is_bulk = !pools.is_empty() || !matches!(&selection, Selection::Names(n) if n.len() == 1);
     let vms = lifecycle::select(&cluster, platform.flavor, &selection).await?;
     if vms.is_empty() {
         return Err(CommandError::Failed(match &bulk.selector {
@@ -483,7 +500,21 @@ async fn execute(
     out.flush()?;
     drop(out);
     if !is_bulk {
-        if let Some((_, e)) = failed.pop() {
+        if let Some((vm, e)) = failed.pop() {
+            // A pool's name is not a VM: point at its replicas (looked up only on failure).
+            if matches!(&e, kubevm::Error::NotFound { kind, .. } if kind == "virtualmachine")
+                && let Ok(Some((_, members))) =
+                    kubevm::delete::pool::members(cluster, platform, &vm.name, &vm.namespace).await
+            {
+                return Err(CommandError::Failed(format!(
+                    "{e}; {:?} is a pool of {} virtual machines ({}): use pool/{} to {} them all",
+                    vm.name,
+                    members.len(),
+                    members.join(", "),
+                    vm.name,
+                    action.verb()
+                )));
+            }
             return Err(e.into());
         }
         return Ok(());

@@ -169,6 +169,7 @@ impl Printer {
             if self.kind.group == kubevm::flavor::DECKHOUSE_GROUP {
                 headers.push("CORE-FRACTION");
             }
+            headers.push("POOL");
         }
         headers
     }
@@ -197,6 +198,7 @@ impl Printer {
             if self.kind.group == kubevm::flavor::DECKHOUSE_GROUP {
                 row.push(cell(vm.core_fraction.as_ref()));
             }
+            row.push(cell(vm.pool.as_ref()));
         }
         row
     }

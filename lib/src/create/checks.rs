@@ -177,6 +177,49 @@ pub async fn setup_platform_ssh(
     Ok(())
 }
 
+/// The plans of a pool's replicas, each with the platform SSH CA and its own host key and
+/// certificate (VM-scoped: they name the replica). The CA is looked up once, for the first
+/// replica; a warning repeated for every replica is shown once.
+async fn replica_plans(
+    cluster: Option<(&Cluster, &Platform)>,
+    ca: &CaSource,
+    plan: &mut VmPlan,
+    replicas: u32,
+    warn: &mut dyn FnMut(String),
+) -> Result<Vec<VmPlan>> {
+    let mut seen: Vec<String> = Vec::new();
+    let mut warn_once = |w: String| {
+        if !seen.contains(&w) {
+            seen.push(w.clone());
+            warn(w);
+        }
+    };
+    let mut out: Vec<VmPlan> = Vec::new();
+    for index in 0..replicas {
+        let mut replica = crate::create::pool::replica_plan(plan, index);
+        match out.first() {
+            None => setup_platform_ssh(cluster, ca, &mut replica, &mut warn_once).await?,
+            Some(first) => {
+                replica.platform_ssh.enabled = first.platform_ssh.enabled;
+                replica.platform_ssh.ca_public_keys = first.platform_ssh.ca_public_keys.clone();
+                if let (true, Some((cluster, platform)), None) =
+                    (replica.platform_ssh.enabled, cluster, &ca.public_keys)
+                {
+                    replica.platform_ssh.host =
+                        host_keys(cluster, platform, &ca.namespace, &replica, &mut warn_once)
+                            .await?;
+                }
+            }
+        }
+        out.push(replica);
+    }
+    if let Some(first) = out.first() {
+        plan.platform_ssh.enabled = first.platform_ssh.enabled;
+        plan.platform_ssh.ca_public_keys = first.platform_ssh.ca_public_keys.clone();
+    }
+    Ok(out)
+}
+
 /// The VM's host key and certificate (see [`setup_platform_ssh`]).
 async fn host_keys(
     cluster: &Cluster,
@@ -277,8 +320,25 @@ pub async fn prepare(
         }
         None => {}
     }
-    setup_platform_ssh(cluster, &options.ca, &mut plan, warn).await?;
-    let manifests = crate::create::build(&plan).map_err(|e| match e {
+    let built = match plan.replicas {
+        None => {
+            setup_platform_ssh(cluster, &options.ca, &mut plan, warn).await?;
+            crate::create::build(&plan)
+        }
+        Some(n) => {
+            if let Some((_, platform)) = cluster
+                && plan.flavor == Flavor::KubeVirt
+                && !platform.serves("pool.kubevirt.io", "v1beta1")
+            {
+                return Err(Error::Platform(
+                    "--replicas needs KubeVirt's VirtualMachinePool (pool.kubevirt.io/v1beta1), which this cluster does not serve".into(),
+                ));
+            }
+            let replicas = replica_plans(cluster, &options.ca, &mut plan, n, warn).await?;
+            crate::create::pool::build(&plan, &replicas)
+        }
+    };
+    let manifests = built.map_err(|e| match e {
         crate::create::CreateError::CloudInit(e) if plan.guest.user_data_from_secret => {
             Error::Platform(format!(
                 "--user-data-secret {}: {}",

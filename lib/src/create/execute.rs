@@ -17,8 +17,9 @@ use kube::api::{DeleteParams, DynamicObject, PostParams, Preconditions};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::api::{DATA_VOLUME, Kind, VIRTUAL_DISK};
+use crate::api::{DATA_VOLUME, DECKHOUSE_VM, KUBEVIRT_POOL, KUBEVIRT_VM, Kind, VIRTUAL_DISK};
 use crate::cluster::Cluster;
+use crate::create::pool::planned_replicas;
 use crate::create::{MANAGED_BY, MANAGED_BY_LABEL, Manifests, Owner, VM_LABEL, VmOwner};
 use crate::error::{Error, Result};
 
@@ -62,21 +63,46 @@ pub fn is_kept_disk(kind: &Kind, object: &Value, vm: &str) -> bool {
         && !owners
 }
 
-/// Every object `manifests` would create, as (kind, name): the planned objects and the
-/// DataVolumes the KubeVirt VM's templates make.
-fn targets(manifests: &Manifests) -> Result<Vec<(Kind, String)>> {
+/// Every object `manifests` would create, as (kind, name, the VM it is created for): the
+/// planned objects and the DataVolumes the KubeVirt VM's templates make; for a
+/// VirtualMachinePool also the replica VMs and their DataVolumes (`NAME-i`, `DV-i`), which
+/// must be free: upstream's pool controller skips an index whose name a VM already has, so a
+/// foreign `NAME-i` would leave replica `i` without its Secret.
+fn targets(manifests: &Manifests) -> Result<Vec<(Kind, String, String)>> {
     let mut out = Vec::new();
     for planned in &manifests.objects {
         let kind = Kind::of(&planned.object)
             .ok_or_else(|| Error::Internal(format!("no API known for {}", planned.kind())))?;
-        out.push((kind, planned.name().to_owned()));
-        let templates = planned
-            .object
-            .pointer("/spec/dataVolumeTemplates")
+        let for_vm = |o: &Value| {
+            o.pointer("/metadata/labels")
+                .and_then(|l| l.get(VM_LABEL))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let vm = for_vm(&planned.object);
+        out.push((kind, planned.name().to_owned(), vm.clone()));
+        let (spec, suffixes) = if kind == KUBEVIRT_POOL {
+            let replicas = planned_replicas(&planned.object);
+            for name in &replicas {
+                out.push((KUBEVIRT_VM, name.clone(), vm.clone()));
+            }
+            let suffixes = (0..replicas.len()).map(|i| format!("-{i}")).collect();
+            (
+                planned.object.pointer("/spec/virtualMachineTemplate/spec"),
+                suffixes,
+            )
+        } else {
+            (planned.object.get("spec"), vec![String::new()])
+        };
+        let templates = spec
+            .and_then(|s| s.get("dataVolumeTemplates"))
             .and_then(Value::as_array);
         for t in templates.into_iter().flatten() {
             if let Some(name) = t.pointer("/metadata/name").and_then(Value::as_str) {
-                out.push((DATA_VOLUME, name.to_owned()));
+                for suffix in &suffixes {
+                    out.push((DATA_VOLUME, format!("{name}{suffix}"), for_vm(t)));
+                }
             }
         }
     }
@@ -87,11 +113,11 @@ fn targets(manifests: &Manifests) -> Result<Vec<(Kind, String)>> {
 /// line naming it, unless it is a disk kept for this VM.
 pub async fn check_existing(cluster: &Cluster, manifests: &Manifests) -> Result<Existing> {
     let vm = manifests.vm();
-    let vm_name = vm["metadata"]["name"].as_str().unwrap_or_default();
     let namespace = vm["metadata"]["namespace"].as_str().unwrap_or_default();
     let ns = Some(namespace);
     let mut existing = Existing::default();
-    for (kind, name) in targets(manifests)? {
+    for (kind, name, vm_name) in targets(manifests)? {
+        let vm_name = vm_name.as_str();
         let found = match kind.api(&cluster.client, ns).get_opt(&name).await {
             Ok(found) => found,
             Err(e) => match cluster.error(e, &kind.action("get", ns).named(name.as_str())) {
@@ -103,7 +129,7 @@ pub async fn check_existing(cluster: &Cluster, manifests: &Manifests) -> Result<
         let Some(found) = found else { continue };
         let object = serde_json::to_value(found).unwrap_or(Value::Null);
         let what = kind.kind.to_ascii_lowercase();
-        if kind.kind == "VirtualMachine" {
+        if kind == KUBEVIRT_VM || kind == DECKHOUSE_VM || kind == KUBEVIRT_POOL {
             return Err(Error::NotOurs(format!(
                 "{what} {name:?} already exists in namespace {namespace:?}; delete it first or choose another name"
             )));
@@ -167,7 +193,7 @@ pub async fn create_all(
         };
         let reason = match outcome {
             Some(Ok(applied)) => {
-                if kind.kind == "VirtualMachine" {
+                if planned.is_main() {
                     vm_owner = VmOwner::from_object(&applied.object);
                 }
                 on_applied(&applied);

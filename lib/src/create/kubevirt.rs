@@ -43,7 +43,7 @@ pub(super) fn objects(plan: &VmPlan, user_data: Option<&UserData>) -> Vec<Planne
     objects
 }
 
-fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Value {
+pub(super) fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Value {
     let mut disks = Vec::new();
     let mut volumes = Vec::new();
     let mut templates = Vec::new();

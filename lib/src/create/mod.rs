@@ -16,6 +16,7 @@ pub mod kubevirt;
 pub mod limits;
 pub mod options;
 pub mod plan;
+pub mod pool;
 pub mod secrets;
 pub mod sizing;
 
@@ -124,6 +125,12 @@ impl PlannedObject {
         self.object["kind"].as_str().unwrap_or_default()
     }
 
+    /// Whether this is a VM or a VirtualMachinePool: objects after it with [`Owner::Vm`] are
+    /// owned by it.
+    pub fn is_main(&self) -> bool {
+        matches!(self.kind(), "VirtualMachine" | "VirtualMachinePool")
+    }
+
     /// `metadata.name` of the object.
     pub fn name(&self) -> &str {
         self.object["metadata"]["name"].as_str().unwrap_or_default()
@@ -153,19 +160,27 @@ pub struct Manifests {
 }
 
 impl Manifests {
-    /// The VirtualMachine object.
+    /// The VirtualMachine object (the first one, for a Deckhouse pool), or the
+    /// VirtualMachinePool of a KubeVirt pool.
     pub fn vm(&self) -> &Value {
         &self
             .objects
             .iter()
-            .find(|o| o.kind() == "VirtualMachine")
+            .find(|o| o.is_main())
             .expect("manifests always hold the VM")
             .object
     }
 }
 
-/// Validate `plan` and build its objects for its flavor.
+/// Validate `plan` and build its objects for its flavor. A pool plan (`replicas`) is built by
+/// [`pool::build`], which needs each replica's plan.
 pub fn build(plan: &VmPlan) -> Result<Manifests, CreateError> {
+    if plan.replicas.is_some() {
+        plan.validate()?;
+        let n = plan.replicas.unwrap_or(1);
+        let replicas: Vec<VmPlan> = (0..n).map(|i| pool::replica_plan(plan, i)).collect();
+        return pool::build(plan, &replicas);
+    }
     plan.validate()?;
     let user_data = cloudinit::build(plan)?;
     let objects = match plan.flavor {
@@ -184,6 +199,9 @@ fn labels(plan: &VmPlan) -> BTreeMap<String, String> {
         .collect();
     labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY.into());
     labels.insert(VM_LABEL.into(), plan.name.clone());
+    if let Some(pool) = &plan.pool {
+        labels.insert(pool::POOL_LABEL.into(), pool.clone());
+    }
     labels
 }
 

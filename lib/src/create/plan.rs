@@ -262,6 +262,10 @@ pub struct VmPlan {
     pub platform_ssh: PlatformSsh,
     /// The seed's further settings (topology, SMBIOS, Secure Boot, key Secrets, …).
     pub extras: Extras,
+    /// `--replicas N`: a pool of N VMs named after this plan (see [`super::pool`]).
+    pub replicas: Option<u32>,
+    /// The pool this plan is a replica (or the template) of; adds [`super::pool::POOL_LABEL`].
+    pub pool: Option<String>,
 }
 
 impl VmPlan {
@@ -292,6 +296,8 @@ impl VmPlan {
             guest: GuestConfig::default(),
             platform_ssh: PlatformSsh::default(),
             extras: Extras::default(),
+            replicas: None,
+            pool: None,
         }
     }
 
@@ -367,7 +373,8 @@ impl VmPlan {
         self.validate_disks()?;
         self.validate_machine()?;
         self.validate_extras()?;
-        self.validate_guest()
+        self.validate_guest()?;
+        super::pool::validate(self)
     }
 
     fn validate_boot(&self) -> Result<(), PlanError> {

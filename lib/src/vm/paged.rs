@@ -49,6 +49,36 @@ struct Meta {
     namespace: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     creation_timestamp: Option<String>,
+    #[serde(skip_serializing_if = "Labels::is_empty")]
+    labels: Labels,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    owner_references: Vec<OwnerRef>,
+}
+
+/// The one label a row reads: the pool a VM was created for.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+struct Labels {
+    #[serde(rename = "kubevm.io/pool", skip_serializing_if = "Option::is_none")]
+    pool: Option<String>,
+}
+
+impl Labels {
+    fn is_empty(&self) -> bool {
+        self.pool.is_none()
+    }
+}
+
+/// An owner (a pool's replicas name their VirtualMachinePool).
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+struct OwnerRef {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    controller: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -465,6 +495,26 @@ mod tests {
         assert_eq!(partial, full);
         // Nothing a row does not need is kept.
         assert!(lean(&vm).pointer("/metadata/labels").is_none());
+        // The pool, from the controlling VirtualMachinePool or the pool label.
+        let mut replica = vm.clone();
+        replica["metadata"]["ownerReferences"] = json!([{"apiVersion": "pool.kubevirt.io/v1beta1",
+            "kind": "VirtualMachinePool", "name": "webs", "uid": "u", "controller": true}]);
+        assert_eq!(
+            summarize_kubevirt(&lean(&replica), None).pool.as_deref(),
+            Some("webs")
+        );
+        assert_eq!(summarize_kubevirt(&vm, None).pool, None);
+        replica["metadata"]["labels"]["kubevm.io/pool"] = json!("webs");
+        replica["metadata"]["ownerReferences"] = json!([]);
+        let lean_replica = lean(&replica);
+        assert_eq!(
+            lean_replica["metadata"]["labels"],
+            json!({"kubevm.io/pool": "webs"})
+        );
+        assert_eq!(
+            summarize_deckhouse(&lean_replica).pool.as_deref(),
+            Some("webs")
+        );
         assert!(lean(&vm).pointer("/spec/template/spec/volumes").is_none());
 
         let dvm = json!({"metadata": {"name": "d", "namespace": "dev"},

@@ -3,7 +3,8 @@
 //! test wrote directly are "settled" (see `App::settle`) and left alone until their generation
 //! changes, so hand-written states stay as written.
 //!
-//! Reconcilers by platform: `kubevirt` (VirtualMachine → DataVolumes, VMI, launcher pod), `cdi`
+//! Reconcilers by platform: `kubevirt` (VirtualMachine → DataVolumes, VMI, launcher pod), `pool`
+//! (VirtualMachinePool → replica VMs), `cdi`
 //! (DataVolume imports), `deckhouse` (VirtualDisk, images, classes, VirtualMachine); VMI phases,
 //! migrations and operations live in `lifecycle/`, exports in `export.rs`.
 //!
@@ -13,6 +14,7 @@ mod cdi;
 mod deckhouse;
 pub mod importer;
 mod kubevirt;
+mod pool;
 
 pub(crate) use kubevirt::{kubevirt_should_run, launcher_pod, new_vmi};
 
@@ -29,6 +31,11 @@ type Reconciler = fn(&App, &Value, bool);
 /// Which reconciler runs for which `(group, plural)`.
 const RECONCILERS: &[(&str, &str, Reconciler)] = &[
     ("kubevirt.io", "virtualmachines", kubevirt::kubevirt_vm),
+    (
+        "pool.kubevirt.io",
+        "virtualmachinepools",
+        pool::kubevirt_pool,
+    ),
     // Lifecycle (lifecycle/): VMI phases, migrations, Deckhouse operations.
     (
         "kubevirt.io",

@@ -123,6 +123,25 @@ fn create_vmi(app: &App, vm: &Value, paused: bool) -> Option<Value> {
     app.store.create(KV, "virtualmachineinstances", vmi).ok()
 }
 
+/// Whether a cloud-init Secret the VMI names (`secretRef`, `networkDataSecretRef`) is absent.
+fn missing_cloud_init_secret(app: &App, vmi: &Value) -> bool {
+    let ns = meta_str(vmi, "namespace");
+    vmi.pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            v.get("cloudInitNoCloud")
+                .or_else(|| v.get("cloudInitConfigDrive"))
+        })
+        .flat_map(|ci| {
+            ["secretRef", "networkDataSecretRef"].map(|r| ci.pointer(&format!("/{r}/name")))
+        })
+        .flatten()
+        .filter_map(Value::as_str)
+        .any(|name| app.store.get(&Key::new("", "secrets", ns, name)).is_none())
+}
+
 /// VMI phases, one per tick: Pending → Scheduling (virt-launcher pod Pending) → Scheduled →
 /// Running (pod Running). A VMI being stopped goes at the next tick, pod and all.
 pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
@@ -167,6 +186,10 @@ pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
             return;
         }
         "Scheduling" => "Scheduled",
+        // The launcher pod mounts each cloud-init Secret as a (non-optional) secret volume
+        // (pkg/virt-controller/services/rendervolumes.go `handleCloudInitNoCloud`,
+        // `handleCloudInitConfigDrive`): the kubelet starts it only once they exist.
+        "Scheduled" if missing_cloud_init_secret(app, vmi) => return,
         "Scheduled" => "Running",
         _ => return,
     };

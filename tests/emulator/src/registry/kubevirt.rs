@@ -56,6 +56,11 @@ embedded!(
     "kubevirt",
     "virtualmachineclusterpreferences.instancetype.kubevirt.io.yaml"
 );
+embedded!(
+    VMPOOL,
+    "kubevirt",
+    "virtualmachinepools.pool.kubevirt.io.yaml"
+);
 embedded!(DATAVOLUME, "cdi", "datavolumes.cdi.kubevirt.io.yaml");
 embedded!(DATASOURCE, "cdi", "datasources.cdi.kubevirt.io.yaml");
 embedded!(CDI, "cdi", "cdis.cdi.kubevirt.io.yaml");
@@ -231,6 +236,23 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
             false,
             vec![age()],
             SchemaRef::Embedded(&CLUSTERPREFERENCE),
+        ),
+        def(
+            "pool.kubevirt.io",
+            &["v1beta1", "v1alpha1"],
+            "virtualmachinepools",
+            "VirtualMachinePool",
+            &["vmpool", "vmpools"],
+            &["all"],
+            true,
+            true,
+            vec![
+                c("Desired", "integer", ".spec.replicas"),
+                c("Current", "integer", ".status.replicas"),
+                c("Ready", "integer", ".status.readyReplicas"),
+                age(),
+            ],
+            SchemaRef::Embedded(&VMPOOL),
         ),
         def(
             "cdi.kubevirt.io",

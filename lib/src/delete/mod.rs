@@ -12,6 +12,8 @@
 //! garbage collector removes just the VM's ownerReference) followed by deleting the VMI and
 //! Secrets the collector would otherwise have taken.
 
+pub mod pool;
+
 use std::time::Duration;
 
 use kube::api::{DeleteParams, DynamicObject, ListParams};
@@ -71,6 +73,9 @@ pub struct DeletePlan {
     pub keep_disks: bool,
     /// Secrets owned by the VM (they always go with it).
     pub secrets: Vec<Companion>,
+    /// The VirtualMachinePool controlling the VM, if it is a KubeVirt pool's replica (the
+    /// pool would make it again).
+    pub pool: Option<String>,
 }
 
 impl DeletePlan {
@@ -81,14 +86,14 @@ impl DeletePlan {
 }
 
 /// Whether `object` has an ownerReference with `uid`.
-fn owned_by(object: &Value, uid: &str) -> bool {
+pub(crate) fn owned_by(object: &Value, uid: &str) -> bool {
     object
         .pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
         .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid))
 }
 
-fn to_value(object: DynamicObject) -> Value {
+pub(crate) fn to_value(object: DynamicObject) -> Value {
     serde_json::to_value(object).unwrap_or_default()
 }
 
@@ -189,6 +194,14 @@ pub async fn plan(
             .collect(),
         Err(_) => Vec::new(),
     };
+    let pool = vm
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|r| r["controller"] == true && r["kind"] == "VirtualMachinePool")
+        .and_then(|r| r["name"].as_str())
+        .map(str::to_owned);
     Ok(DeletePlan {
         vm_kind,
         name: name.to_owned(),
@@ -197,11 +210,12 @@ pub async fn plan(
         disks,
         keep_disks,
         secrets,
+        pool,
     })
 }
 
 /// Delete parameters with a uid precondition (none when `uid` is empty).
-fn guarded(mut params: DeleteParams, uid: &str, server_dry_run: bool) -> DeleteParams {
+pub(crate) fn guarded(mut params: DeleteParams, uid: &str, server_dry_run: bool) -> DeleteParams {
     params.dry_run = server_dry_run;
     params.preconditions = (!uid.is_empty()).then(|| kube::api::Preconditions {
         uid: Some(uid.to_owned()),
