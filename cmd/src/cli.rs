@@ -162,6 +162,8 @@ pub enum Command {
     Signer(commands::signer::SignerArgs),
     /// Collect a VM's objects, logs, events and domain XML into one tar.gz (secrets masked)
     CollectDebugInfo(commands::collect_debug_info::CollectDebugInfoArgs),
+    /// Make a KubeVirt VM not created by kubectl vm accept platform SSH certificates
+    Enroll(commands::enroll::EnrollArgs),
     /// Log in to a VM with a short-lived certificate signed by the platform CA
     Ssh(commands::ssh::SshArgs),
     /// Copy files to or from a VM (SFTP over a certificate-authenticated session)

@@ -12,6 +12,7 @@ pub mod console;
 pub mod create;
 pub mod debug_info;
 pub mod delete;
+pub mod enroll;
 pub mod error;
 pub mod export;
 pub mod flavor;

@@ -13,6 +13,7 @@ mod create_safety;
 mod create_validation;
 mod debug_info;
 mod delete;
+mod enroll;
 mod errors;
 mod export;
 mod export_paths;

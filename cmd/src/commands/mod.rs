@@ -8,6 +8,7 @@ pub mod console;
 pub mod create;
 pub mod create_interactive;
 pub mod delete;
+pub mod enroll;
 pub mod export;
 pub mod generate_docs;
 pub mod get;
@@ -65,6 +66,7 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Get(args) => get::cmd_get(&global, args).await,
         Command::Create(args) => create::cmd_create(&global, *args).await,
         Command::Delete(args) => delete::cmd_delete(&global, args).await,
+        Command::Enroll(args) => enroll::cmd_enroll(&global, args).await,
         Command::Export(args) => export::cmd_export(&global, *args).await,
         Command::Ca(args) => ca::cmd_ca(&global, args).await,
         Command::Console(args) => console::cmd_console(&global, args).await,

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 /// Keys per guest user, from a VMI spec; `secret` looks a Secret up by name. A missing Secret
 /// is an error naming it (KubeVirt reports the failure in the condition).
-pub(super) fn desired(
+pub(crate) fn desired(
     spec: &Value,
     secret: impl Fn(&str) -> Option<Value>,
 ) -> Result<BTreeMap<String, Vec<String>>, String> {
