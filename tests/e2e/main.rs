@@ -25,6 +25,7 @@ mod lifecycle_deckhouse;
 mod list;
 mod list_watch;
 mod real_guest;
+mod real_guest_enroll;
 mod real_guest_extras;
 mod scripts;
 mod server_errors;

@@ -1,0 +1,235 @@
+//! `enroll` on a real guest (qemu, Debian 12, real qemu-guest-agent and sshd; see
+//! real_guest.rs): a VM made from plain YAML with a stock cloud-config (no kubectl-vm
+//! injection) is enrolled, restarted as KubeVirt requires, and then `kubectl vm ssh` logs in
+//! with a CA certificate; a certificate for another VM is refused by the guest's sshd; the
+//! removal reaches the running guest through the agent.
+//!
+//! `cargo test --workspace --test e2e real_guest_enroll -- --ignored`.
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use kubevm_emulator::qemu_guest::QemuConfig;
+
+use crate::common::{BIN, Env, ok, stderr, stdout};
+use crate::real_guest::{SerialTail, keygen};
+
+fn ssh(env: &Env, args: &[&str]) -> Output {
+    env.command(BIN)
+        .args(["ssh", "--strict-host-key-checking", "accept-new"])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[track_caller]
+fn until(what: &str, limit: Duration, mut f: impl FnMut() -> Result<(), String>) {
+    let deadline = Instant::now() + limit;
+    loop {
+        match f() {
+            Ok(()) => return,
+            Err(e) if Instant::now() >= deadline => panic!("{what}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_secs(1)),
+        }
+    }
+}
+
+fn condition(env: &Env, object: &str, kind: &str) -> String {
+    stdout(&env.kubectl(&[
+        "get",
+        object,
+        "-o",
+        &format!("jsonpath={{.status.conditions[?(@.type==\"{kind}\")].status}}"),
+    ]))
+}
+
+/// OpenSSH as `debian` on `vm` with the certificate `ssh-cert` last wrote for `host`.
+fn openssh(env: &Env, vm: &str, host: &str) -> Output {
+    let dir = env.dir.path().join(".kube/kubectl-vm/ssh");
+    let kubeconfig = env.kubeconfig.to_str().unwrap();
+    env.command("ssh")
+        .args([
+            "-F",
+            "/dev/null",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+        ])
+        .args([
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+        ])
+        .arg("-o")
+        .arg(format!(
+            "ProxyCommand={BIN} --kubeconfig {kubeconfig} port-forward --stdio {vm}.default 22"
+        ))
+        .arg("-i")
+        .arg(dir.join("id_ed25519"))
+        .arg("-o")
+        .arg(format!(
+            "CertificateFile={}",
+            dir.join(format!("certs/debian@{host}-cert.pub")).display()
+        ))
+        .args([&format!("debian@{vm}"), "id", "-un"])
+        .output()
+        .unwrap()
+}
+
+#[test]
+#[ignore = "needs the qemu guest image: tests/run-all.sh builds it"]
+fn real_guest_enroll_a_yaml_vm() {
+    let t0 = Instant::now();
+    let env = Env::kubevirt();
+    let vm = "yamlvm";
+    let mut config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
+    config.restrict_network = true;
+    let guests = env.emulator.use_qemu_guests(config).unwrap();
+    let _tail = SerialTail {
+        guests: guests.clone(),
+        vm: vm.into(),
+    };
+    let key = env.dir.path().join("id_user");
+    keygen(&key);
+    let public = std::fs::read_to_string(format!("{}.pub", key.display())).unwrap();
+    let _signer = crate::signer::start_signer(&env, &[]);
+    let yaml = format!(
+        r#"apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: {vm}
+  namespace: default
+spec:
+  runStrategy: Always
+  template:
+    spec:
+      domain:
+        devices:
+          disks:
+          - name: root
+            disk: {{bus: virtio}}
+          - name: cloudinit
+            disk: {{bus: virtio}}
+        resources:
+          requests:
+            memory: 1Gi
+      volumes:
+      - name: root
+        containerDisk:
+          image: quay.io/containerdisks/debian:12
+      - name: cloudinit
+        cloudInitNoCloud:
+          userData: |
+            #cloud-config
+            users:
+            - name: debian
+              shell: /bin/bash
+              ssh_authorized_keys:
+              - {public}
+"#,
+        public = public.trim()
+    );
+    // The other VM exists (stopped) and is enrolled, so the signer issues for it.
+    let other = yaml
+        .replace(&format!("name: {vm}\n"), "name: othervm\n")
+        .replace("runStrategy: Always", "runStrategy: Halted");
+    let file = env.dir.path().join("vms.yaml");
+    std::fs::write(&file, format!("{yaml}---\n{other}")).unwrap();
+    ok(env.kubectl(&["apply", "-f", file.to_str().unwrap()]));
+    let key_arg = key.to_str().unwrap().to_owned();
+    until(
+        "the guest's own key logs in",
+        Duration::from_secs(300),
+        || {
+            let out = ssh(
+                &env,
+                &["-i", &key_arg, &format!("debian@{vm}"), "--", "id", "-un"],
+            );
+            (stdout(&out) == "debian\n")
+                .then_some(())
+                .ok_or(stderr(&out))
+        },
+    );
+    eprintln!("boot to ssh: {:.1}s", t0.elapsed().as_secs_f64());
+    until("AgentConnected", Duration::from_secs(120), || {
+        let c = condition(&env, &format!("vmi/{vm}"), "AgentConnected");
+        (c == "True").then_some(()).ok_or(c)
+    });
+
+    let text = ok(env.vm(&["enroll", vm, "-u", "debian"]));
+    eprintln!("{text}");
+    assert!(text.contains("(RestartRequired)"), "{text}");
+    assert_eq!(
+        condition(&env, &format!("vm/{vm}"), "RestartRequired"),
+        "True"
+    );
+    ok(env.vm(&["enroll", "othervm", "-u", "debian"]));
+    let t1 = Instant::now();
+    ok(env.vm(&["restart", vm, "--timeout", "300s"]));
+    until(
+        "CA-signed ssh after the restart",
+        Duration::from_secs(300),
+        || {
+            let out = ssh(&env, &[&format!("debian@{vm}"), "--", "id", "-un"]);
+            (stdout(&out) == "debian\n")
+                .then_some(())
+                .ok_or(stderr(&out))
+        },
+    );
+    eprintln!(
+        "restart to certificate login: {:.1}s",
+        t1.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        condition(&env, &format!("vmi/{vm}"), "AccessCredentialsSynchronized"),
+        "True"
+    );
+    let out = ssh(
+        &env,
+        &[&format!("debian@{vm}"), "--", "cat .ssh/authorized_keys"],
+    );
+    let lines = stdout(&out);
+    assert!(
+        lines.lines().count() == 1
+            && lines.starts_with(&format!(
+                "cert-authority,principals=\"debian@{vm}.default\" ssh-ed25519 "
+            )),
+        "{lines}"
+    );
+    // KubeVirt replaced the whole file: the key cloud-init wrote is gone.
+    let out = ssh(
+        &env,
+        &["-i", &key_arg, &format!("debian@{vm}"), "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(255), "{}", stderr(&out));
+
+    // Real OpenSSH: a certificate for othervm is refused, one for this VM accepted.
+    ok(env.vm(&["ssh-cert", "othervm.default.vm", "-l", "debian"]));
+    let out = openssh(&env, vm, "othervm.default.vm");
+    assert!(
+        stderr(&out).contains("Permission denied"),
+        "{}",
+        stderr(&out)
+    );
+    ok(env.vm(&["ssh-cert", &format!("{vm}.default.vm"), "-l", "debian"]));
+    let out = openssh(&env, vm, &format!("{vm}.default.vm"));
+    assert_eq!(stdout(&out), "debian\n", "{}", stderr(&out));
+
+    // Removal is live: the agent rewrites authorized_keys from the emptied Secret, so the
+    // certificate issued before is refused without a reboot.
+    let t2 = Instant::now();
+    let removed = ok(env.vm(&["enroll", vm, "-u", "debian", "--remove"]));
+    assert!(removed.contains("emptied"), "{removed}");
+    until("the guest drops the trust", Duration::from_secs(60), || {
+        let out = openssh(&env, vm, &format!("{vm}.default.vm"));
+        (out.status.code() != Some(0) && stderr(&out).contains("Permission denied"))
+            .then_some(())
+            .ok_or(stdout(&out) + &stderr(&out))
+    });
+    eprintln!("removal to refusal: {:.1}s", t2.elapsed().as_secs_f64());
+    ok(env.vm(&["delete", vm]));
+    eprintln!("whole scenario: {:.1}s", t0.elapsed().as_secs_f64());
+}
