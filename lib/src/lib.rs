@@ -10,6 +10,7 @@ pub mod ca;
 pub mod cluster;
 pub mod console;
 pub mod create;
+pub mod credentials;
 pub mod debug_info;
 pub mod delete;
 pub mod enroll;

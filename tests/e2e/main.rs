@@ -11,6 +11,7 @@ mod create;
 mod create_extras;
 mod create_safety;
 mod create_validation;
+mod credentials;
 mod debug_info;
 mod delete;
 mod enroll;

@@ -7,6 +7,7 @@ pub mod completion;
 pub mod console;
 pub mod create;
 pub mod create_interactive;
+pub mod credentials;
 pub mod delete;
 pub mod enroll;
 pub mod export;
@@ -67,6 +68,7 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Create(args) => create::cmd_create(&global, *args).await,
         Command::Delete(args) => delete::cmd_delete(&global, args).await,
         Command::Enroll(args) => enroll::cmd_enroll(&global, args).await,
+        Command::Credentials(args) => credentials::cmd_credentials(&global, args).await,
         Command::Export(args) => export::cmd_export(&global, *args).await,
         Command::Ca(args) => ca::cmd_ca(&global, args).await,
         Command::Console(args) => console::cmd_console(&global, args).await,

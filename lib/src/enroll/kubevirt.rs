@@ -25,13 +25,13 @@ pub const DECKHOUSE_UNSUPPORTED: &str = "enrolling needs KubeVirt: Deckhouse vir
 /// Tries of a VM update that lost a race with another writer.
 const UPDATE_TRIES: usize = 4;
 
-fn secret_action(verb: &'static str, namespace: &str, name: &str) -> Action {
+pub(crate) fn secret_action(verb: &'static str, namespace: &str, name: &str) -> Action {
     Action::new(verb, "secrets", "secret")
         .named(name)
         .in_namespace(Some(namespace))
 }
 
-async fn get_vm(cluster: &Cluster, namespace: &str, name: &str) -> Result<Value> {
+pub(crate) async fn get_vm(cluster: &Cluster, namespace: &str, name: &str) -> Result<Value> {
     let api = KUBEVIRT_VM.api(&cluster.client, Some(namespace));
     let vm = api
         .get(name)
@@ -46,7 +46,11 @@ async fn get_vm(cluster: &Cluster, namespace: &str, name: &str) -> Result<Value>
     Ok(vm)
 }
 
-async fn get_vmi(cluster: &Cluster, namespace: &str, name: &str) -> Result<Option<Value>> {
+pub(crate) async fn get_vmi(
+    cluster: &Cluster,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Value>> {
     let api = KUBEVIRT_VMI.api(&cluster.client, Some(namespace));
     let vmi = api
         .get_opt(name)
@@ -57,7 +61,7 @@ async fn get_vmi(cluster: &Cluster, namespace: &str, name: &str) -> Result<Optio
 
 /// Apply `change` to the VM and write it with the resourceVersion read, reading again when
 /// another writer came first. Whether the VM changed.
-async fn update_vm(
+pub(crate) async fn update_vm(
     cluster: &Cluster,
     namespace: &str,
     name: &str,
@@ -124,17 +128,22 @@ async fn replace_content(
     secret: &Secret,
     text: String,
 ) -> Result<()> {
+    replace_data(cluster, namespace, secret, super::SECRET_KEY, text).await
+}
+
+/// Replace the data of `secret` with `key: text`, with the resourceVersion read.
+pub(crate) async fn replace_data(
+    cluster: &Cluster,
+    namespace: &str,
+    secret: &Secret,
+    key: &str,
+    text: String,
+) -> Result<()> {
     let name = secret.metadata.name.clone().unwrap_or_default();
     let api: Api<Secret> = Api::namespaced(cluster.client.clone(), namespace);
     let mut updated = secret.clone();
     updated.metadata.managed_fields = None;
-    updated.data = Some(
-        [(
-            super::SECRET_KEY.to_owned(),
-            k8s_openapi::ByteString(text.into_bytes()),
-        )]
-        .into(),
-    );
+    updated.data = Some([(key.to_owned(), k8s_openapi::ByteString(text.into_bytes()))].into());
     updated.string_data = None;
     // The resourceVersion read goes with it: a concurrent change is not overwritten.
     api.replace(&name, &PostParams::default(), &updated)

@@ -21,7 +21,7 @@
 //! rewrites `authorized_keys` on every change). KubeVirt replaces the whole `authorized_keys`
 //! of an enrolled user with the keys of the VM's accessCredentials for that user.
 
-mod kubevirt;
+pub(crate) mod kubevirt;
 
 pub use kubevirt::{enroll, unenroll, update_enrolled};
 

@@ -5,7 +5,8 @@
 //! guest's mount namespace with `nsenter`, with qemu-guest-agent's file handling
 //! (`qga/commands-posix-ssh.c`: the user must exist, `~/.ssh` 0700 and `authorized_keys` 0600
 //! owned by the user, keys that are empty or start with `#` refused). The VMI condition
-//! `AccessCredentialsSynchronized` tells how it went, as virt-handler reports it.
+//! `AccessCredentialsSynchronized` tells how it went, as virt-handler reports it. Passwords
+//! (`userPassword`) are set like qemu-guest-agent's `guest-set-user-password`, with `chpasswd`.
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
@@ -15,8 +16,8 @@ use crate::guest::GuestSpec;
 use crate::store::Key;
 use crate::util::meta_str;
 
-/// Keys per user as last written, or the error of the last try.
-pub type Synced = Option<Result<BTreeMap<String, Vec<String>>, String>>;
+/// Keys and passwords per user as last written, or the error of the last try.
+pub type Synced = Option<Result<(BTreeMap<String, Vec<String>>, BTreeMap<String, String>), String>>;
 
 /// Shell run in the guest: `$1` the user, the rest the keys.
 const WRITE_KEYS: &str = r#"u="$1"; shift
@@ -48,6 +49,35 @@ pub fn write_keys(pid: u32, user: &str, keys: &[String]) -> Result<(), String> {
     }
 }
 
+/// Set `user`'s password in the guest whose sshd has `pid`, as qemu-guest-agent's
+/// `guest-set-user-password` does on Linux (`chpasswd`, the clear text on its stdin).
+pub fn set_password(pid: u32, user: &str, password: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut child = Command::new("nsenter")
+        .arg("--mount")
+        .arg(format!("--target={pid}"))
+        .args(["--", "chpasswd"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("nsenter: {e}"))?;
+    let mut stdin = child.stdin.take().expect("piped");
+    stdin
+        .write_all(format!("{user}:{password}\n").as_bytes())
+        .map_err(|e| e.to_string())?;
+    drop(stdin);
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "child process has failed to set user password: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
 /// One round: when the current VMI's credentials differ from what was last written, write
 /// them and set `AccessCredentialsSynchronized`.
 pub fn sync(app: &App, spec: &GuestSpec, pid: u32, synced: &mut Synced) {
@@ -68,16 +98,30 @@ pub fn sync(app: &App, spec: &GuestSpec, pid: u32, synced: &mut Synced) {
         app.store
             .get(&Key::new("", "secrets", &spec.namespace, name))
     };
-    let wanted = crate::qemu_guest::credentials::desired(&vmi["spec"], lookup);
+    let wanted = crate::qemu_guest::credentials::desired(&vmi["spec"], lookup).and_then(|keys| {
+        Ok((
+            keys,
+            crate::qemu_guest::credentials::passwords(&vmi["spec"], lookup)?,
+        ))
+    });
     if synced.as_ref() == Some(&wanted) {
         return;
     }
     let outcome = match &wanted {
-        Ok(users) => users.iter().try_for_each(|(user, keys)| {
-            write_keys(pid, user, keys).map_err(|e| {
-                format!("Error encountered writing ssh pub key access credentials for user [{user}]: {e}")
+        Ok((users, passwords)) => users
+            .iter()
+            .try_for_each(|(user, keys)| {
+                write_keys(pid, user, keys).map_err(|e| {
+                    format!("Error encountered writing ssh pub key access credentials for user [{user}]: {e}")
+                })
             })
-        }),
+            .and_then(|()| {
+                passwords.iter().try_for_each(|(user, password)| {
+                    set_password(pid, user, password).map_err(|e| {
+                        format!("Error encountered setting password for user [{user}]: {e}")
+                    })
+                })
+            }),
         Err(e) => Err(e.clone()),
     };
     app.store.modify(&vmi_key, |o| {
