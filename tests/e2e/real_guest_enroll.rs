@@ -233,3 +233,183 @@ spec:
     ok(env.vm(&["delete", vm]));
     eprintln!("whole scenario: {:.1}s", t0.elapsed().as_secs_f64());
 }
+
+/// `credentials` on a real guest: a key and a password set (one restart for the new entries),
+/// then a second key live, the first removed live, a new password live; the password logs in on
+/// the serial console.
+#[test]
+#[ignore = "needs the qemu guest image: tests/run-all.sh builds it"]
+fn real_guest_credentials() {
+    let t0 = Instant::now();
+    let env = Env::kubevirt();
+    let vm = "credvm";
+    let mut config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
+    config.restrict_network = true;
+    let guests = env.emulator.use_qemu_guests(config).unwrap();
+    let _tail = SerialTail {
+        guests: guests.clone(),
+        vm: vm.into(),
+    };
+    let yaml = format!(
+        r#"apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: {vm}
+  namespace: default
+spec:
+  runStrategy: Always
+  template:
+    spec:
+      domain:
+        devices: {{}}
+        resources:
+          requests:
+            memory: 1Gi
+      volumes:
+      - name: root
+        containerDisk:
+          image: quay.io/containerdisks/debian:12
+      - name: cloudinit
+        cloudInitNoCloud:
+          userData: |
+            #cloud-config
+            users:
+            - name: debian
+              shell: /bin/bash
+"#
+    );
+    let file = env.dir.path().join("vm.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    ok(env.kubectl(&["apply", "-f", file.to_str().unwrap()]));
+    let one = env.dir.path().join("one");
+    let two = env.dir.path().join("two");
+    keygen(&one);
+    keygen(&two);
+    let (one, two) = (one.to_str().unwrap(), two.to_str().unwrap());
+    let pw = env.dir.path().join("pw");
+    std::fs::write(&pw, "Fir5t-pass\n").unwrap();
+    ok(env.vm(&[
+        "credentials",
+        "add-ssh-key",
+        vm,
+        "-u",
+        "debian",
+        "-f",
+        &format!("{one}.pub"),
+    ]));
+    ok(env.vm(&[
+        "credentials",
+        "set-password",
+        vm,
+        "-u",
+        "debian",
+        "--password-file",
+        pw.to_str().unwrap(),
+    ]));
+    until("AgentConnected", Duration::from_secs(300), || {
+        let c = condition(&env, &format!("vmi/{vm}"), "AgentConnected");
+        (c == "True").then_some(()).ok_or(c)
+    });
+    eprintln!("boot to agent: {:.1}s", t0.elapsed().as_secs_f64());
+    ok(env.vm(&["restart", vm, "--timeout", "300s"]));
+    let ssh_i = |key: &str| {
+        ssh(
+            &env,
+            &["-i", key, &format!("debian@{vm}"), "--", "id", "-un"],
+        )
+    };
+    until(
+        "the first key after the restart",
+        Duration::from_secs(300),
+        || {
+            let out = ssh_i(one);
+            (stdout(&out) == "debian\n")
+                .then_some(())
+                .ok_or(stderr(&out))
+        },
+    );
+    eprintln!("restart to key login: {:.1}s", t0.elapsed().as_secs_f64());
+    let out = ssh_i(two);
+    assert_eq!(out.status.code(), Some(255), "{}", stderr(&out));
+    // Live from here: no restart.
+    let t1 = Instant::now();
+    let text = ok(env.vm(&[
+        "credentials",
+        "add-ssh-key",
+        vm,
+        "-u",
+        "debian",
+        "-f",
+        &format!("{two}.pub"),
+    ]));
+    assert!(text.contains("live in the running guest"), "{text}");
+    until("the second key, live", Duration::from_secs(60), || {
+        let out = ssh_i(two);
+        (stdout(&out) == "debian\n")
+            .then_some(())
+            .ok_or(stderr(&out))
+    });
+    eprintln!("add-ssh-key to login: {:.1}s", t1.elapsed().as_secs_f64());
+    ok(env.vm(&[
+        "credentials",
+        "remove-ssh-key",
+        vm,
+        "-u",
+        "debian",
+        "-f",
+        &format!("{one}.pub"),
+    ]));
+    until(
+        "the first key refused, live",
+        Duration::from_secs(60),
+        || {
+            let out = ssh_i(one);
+            (out.status.code() == Some(255))
+                .then_some(())
+                .ok_or(stdout(&out))
+        },
+    );
+    std::fs::write(&pw, "Sec0nd-pass\n").unwrap();
+    ok(env.vm(&[
+        "credentials",
+        "set-password",
+        vm,
+        "-u",
+        "debian",
+        "--password-file",
+        pw.to_str().unwrap(),
+    ]));
+    // The console: the new password logs in (retried until the agent has set it).
+    let mut command = env.command(BIN);
+    command.args(["console", vm]).env("TERM", "xterm");
+    let mut p = rexpect::session::spawn_command(command, Some(60_000)).unwrap();
+    p.exp_string(&format!("Successfully connected to {vm}'s serial console"))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        p.send("\r").unwrap();
+        p.flush().unwrap();
+        p.exp_string(&format!("{vm} login: ")).unwrap();
+        p.send("debian\r").unwrap();
+        p.flush().unwrap();
+        p.exp_string("Password: ").unwrap();
+        p.send("Sec0nd-pass\r").unwrap();
+        p.flush().unwrap();
+        match p.exp_any(vec![
+            rexpect::ReadUntil::String(format!("debian@{vm}:~$ ")),
+            rexpect::ReadUntil::String("Login incorrect".into()),
+        ]) {
+            Ok((_, m)) if m.starts_with("debian@") => break,
+            other => assert!(Instant::now() < deadline, "console login: {other:?}"),
+        }
+    }
+    p.send("echo who=$(id -un)\r").unwrap();
+    p.flush().unwrap();
+    p.exp_string("who=debian").unwrap();
+    p.send("exit\r").unwrap();
+    p.send("\x1d").unwrap();
+    p.flush().unwrap();
+    p.exp_eof().unwrap();
+    ok(env.vm(&["delete", vm]));
+    eprintln!("whole scenario: {:.1}s", t0.elapsed().as_secs_f64());
+}
