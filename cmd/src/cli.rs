@@ -166,6 +166,12 @@ pub enum Command {
     Enroll(commands::enroll::EnrollArgs),
     /// Add or remove a guest user's SSH keys, or set its password, through the guest agent
     Credentials(commands::credentials::CredentialsArgs),
+    /// Show the guest OS, kernel, hostname and time zone the guest agent reports
+    Guestosinfo(commands::guest_info::GuestInfoArgs),
+    /// Show the users logged in to the guest (guest agent)
+    Userlist(commands::guest_info::GuestInfoArgs),
+    /// Show the guest's filesystems with their usage (guest agent)
+    Fslist(commands::guest_info::GuestInfoArgs),
     /// Log in to a VM with a short-lived certificate signed by the platform CA
     Ssh(commands::ssh::SshArgs),
     /// Copy files to or from a VM (SFTP over a certificate-authenticated session)

@@ -17,6 +17,7 @@ pub mod enroll;
 pub mod error;
 pub mod export;
 pub mod flavor;
+pub mod guest_info;
 pub mod http_log;
 pub mod lifecycle;
 pub mod port_forward;

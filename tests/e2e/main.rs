@@ -20,6 +20,7 @@ mod export;
 mod export_paths;
 mod generated;
 mod get;
+mod guest_info;
 mod kubectl_like;
 mod lifecycle;
 mod lifecycle_deckhouse;
