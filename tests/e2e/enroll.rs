@@ -202,6 +202,44 @@ fn kubevirt_enroll_a_yaml_vm() {
     assert_eq!(stdout(&out), "debian\n", "{}", stderr(&out));
     let out = ssh(&env, &["debian@plain", "--", "cat", ".ssh/authorized_keys"]);
     assert_eq!(stdout(&out), lines, "{}", stderr(&out));
+    // scp, and plain OpenSSH through ssh-config (the host key `ssh` recorded is its trust:
+    // an enrolled VM has no host certificate).
+    let local = env.dir.path().join("up.txt");
+    std::fs::write(&local, "enrolled\n").unwrap();
+    let out = env
+        .command(BIN)
+        .args(["scp", local.to_str().unwrap(), "debian@plain:up.txt"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = ssh(&env, &["debian@plain", "--", "cat", "up.txt"]);
+    assert_eq!(stdout(&out), "enrolled\n", "{}", stderr(&out));
+    let config = env.dir.path().join("ssh_config");
+    std::fs::write(
+        &config,
+        ok(env.vm(&[
+            "--kubeconfig",
+            env.kubeconfig.to_str().unwrap(),
+            "ssh-config",
+            "-l",
+            "debian",
+        ])),
+    )
+    .unwrap();
+    let out = env
+        .command("ssh")
+        .args([
+            "-F",
+            config.to_str().unwrap(),
+            "-o",
+            "BatchMode=yes",
+            "plain.default.vm",
+            "id",
+            "-un",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), "debian\n", "{}", stderr(&out));
 
     // A certificate for another VM (enrolled too, so the signer issues it) is refused by
     // plain's sshd; one for plain logs in. Real OpenSSH on both ends.

@@ -413,3 +413,164 @@ spec:
     ok(env.vm(&["delete", vm]));
     eprintln!("whole scenario: {:.1}s", t0.elapsed().as_secs_f64());
 }
+
+/// `guestosinfo`, `fslist`, `userlist` on a real guest agree with the guest itself:
+/// `/etc/os-release`, `uname`, `df` and `who` run over ssh (with a root login held open on the
+/// serial console so there is someone in `who`).
+#[test]
+#[ignore = "needs the qemu guest image: tests/run-all.sh builds it"]
+fn real_guest_facts_match_the_guest() {
+    let t0 = Instant::now();
+    let env = Env::kubevirt();
+    let vm = "factvm";
+    let mut config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
+    config.restrict_network = true;
+    let guests = env.emulator.use_qemu_guests(config).unwrap();
+    let _tail = SerialTail {
+        guests: guests.clone(),
+        vm: vm.into(),
+    };
+    let key = env.dir.path().join("id_user");
+    keygen(&key);
+    let public = std::fs::read_to_string(format!("{}.pub", key.display())).unwrap();
+    let yaml = format!(
+        r#"apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: {vm}
+  namespace: default
+spec:
+  runStrategy: Always
+  template:
+    spec:
+      domain:
+        devices: {{}}
+        resources:
+          requests:
+            memory: 1Gi
+      volumes:
+      - name: root
+        containerDisk:
+          image: quay.io/containerdisks/debian:12
+      - name: cloudinit
+        cloudInitNoCloud:
+          userData: |
+            #cloud-config
+            users:
+            - name: debian
+              shell: /bin/bash
+              ssh_authorized_keys:
+              - {public}
+"#,
+        public = public.trim()
+    );
+    let file = env.dir.path().join("vm.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    ok(env.kubectl(&["apply", "-f", file.to_str().unwrap()]));
+    let key = key.to_str().unwrap().to_owned();
+    let guest = |command: &str| {
+        let out = ssh(&env, &["-i", &key, &format!("debian@{vm}"), "--", command]);
+        assert!(out.status.success(), "{command}: {}", stderr(&out));
+        stdout(&out)
+    };
+    until("ssh", Duration::from_secs(300), || {
+        let out = ssh(&env, &["-i", &key, &format!("debian@{vm}"), "--", "true"]);
+        out.status.success().then_some(()).ok_or(stderr(&out))
+    });
+    until("AgentConnected", Duration::from_secs(120), || {
+        let c = condition(&env, &format!("vmi/{vm}"), "AgentConnected");
+        (c == "True").then_some(()).ok_or(c)
+    });
+    eprintln!("boot to agent: {:.1}s", t0.elapsed().as_secs_f64());
+
+    let info: serde_json::Value =
+        serde_json::from_str(&ok(env.vm(&["guestosinfo", vm, "-o", "json"]))).unwrap();
+    let release = guest(
+        ". /etc/os-release; printf '%s\\n%s\\n%s\\n' \"$PRETTY_NAME\" \"$VERSION_ID\" \"$ID\"; uname -r; uname -m; hostname",
+    );
+    let facts: Vec<&str> = release.lines().collect();
+    assert_eq!(info["os"]["prettyName"], facts[0], "{info}");
+    assert_eq!(info["os"]["versionId"], facts[1], "{info}");
+    assert_eq!(info["os"]["id"], facts[2], "{info}");
+    assert_eq!(info["os"]["kernelRelease"], facts[3], "{info}");
+    assert_eq!(info["os"]["machine"], facts[4], "{info}");
+    let table = ok(env.vm(&["guestosinfo", vm]));
+    assert!(
+        table
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.contains(facts[0]) && l.contains(facts[3])),
+        "{table}"
+    );
+
+    let fs: serde_json::Value =
+        serde_json::from_str(&ok(env.vm(&["fslist", vm, "-o", "json"]))).unwrap();
+    let root = fs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["mountPoint"] == "/")
+        .unwrap_or_else(|| panic!("no / in {fs}"))
+        .clone();
+    let df = guest("df -B1 --output=size,used / | tail -1; findmnt -no FSTYPE /");
+    let mut words = df.split_whitespace();
+    let (size, used, fstype) = (
+        words.next().unwrap().parse::<u64>().unwrap(),
+        words.next().unwrap().parse::<u64>().unwrap(),
+        words.next().unwrap(),
+    );
+    assert_eq!(root["totalBytes"].as_u64(), Some(size), "{root} vs df {df}");
+    assert_eq!(root["fileSystemType"], fstype, "{root}");
+    // Used space moves (logs): the agent's reading was taken up to a few seconds before df's.
+    let agent_used = root["usedBytes"].as_u64().unwrap();
+    assert!(agent_used.abs_diff(used) < size / 50, "{root} vs df {df}");
+    eprintln!("fslist /: {root}; df: {df}");
+
+    // Someone on the console: the agent and `who` both list root.
+    let mut command = env.command(BIN);
+    command.args(["console", vm]).env("TERM", "xterm");
+    let mut p = rexpect::session::spawn_command(command, Some(60_000)).unwrap();
+    p.exp_string(&format!("Successfully connected to {vm}'s serial console"))
+        .unwrap();
+    p.send("\r").unwrap();
+    p.flush().unwrap();
+    p.exp_string(&format!("{vm} login: ")).unwrap();
+    p.send("root\r").unwrap();
+    p.flush().unwrap();
+    p.exp_string("Password: ").unwrap();
+    p.send("root\r").unwrap();
+    p.flush().unwrap();
+    p.exp_regex(&format!(r"root@{vm}:~# ")).unwrap();
+    let who = guest("who | cut -d' ' -f1 | sort -u");
+    assert_eq!(who, "root\n");
+    until(
+        "userlist shows the console login",
+        Duration::from_secs(30),
+        || {
+            let list: serde_json::Value =
+                serde_json::from_str(&ok(env.vm(&["userlist", vm, "-o", "json"]))).unwrap();
+            let mut names: Vec<String> = list["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|u| u["userName"].as_str().map(str::to_owned))
+                .collect();
+            names.sort();
+            names.dedup();
+            (names.join("\n") + "\n" == who)
+                .then_some(())
+                .ok_or(list.to_string())
+        },
+    );
+    let table = ok(env.vm(&["userlist", vm]));
+    assert!(
+        table.lines().nth(1).is_some_and(|l| l.starts_with("root ")),
+        "{table}"
+    );
+    p.send("exit\r").unwrap();
+    p.send("\x1d").unwrap();
+    p.flush().unwrap();
+    p.exp_eof().unwrap();
+    ok(env.vm(&["delete", vm]));
+    eprintln!("whole scenario: {:.1}s", t0.elapsed().as_secs_f64());
+}
