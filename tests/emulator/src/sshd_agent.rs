@@ -24,6 +24,8 @@ const WRITE_KEYS: &str = r#"u="$1"; shift
 for k; do case "$k" in ''|'#'*) echo "invalid OpenSSH public key: $k" >&2; exit 1;; esac; done
 h=$(getent passwd "$u" | cut -d: -f6)
 [ -n "$h" ] || { echo "failed to get user '$u': no such user" >&2; exit 1; }
+# Only /etc and /home are the guest's own (overlays); anything else is the machine running us.
+case "$h" in /home/*) ;; *) echo "home directory $h of '$u' is outside /home, which is all an sshd guest owns" >&2; exit 1;; esac
 g=$(id -g "$u")
 mkdir -p "$h/.ssh" && chown "$u:$g" "$h/.ssh" && chmod 700 "$h/.ssh"
 f="$h/.ssh/authorized_keys"
