@@ -198,7 +198,8 @@ fn kubevirt_enroll_a_yaml_vm() {
         ),
         ""
     );
-    let out = ssh(&env, &["debian@plain", "--", "id", "-un"]);
+    // Without USER@: the VM has no platform user, so the enrolled login is its default.
+    let out = ssh(&env, &["plain", "--", "id", "-un"]);
     assert_eq!(stdout(&out), "debian\n", "{}", stderr(&out));
     let out = ssh(&env, &["debian@plain", "--", "cat", ".ssh/authorized_keys"]);
     assert_eq!(stdout(&out), lines, "{}", stderr(&out));

@@ -33,7 +33,10 @@ use serde_json::{Value, json};
 
 use crate::create::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 use crate::error::{Error, Result};
-use crate::signer::{LOGINS_ANNOTATION, TRUST_ANNOTATION, TRUST_VM_SCOPED, scoped_principal};
+use crate::signer::{
+    DEFAULT_LOGIN_ANNOTATION, LOGINS_ANNOTATION, TRUST_ANNOTATION, TRUST_VM_SCOPED,
+    scoped_principal,
+};
 
 /// Label on an enrollment Secret naming the login it is for.
 pub const LOGIN_LABEL: &str = "ssh.kubevm.io/enrolled-login";
@@ -236,6 +239,11 @@ pub fn add_to_vm(vm: &mut Value, login: &str) -> bool {
         annotations_mut(vm).insert(TRUST_ANNOTATION.into(), json!(TRUST_VM_SCOPED));
         changed = true;
     }
+    // A VM not made by `create` has no platform user: `ssh VM` logs in as the first enrolled.
+    if !ours && vm["metadata"]["annotations"][DEFAULT_LOGIN_ANNOTATION].is_null() {
+        annotations_mut(vm).insert(DEFAULT_LOGIN_ANNOTATION.into(), json!(login));
+        changed = true;
+    }
     changed
 }
 
@@ -267,8 +275,12 @@ pub fn remove_entry(vm: &mut Value, login: &str) -> bool {
     changed
 }
 
-/// Take `login` out of the logins the signer allows on the VM. Whether it was there.
+/// Take `login` out of the logins the signer allows on the VM (and out of the default login).
+/// Whether it was there.
 pub fn remove_login(vm: &mut Value, login: &str) -> bool {
+    if vm["metadata"]["annotations"][DEFAULT_LOGIN_ANNOTATION] == login {
+        annotations_mut(vm).remove(DEFAULT_LOGIN_ANNOTATION);
+    }
     let logins = logins_of(vm);
     if !logins.iter().any(|l| l == login) {
         return false;

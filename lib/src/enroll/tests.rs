@@ -77,6 +77,7 @@ fn vm_gets_one_entry_per_login_and_the_logins_annotation() {
     let ann = &v["metadata"]["annotations"];
     assert_eq!(ann[LOGINS_ANNOTATION], "debian,ops");
     assert_eq!(ann[TRUST_ANNOTATION], TRUST_VM_SCOPED);
+    assert_eq!(ann[crate::signer::DEFAULT_LOGIN_ANNOTATION], "debian");
     // The signer reads the same annotations.
     let facts = crate::signer::policy::VmFacts::from_object(&v);
     assert!(facts.scoped && facts.logins == ["debian", "ops"]);
@@ -84,6 +85,11 @@ fn vm_gets_one_entry_per_login_and_the_logins_annotation() {
     assert!(!remove_entry(&mut v, "debian"));
     assert!(remove_login(&mut v, "debian"));
     assert_eq!(v["metadata"]["annotations"][LOGINS_ANNOTATION], "ops");
+    assert!(
+        v["metadata"]["annotations"]
+            .get(crate::signer::DEFAULT_LOGIN_ANNOTATION)
+            .is_none()
+    );
     assert!(remove_entry(&mut v, "ops") && remove_login(&mut v, "ops"));
     assert!(
         v["spec"]["template"]["spec"]
@@ -106,8 +112,14 @@ fn existing_entries_and_trust_of_our_vms_are_kept() {
          "propagationMethod": {"noCloud": {}}}}]);
     v["metadata"]["annotations"] = json!({LOGINS_ANNOTATION: "ops"});
     assert!(add_to_vm(&mut v, "ops"));
-    // A VM made by create keeps the trust it had (no trust annotation means bare logins).
+    // A VM made by create keeps the trust it had (no trust annotation means bare logins) and
+    // its platform user as the default login.
     assert!(v["metadata"]["annotations"].get(TRUST_ANNOTATION).is_none());
+    assert!(
+        v["metadata"]["annotations"]
+            .get(crate::signer::DEFAULT_LOGIN_ANNOTATION)
+            .is_none()
+    );
     assert_eq!(v["metadata"]["annotations"][LOGINS_ANNOTATION], "ops");
     assert!(remove_entry(&mut v, "ops"));
     assert_eq!(
