@@ -166,6 +166,16 @@ pub enum Command {
     Signer(commands::signer::SignerArgs),
     /// Collect a VM's objects, logs, events and domain XML into one tar.gz (secrets masked)
     CollectDebugInfo(commands::collect_debug_info::CollectDebugInfoArgs),
+    /// Make a KubeVirt VM not created by kubectl vm accept platform SSH certificates
+    Enroll(commands::enroll::EnrollArgs),
+    /// Add or remove a guest user's SSH keys, or set its password, through the guest agent
+    Credentials(commands::credentials::CredentialsArgs),
+    /// Show the guest OS, kernel, hostname and time zone the guest agent reports
+    Guestosinfo(commands::guest_info::GuestInfoArgs),
+    /// Show the users logged in to the guest (guest agent)
+    Userlist(commands::guest_info::GuestInfoArgs),
+    /// Show the guest's filesystems with their usage (guest agent)
+    Fslist(commands::guest_info::GuestInfoArgs),
     /// Log in to a VM with a short-lived certificate signed by the platform CA
     Ssh(commands::ssh::SshArgs),
     /// Copy files to or from a VM (SFTP over a certificate-authenticated session)
@@ -269,5 +279,33 @@ mod tests {
             walk(sub, sub.get_name(), &global, &mut found);
         }
         assert!(found.is_empty(), "flags shadowing global ones: {found:?}");
+    }
+
+    /// A subcommand argument whose field has the id of a global one (`user`) takes nothing:
+    /// clap hands the value to the global argument (`credentials -u debian` became the
+    /// kubeconfig user).
+    #[test]
+    fn no_command_arg_id_is_a_global_id() {
+        fn walk(cmd: &clap::Command, path: &str, global: &[String], found: &mut Vec<String>) {
+            for a in cmd.get_arguments().filter(|a| !a.is_global_set()) {
+                if global.iter().any(|g| g == a.get_id().as_str()) {
+                    found.push(format!("{path}: {}", a.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), global, found);
+            }
+        }
+        let root = super::command();
+        let global: Vec<String> = root
+            .get_arguments()
+            .filter(|a| a.is_global_set())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        let mut found = Vec::new();
+        for sub in root.get_subcommands() {
+            walk(sub, sub.get_name(), &global, &mut found);
+        }
+        assert!(found.is_empty(), "argument ids of global flags: {found:?}");
     }
 }

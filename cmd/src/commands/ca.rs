@@ -298,6 +298,28 @@ fn report_trust_update(out: &mut impl Write, update: &propagate::TrustUpdate) ->
     Ok(())
 }
 
+/// Rewrite the enrollment Secrets (`kubectl vm enroll`) with `keys`; a line only when there
+/// are any.
+async fn update_enrolled(
+    cluster: &Cluster,
+    out: &mut impl Write,
+    keys: &[String],
+) -> CommandResult {
+    let update = kubevm::enroll::update_enrolled(cluster, keys).await?;
+    if !update.updated.is_empty() {
+        writeln!(
+            out,
+            "Updated the SSH trust of {} enrolled VM users (live in running guests): {}",
+            update.updated.len(),
+            update.updated.join(", ")
+        )?;
+    }
+    for (vm, why) in &update.skipped {
+        writeln!(out, "Not updated: {vm}: {why}")?;
+    }
+    Ok(())
+}
+
 /// `Signer (APIService …, Available)` or `Direct (…)`, for `ca show`.
 async fn mode_line(cluster: &Cluster) -> CommandResult<(String, bool)> {
     use kubevm::signer::client::{Mode, mode};
@@ -413,6 +435,7 @@ async fn rotate(cluster: &Cluster, ns: &str, finish: bool) -> CommandResult {
                 }
             };
             report_trust_update(&mut out, &update)?;
+            update_enrolled(cluster, &mut out, &keys).await?;
             writeln!(
                 out,
                 "Until then user certificates stay signed by the old key, which every VM trusts. Restart the VMs (they read the new key at boot), then finish the rotation."
@@ -434,6 +457,7 @@ async fn rotate(cluster: &Cluster, ns: &str, finish: bool) -> CommandResult {
             let update =
                 propagate::update_vm_trust::<propagate::CaCertifier>(cluster, &keys, None).await?;
             report_trust_update(&mut out, &update)?;
+            update_enrolled(cluster, &mut out, &keys).await?;
             Ok(())
         }
     }

@@ -7,10 +7,13 @@ pub mod completion;
 pub mod console;
 pub mod create;
 pub mod create_interactive;
+pub mod credentials;
 pub mod delete;
+pub mod enroll;
 pub mod export;
 pub mod generate_docs;
 pub mod get;
+pub mod guest_info;
 pub mod lifecycle;
 pub mod lifecycle_render;
 pub mod list;
@@ -65,6 +68,17 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Get(args) => get::cmd_get(&global, args).await,
         Command::Create(args) => create::cmd_create(&global, *args).await,
         Command::Delete(args) => delete::cmd_delete(&global, args).await,
+        Command::Enroll(args) => enroll::cmd_enroll(&global, args).await,
+        Command::Credentials(args) => credentials::cmd_credentials(&global, args).await,
+        Command::Guestosinfo(args) => {
+            guest_info::cmd_guest_info(&global, kubevm::guest_info::Fact::OsInfo, args).await
+        }
+        Command::Userlist(args) => {
+            guest_info::cmd_guest_info(&global, kubevm::guest_info::Fact::Users, args).await
+        }
+        Command::Fslist(args) => {
+            guest_info::cmd_guest_info(&global, kubevm::guest_info::Fact::Filesystems, args).await
+        }
         Command::Export(args) => export::cmd_export(&global, *args).await,
         Command::Ca(args) => ca::cmd_ca(&global, args).await,
         Command::Console(args) => console::cmd_console(&global, args).await,

@@ -68,15 +68,17 @@ pub async fn cmd_scp(global: &GlobalArgs, args: ScpArgs) -> CommandResult {
         .map_err(CommandError::usage)?;
     let known_hosts = sshvm::known_hosts_path().map_err(|e| CommandError::usage(e.to_string()))?;
     let (cluster, platform, namespace) = super::ssh::resolve(global, &plan.target).await?;
+    let user = match &plan.target.user {
+        Some(user) => user.clone(),
+        None => {
+            sshvm::default_login(&cluster, platform.flavor, &namespace, &plan.target.name).await
+        }
+    };
     let options = SshOptions {
         flavor: platform.flavor,
         namespace,
         vm: plan.target.name.clone(),
-        user: plan
-            .target
-            .user
-            .clone()
-            .unwrap_or_else(|| sshvm::DEFAULT_USER.to_owned()),
+        user,
         port: args.port,
         ttl: args.ttl,
         identity_file: args.identity.clone(),

@@ -91,7 +91,8 @@ pub struct SshArgs {
 /// What the flags ask for, checked before any request.
 pub struct Plan {
     pub target: Target,
-    pub user: String,
+    /// The login given (`-l`, `USER@`); none: the VM's default login.
+    pub user: Option<String>,
     pub command: Option<String>,
     pub pty: bool,
     pub forwards: Vec<LocalForward>,
@@ -120,11 +121,7 @@ pub fn plan(args: &SshArgs) -> CommandResult<Plan> {
     } else {
         args.tty || (command.is_none() && std::io::stdin().is_terminal())
     };
-    let user = args
-        .login
-        .clone()
-        .or_else(|| target.user.clone())
-        .unwrap_or_else(|| sshvm::DEFAULT_USER.to_owned());
+    let user = args.login.clone().or_else(|| target.user.clone());
     Ok(Plan {
         target,
         user,
@@ -203,11 +200,17 @@ pub async fn cmd_ssh(global: &GlobalArgs, args: SshArgs) -> CommandResult {
     let plan = plan(&args)?;
     let known_hosts = sshvm::known_hosts_path().map_err(|e| CommandError::usage(e.to_string()))?;
     let (cluster, platform, namespace) = resolve(global, &plan.target).await?;
+    let user = match &plan.user {
+        Some(user) => user.clone(),
+        None => {
+            sshvm::default_login(&cluster, platform.flavor, &namespace, &plan.target.name).await
+        }
+    };
     let options = SshOptions {
         flavor: platform.flavor,
         namespace,
         vm: plan.target.name.clone(),
-        user: plan.user.clone(),
+        user,
         port: args.port,
         ttl: args.ttl,
         identity_file: args.identity.clone(),

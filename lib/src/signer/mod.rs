@@ -41,6 +41,9 @@ pub const TRUST_VM_SCOPED: &str = "vm-scoped";
 /// Annotation listing logins besides the platform user that may get certificates for the VM
 /// (comma-separated; `create --guest-user` writes it).
 pub const LOGINS_ANNOTATION: &str = "ssh.kubevm.io/logins";
+/// Annotation naming the login `ssh`/`scp` use on the VM when none is given (written by
+/// `enroll` on VMs that have no platform user).
+pub const DEFAULT_LOGIN_ANNOTATION: &str = "ssh.kubevm.io/default-login";
 /// Annotation that allows agent forwarding in certificates for the VM (`"true"`).
 pub const AGENT_FORWARDING_ANNOTATION: &str = "ssh.kubevm.io/allow-agent-forwarding";
 /// Annotation that allows X11 forwarding in certificates for the VM (`"true"`).

@@ -96,6 +96,25 @@ pub enum ConnectError {
     Signer(#[from] SignerError),
 }
 
+/// The login when none is given: the VM's [`crate::signer::DEFAULT_LOGIN_ANNOTATION`] (an
+/// enrolled VM without the platform user), else [`DEFAULT_USER`]. A VM that cannot be read
+/// (not found, not allowed) gives [`DEFAULT_USER`]: connecting reports the real error.
+pub async fn default_login(cluster: &Cluster, flavor: Flavor, namespace: &str, vm: &str) -> String {
+    let kind = Kind::vm(flavor);
+    let annotated = kind
+        .api(&cluster.client, Some(namespace))
+        .get(vm)
+        .await
+        .ok()
+        .and_then(|o| {
+            o.metadata
+                .annotations
+                .and_then(|a| a.get(crate::signer::DEFAULT_LOGIN_ANNOTATION).cloned())
+        })
+        .filter(|l| policy::valid_login(l));
+    annotated.unwrap_or_else(|| DEFAULT_USER.to_owned())
+}
+
 /// The Kubernetes user name from a SelfSubjectReview, `unknown` if the server cannot say.
 pub async fn kubernetes_user(cluster: &Cluster) -> String {
     let api: Api<SelfSubjectReview> = Api::all(cluster.client.clone());

@@ -60,6 +60,7 @@ pub mod sa_tokens;
 pub mod schema;
 pub mod selector;
 pub mod spdy;
+pub mod sshd_agent;
 pub mod sshd_guest;
 pub mod status;
 pub mod storage;

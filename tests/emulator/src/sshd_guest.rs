@@ -442,9 +442,40 @@ impl Sshd {
     }
 }
 
+/// Access credentials (KubeVirt `accessCredentials` with `qemuGuestAgent`) written into the
+/// guest now and again whenever they change, while its sshd runs (see [`crate::sshd_agent`]).
+/// virt-launcher watches the Secrets; here the store is polled, every 200 ms.
+fn watch_credentials(app: Weak<App>, spec: crate::guest::GuestSpec, sshd: &Arc<Sshd>) {
+    let pid = sshd.child.lock().unwrap_or_else(|e| e.into_inner()).id();
+    let mut synced: crate::sshd_agent::Synced = None;
+    if let Some(app) = app.upgrade() {
+        crate::sshd_agent::sync(&app, &spec, pid, &mut synced);
+    }
+    let sshd = Arc::downgrade(sshd);
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            let (Some(sshd), Some(app)) = (sshd.upgrade(), app.upgrade()) else {
+                return;
+            };
+            if !matches!(
+                sshd.child
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .try_wait(),
+                Ok(None)
+            ) {
+                return;
+            }
+            crate::sshd_agent::sync(&app, &spec, pid, &mut synced);
+        }
+    });
+}
+
 /// A guest with the login console of [`LoginGuest`] and, from the first dial on, an sshd
 /// configured by the VM's cloud-init, plus the echo service.
 pub struct SshdGuest {
+    app: Weak<App>,
     login: LoginGuest,
     config: CloudConfig,
     rekeyed: bool,
@@ -499,15 +530,21 @@ impl Guest for SshdGuest {
         let echo = self.echo.clone();
         let config = self.config.clone();
         let rekeyed = self.rekeyed;
+        let app = self.app.clone();
+        let spec = self.login.spec().clone();
         Box::pin(async move {
             let local = match port {
                 22 => {
                     let sshd = sshd
                         .get_or_try_init(|| async move {
-                            tokio::task::spawn_blocking(move || Sshd::start(&config, rekeyed))
-                                .await
-                                .map_err(io::Error::other)?
-                                .map(Arc::new)
+                            tokio::task::spawn_blocking(move || {
+                                let sshd = Arc::new(Sshd::start(&config, rekeyed)?);
+                                // The agent's first round runs before the first login.
+                                watch_credentials(app, spec, &sshd);
+                                Ok::<_, io::Error>(sshd)
+                            })
+                            .await
+                            .map_err(io::Error::other)?
                         })
                         .await?;
                     sshd.port
@@ -569,6 +606,7 @@ impl GuestFactory for SshdGuests {
             .unwrap_or_default();
         let rekeyed = app.ssh_switches.rekeyed(&spec.namespace, &spec.name);
         Ok(Arc::new(SshdGuest {
+            app: self.app.clone(),
             login: LoginGuest::boot(spec)?,
             config,
             rekeyed,

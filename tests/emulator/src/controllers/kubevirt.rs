@@ -114,9 +114,21 @@ pub(super) fn kubevirt_vm(app: &App, vm: &Value, _tick: bool) {
             })
             .cloned()
     });
+    let restart_required = vmi.as_ref().is_some_and(|v| restart_required(vm, v));
     app.store
         .modify(&key_of("kubevirt.io", "virtualmachines", vm), |o| {
             let mut st = o.get("status").cloned().unwrap_or(json!({}));
+            if restart_required {
+                set_condition(
+                    &mut st,
+                    "RestartRequired",
+                    true,
+                    "",
+                    RESTART_REQUIRED_MESSAGE,
+                );
+            } else if let Some(c) = st["conditions"].as_array_mut() {
+                c.retain(|c| c["type"] != "RestartRequired");
+            }
             st["printableStatus"] = json!(printable);
             st["runStrategy"] = run_strategy;
             st["observedGeneration"] = generation.clone();
@@ -154,6 +166,23 @@ pub(super) fn kubevirt_vm(app: &App, vm: &Value, _tick: bool) {
             }
             o["status"] = st;
         });
+}
+
+/// virt-controller's message on the VM condition `RestartRequired`
+/// (`pkg/virt-controller/watch/vm/vm.go`, `setRestartRequired`).
+pub(crate) const RESTART_REQUIRED_MESSAGE: &str =
+    "a non-live-updatable field was changed in the template spec";
+
+/// Whether the running VMI lacks a change of the VM template that only a restart applies.
+/// Upstream compares the template with the ControllerRevision the VMI started from and lets
+/// only a few fields (hotplug volumes, CPU sockets, memory, scheduling) change live;
+/// `accessCredentials` is not one of them. The emulator checks that list, the one kubectl-vm
+/// changes on running VMs. A new VMI (restart) clears it.
+fn restart_required(vm: &Value, vmi: &Value) -> bool {
+    let wanted = vm.pointer("/spec/template/spec/accessCredentials");
+    let running = vmi.pointer("/spec/accessCredentials");
+    let empty = |v: Option<&Value>| v.is_none_or(|v| v.as_array().is_some_and(|a| a.is_empty()));
+    !(empty(wanted) && empty(running)) && wanted != running
 }
 
 pub(crate) fn new_vmi(vm: &Value) -> Value {
@@ -304,5 +333,66 @@ mod tests {
         assert!(owned_by(&adopted, &third));
         let vm = get(&app, "kubevirt.io", "virtualmachines", "web").unwrap();
         assert_eq!(vm["status"]["printableStatus"], "Running");
+    }
+}
+
+#[cfg(test)]
+mod restart_required_tests {
+    use super::super::reconcile_all;
+    use super::*;
+    use crate::ServeFlavor;
+    use crate::registry::Registry;
+    use crate::store::{Key, Propagation};
+    use std::time::Duration;
+
+    fn condition(app: &App) -> Option<Value> {
+        let vm = app
+            .store
+            .get(&Key::new(
+                "kubevirt.io",
+                "virtualmachines",
+                "default",
+                "web",
+            ))
+            .unwrap();
+        vm.pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|c| c.iter().find(|c| c["type"] == "RestartRequired").cloned())
+    }
+
+    #[test]
+    fn access_credentials_change_on_a_running_vm_requires_a_restart() {
+        let app = App::new(Registry::new(ServeFlavor::KubeVirt), Duration::from_secs(1));
+        let vm = json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"runStrategy": "Always", "template": {"spec": {"domain": {"devices": {}}}}}});
+        app.store
+            .create("kubevirt.io", "virtualmachines", vm)
+            .unwrap();
+        let settle = |app: &App| {
+            for _ in 0..4 {
+                reconcile_all(app, true);
+            }
+        };
+        settle(&app);
+        let vmi_key = Key::new("kubevirt.io", "virtualmachineinstances", "default", "web");
+        assert!(app.store.get(&vmi_key).is_some());
+        assert!(condition(&app).is_none());
+        let vm_key = Key::new("kubevirt.io", "virtualmachines", "default", "web");
+        let entry = json!([{"sshPublicKey": {"source": {"secret": {"secretName": "k"}},
+            "propagationMethod": {"qemuGuestAgent": {"users": ["debian"]}}}}]);
+        app.store.modify(&vm_key, |o| {
+            o["spec"]["template"]["spec"]["accessCredentials"] = entry.clone();
+        });
+        settle(&app);
+        let c = condition(&app).expect("RestartRequired");
+        assert_eq!(c["status"], "True");
+        assert_eq!(c["message"], RESTART_REQUIRED_MESSAGE);
+        // A new VMI from the template has the entry: the condition goes.
+        app.store.delete(&vmi_key, Propagation::Cascade);
+        settle(&app);
+        let vmi = app.store.get(&vmi_key).expect("a new VMI");
+        assert_eq!(vmi["spec"]["accessCredentials"], entry);
+        assert!(condition(&app).is_none());
     }
 }

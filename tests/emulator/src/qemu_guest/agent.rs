@@ -155,7 +155,7 @@ pub(super) fn watch_agent(app: Weak<App>, spec: GuestSpec, path: PathBuf, proc_:
     let mut last: Option<AgentInfo> = None;
     let mut agent: Option<Agent> = None;
     let mut shutdown_sent = false;
-    let mut synced: Option<Result<BTreeMap<String, Vec<String>>, String>> = None;
+    let mut synced: Synced = None;
     while proc_.running() {
         if proc_.stop_requested.load(Ordering::SeqCst) {
             if let (Some(a), false) = (agent.as_mut(), shutdown_sent) {
@@ -214,13 +214,10 @@ pub(super) fn watch_agent(app: Weak<App>, spec: GuestSpec, path: PathBuf, proc_:
 }
 
 /// Propagates the VMI's guest-agent access credentials (see [`super::credentials`]) when they
-/// differ from what was last written, and sets `AccessCredentialsSynchronized`.
-fn sync_credentials(
-    app: &App,
-    spec: &GuestSpec,
-    agent: &mut Agent,
-    synced: &mut Option<Result<BTreeMap<String, Vec<String>>, String>>,
-) {
+/// differ from what was last written, and sets `AccessCredentialsSynchronized`: keys with
+/// `guest-ssh-add-authorized-keys`, then passwords with `guest-set-user-password`, as
+/// virt-launcher's `reloadCredentialFiles` does.
+fn sync_credentials(app: &App, spec: &GuestSpec, agent: &mut Agent, synced: &mut Synced) {
     use crate::controllers::set_condition;
     let vmi_key = Key::new(KV, "virtualmachineinstances", &spec.namespace, &spec.name);
     let Some(vmi) = app.store.get(&vmi_key) else {
@@ -233,18 +230,32 @@ fn sync_credentials(
         app.store
             .get(&Key::new("", "secrets", &spec.namespace, name))
     };
-    let wanted = super::credentials::desired(&vmi["spec"], lookup);
+    let wanted = super::credentials::desired(&vmi["spec"], lookup)
+        .and_then(|keys| Ok((keys, super::credentials::passwords(&vmi["spec"], lookup)?)));
     if synced.as_ref() == Some(&wanted) {
         return;
     }
     let outcome = match &wanted {
-        Ok(users) => users.iter().try_for_each(|(user, keys)| {
-            agent
-                .sync()
-                .and_then(|()| agent.request(&super::credentials::command(user, keys)))
-                .map(|_| ())
-                .map_err(|e| format!("{user}: {e}"))
-        }),
+        Ok((users, passwords)) => users
+            .iter()
+            .try_for_each(|(user, keys)| {
+                agent
+                    .sync()
+                    .and_then(|()| agent.request(&super::credentials::command(user, keys)))
+                    .map(|_| ())
+                    .map_err(|e| format!("Error encountered writing ssh pub key access credentials for user [{user}]: {e}"))
+            })
+            .and_then(|()| {
+                passwords.iter().try_for_each(|(user, password)| {
+                    agent
+                        .sync()
+                        .and_then(|()| {
+                            agent.request(&super::credentials::password_command(user, password))
+                        })
+                        .map(|_| ())
+                        .map_err(|e| format!("Error encountered setting password for user [{user}]: {e}"))
+                })
+            }),
         Err(e) => Err(e.clone()),
     };
     app.store.modify(&vmi_key, |o| {
@@ -257,6 +268,9 @@ fn sync_credentials(
     });
     *synced = outcome.is_ok().then_some(wanted);
 }
+
+/// Keys and passwords per user as last written, or the error of the last try.
+type Synced = Option<Result<(BTreeMap<String, Vec<String>>, BTreeMap<String, String>), String>>;
 
 /// Writes what the agent reports into the VM's status, if the boot it came from is current:
 /// KubeVirt's VMI condition `AgentConnected` (virt-handler sets it while the agent channel is

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 /// Keys per guest user, from a VMI spec; `secret` looks a Secret up by name. A missing Secret
 /// is an error naming it (KubeVirt reports the failure in the condition).
-pub(super) fn desired(
+pub(crate) fn desired(
     spec: &Value,
     secret: impl Fn(&str) -> Option<Value>,
 ) -> Result<BTreeMap<String, Vec<String>>, String> {
@@ -49,6 +49,57 @@ pub(super) fn desired(
     Ok(users)
 }
 
+/// Passwords per guest user from the VMI's `accessCredentials[].userPassword` entries with
+/// `propagationMethod.qemuGuestAgent`: each Secret key is a user, its value (trimmed, empty
+/// ones skipped) the password (`readAndAddPasswordsFromDirectory` upstream).
+pub(crate) fn passwords(
+    spec: &Value,
+    secret: impl Fn(&str) -> Option<Value>,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for credential in spec["accessCredentials"].as_array().into_iter().flatten() {
+        let password = &credential["userPassword"];
+        if password
+            .pointer("/propagationMethod/qemuGuestAgent")
+            .is_none()
+        {
+            continue;
+        }
+        let name = password
+            .pointer("/source/secret/secretName")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let object = secret(name).ok_or_else(|| format!("secret {name} not found"))?;
+        for (user, value) in object["data"].as_object().into_iter().flatten() {
+            let Some(bytes) = value
+                .as_str()
+                .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
+            else {
+                continue;
+            };
+            let text = String::from_utf8_lossy(&bytes).trim().to_owned();
+            if !text.is_empty() {
+                out.insert(user.clone(), text);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The agent command that sets `user`'s password in clear text (qemu
+/// `guest-set-user-password`, the password base64-encoded, `crypted: false`, as libvirt's
+/// `virDomainSetUserPassword` without flags sends it).
+pub(crate) fn password_command(user: &str, password: &str) -> Value {
+    json!({
+        "execute": "guest-set-user-password",
+        "arguments": {
+            "username": user,
+            "password": base64::engine::general_purpose::STANDARD.encode(password),
+            "crypted": false,
+        },
+    })
+}
+
 /// Every non-empty line of every `data` value (in key order), verbatim.
 fn secret_keys(secret: &Value) -> Vec<String> {
     let mut out = Vec::new();
@@ -69,7 +120,7 @@ fn secret_keys(secret: &Value) -> Vec<String> {
 
 /// The agent command that replaces `user`'s authorized keys (qemu `qga/qapi-schema.json`
 /// `guest-ssh-add-authorized-keys`, since qemu 5.2).
-pub(super) fn command(user: &str, keys: &[String]) -> Value {
+pub(crate) fn command(user: &str, keys: &[String]) -> Value {
     json!({
         "execute": "guest-ssh-add-authorized-keys",
         "arguments": { "username": user, "keys": keys, "reset": true },
@@ -130,5 +181,26 @@ mod tests {
             "secret zz not found"
         );
         assert!(desired(&json!({}), lookup).unwrap().is_empty());
+    }
+
+    #[test]
+    fn passwords_come_from_user_password_entries() {
+        let spec = json!({ "accessCredentials": [
+            { "userPassword": { "source": { "secret": { "secretName": "p" } },
+              "propagationMethod": { "qemuGuestAgent": {} } } },
+            { "sshPublicKey": { "source": { "secret": { "secretName": "a" } },
+              "propagationMethod": { "qemuGuestAgent": { "users": ["root"] } } } },
+        ]});
+        let lookup = |name: &str| match name {
+            "p" => Some(secret(&[("debian", "s3cret\n"), ("root", "  ")])),
+            "a" => Some(secret(&[("k", "ssh-ed25519 AAAA")])),
+            _ => None,
+        };
+        let p = passwords(&spec, lookup).unwrap();
+        assert_eq!(p.len(), 1);
+        assert_eq!(p["debian"], "s3cret");
+        let cmd = password_command("debian", "s3cret");
+        assert_eq!(cmd["arguments"]["password"], "czNjcmV0");
+        assert_eq!(cmd["arguments"]["crypted"], false);
     }
 }

@@ -46,7 +46,7 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
 
 mod agent;
-mod credentials;
+pub(crate) mod credentials;
 pub mod disk;
 mod machine;
 mod process;
