@@ -131,23 +131,9 @@ pub async fn cmd_delete(global: &GlobalArgs, args: DeleteArgs) -> CommandResult 
     if dry_run != DryRun::Client {
         delete::execute(&cluster, &plan, dry_run == DryRun::Server).await?;
     }
-    let suffix = match dry_run {
-        DryRun::None => "",
-        DryRun::Client => " (dry run)",
-        DryRun::Server => " (server dry run)",
-    };
-    let mut out = std::io::stdout().lock();
-    for line in report(&plan) {
-        writeln!(out, "{line}{suffix}")?;
-    }
-    out.flush()?;
-    drop(out);
+    print_report(report(&plan), dry_run)?;
     if args.wait && dry_run == DryRun::None {
-        let timeout = if args.timeout.is_zero() {
-            Duration::from_secs(10 * 365 * 24 * 3600)
-        } else {
-            args.timeout
-        };
+        let timeout = wait_limit(&args);
         delete::wait_gone(&cluster, &platform, &plan, timeout).await?;
     }
     Ok(())
@@ -187,26 +173,35 @@ async fn delete_pool(
     if dry_run != DryRun::Client {
         delete::pool::execute(cluster, &plan, dry_run == DryRun::Server).await?;
     }
+    print_report(pool_report(&plan), dry_run)?;
+    if args.wait && dry_run == DryRun::None {
+        let timeout = wait_limit(args);
+        delete::pool::wait_gone(cluster, platform, &plan, timeout).await?;
+    }
+    Ok(())
+}
+
+/// The report's lines on stdout, each marked when nothing was really deleted.
+fn print_report(lines: Vec<String>, dry_run: DryRun) -> std::io::Result<()> {
     let suffix = match dry_run {
         DryRun::None => "",
         DryRun::Client => " (dry run)",
         DryRun::Server => " (server dry run)",
     };
     let mut out = std::io::stdout().lock();
-    for line in pool_report(&plan) {
+    for line in lines {
         writeln!(out, "{line}{suffix}")?;
     }
-    out.flush()?;
-    drop(out);
-    if args.wait && dry_run == DryRun::None {
-        let timeout = if args.timeout.is_zero() {
-            Duration::from_secs(10 * 365 * 24 * 3600)
-        } else {
-            args.timeout
-        };
-        delete::pool::wait_gone(cluster, platform, &plan, timeout).await?;
+    out.flush()
+}
+
+/// How long `--wait` waits: `--timeout`, where 0 is (practically) forever, as kubectl's.
+fn wait_limit(args: &DeleteArgs) -> Duration {
+    if args.timeout.is_zero() {
+        Duration::from_secs(10 * 365 * 24 * 3600)
+    } else {
+        args.timeout
     }
-    Ok(())
 }
 
 /// The pool (KubeVirt), then each replica's lines as `delete` prints them, then the Secrets.

@@ -19,11 +19,11 @@ pub use kubevirt::apply;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
 
 use crate::create::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
-use crate::enroll::Activation;
+use crate::enroll::{Activation, owned_by_vm};
 use crate::error::{Error, Result};
 
 /// Label naming what a credential Secret holds: `keys` or `password`.
@@ -188,16 +188,7 @@ pub fn secret_object(vm: &Value, kind: Kind, login: &str, text: String) -> Secre
                 (KIND_LABEL.to_owned(), kind.as_str().to_owned()),
                 (LOGIN_LABEL.to_owned(), login.to_owned()),
             ])),
-            owner_references: Some(vec![OwnerReference {
-                api_version: vm["apiVersion"].as_str().unwrap_or("kubevirt.io/v1").into(),
-                kind: vm["kind"].as_str().unwrap_or("VirtualMachine").into(),
-                name: name.to_owned(),
-                uid: vm["metadata"]["uid"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-                ..OwnerReference::default()
-            }]),
+            owner_references: Some(vec![owned_by_vm(vm, name)]),
             ..ObjectMeta::default()
         },
         data: Some(BTreeMap::from([(

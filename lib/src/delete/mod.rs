@@ -85,6 +85,26 @@ impl DeletePlan {
     }
 }
 
+/// The Secrets of `list` owned by the object with `uid`, as companions to report.
+pub(crate) fn owned_secrets(
+    list: impl IntoIterator<Item = DynamicObject>,
+    uid: &str,
+) -> Vec<Companion> {
+    list.into_iter()
+        .map(to_value)
+        .filter(|s| owned_by(s, uid))
+        .map(|s| Companion {
+            kind: SECRET,
+            name: s["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            owned: true,
+            uid: s["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
+        })
+        .collect()
+}
+
 /// Whether `object` has an ownerReference with `uid`.
 pub(crate) fn owned_by(object: &Value, uid: &str) -> bool {
     object
@@ -178,20 +198,7 @@ pub async fn plan(
         .list(&selector)
         .await
     {
-        Ok(list) => list
-            .into_iter()
-            .map(to_value)
-            .filter(|s| owned_by(s, &uid))
-            .map(|s| Companion {
-                kind: SECRET,
-                name: s["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-                owned: true,
-                uid: s["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
-            })
-            .collect(),
+        Ok(list) => owned_secrets(list, &uid),
         Err(_) => Vec::new(),
     };
     let pool = vm

@@ -15,7 +15,7 @@ use std::time::Duration;
 use kube::api::{DeleteParams, ListParams};
 use serde_json::Value;
 
-use super::{Companion, DeletePlan, guarded, owned_by, quoted_ref, to_value};
+use super::{Companion, DeletePlan, guarded, owned_by, owned_secrets, quoted_ref, to_value};
 use crate::api::{KUBEVIRT_POOL, Kind, SECRET};
 use crate::cluster::Cluster;
 use crate::create::pool::POOL_LABEL;
@@ -166,20 +166,7 @@ pub async fn plan(
                 .list(&ListParams::default().labels(&selector))
                 .await
             {
-                Ok(list) => list
-                    .into_iter()
-                    .map(to_value)
-                    .filter(|s| owned_by(s, uid))
-                    .map(|s| Companion {
-                        kind: SECRET,
-                        name: s["metadata"]["name"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_owned(),
-                        owned: true,
-                        uid: s["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
-                    })
-                    .collect(),
+                Ok(list) => owned_secrets(list, uid),
                 // Listing only completes the report; the collector deletes them anyway.
                 Err(_) => Vec::new(),
             }

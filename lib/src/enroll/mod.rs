@@ -118,16 +118,7 @@ pub fn secret_object(vm: &Value, login: &str, lines: &[String], added_login: boo
             namespace: Some(namespace.to_owned()),
             labels: Some(labels),
             annotations: Some(annotations),
-            owner_references: Some(vec![OwnerReference {
-                api_version: vm["apiVersion"].as_str().unwrap_or("kubevirt.io/v1").into(),
-                kind: vm["kind"].as_str().unwrap_or("VirtualMachine").into(),
-                name: name.to_owned(),
-                uid: vm["metadata"]["uid"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-                ..OwnerReference::default()
-            }]),
+            owner_references: Some(vec![owned_by_vm(vm, name)]),
             ..ObjectMeta::default()
         },
         data: Some(BTreeMap::from([(
@@ -351,6 +342,21 @@ pub struct EnrollOutcome {
     pub logins: Vec<String>,
     /// When it takes effect.
     pub activation: Activation,
+}
+
+/// The ownerReference that ties a Secret to VM `name` (`vm` as read from the server), so
+/// garbage collection removes the Secret with the VM.
+pub(crate) fn owned_by_vm(vm: &Value, name: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: vm["apiVersion"].as_str().unwrap_or("kubevirt.io/v1").into(),
+        kind: vm["kind"].as_str().unwrap_or("VirtualMachine").into(),
+        name: name.to_owned(),
+        uid: vm["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        ..OwnerReference::default()
+    }
 }
 
 #[cfg(test)]
