@@ -29,6 +29,17 @@ pub(crate) struct SerialTail {
     pub(crate) vm: String,
 }
 
+/// Runs `env`'s VMs as qemu guests, with the guests' network restricted or not; the
+/// returned tail shows `vm`'s serial log if the test fails.
+pub(crate) fn qemu_guests(env: &Env, vm: &str, restricted: bool) -> SerialTail {
+    let mut config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
+    config.restrict_network = restricted;
+    SerialTail {
+        guests: env.emulator.use_qemu_guests(config).unwrap(),
+        vm: vm.into(),
+    }
+}
+
 impl Drop for SerialTail {
     fn drop(&mut self) {
         if std::thread::panicking() {
@@ -123,13 +134,8 @@ fn cloud_init_done(flavor: &str, boot: &str, out: &Output) {
 fn scenario(env: Env, restricted: bool) {
     let t0 = Instant::now();
     let vm = "guest1";
-    let mut config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
-    config.restrict_network = restricted;
-    let guests = env.emulator.use_qemu_guests(config).unwrap();
-    let _tail = SerialTail {
-        guests: guests.clone(),
-        vm: vm.into(),
-    };
+    let tail = qemu_guests(&env, vm, restricted);
+    let guests = tail.guests.clone();
     let flavor = if restricted {
         "kubevirt (restricted network)"
     } else {

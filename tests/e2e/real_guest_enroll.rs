@@ -9,10 +9,8 @@
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use kubevm_emulator::qemu_guest::QemuConfig;
-
 use crate::common::{BIN, Env, ok, stderr, stdout};
-use crate::real_guest::{SerialTail, keygen};
+use crate::real_guest::{keygen, qemu_guests};
 
 fn ssh(env: &Env, args: &[&str]) -> Output {
     env.command(BIN)
@@ -79,19 +77,53 @@ fn openssh(env: &Env, vm: &str, host: &str) -> Output {
         .unwrap()
 }
 
+/// VM `vm` as a user writes it in plain YAML: a stock cloud-config with user `debian`
+/// (authorized key `public`, when given) and no kubectl-vm injection.
+fn plain_vm_yaml(vm: &str, public: Option<&str>) -> String {
+    let mut yaml = format!(
+        r#"apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: {vm}
+  namespace: default
+spec:
+  runStrategy: Always
+  template:
+    spec:
+      domain:
+        devices: {{}}
+        resources:
+          requests:
+            memory: 1Gi
+      volumes:
+      - name: root
+        containerDisk:
+          image: quay.io/containerdisks/debian:12
+      - name: cloudinit
+        cloudInitNoCloud:
+          userData: |
+            #cloud-config
+            users:
+            - name: debian
+              shell: /bin/bash
+"#
+    );
+    if let Some(public) = public {
+        yaml.push_str(&format!(
+            "              ssh_authorized_keys:\n              - {}\n",
+            public.trim()
+        ));
+    }
+    yaml
+}
+
 #[test]
 #[ignore = "needs the qemu guest image: tests/run-all.sh builds it"]
 fn real_guest_enroll_a_yaml_vm() {
     let t0 = Instant::now();
-    let env = Env::kubevirt();
     let vm = "yamlvm";
-    let mut config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
-    config.restrict_network = true;
-    let guests = env.emulator.use_qemu_guests(config).unwrap();
-    let _tail = SerialTail {
-        guests: guests.clone(),
-        vm: vm.into(),
-    };
+    let env = Env::kubevirt();
+    let _tail = qemu_guests(&env, vm, true);
     let key = env.dir.path().join("id_user");
     keygen(&key);
     let public = std::fs::read_to_string(format!("{}.pub", key.display())).unwrap();
@@ -241,43 +273,10 @@ spec:
 #[ignore = "needs the qemu guest image: tests/run-all.sh builds it"]
 fn real_guest_credentials() {
     let t0 = Instant::now();
-    let env = Env::kubevirt();
     let vm = "credvm";
-    let mut config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
-    config.restrict_network = true;
-    let guests = env.emulator.use_qemu_guests(config).unwrap();
-    let _tail = SerialTail {
-        guests: guests.clone(),
-        vm: vm.into(),
-    };
-    let yaml = format!(
-        r#"apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata:
-  name: {vm}
-  namespace: default
-spec:
-  runStrategy: Always
-  template:
-    spec:
-      domain:
-        devices: {{}}
-        resources:
-          requests:
-            memory: 1Gi
-      volumes:
-      - name: root
-        containerDisk:
-          image: quay.io/containerdisks/debian:12
-      - name: cloudinit
-        cloudInitNoCloud:
-          userData: |
-            #cloud-config
-            users:
-            - name: debian
-              shell: /bin/bash
-"#
-    );
+    let env = Env::kubevirt();
+    let _tail = qemu_guests(&env, vm, true);
+    let yaml = plain_vm_yaml(vm, None);
     let file = env.dir.path().join("vm.yaml");
     std::fs::write(&file, yaml).unwrap();
     ok(env.kubectl(&["apply", "-f", file.to_str().unwrap()]));
@@ -421,49 +420,13 @@ spec:
 #[ignore = "needs the qemu guest image: tests/run-all.sh builds it"]
 fn real_guest_facts_match_the_guest() {
     let t0 = Instant::now();
-    let env = Env::kubevirt();
     let vm = "factvm";
-    let mut config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
-    config.restrict_network = true;
-    let guests = env.emulator.use_qemu_guests(config).unwrap();
-    let _tail = SerialTail {
-        guests: guests.clone(),
-        vm: vm.into(),
-    };
+    let env = Env::kubevirt();
+    let _tail = qemu_guests(&env, vm, true);
     let key = env.dir.path().join("id_user");
     keygen(&key);
     let public = std::fs::read_to_string(format!("{}.pub", key.display())).unwrap();
-    let yaml = format!(
-        r#"apiVersion: kubevirt.io/v1
-kind: VirtualMachine
-metadata:
-  name: {vm}
-  namespace: default
-spec:
-  runStrategy: Always
-  template:
-    spec:
-      domain:
-        devices: {{}}
-        resources:
-          requests:
-            memory: 1Gi
-      volumes:
-      - name: root
-        containerDisk:
-          image: quay.io/containerdisks/debian:12
-      - name: cloudinit
-        cloudInitNoCloud:
-          userData: |
-            #cloud-config
-            users:
-            - name: debian
-              shell: /bin/bash
-              ssh_authorized_keys:
-              - {public}
-"#,
-        public = public.trim()
-    );
+    let yaml = plain_vm_yaml(vm, Some(&public));
     let file = env.dir.path().join("vm.yaml");
     std::fs::write(&file, yaml).unwrap();
     ok(env.kubectl(&["apply", "-f", file.to_str().unwrap()]));

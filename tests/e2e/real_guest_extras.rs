@@ -12,10 +12,8 @@
 
 use std::time::{Duration, Instant};
 
-use kubevm_emulator::qemu_guest::QemuConfig;
-
 use crate::common::{Env, ok, stderr, stdout};
-use crate::real_guest::{SerialTail, keygen, ssh, ssh_until_ok};
+use crate::real_guest::{keygen, qemu_guests, ssh, ssh_until_ok};
 
 const UUID: &str = "0f8fad5b-d9cb-469f-a165-70867728950e";
 const SERIAL: &str = "KUBEVM-SN-0042";
@@ -37,13 +35,7 @@ fn real_guest_kubevirt_seed_settings() {
     let t0 = Instant::now();
     let env = Env::kubevirt();
     let vm = "guest2";
-    let mut config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
-    config.restrict_network = true;
-    let guests = env.emulator.use_qemu_guests(config).unwrap();
-    let _tail = SerialTail {
-        guests: guests.clone(),
-        vm: vm.into(),
-    };
+    let _tail = qemu_guests(&env, vm, true);
     let key = env.dir.path().join("id_secret");
     keygen(&key);
     let public = std::fs::read_to_string(format!("{}.pub", key.display())).unwrap();
@@ -217,12 +209,7 @@ fn real_guest_deckhouse_seed_settings() {
     let t0 = Instant::now();
     let env = Env::deckhouse();
     let vm = "guest3";
-    let config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");
-    let guests = env.emulator.use_qemu_guests(config).unwrap();
-    let _tail = SerialTail {
-        guests: guests.clone(),
-        vm: vm.into(),
-    };
+    let _tail = qemu_guests(&env, vm, false);
     let key = env.dir.path().join("id_secret");
     keygen(&key);
     let public = std::fs::read_to_string(format!("{}.pub", key.display())).unwrap();
