@@ -8,16 +8,13 @@
 //! `AccessCredentialsSynchronized` tells how it went, as virt-handler reports it. Passwords
 //! (`userPassword`) are set like qemu-guest-agent's `guest-set-user-password`, with `chpasswd`.
 
-use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 
 use crate::app::App;
 use crate::guest::GuestSpec;
-use crate::store::Key;
-use crate::util::meta_str;
 
-/// Keys and passwords per user as last written, or the error of the last try.
-pub type Synced = Option<Result<(BTreeMap<String, Vec<String>>, BTreeMap<String, String>), String>>;
+pub use crate::qemu_guest::credentials::Synced;
+use crate::qemu_guest::credentials::{self, GuestWrite};
 
 /// Shell run in the guest: `$1` the user, the rest the keys.
 const WRITE_KEYS: &str = r#"u="$1"; shift
@@ -83,56 +80,8 @@ pub fn set_password(pid: u32, user: &str, password: &str) -> Result<(), String> 
 /// One round: when the current VMI's credentials differ from what was last written, write
 /// them and set `AccessCredentialsSynchronized`.
 pub fn sync(app: &App, spec: &GuestSpec, pid: u32, synced: &mut Synced) {
-    use crate::controllers::set_condition;
-    let vmi_key = Key::new(
-        "kubevirt.io",
-        "virtualmachineinstances",
-        &spec.namespace,
-        &spec.name,
-    );
-    let Some(vmi) = app.store.get(&vmi_key) else {
-        return;
-    };
-    if meta_str(&vmi, "uid") != spec.boot_id || vmi["spec"]["accessCredentials"].is_null() {
-        return;
-    }
-    let lookup = |name: &str| {
-        app.store
-            .get(&Key::new("", "secrets", &spec.namespace, name))
-    };
-    let wanted = crate::qemu_guest::credentials::desired(&vmi["spec"], lookup).and_then(|keys| {
-        Ok((
-            keys,
-            crate::qemu_guest::credentials::passwords(&vmi["spec"], lookup)?,
-        ))
+    credentials::sync(app, spec, synced, |write| match write {
+        GuestWrite::Keys(user, keys) => write_keys(pid, user, keys),
+        GuestWrite::Password(user, password) => set_password(pid, user, password),
     });
-    if synced.as_ref() == Some(&wanted) {
-        return;
-    }
-    let outcome = match &wanted {
-        Ok((users, passwords)) => users
-            .iter()
-            .try_for_each(|(user, keys)| {
-                write_keys(pid, user, keys).map_err(|e| {
-                    format!("Error encountered writing ssh pub key access credentials for user [{user}]: {e}")
-                })
-            })
-            .and_then(|()| {
-                passwords.iter().try_for_each(|(user, password)| {
-                    set_password(pid, user, password).map_err(|e| {
-                        format!("Error encountered setting password for user [{user}]: {e}")
-                    })
-                })
-            }),
-        Err(e) => Err(e.clone()),
-    };
-    app.store.modify(&vmi_key, |o| {
-        let mut st = o["status"].clone();
-        match &outcome {
-            Ok(()) => set_condition(&mut st, "AccessCredentialsSynchronized", true, "", ""),
-            Err(e) => set_condition(&mut st, "AccessCredentialsSynchronized", false, "", e),
-        }
-        o["status"] = st;
-    });
-    *synced = outcome.is_ok().then_some(wanted);
 }

@@ -1,7 +1,6 @@
 //! The guest agent channel: QGA JSON (`guest-sync`, `guest-get-osinfo`, `guest-get-users`,
 //! `guest-get-fsinfo`, `guest-shutdown`) and what it reports into the VM's status.
 
-use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -11,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::credentials::{GuestWrite, Synced};
 use super::process::Proc;
 use super::{DH, KV};
 use crate::app::App;
@@ -218,59 +218,20 @@ pub(super) fn watch_agent(app: Weak<App>, spec: GuestSpec, path: PathBuf, proc_:
 /// `guest-ssh-add-authorized-keys`, then passwords with `guest-set-user-password`, as
 /// virt-launcher's `reloadCredentialFiles` does.
 fn sync_credentials(app: &App, spec: &GuestSpec, agent: &mut Agent, synced: &mut Synced) {
-    use crate::controllers::set_condition;
-    let vmi_key = Key::new(KV, "virtualmachineinstances", &spec.namespace, &spec.name);
-    let Some(vmi) = app.store.get(&vmi_key) else {
-        return;
-    };
-    if meta_str(&vmi, "uid") != spec.boot_id || vmi["spec"]["accessCredentials"].is_null() {
-        return;
-    }
-    let lookup = |name: &str| {
-        app.store
-            .get(&Key::new("", "secrets", &spec.namespace, name))
-    };
-    let wanted = super::credentials::desired(&vmi["spec"], lookup)
-        .and_then(|keys| Ok((keys, super::credentials::passwords(&vmi["spec"], lookup)?)));
-    if synced.as_ref() == Some(&wanted) {
-        return;
-    }
-    let outcome = match &wanted {
-        Ok((users, passwords)) => users
-            .iter()
-            .try_for_each(|(user, keys)| {
-                agent
-                    .sync()
-                    .and_then(|()| agent.request(&super::credentials::command(user, keys)))
-                    .map(|_| ())
-                    .map_err(|e| format!("Error encountered writing ssh pub key access credentials for user [{user}]: {e}"))
-            })
-            .and_then(|()| {
-                passwords.iter().try_for_each(|(user, password)| {
-                    agent
-                        .sync()
-                        .and_then(|()| {
-                            agent.request(&super::credentials::password_command(user, password))
-                        })
-                        .map(|_| ())
-                        .map_err(|e| format!("Error encountered setting password for user [{user}]: {e}"))
-                })
-            }),
-        Err(e) => Err(e.clone()),
-    };
-    app.store.modify(&vmi_key, |o| {
-        let mut st = o["status"].clone();
-        match &outcome {
-            Ok(()) => set_condition(&mut st, "AccessCredentialsSynchronized", true, "", ""),
-            Err(e) => set_condition(&mut st, "AccessCredentialsSynchronized", false, "", e),
-        }
-        o["status"] = st;
+    super::credentials::sync(app, spec, synced, |write| {
+        let command = match write {
+            GuestWrite::Keys(user, keys) => super::credentials::command(user, keys),
+            GuestWrite::Password(user, password) => {
+                super::credentials::password_command(user, password)
+            }
+        };
+        agent
+            .sync()
+            .and_then(|()| agent.request(&command))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     });
-    *synced = outcome.is_ok().then_some(wanted);
 }
-
-/// Keys and passwords per user as last written, or the error of the last try.
-type Synced = Option<Result<(BTreeMap<String, Vec<String>>, BTreeMap<String, String>), String>>;
 
 /// Writes what the agent reports into the VM's status, if the boot it came from is current:
 /// KubeVirt's VMI condition `AgentConnected` (virt-handler sets it while the agent channel is

@@ -127,6 +127,79 @@ pub(crate) fn command(user: &str, keys: &[String]) -> Value {
     })
 }
 
+/// Keys and passwords per user as last written, or the error of the last try.
+pub type Synced = Option<Result<(BTreeMap<String, Vec<String>>, BTreeMap<String, String>), String>>;
+
+/// One write into the guest.
+pub enum GuestWrite<'a> {
+    /// Replace `user`'s authorized_keys with these lines.
+    Keys(&'a str, &'a [String]),
+    /// Set `user`'s password.
+    Password(&'a str, &'a str),
+}
+
+/// virt-launcher's credential reload (`reloadCredentialFiles`), whatever writes into the guest
+/// (`write`): when the VMI's guest-agent credentials differ from what was last written, keys
+/// then passwords are written and `AccessCredentialsSynchronized` says how it went.
+pub fn sync(
+    app: &crate::app::App,
+    spec: &crate::guest::GuestSpec,
+    synced: &mut Synced,
+    mut write: impl FnMut(GuestWrite<'_>) -> Result<(), String>,
+) {
+    use crate::controllers::set_condition;
+    use crate::store::Key;
+    let vmi_key = Key::new(
+        "kubevirt.io",
+        "virtualmachineinstances",
+        &spec.namespace,
+        &spec.name,
+    );
+    let Some(vmi) = app.store.get(&vmi_key) else {
+        return;
+    };
+    if crate::util::meta_str(&vmi, "uid") != spec.boot_id
+        || vmi["spec"]["accessCredentials"].is_null()
+    {
+        return;
+    }
+    let lookup = |name: &str| {
+        app.store
+            .get(&Key::new("", "secrets", &spec.namespace, name))
+    };
+    let wanted =
+        desired(&vmi["spec"], lookup).and_then(|keys| Ok((keys, passwords(&vmi["spec"], lookup)?)));
+    if synced.as_ref() == Some(&wanted) {
+        return;
+    }
+    let outcome = match &wanted {
+        Ok((users, passwords)) => users
+            .iter()
+            .try_for_each(|(user, keys)| {
+                write(GuestWrite::Keys(user, keys)).map_err(|e| {
+                    format!("Error encountered writing ssh pub key access credentials for user [{user}]: {e}")
+                })
+            })
+            .and_then(|()| {
+                passwords.iter().try_for_each(|(user, password)| {
+                    write(GuestWrite::Password(user, password)).map_err(|e| {
+                        format!("Error encountered setting password for user [{user}]: {e}")
+                    })
+                })
+            }),
+        Err(e) => Err(e.clone()),
+    };
+    app.store.modify(&vmi_key, |o| {
+        let mut st = o["status"].clone();
+        match &outcome {
+            Ok(()) => set_condition(&mut st, "AccessCredentialsSynchronized", true, "", ""),
+            Err(e) => set_condition(&mut st, "AccessCredentialsSynchronized", false, "", e),
+        }
+        o["status"] = st;
+    });
+    *synced = outcome.is_ok().then_some(wanted);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
