@@ -66,12 +66,7 @@ pub async fn cmd_delete(global: &GlobalArgs, args: DeleteArgs) -> CommandResult 
         let namespace = pool.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
         let plan = delete::pool::plan(&cluster, &platform, &pool.name, &namespace)
             .await?
-            .ok_or_else(|| {
-                CommandError::Failed(format!(
-                    "pool {:?} not found in namespace {namespace:?} (no VirtualMachinePool, or no VMs created for it by create --replicas)",
-                    pool.name
-                ))
-            })?;
+            .ok_or_else(|| super::pool_not_found(&pool.name, &namespace))?;
         return delete_pool(&cluster, &platform, &args, plan).await;
     }
     let target = Target::parse(&args.target, false)?;

@@ -287,14 +287,10 @@ pub async fn cmd_power(global: &GlobalArgs, command: Power) -> CommandResult {
             .collect::<kubevm::Result<_>>()?;
         for pool in &pools {
             let namespace = pool.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
-            let members = kubevm::delete::pool::members(&cluster, &platform, &pool.name, &namespace)
-                .await?
-                .ok_or_else(|| {
-                    CommandError::Failed(format!(
-                        "pool {:?} not found in namespace {namespace:?} (no VirtualMachinePool, or no VMs created for it by create --replicas)",
-                        pool.name
-                    ))
-                })?;
+            let members =
+                kubevm::delete::pool::members(&cluster, &platform, &pool.name, &namespace)
+                    .await?
+                    .ok_or_else(|| super::pool_not_found(&pool.name, &namespace))?;
             refs.extend(members.1.into_iter().map(|name| VmRef {
                 namespace: namespace.clone(),
                 name,

@@ -136,3 +136,10 @@ pub fn note_other_platform(global: &GlobalArgs, platform: &Platform) {
         );
     }
 }
+
+/// `pool/NAME` names no pool in `namespace`.
+fn pool_not_found(name: &str, namespace: &str) -> CommandError {
+    CommandError::Failed(format!(
+        "pool {name:?} not found in namespace {namespace:?} (no VirtualMachinePool, or no VMs created for it by create --replicas)"
+    ))
+}
