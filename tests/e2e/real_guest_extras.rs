@@ -169,13 +169,16 @@ fn real_guest_kubevirt_seed_settings() {
     );
 
     // reset: the machine starts over at once (a new boot id) in the same instance (same VMI
-    // uid, so not a restart), asking nothing of the guest: its agent is stopped first.
+    // uid, so not a restart), asking nothing of the guest: its agent is stopped first. A hard
+    // reset flushes nothing, so what the guest wrote in the last ~30 s (ext4's delayed
+    // allocation: on a fast run, cloud-init's sshd host keys) would be lost and sshd would not
+    // start again: the guest syncs first, as an operator's guest would have long before.
     let out = ssh(
         &env,
         &[
             vm,
             "--",
-            "sudo systemctl stop qemu-guest-agent; cat /proc/sys/kernel/random/boot_id",
+            "sudo systemctl stop qemu-guest-agent; sync; cat /proc/sys/kernel/random/boot_id",
         ],
     );
     let before = stdout(&out).trim().to_string();
