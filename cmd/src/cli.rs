@@ -170,6 +170,8 @@ pub enum Command {
     Enroll(commands::enroll::EnrollArgs),
     /// Add or remove a guest user's SSH keys, or set its password, through the guest agent
     Credentials(commands::credentials::CredentialsArgs),
+    /// List a VM's disks, attach (hotplug) a disk or image to it, or detach one
+    Disk(commands::disk::DiskArgs),
     /// Show the guest OS, kernel, hostname and time zone the guest agent reports
     Guestosinfo(commands::guest_info::GuestInfoArgs),
     /// Show the users logged in to the guest (guest agent)

@@ -13,6 +13,7 @@ pub mod create;
 pub mod credentials;
 pub mod debug_info;
 pub mod delete;
+pub mod disk;
 pub mod enroll;
 pub mod error;
 pub mod export;

@@ -9,6 +9,7 @@ pub mod create;
 pub mod create_interactive;
 pub mod credentials;
 pub mod delete;
+pub mod disk;
 pub mod enroll;
 pub mod export;
 pub mod generate_docs;
@@ -70,6 +71,7 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Delete(args) => delete::cmd_delete(&global, args).await,
         Command::Enroll(args) => enroll::cmd_enroll(&global, args).await,
         Command::Credentials(args) => credentials::cmd_credentials(&global, args).await,
+        Command::Disk(args) => disk::cmd_disk(&global, args).await,
         Command::Guestosinfo(args) => {
             guest_info::cmd_guest_info(&global, kubevm::guest_info::Fact::OsInfo, args).await
         }

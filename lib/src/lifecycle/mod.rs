@@ -8,7 +8,7 @@
 
 pub mod deckhouse;
 pub mod kubevirt;
-mod watch;
+pub(crate) mod watch;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -40,6 +40,7 @@ pub mod guest;
 pub mod guestagent;
 pub mod handlers;
 pub mod hold;
+pub mod hotplug;
 pub mod internal_kinds;
 pub mod lifecycle;
 pub mod openapi;

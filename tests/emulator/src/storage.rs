@@ -104,5 +104,18 @@ pub fn deckhouse_consumer(app: &App, vd: &Value) -> bool {
             .and_then(Value::as_str)
             .unwrap_or("AlwaysOnUnlessStoppedManually");
         uses && matches!(policy, "AlwaysOn" | "AlwaysOnUnlessStoppedManually")
-    })
+    }) || {
+        // A hotplug attachment (VMBDA) consumes the disk too.
+        let (bdas, _) = app.store.list(
+            "virtualization.deckhouse.io",
+            "virtualmachineblockdeviceattachments",
+            Some(ns),
+        );
+        bdas.iter().any(|b| {
+            b.pointer("/spec/blockDeviceRef/kind") == Some(&serde_json::json!("VirtualDisk"))
+                && b.pointer("/spec/blockDeviceRef/name")
+                    .and_then(Value::as_str)
+                    == Some(name)
+        })
+    }
 }

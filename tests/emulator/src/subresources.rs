@@ -117,6 +117,10 @@ async fn action(
     if let Some(result) = crate::lifecycle::action(app, rp, sub, q, body) {
         return result;
     }
+    // addvolume/removevolume.
+    if let Some(result) = crate::hotplug::action(app, rp, sub, q, body) {
+        return result;
+    }
     Err(ApiError::new(
         501,
         "NotImplemented",

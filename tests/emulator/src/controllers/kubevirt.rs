@@ -20,6 +20,10 @@ pub(crate) fn kubevirt_should_run(vm: &Value, vmi_exists: bool) -> bool {
 }
 
 pub(super) fn kubevirt_vm(app: &App, vm: &Value, _tick: bool) {
+    // Volume hotplug requests first: they change the template the rest works from.
+    if crate::hotplug::apply_volume_requests(app, vm) {
+        return;
+    }
     let ns = meta_str(vm, "namespace").to_string();
     let cdi = app
         .registry

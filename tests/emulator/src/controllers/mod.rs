@@ -79,6 +79,11 @@ const RECONCILERS: &[(&str, &str, Reconciler)] = &[
         deckhouse::deckhouse_vm,
     ),
     (
+        "virtualization.deckhouse.io",
+        "virtualmachineblockdeviceattachments",
+        deckhouse::vmbda,
+    ),
+    (
         crate::export::KV_EXPORT_GROUP,
         "virtualmachineexports",
         crate::export::kubevirt_export,

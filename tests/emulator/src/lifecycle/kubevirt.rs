@@ -169,6 +169,12 @@ pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
         app.store.delete(&key, Propagation::Cascade);
         return;
     }
+    if phase(vmi) == "Running"
+        && let Some(volume_status) = crate::hotplug::volume_status(app, vmi)
+    {
+        app.store
+            .modify(&key, |o| o["status"]["volumeStatus"] = volume_status);
+    }
     let next = match phase(vmi) {
         "Pending" => "Scheduling",
         "Scheduling" if annotation(vmi, UNSCHEDULABLE) == Some("true") => {

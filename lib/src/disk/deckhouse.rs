@@ -1,0 +1,479 @@
+//! Deckhouse: disks from the VM's `spec.blockDeviceRefs` and `status.blockDeviceRefs`;
+//! hotplug through a VirtualMachineBlockDeviceAttachment (`vmbda`, FACTS §12:
+//! `spec{virtualMachineName, blockDeviceRef{kind, name}}`, phases `Pending|InProgress|
+//! Attached|Failed|Terminating`). The attachment is made here with create semantics and our
+//! labels; detaching deletes it with its uid as a precondition. Images are attached read-only
+//! and hotplugged devices always use SCSI (the CRD's description).
+
+use std::collections::BTreeMap;
+
+use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
+use serde_json::{Value, json};
+
+use super::{
+    AttachRequest, Disk, DryRun, Event, Options, Outcome, SourceKind, quantity_text, text,
+};
+use crate::api::{DECKHOUSE_VM, Kind, VIRTUAL_DISK};
+use crate::cluster::Cluster;
+use crate::create::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
+use crate::error::{Error, Result};
+use crate::flavor::Flavor;
+use crate::lifecycle::VmRef;
+use crate::lifecycle::watch::{self, Watched};
+
+/// Deckhouse's VirtualMachineBlockDeviceAttachment.
+pub const VMBDA: Kind = Kind {
+    group: "virtualization.deckhouse.io",
+    version: "v1alpha2",
+    kind: "VirtualMachineBlockDeviceAttachment",
+    plural: "virtualmachineblockdeviceattachments",
+    namespaced: true,
+};
+
+/// Deckhouse's VirtualImage.
+pub const VIRTUAL_IMAGE: Kind = Kind {
+    group: "virtualization.deckhouse.io",
+    version: "v1alpha2",
+    kind: "VirtualImage",
+    plural: "virtualimages",
+    namespaced: true,
+};
+
+/// Deckhouse's ClusterVirtualImage (cluster-scoped).
+pub const CLUSTER_VIRTUAL_IMAGE: Kind = Kind {
+    group: "virtualization.deckhouse.io",
+    version: "v1alpha2",
+    kind: "ClusterVirtualImage",
+    plural: "clustervirtualimages",
+    namespaced: false,
+};
+
+fn array<'a>(obj: &'a Value, pointer: &str) -> impl Iterator<Item = &'a Value> {
+    obj.pointer(pointer)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+fn short(kind: &str) -> &'static str {
+    match kind {
+        "VirtualImage" => "vi",
+        "ClusterVirtualImage" => "cvi",
+        _ => "vd",
+    }
+}
+
+fn is_ours(obj: &Value) -> bool {
+    obj.pointer("/metadata/labels")
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        == Some(&json!(MANAGED_BY))
+}
+
+async fn get_vm(cluster: &Cluster, ns: &str, name: &str) -> Result<Value> {
+    crate::lifecycle::get_vm(
+        cluster,
+        Flavor::Deckhouse,
+        &VmRef {
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+        },
+    )
+    .await
+}
+
+async fn get_opt(cluster: &Cluster, kind: Kind, ns: &str, name: &str) -> Result<Option<Value>> {
+    let ns = kind.namespaced.then_some(ns);
+    kind.api(&cluster.client, ns)
+        .get_opt(name)
+        .await
+        .map(|o| o.map(|o| serde_json::to_value(o).unwrap_or_default()))
+        .map_err(|e| cluster.error(e, &kind.action("get", ns).named(name)))
+}
+
+/// The attachments in `ns` (all, or of VM `vm`).
+async fn attachments(cluster: &Cluster, ns: &str, vm: Option<&str>) -> Result<Vec<Value>> {
+    let list = VMBDA
+        .api(&cluster.client, Some(ns))
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| cluster.error(e, &VMBDA.action("list", Some(ns))))?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|o| serde_json::to_value(o).unwrap_or_default())
+        .filter(|b| vm.is_none_or(|vm| text(b, "/spec/virtualMachineName") == vm))
+        .collect())
+}
+
+/// The disks of VM `name`: its own block devices, then hotplugged ones.
+pub async fn list(cluster: &Cluster, ns: &str, name: &str) -> Result<Vec<Disk>> {
+    let vm = get_vm(cluster, ns, name).await?;
+    let running = matches!(
+        text(&vm, "/status/phase"),
+        "Running" | "Migrating" | "Stopping"
+    );
+    let paravirtual = vm.pointer("/spec/enableParavirtualization") != Some(&json!(false));
+    let status: Vec<&Value> = array(&vm, "/status/blockDeviceRefs").collect();
+    let find = |kind: &str, dev: &str| {
+        status
+            .iter()
+            .find(|s| s["kind"] == kind && s["name"] == dev)
+            .copied()
+    };
+    let mut out = vec![];
+    for r in array(&vm, "/spec/blockDeviceRefs") {
+        let (kind, dev) = (text(r, "/kind"), text(r, "/name"));
+        let st = find(kind, dev);
+        out.push(Disk {
+            name: dev.to_owned(),
+            source: format!("{}/{dev}", short(kind)),
+            bus: if paravirtual { "virtio" } else { "sata" }.into(),
+            size: quantity_text(st.and_then(|s| s.get("size"))),
+            serial: String::new(),
+            target: st
+                .map(|s| text(s, "/target").to_owned())
+                .unwrap_or_default(),
+            hotplugged: false,
+            read_only: kind != "VirtualDisk",
+            state: match st {
+                _ if !running => "-".into(),
+                Some(s) if s["attached"] == true => "Attached".into(),
+                _ => "Pending".into(),
+            },
+        });
+    }
+    for b in attachments(cluster, ns, Some(name)).await? {
+        let (kind, dev) = (
+            text(&b, "/spec/blockDeviceRef/kind"),
+            text(&b, "/spec/blockDeviceRef/name"),
+        );
+        let st = find(kind, dev);
+        let phase = text(&b, "/status/phase");
+        out.push(Disk {
+            name: dev.to_owned(),
+            source: format!("{}/{dev}", short(kind)),
+            bus: "scsi".into(),
+            size: quantity_text(st.and_then(|s| s.get("size"))),
+            serial: String::new(),
+            target: st
+                .map(|s| text(s, "/target").to_owned())
+                .unwrap_or_default(),
+            hotplugged: true,
+            read_only: kind != "VirtualDisk",
+            state: if phase.is_empty() {
+                "Pending".into()
+            } else {
+                phase.to_owned()
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// The attachment's name: `VM-DEVICE`.
+pub fn attachment_name(vm: &str, device: &str) -> String {
+    format!("{vm}-{device}")
+}
+
+/// A new blank VirtualDisk, labelled as ours.
+pub fn blank_disk(ns: &str, vm: &str, request: &AttachRequest) -> Value {
+    let mut pvc = json!({"size": request.size.map(|s| s.to_string()).unwrap_or_default()});
+    if let Some(class) = &request.storage_class {
+        pvc["storageClassName"] = json!(class);
+    }
+    json!({
+        "apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDisk",
+        "metadata": {"name": request.name, "namespace": ns,
+            "labels": BTreeMap::from([(MANAGED_BY_LABEL, MANAGED_BY), (VM_LABEL, vm)])},
+        "spec": {"persistentVolumeClaim": pvc},
+    })
+}
+
+/// The attachment of `device` (`kind`) to VM `vm`, labelled as ours.
+pub fn attachment(ns: &str, vm: &str, kind: &str, device: &str) -> Value {
+    json!({
+        "apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualMachineBlockDeviceAttachment",
+        "metadata": {"name": attachment_name(vm, device), "namespace": ns,
+            "labels": BTreeMap::from([(MANAGED_BY_LABEL, MANAGED_BY), (VM_LABEL, vm)])},
+        "spec": {"virtualMachineName": vm, "blockDeviceRef": {"kind": kind, "name": device}},
+    })
+}
+
+async fn create(cluster: &Cluster, kind: Kind, ns: &str, obj: Value, dry_run: bool) -> Result<()> {
+    let name = text(&obj, "/metadata/name").to_owned();
+    let obj: kube::api::DynamicObject =
+        serde_json::from_value(obj).map_err(|e| Error::Internal(e.to_string()))?;
+    kind.api(&cluster.client, Some(ns))
+        .create(&PostParams { dry_run, ..Default::default() }, &obj)
+        .await
+        .map_err(|e| match e {
+            kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists" => Error::NotOurs(format!(
+                "{} {name:?} already exists in namespace {ns:?}; it is left as it is (nothing was changed)",
+                kind.kind
+            )),
+            e => cluster.error(e, &kind.action("create", Some(ns)).named(&name)),
+        })?;
+    Ok(())
+}
+
+/// The first condition that is not True, as `reason: message`.
+fn why(obj: &Value) -> String {
+    array(obj, "/status/conditions")
+        .filter(|c| c["status"] != "True")
+        .map(|c| {
+            let (r, m) = (text(c, "/reason"), text(c, "/message"));
+            if m.is_empty() {
+                r.to_owned()
+            } else {
+                format!("{r}: {m}")
+            }
+        })
+        .next()
+        .unwrap_or_default()
+}
+
+/// Attach `request` to VM `name` with a VMBDA.
+pub async fn attach(
+    cluster: &Cluster,
+    ns: &str,
+    name: &str,
+    request: &AttachRequest,
+    options: &Options,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<Outcome> {
+    let vm = get_vm(cluster, ns, name).await?;
+    let (kind, dev_kind) = match request.kind {
+        SourceKind::VirtualImage => ("VirtualImage", VIRTUAL_IMAGE),
+        SourceKind::ClusterVirtualImage => ("ClusterVirtualImage", CLUSTER_VIRTUAL_IMAGE),
+        _ => ("VirtualDisk", VIRTUAL_DISK),
+    };
+    let dev = &request.name;
+    if array(&vm, "/spec/blockDeviceRefs").any(|r| r["kind"] == kind && r["name"] == json!(dev)) {
+        return Err(Error::Usage(format!(
+            "{name}.{ns} already has {kind} {dev} in its spec.blockDeviceRefs; nothing was changed"
+        )));
+    }
+    let existing = get_opt(cluster, dev_kind, ns, dev).await?;
+    match (&existing, request.size) {
+        (Some(d), Some(_)) => {
+            return Err(Error::Usage(format!(
+                "VirtualDisk {dev:?} exists in namespace {ns:?}{}; attach it without --size, or pick another name",
+                if is_ours(d) {
+                    ""
+                } else {
+                    " and is not kubectl vm's"
+                }
+            )));
+        }
+        (None, None) => {
+            return Err(Error::Usage(format!(
+                "no {kind} {dev:?}{}; nothing was changed{}",
+                if dev_kind.namespaced {
+                    format!(" in namespace {ns:?}")
+                } else {
+                    String::new()
+                },
+                if kind == "VirtualDisk" {
+                    " (a new disk needs --size)"
+                } else {
+                    ""
+                }
+            )));
+        }
+        _ => {}
+    }
+    let all = attachments(cluster, ns, None).await?;
+    let bda_name = attachment_name(name, dev);
+    crate::validate::dns_subdomain("attachment", &bda_name)
+        .map_err(|e| Error::Usage(e.to_string()))?;
+    if let Some(b) = all.iter().find(|b| text(b, "/metadata/name") == bda_name) {
+        return Err(Error::Usage(format!(
+            "attachment {bda_name} exists already (phase {}){}; nothing was changed",
+            text(b, "/status/phase"),
+            if is_ours(b) {
+                ""
+            } else {
+                ", not made by kubectl vm"
+            }
+        )));
+    }
+    if kind == "VirtualDisk" && request.size.is_none() {
+        // A VirtualDisk is attached to one VM at a time.
+        let list = DECKHOUSE_VM
+            .api(&cluster.client, Some(ns))
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| cluster.error(e, &DECKHOUSE_VM.action("list", Some(ns))))?;
+        let holder = list
+            .items
+            .into_iter()
+            .map(|o| serde_json::to_value(o).unwrap_or_default())
+            .find(|v| {
+                array(v, "/spec/blockDeviceRefs")
+                    .any(|r| r["kind"] == "VirtualDisk" && r["name"] == json!(dev))
+            })
+            .map(|v| format!("VM {}", text(&v, "/metadata/name")))
+            .or_else(|| {
+                all.iter()
+                    .find(|b| {
+                        text(b, "/spec/blockDeviceRef/kind") == "VirtualDisk"
+                            && text(b, "/spec/blockDeviceRef/name") == dev
+                    })
+                    .map(|b| {
+                        format!(
+                            "VM {} (attachment {})",
+                            text(b, "/spec/virtualMachineName"),
+                            text(b, "/metadata/name")
+                        )
+                    })
+            });
+        if let Some(h) = holder {
+            return Err(Error::Usage(format!(
+                "VirtualDisk {dev} is in use by {h} in namespace {ns:?}; detach it there first (nothing was changed)"
+            )));
+        }
+    }
+    let server_dry = options.dry_run == DryRun::Server;
+    let live = matches!(text(&vm, "/status/phase"), "Running" | "Migrating");
+    let mut outcome = Outcome {
+        vm: format!("{name}.{ns}"),
+        disk: dev.clone(),
+        object_ref: VMBDA.object_ref(&bda_name),
+        object: None,
+        waited: false,
+        live,
+    };
+    if request.size.is_some() {
+        if options.dry_run != DryRun::Client {
+            create(
+                cluster,
+                VIRTUAL_DISK,
+                ns,
+                blank_disk(ns, name, request),
+                server_dry,
+            )
+            .await?;
+        }
+        on_event(Event::Created(format!("virtualdisk/{dev}")));
+    }
+    let bda = attachment(ns, name, kind, dev);
+    if options.dry_run == DryRun::Client {
+        outcome.object = Some(bda);
+        return Ok(outcome);
+    }
+    create(cluster, VMBDA, ns, bda.clone(), server_dry).await?;
+    on_event(Event::Created(format!(
+        "virtualmachineblockdeviceattachment/{bda_name}"
+    )));
+    if server_dry {
+        outcome.object = Some(bda);
+        return Ok(outcome);
+    }
+    if options.wait {
+        let mut last = String::new();
+        watch::until(cluster, &[Watched::new(VMBDA, ns, &bda_name)], |objs| {
+            let Some(b) = objs[0].as_ref() else {
+                return Some(Err(Error::Platform(format!("attachment {bda_name} was deleted while attaching {dev}"))));
+            };
+            let phase = text(b, "/status/phase");
+            let message = why(b);
+            let seen = format!("{phase} {message}");
+            if !phase.is_empty() && seen != last {
+                last = seen;
+                on_event(Event::Phase { phase: phase.to_owned(), message: message.clone() });
+            }
+            match phase {
+                "Attached" => Some(Ok(())),
+                "Failed" => Some(Err(Error::Platform(format!(
+                    "{kind} {dev} could not be attached to {name}.{ns}: {message} (attachment {bda_name} is left for inspection; `kubectl vm disk detach {name}.{ns} {dev}` removes it)"
+                )))),
+                _ => None,
+            }
+        })
+        .await?;
+        outcome.waited = true;
+    }
+    outcome.object = get_opt(cluster, VMBDA, ns, &bda_name).await?;
+    Ok(outcome)
+}
+
+/// Detach device `disk` from VM `name`: delete our attachment of it.
+pub async fn detach(
+    cluster: &Cluster,
+    ns: &str,
+    name: &str,
+    disk: &str,
+    options: &Options,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<Outcome> {
+    let vm = get_vm(cluster, ns, name).await?;
+    let found = attachments(cluster, ns, Some(name))
+        .await?
+        .into_iter()
+        .find(|b| {
+            text(b, "/spec/blockDeviceRef/name") == disk || text(b, "/metadata/name") == disk
+        });
+    let Some(bda) = found else {
+        if array(&vm, "/spec/blockDeviceRefs").any(|r| r["name"] == json!(disk)) {
+            return Err(Error::Usage(format!(
+                "{disk} is one of {name}.{ns}'s own block devices (spec.blockDeviceRefs), not hotplugged; remove it from the VM's spec instead"
+            )));
+        }
+        return Err(Error::Usage(format!(
+            "{name}.{ns} has no disk {disk:?} (see `kubectl vm disk list {name}.{ns}`)"
+        )));
+    };
+    let bda_name = text(&bda, "/metadata/name").to_owned();
+    if !is_ours(&bda) {
+        return Err(Error::NotOurs(format!(
+            "attachment {bda_name} of {disk} was not made by kubectl vm; it is left as it is (delete it with kubectl if you mean to)"
+        )));
+    }
+    let dev = text(&bda, "/spec/blockDeviceRef/name").to_owned();
+    let mut outcome = Outcome {
+        vm: format!("{name}.{ns}"),
+        disk: dev.clone(),
+        object_ref: VMBDA.object_ref(&bda_name),
+        object: Some(bda.clone()),
+        waited: false,
+        live: matches!(text(&vm, "/status/phase"), "Running" | "Migrating"),
+    };
+    if options.dry_run == DryRun::Client {
+        return Ok(outcome);
+    }
+    let params = DeleteParams {
+        dry_run: options.dry_run == DryRun::Server,
+        preconditions: Some(Preconditions {
+            uid: Some(text(&bda, "/metadata/uid").to_owned()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    VMBDA
+        .api(&cluster.client, Some(ns))
+        .delete(&bda_name, &params)
+        .await
+        .map_err(|e| cluster.error(e, &VMBDA.action("delete", Some(ns)).named(&bda_name)))?;
+    if options.dry_run == DryRun::Server {
+        return Ok(outcome);
+    }
+    on_event(Event::Accepted(format!(
+        "deleted virtualmachineblockdeviceattachment/{bda_name}"
+    )));
+    if options.wait {
+        let objects = [
+            Watched::new(VMBDA, ns, &bda_name),
+            Watched::new(DECKHOUSE_VM, ns, name),
+        ];
+        watch::until(cluster, &objects, |objs| {
+            let listed = objs[1].as_ref().is_some_and(|v| {
+                array(v, "/status/blockDeviceRefs")
+                    .any(|r| r["name"] == json!(dev) && r["hotplugged"] == true)
+            });
+            (objs[0].is_none() && !listed).then_some(Ok(()))
+        })
+        .await?;
+        outcome.waited = true;
+    }
+    Ok(outcome)
+}

@@ -1,0 +1,474 @@
+//! A VM's disks: list them, hotplug one into the VM and unplug it again.
+//!
+//! KubeVirt ([`kubevirt`]): `PUT …/virtualmachines/NAME/addvolume|removevolume` (FACTS §2;
+//! the change is persisted in the VM's template, and a running VMI gets it live), progress from
+//! the VMI's `status.volumeStatus`. Deckhouse ([`deckhouse`]): a
+//! VirtualMachineBlockDeviceAttachment made here (labelled as ours), deleted with its uid as a
+//! precondition on detach, progress from its `status.phase`. A new blank disk (`--size`) is a
+//! DataVolume / VirtualDisk made here with create semantics. Progress is reported as
+//! [`Event`]s; the caller renders them.
+
+pub mod deckhouse;
+pub mod kubevirt;
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+use crate::flavor::Flavor;
+pub use crate::lifecycle::DryRun;
+use crate::quantity::Quantity;
+
+/// What a disk comes from, as the user names it (`pvc/NAME`, `dv/NAME`, `vd/NAME`, `vi/NAME`,
+/// `cvi/NAME`, or a bare NAME).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum SourceKind {
+    /// A bare name: KubeVirt a DataVolume if there is one, else a PVC; Deckhouse a VirtualDisk.
+    Auto,
+    /// A PersistentVolumeClaim (KubeVirt).
+    Pvc,
+    /// A CDI DataVolume (KubeVirt).
+    DataVolume,
+    /// A VirtualDisk (Deckhouse).
+    VirtualDisk,
+    /// A VirtualImage, attached read-only (Deckhouse).
+    VirtualImage,
+    /// A ClusterVirtualImage, attached read-only (Deckhouse).
+    ClusterVirtualImage,
+}
+
+impl SourceKind {
+    /// Whether the platform has this kind.
+    pub fn on(self, flavor: Flavor) -> bool {
+        match self {
+            SourceKind::Auto => true,
+            SourceKind::Pvc | SourceKind::DataVolume => flavor == Flavor::KubeVirt,
+            _ => flavor == Flavor::Deckhouse,
+        }
+    }
+}
+
+/// Parse `[KIND/]NAME` for `flavor`. One line, exit 2 on bad input.
+pub fn parse_source(text: &str, flavor: Flavor) -> Result<(SourceKind, String)> {
+    let (kind, name) = match text.split_once('/') {
+        None => (SourceKind::Auto, text),
+        Some((k, n)) => {
+            let kind = match k {
+                "pvc" | "persistentvolumeclaim" => SourceKind::Pvc,
+                "dv" | "datavolume" => SourceKind::DataVolume,
+                "vd" | "virtualdisk" => SourceKind::VirtualDisk,
+                "vi" | "virtualimage" => SourceKind::VirtualImage,
+                "cvi" | "clustervirtualimage" => SourceKind::ClusterVirtualImage,
+                other => {
+                    return Err(Error::Usage(format!(
+                        "disk {text:?}: unknown kind {other:?}; use pvc/, dv/ (KubeVirt) or vd/, vi/, cvi/ (Deckhouse)"
+                    )));
+                }
+            };
+            (kind, n)
+        }
+    };
+    crate::validate::dns_subdomain("disk", name).map_err(|e| Error::Usage(e.to_string()))?;
+    if !kind.on(flavor) {
+        return Err(Error::Usage(format!(
+            "disk {text:?}: {} has no such kind; use {}",
+            flavor.display_name(),
+            match flavor {
+                Flavor::KubeVirt => "pvc/NAME or dv/NAME",
+                Flavor::Deckhouse => "vd/NAME, vi/NAME or cvi/NAME",
+            }
+        )));
+    }
+    Ok((kind, name.to_owned()))
+}
+
+/// The bus of a hotplugged disk (KubeVirt hotplugs `scsi` and `virtio` disks; Deckhouse always
+/// uses SCSI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bus {
+    /// SCSI (the default, as virtctl's).
+    Scsi,
+    /// virtio-blk.
+    Virtio,
+}
+
+impl Bus {
+    /// The KubeVirt name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Bus::Scsi => "scsi",
+            Bus::Virtio => "virtio",
+        }
+    }
+}
+
+/// What to attach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachRequest {
+    /// The source's kind.
+    pub kind: SourceKind,
+    /// The source's name (the new disk's, with `size`).
+    pub name: String,
+    /// Make a new blank disk of this size first.
+    pub size: Option<Quantity>,
+    /// The new disk's StorageClass.
+    pub storage_class: Option<String>,
+    /// KubeVirt: the volume's name in the VM (default: the source's name).
+    pub volume: Option<String>,
+    /// KubeVirt: the disk's bus.
+    pub bus: Bus,
+    /// KubeVirt: the serial the guest sees (default: the volume's name when it fits).
+    pub serial: Option<String>,
+    /// Attach read-only (images are always read-only).
+    pub read_only: bool,
+}
+
+/// Longest serial QEMU passes to a virtio-blk disk (`VIRTIO_BLK_ID_BYTES`).
+pub const MAX_SERIAL: usize = 20;
+
+/// Whether `serial` is one KubeVirt accepts (`^[A-Za-z0-9_.+-]+$`, vmi-create-admitter) and
+/// the guest sees whole.
+pub fn valid_serial(serial: &str) -> bool {
+    !serial.is_empty()
+        && serial.len() <= MAX_SERIAL
+        && serial
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.+-".contains(c))
+}
+
+impl AttachRequest {
+    /// The volume's name in the VM.
+    pub fn volume_name(&self) -> &str {
+        self.volume.as_deref().unwrap_or(&self.name)
+    }
+
+    /// The serial to set: the given one, else the volume's name when it is a valid serial.
+    pub fn serial(&self) -> Option<String> {
+        match &self.serial {
+            Some(s) => Some(s.clone()),
+            None => Some(self.volume_name().to_owned()).filter(|s| valid_serial(s)),
+        }
+    }
+
+    /// Check everything that needs no request, for `flavor`. One line, exit 2.
+    pub fn validate(&self, flavor: Flavor) -> Result<()> {
+        let bad = |m: String| Err(Error::Usage(m));
+        if !self.kind.on(flavor) {
+            return bad(format!(
+                "{:?} is not a disk kind of {}",
+                self.kind,
+                flavor.display_name()
+            ));
+        }
+        if let Some(v) = &self.volume {
+            crate::validate::dns_label("volume", v).map_err(|e| Error::Usage(e.to_string()))?;
+        }
+        if let Some(s) = &self.serial
+            && !valid_serial(s)
+        {
+            return bad(format!(
+                "serial {s:?}: use at most {MAX_SERIAL} of A-Z a-z 0-9 _ . + -"
+            ));
+        }
+        if let Some(size) = self.size {
+            if size.bytes() == 0 {
+                return bad("--size must be more than 0".into());
+            }
+            if !matches!(
+                self.kind,
+                SourceKind::Auto | SourceKind::DataVolume | SourceKind::VirtualDisk
+            ) {
+                return bad(format!(
+                    "--size makes a new {}; name it NAME{}",
+                    match flavor {
+                        Flavor::KubeVirt => "DataVolume",
+                        Flavor::Deckhouse => "VirtualDisk",
+                    },
+                    match flavor {
+                        Flavor::KubeVirt => " or dv/NAME",
+                        Flavor::Deckhouse => " or vd/NAME",
+                    }
+                ));
+            }
+        } else if self.storage_class.is_some() {
+            return bad("--storage-class goes with --size (a new disk)".into());
+        }
+        if flavor == Flavor::Deckhouse {
+            if self.volume.is_some() || self.serial.is_some() || self.bus != Bus::Scsi {
+                return bad(
+                    "--name, --serial and --bus are KubeVirt's: Deckhouse names the device after the disk and always uses SCSI".into(),
+                );
+            }
+            if self.read_only
+                && self.kind != SourceKind::VirtualImage
+                && self.kind != SourceKind::ClusterVirtualImage
+            {
+                return bad("Deckhouse attaches a VirtualDisk read-write; images (vi/NAME, cvi/NAME) are read-only".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How to run an attach or detach.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Dry run strategy.
+    pub dry_run: DryRun,
+    /// Wait until the platform says attached / detached.
+    pub wait: bool,
+    /// How long to wait.
+    pub timeout: Duration,
+}
+
+/// One disk of a VM.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Disk {
+    /// The disk's name in the VM (KubeVirt: the volume's; Deckhouse: the device's).
+    pub name: String,
+    /// What it is: `pvc/NAME`, `dv/NAME`, `containerDisk`, `cloudInitNoCloud`, `vd/NAME`, …
+    pub source: String,
+    /// Bus (`virtio`, `scsi`, `sata`, `cdrom`, …), where known.
+    pub bus: String,
+    /// Size, where known.
+    pub size: String,
+    /// The serial the guest sees, if set.
+    pub serial: String,
+    /// The guest's device name (`vda`, `sda`), where known.
+    pub target: String,
+    /// Whether it was hotplugged (not part of how the VM starts).
+    pub hotplugged: bool,
+    /// Read-only.
+    pub read_only: bool,
+    /// Attachment state: `Ready`/`Attached`, a hotplug phase, `Pending`, or `-` when the VM does
+    /// not run.
+    pub state: String,
+}
+
+/// Progress of an attach or detach.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// An object was made (or would be, with a dry run): `kind/name`.
+    Created(String),
+    /// The platform accepted the request.
+    Accepted(String),
+    /// The attachment moved on: phase and the platform's message.
+    Phase {
+        /// e.g. `AttachedToNode`, `InProgress`.
+        phase: String,
+        /// The platform's message, if any.
+        message: String,
+    },
+}
+
+/// What an attach or detach did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// `NAME.NAMESPACE` of the VM.
+    pub vm: String,
+    /// The disk's name in the VM.
+    pub disk: String,
+    /// The object that represents the attachment (`kind.group/name`), for `-o name`.
+    pub object_ref: String,
+    /// The object after the change (the VM on KubeVirt, the VMBDA on Deckhouse).
+    pub object: Option<Value>,
+    /// Whether the wait ran to the end state.
+    pub waited: bool,
+    /// Whether the VM runs, so the change is live (else it applies at the next start).
+    pub live: bool,
+}
+
+/// List the disks of VM `name`.
+pub async fn list(
+    cluster: &Cluster,
+    flavor: Flavor,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<Disk>> {
+    match flavor {
+        Flavor::KubeVirt => kubevirt::list(cluster, namespace, name).await,
+        Flavor::Deckhouse => deckhouse::list(cluster, namespace, name).await,
+    }
+}
+
+/// Attach a disk to VM `name`.
+pub async fn attach(
+    cluster: &Cluster,
+    flavor: Flavor,
+    namespace: &str,
+    name: &str,
+    request: &AttachRequest,
+    options: &Options,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<Outcome> {
+    request.validate(flavor)?;
+    let work = async {
+        match flavor {
+            Flavor::KubeVirt => {
+                kubevirt::attach(cluster, namespace, name, request, options, on_event).await
+            }
+            Flavor::Deckhouse => {
+                deckhouse::attach(cluster, namespace, name, request, options, on_event).await
+            }
+        }
+    };
+    bounded(
+        options,
+        work,
+        &format!(
+            "{} to be attached to {name}.{namespace}",
+            request.volume_name()
+        ),
+    )
+    .await
+}
+
+/// Detach disk `disk` (its name in the VM, or its source's name) from VM `name`.
+pub async fn detach(
+    cluster: &Cluster,
+    flavor: Flavor,
+    namespace: &str,
+    name: &str,
+    disk: &str,
+    options: &Options,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<Outcome> {
+    let work = async {
+        match flavor {
+            Flavor::KubeVirt => {
+                kubevirt::detach(cluster, namespace, name, disk, options, on_event).await
+            }
+            Flavor::Deckhouse => {
+                deckhouse::detach(cluster, namespace, name, disk, options, on_event).await
+            }
+        }
+    };
+    bounded(
+        options,
+        work,
+        &format!("{disk} to be detached from {name}.{namespace}"),
+    )
+    .await
+}
+
+async fn bounded<T>(
+    options: &Options,
+    work: impl Future<Output = Result<T>>,
+    what: &str,
+) -> Result<T> {
+    match tokio::time::timeout(options.timeout, work).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::Timeout(format!(
+            "{what} (after {}s; raise --timeout, or pass --no-wait)",
+            options.timeout.as_secs()
+        ))),
+    }
+}
+
+/// `s` at `pointer` in `obj`, or "".
+pub(crate) fn text<'a>(obj: &'a Value, pointer: &str) -> &'a str {
+    obj.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+/// A quantity as JSON (a string or a number) in text.
+pub(crate) fn quantity_text(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_are_parsed_per_platform() {
+        assert_eq!(
+            parse_source("pvc/data", Flavor::KubeVirt).unwrap(),
+            (SourceKind::Pvc, "data".into())
+        );
+        assert_eq!(
+            parse_source("data", Flavor::Deckhouse).unwrap(),
+            (SourceKind::Auto, "data".into())
+        );
+        assert!(matches!(
+            parse_source("vd/data", Flavor::KubeVirt),
+            Err(Error::Usage(_))
+        ));
+        assert!(matches!(
+            parse_source("xx/data", Flavor::KubeVirt),
+            Err(Error::Usage(_))
+        ));
+        assert!(matches!(
+            parse_source("pvc/Data_1", Flavor::KubeVirt),
+            Err(Error::Usage(_))
+        ));
+    }
+
+    #[test]
+    fn requests_are_checked_locally() {
+        let base = AttachRequest {
+            kind: SourceKind::Auto,
+            name: "data".into(),
+            size: None,
+            storage_class: None,
+            volume: None,
+            bus: Bus::Scsi,
+            serial: None,
+            read_only: false,
+        };
+        assert!(base.validate(Flavor::KubeVirt).is_ok());
+        assert_eq!(base.serial().as_deref(), Some("data"));
+        let long = AttachRequest {
+            volume: Some("a-very-long-volume-name-x".into()),
+            ..base.clone()
+        };
+        assert_eq!(long.serial(), None);
+        for bad in [
+            AttachRequest {
+                serial: Some("has space".into()),
+                ..base.clone()
+            },
+            AttachRequest {
+                storage_class: Some("x".into()),
+                ..base.clone()
+            },
+            AttachRequest {
+                size: Some(Quantity::from_bytes(0)),
+                ..base.clone()
+            },
+            AttachRequest {
+                kind: SourceKind::Pvc,
+                size: Some(Quantity::from_bytes(1 << 30)),
+                ..base.clone()
+            },
+        ] {
+            assert!(
+                matches!(bad.validate(Flavor::KubeVirt), Err(Error::Usage(_))),
+                "{bad:?}"
+            );
+        }
+        let dh = AttachRequest {
+            bus: Bus::Virtio,
+            ..base.clone()
+        };
+        assert!(matches!(
+            dh.validate(Flavor::Deckhouse),
+            Err(Error::Usage(_))
+        ));
+        let ro = AttachRequest {
+            read_only: true,
+            ..base
+        };
+        assert!(matches!(
+            ro.validate(Flavor::Deckhouse),
+            Err(Error::Usage(_))
+        ));
+    }
+}
