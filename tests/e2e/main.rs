@@ -14,6 +14,7 @@ mod create_validation;
 mod credentials;
 mod debug_info;
 mod delete;
+mod disk;
 mod enroll;
 mod errors;
 mod export;
