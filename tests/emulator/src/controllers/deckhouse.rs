@@ -520,3 +520,116 @@ fn hotplugged_refs(app: &App, vm: &Value) -> Vec<Value> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::reconcile_all;
+    use super::*;
+    use crate::ServeFlavor;
+    use crate::registry::Registry;
+    use std::time::Duration;
+
+    fn get(app: &App, plural: &str, name: &str) -> Value {
+        app.store
+            .get(&Key::new(DH, plural, "default", name))
+            .unwrap_or_else(|| panic!("{plural}/{name}"))
+    }
+
+    fn bda(name: &str, vm: &str, disk: &str) -> Value {
+        json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualMachineBlockDeviceAttachment",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"virtualMachineName": vm, "blockDeviceRef": {"kind": "VirtualDisk", "name": disk}}})
+    }
+
+    #[test]
+    fn vmbda_goes_pending_in_progress_attached_and_one_disk_has_one_vm() {
+        let app = App::new(
+            Registry::new(ServeFlavor::Deckhouse),
+            Duration::from_secs(1),
+        );
+        for vm in ["a", "b"] {
+            app.store
+                .create(
+                    DH,
+                    "virtualmachines",
+                    json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+                    "kind": "VirtualMachine", "metadata": {"name": vm, "namespace": "default"},
+                    "spec": {"runPolicy": "AlwaysOn", "blockDeviceRefs": []}}),
+                )
+                .unwrap();
+        }
+        app.store
+            .create(
+                DH,
+                "virtualdisks",
+                json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+                "kind": "VirtualDisk", "metadata": {"name": "data", "namespace": "default"},
+                "spec": {"persistentVolumeClaim": {"size": "1Gi"}}}),
+            )
+            .unwrap();
+        // The VM is not running yet on the first pass: Pending with VirtualMachineReady False.
+        app.store
+            .create(
+                DH,
+                "virtualmachineblockdeviceattachments",
+                bda("a-data", "a", "data"),
+            )
+            .unwrap();
+        reconcile_all(&app, false);
+        let first = get(&app, "virtualmachineblockdeviceattachments", "a-data");
+        assert_eq!(first["status"]["phase"], "Pending");
+        let mut phases = vec![];
+        for _ in 0..8 {
+            reconcile_all(&app, true);
+            let p = get(&app, "virtualmachineblockdeviceattachments", "a-data")["status"]["phase"]
+                .clone();
+            if phases.last() != Some(&p) {
+                phases.push(p);
+            }
+        }
+        assert_eq!(phases.last(), Some(&json!("Attached")), "{phases:?}");
+        assert!(phases.contains(&json!("InProgress")), "{phases:?}");
+        let vm = get(&app, "virtualmachines", "a");
+        let r = &vm["status"]["blockDeviceRefs"][0];
+        assert_eq!(
+            (&r["name"], &r["hotplugged"], &r["attached"]),
+            (&json!("data"), &json!(true), &json!(true))
+        );
+        assert_eq!(r["virtualMachineBlockDeviceAttachmentName"], "a-data");
+        // A second VM asking for the same disk fails with Conflict.
+        app.store
+            .create(
+                DH,
+                "virtualmachineblockdeviceattachments",
+                bda("b-data", "b", "data"),
+            )
+            .unwrap();
+        for _ in 0..3 {
+            reconcile_all(&app, true);
+        }
+        let second = get(&app, "virtualmachineblockdeviceattachments", "b-data");
+        assert_eq!(second["status"]["phase"], "Failed");
+        let attached =
+            crate::table::eval_first(&second, ".status.conditions[?(@.type=='Attached')]")
+                .cloned()
+                .unwrap();
+        assert_eq!(attached["reason"], "Conflict");
+        assert_eq!(
+            attached["message"],
+            "VirtualDisk data is already in use by attachment a-data"
+        );
+        // Deleting the attachment drops the device from the VM's status.
+        app.store.delete(
+            &Key::new(
+                DH,
+                "virtualmachineblockdeviceattachments",
+                "default",
+                "a-data",
+            ),
+            crate::store::Propagation::Cascade,
+        );
+        reconcile_all(&app, true);
+        let vm = get(&app, "virtualmachines", "a");
+        assert_eq!(vm["status"]["blockDeviceRefs"], json!([]));
+    }
+}
