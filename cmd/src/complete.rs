@@ -210,6 +210,45 @@ pub fn vm_names(current: &OsStr) -> Vec<CompletionCandidate> {
     matching(current, names.unwrap_or_default())
 }
 
+/// Disks that can be attached in the namespace the command line selects: KubeVirt
+/// DataVolumes and PVCs (bare names), Deckhouse VirtualDisks (bare), `vi/NAME` and `cvi/NAME`.
+pub fn disk_names(current: &OsStr) -> Vec<CompletionCandidate> {
+    use kubevm::disk::deckhouse::{CLUSTER_VIRTUAL_IMAGE, VIRTUAL_IMAGE};
+    let names = with_cluster(async |cluster, choice| {
+        let platform = flavor::discover(&cluster, choice).await.ok()?;
+        let kinds: &[(kubevm::api::Kind, &str, &str)] = match platform.flavor {
+            flavor::Flavor::KubeVirt => &[
+                (kubevm::api::DATA_VOLUME, "", "DataVolume"),
+                (kubevm::api::PVC, "", "PersistentVolumeClaim"),
+            ],
+            flavor::Flavor::Deckhouse => &[
+                (kubevm::api::VIRTUAL_DISK, "", "VirtualDisk"),
+                (VIRTUAL_IMAGE, "vi/", "VirtualImage"),
+                (CLUSTER_VIRTUAL_IMAGE, "cvi/", "ClusterVirtualImage"),
+            ],
+        };
+        let mut out: Vec<(String, Option<String>)> = Vec::new();
+        for (kind, prefix, help) in kinds {
+            let ns = kind.namespaced.then_some(cluster.namespace.as_str());
+            let Ok(list) = kind
+                .api(&cluster.client, ns)
+                .list_metadata(&Default::default())
+                .await
+            else {
+                continue;
+            };
+            for name in list.items.into_iter().filter_map(|o| o.metadata.name) {
+                let value = format!("{prefix}{name}");
+                if !out.iter().any(|(v, _)| *v == value) {
+                    out.push((value, Some((*help).to_owned())));
+                }
+            }
+        }
+        Some(out)
+    });
+    matching(current, names.unwrap_or_default())
+}
+
 /// Namespace names.
 pub fn namespaces(current: &OsStr) -> Vec<CompletionCandidate> {
     let names = with_cluster(async |cluster, _| {

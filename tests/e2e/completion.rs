@@ -194,3 +194,17 @@ fn kubectl_completes_create_flags_and_secret_names() {
         assert_eq!(values, expected, "{flag}");
     }
 }
+
+#[test]
+fn kubectl_completes_disk_names_for_attach() {
+    let env = Env::kubevirt();
+    let (values, _) = kubectl_complete(&env, &["disk", "attach", "web", "fedora"]);
+    assert_eq!(values, ["fedora-dv-root"]);
+    let env = Env::deckhouse();
+    let (values, _) = kubectl_complete(&env, &["disk", "attach", "linux-vm", ""]);
+    assert!(values.contains(&"linux-disk".to_owned()), "{values:?}");
+    assert!(
+        values.contains(&"cvi/ubuntu-24-04".to_owned()),
+        "{values:?}"
+    );
+}

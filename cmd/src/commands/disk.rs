@@ -76,7 +76,7 @@ pub struct AttachArgs {
     pub target: String,
 
     /// The disk: [pvc/|dv/]NAME (KubeVirt) or [vd/|vi/|cvi/]NAME (Deckhouse)
-    #[arg(value_name = "DISK")]
+    #[arg(value_name = "DISK", add = ArgValueCompleter::new(complete::disk_names))]
     pub disk: String,
 
     /// Make a new blank disk of this size (e.g. 10Gi) named DISK first
