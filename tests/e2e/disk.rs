@@ -375,3 +375,34 @@ fn deckhouse_attach_with_vmbda_and_detach() {
     assert!(!out.status.success());
     ok(env.kubectl(&["get", "vd", "data"]));
 }
+
+#[test]
+fn kubevirt_hotplug_that_cannot_go_on_times_out_with_the_reason() {
+    let env = Env::kubevirt();
+    // A claim no volume will ever be provisioned for (no provisioner): it stays Pending, and
+    // so does the hotplugged volume.
+    let path = env.dir.path().join("pending.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: manual}\nprovisioner: kubernetes.io/no-provisioner\nvolumeBindingMode: Immediate\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: stuck, namespace: default}\nspec: {accessModes: [ReadWriteOnce], storageClassName: manual, resources: {requests: {storage: 1Gi}}}\n",
+    )
+    .unwrap();
+    ok(env.kubectl(&["apply", "-f", path.to_str().unwrap()]));
+    let out = env.vm(&["disk", "attach", "web", "stuck", "--timeout", "3s"]);
+    assert_eq!(out.status.code(), Some(1));
+    // Progress first, then the one error line.
+    assert_eq!(
+        stderr(&out).lines().collect::<Vec<_>>(),
+        [
+            "addvolume stuck accepted",
+            "  Pending: PVC stuck is not bound",
+            "Error: timed out waiting for stuck to be attached to web.default (after 3s; last state Pending: PVC stuck is not bound; raise --timeout, or pass --no-wait)",
+        ]
+    );
+    // The request itself was taken: the volume is in the template, Pending in the VMI.
+    let rows = table(&ok(env.vm(&["disk", "list", "web"])));
+    assert!(
+        rows.iter().any(|r| r[0] == "stuck" && r[8] == "Pending"),
+        "{rows:?}"
+    );
+}

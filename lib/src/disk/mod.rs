@@ -306,25 +306,23 @@ pub async fn attach(
     on_event: &(dyn Fn(Event) + Send + Sync),
 ) -> Result<Outcome> {
     request.validate(flavor)?;
+    let last = std::sync::Mutex::new(String::new());
+    let on_event = remembering(&last, on_event);
+    let what = format!(
+        "{} to be attached to {name}.{namespace}",
+        request.volume_name()
+    );
     let work = async {
         match flavor {
             Flavor::KubeVirt => {
-                kubevirt::attach(cluster, namespace, name, request, options, on_event).await
+                kubevirt::attach(cluster, namespace, name, request, options, &on_event).await
             }
             Flavor::Deckhouse => {
-                deckhouse::attach(cluster, namespace, name, request, options, on_event).await
+                deckhouse::attach(cluster, namespace, name, request, options, &on_event).await
             }
         }
     };
-    bounded(
-        options,
-        work,
-        &format!(
-            "{} to be attached to {name}.{namespace}",
-            request.volume_name()
-        ),
-    )
-    .await
+    bounded(options, work, &what, &last).await
 }
 
 /// Detach disk `disk` (its name in the VM, or its source's name) from VM `name`.
@@ -337,35 +335,61 @@ pub async fn detach(
     options: &Options,
     on_event: &(dyn Fn(Event) + Send + Sync),
 ) -> Result<Outcome> {
+    let last = std::sync::Mutex::new(String::new());
+    let on_event = remembering(&last, on_event);
+    let what = format!("{disk} to be detached from {name}.{namespace}");
     let work = async {
         match flavor {
             Flavor::KubeVirt => {
-                kubevirt::detach(cluster, namespace, name, disk, options, on_event).await
+                kubevirt::detach(cluster, namespace, name, disk, options, &on_event).await
             }
             Flavor::Deckhouse => {
-                deckhouse::detach(cluster, namespace, name, disk, options, on_event).await
+                deckhouse::detach(cluster, namespace, name, disk, options, &on_event).await
             }
         }
     };
-    bounded(
-        options,
-        work,
-        &format!("{disk} to be detached from {name}.{namespace}"),
-    )
-    .await
+    bounded(options, work, &what, &last).await
+}
+
+/// `on_event`, keeping the last phase and message in `last` for the timeout's message (a
+/// hotplug that cannot go on stays in its phase with the platform's reason).
+fn remembering<'a>(
+    last: &'a std::sync::Mutex<String>,
+    on_event: &'a (dyn Fn(Event) + Send + Sync),
+) -> impl Fn(Event) + Send + Sync + 'a {
+    move |event: Event| {
+        if let Event::Phase { phase, message } = &event {
+            let mut l = last.lock().unwrap_or_else(|e| e.into_inner());
+            *l = if message.is_empty() {
+                phase.clone()
+            } else {
+                format!("{phase}: {message}")
+            };
+        }
+        on_event(event)
+    }
 }
 
 async fn bounded<T>(
     options: &Options,
     work: impl Future<Output = Result<T>>,
     what: &str,
+    last: &std::sync::Mutex<String>,
 ) -> Result<T> {
     match tokio::time::timeout(options.timeout, work).await {
         Ok(result) => result,
-        Err(_) => Err(Error::Timeout(format!(
-            "{what} (after {}s; raise --timeout, or pass --no-wait)",
-            options.timeout.as_secs()
-        ))),
+        Err(_) => {
+            let last = last.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            Err(Error::Timeout(format!(
+                "{what} (after {}s{}; raise --timeout, or pass --no-wait)",
+                options.timeout.as_secs(),
+                if last.is_empty() {
+                    String::new()
+                } else {
+                    format!("; last state {last}")
+                }
+            )))
+        }
     }
 }
 
