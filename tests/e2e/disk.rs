@@ -188,6 +188,24 @@ fn kubevirt_hotplug_new_disk_and_unplug() {
         fails(&env, &["disk", "detach", "web", "data"], 2),
         "Error: web.default has no disk \"data\" (see `kubectl vm disk list web.default`)"
     );
+    // Client dry run of attaching the kept DataVolume again: the request on stdout, nothing sent.
+    env.emulator.clear_requests();
+    let shown: Value = serde_json::from_str(&ok(env.vm(&[
+        "disk",
+        "attach",
+        "web",
+        "data",
+        "--dry-run",
+        "-o",
+        "json",
+    ])))
+    .unwrap();
+    assert_eq!(
+        shown,
+        json!({"name": "data", "disk": {"name": "data", "disk": {"bus": "scsi"}, "serial": "data"},
+            "volumeSource": {"dataVolume": {"name": "data"}}})
+    );
+    assert!(changes(&env).is_empty(), "{:#?}", changes(&env));
 }
 
 #[test]

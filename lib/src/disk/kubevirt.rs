@@ -376,6 +376,10 @@ pub async fn attach(
         on_event(Event::Created(format!("datavolume/{}", request.name)));
     }
     let body = add_volume_body(request, data_volume, server_dry);
+    if options.dry_run != DryRun::None {
+        // A dry run shows the request (the VM is not changed).
+        outcome.object = Some(body.clone());
+    }
     if options.dry_run == DryRun::Client {
         return Ok(outcome);
     }
@@ -472,13 +476,16 @@ pub async fn detach(
         waited: false,
         live,
     };
-    if options.dry_run == DryRun::Client {
-        return Ok(outcome);
-    }
     let server_dry = options.dry_run == DryRun::Server;
     let mut body = json!({"name": volume_name});
     if server_dry {
         body["dryRun"] = json!(["All"]);
+    }
+    if options.dry_run != DryRun::None {
+        outcome.object = Some(body.clone());
+    }
+    if options.dry_run == DryRun::Client {
+        return Ok(outcome);
     }
     put(cluster, ns, name, "removevolume", &body).await?;
     if server_dry {

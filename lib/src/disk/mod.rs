@@ -274,7 +274,8 @@ pub struct Outcome {
     pub disk: String,
     /// The object that represents the attachment (`kind.group/name`), for `-o name`.
     pub object_ref: String,
-    /// The object after the change (the VM on KubeVirt, the VMBDA on Deckhouse).
+    /// The object after the change (the VM on KubeVirt, the VMBDA on Deckhouse); with a dry
+    /// run the request instead (KubeVirt's AddVolumeOptions / RemoveVolumeOptions, the VMBDA).
     pub object: Option<Value>,
     /// Whether the wait ran to the end state.
     pub waited: bool,
