@@ -392,6 +392,25 @@ fn deckhouse_attach_with_vmbda_and_detach() {
     let out = env.kubectl(&["get", "vmbda", "linux-vm-data"]);
     assert!(!out.status.success());
     ok(env.kubectl(&["get", "vd", "data"]));
+
+    // Deleting the VM takes our attachments with it (someone else's stays), and the disk made
+    // by attach --size, which is labelled as the VM's.
+    ok(env.vm(&["disk", "attach", "linux-vm", "data"]));
+    let out = ok(env.vm(&["delete", "linux-vm", "-y", "--wait"]));
+    assert!(
+        out.contains("virtualmachineblockdeviceattachment.virtualization.deckhouse.io \"linux-vm-data\" deleted\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("virtualdisk.virtualization.deckhouse.io \"data\" deleted"),
+        "{out}"
+    );
+    assert!(
+        !env.kubectl(&["get", "vmbda", "linux-vm-data"])
+            .status
+            .success()
+    );
+    ok(env.kubectl(&["get", "vmbda", "iso"]));
 }
 
 #[test]

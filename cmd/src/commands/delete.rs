@@ -240,6 +240,11 @@ fn question(plan: &DeletePlan) -> String {
 fn report(plan: &DeletePlan) -> Vec<String> {
     let mut lines = vec![format!("{} deleted", plan.vm_display())];
     let fate = if plan.keep_disks { "kept" } else { "deleted" };
+    lines.extend(
+        plan.attachments
+            .iter()
+            .map(|a| format!("{} deleted", a.display())),
+    );
     lines.extend(plan.disks.iter().map(|d| format!("{} {fate}", d.display())));
     lines.extend(
         plan.secrets
@@ -278,6 +283,7 @@ mod tests {
                 owned: true,
                 uid: String::new(),
             }],
+            attachments: vec![],
             pool: None,
         }
     }

@@ -73,6 +73,9 @@ pub struct DeletePlan {
     pub keep_disks: bool,
     /// Secrets owned by the VM (they always go with it).
     pub secrets: Vec<Companion>,
+    /// Deckhouse: the disk attachments (VMBDAs) `disk attach` made for the VM; they always go
+    /// with it (the disks they attach follow `keep_disks`).
+    pub attachments: Vec<Companion>,
     /// The VirtualMachinePool controlling the VM, if it is a KubeVirt pool's replica (the
     /// pool would make it again).
     pub pool: Option<String>,
@@ -201,6 +204,34 @@ pub async fn plan(
         Ok(list) => owned_secrets(list, &uid),
         Err(_) => Vec::new(),
     };
+    let mut attachments = Vec::new();
+    if platform.flavor == Flavor::Deckhouse {
+        let vmbda = crate::disk::deckhouse::VMBDA;
+        let list = vmbda
+            .api(&cluster.client, Some(namespace))
+            .list(&selector)
+            .await
+            .map_err(|e| cluster.error(e, &vmbda.action("list", Some(namespace))))?;
+        attachments = list
+            .items
+            .into_iter()
+            .map(to_value)
+            .filter(|b| {
+                b.pointer("/spec/virtualMachineName")
+                    .and_then(Value::as_str)
+                    == Some(name)
+            })
+            .map(|b| Companion {
+                kind: vmbda,
+                name: b["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                owned: false,
+                uid: b["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
+            })
+            .collect();
+    }
     let pool = vm
         .pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
@@ -217,6 +248,7 @@ pub async fn plan(
         disks,
         keep_disks,
         secrets,
+        attachments,
         pool,
     })
 }
@@ -284,6 +316,7 @@ pub async fn execute(cluster: &Cluster, plan: &DeletePlan, server_dry_run: bool)
             )
         })?;
     let mut rest: Vec<&Companion> = dependents.iter().collect();
+    rest.extend(plan.attachments.iter());
     if !plan.keep_disks {
         rest.extend(plan.disks.iter().filter(|d| !d.owned));
     }
