@@ -138,7 +138,9 @@ pub fn inspect(path: &Path, force_raw: bool) -> Result<ImageInfo> {
         let footer = read_at(&mut file, file_size - 512, 512).map_err(io)?;
         if footer.starts_with(b"conectix") {
             let size = be64(&footer, 48).ok_or_else(|| bad("truncated VHD footer"))?;
-            return Ok(info(ImageFormat::Vhd, Some(size)));
+            // A fixed disk has no header, so qemu-img (and CDI, which probes with it) takes
+            // the whole file, footer included, as a raw disk: that much space is needed.
+            return Ok(info(ImageFormat::Vhd, Some(size.max(file_size))));
         }
     }
     let mbr = head.get(510..512) == Some(&[0x55, 0xaa]);

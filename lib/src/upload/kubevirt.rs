@@ -268,7 +268,18 @@ async fn upload(
     on_event: &mut (dyn FnMut(Event) + Send),
 ) -> Result<()> {
     let o = &plan.options;
-    let dv = wait_dv(
+    if o.no_create {
+        let dv = data_volumes()
+            .get(cluster, &o.namespace, o.target.name())
+            .await?;
+        if dv.pointer("/spec/source/upload").is_none() {
+            return Err(Error::Platform(format!(
+                "datavolume {:?} does not take uploads (its source is not upload)",
+                o.target.name()
+            )));
+        }
+    }
+    wait_dv(
         cluster,
         plan,
         |dv| phase_is(dv, "UploadReady"),
@@ -276,12 +287,6 @@ async fn upload(
         on_event,
     )
     .await?;
-    if o.no_create && dv.pointer("/spec/source/upload").is_none() {
-        return Err(Error::Usage(format!(
-            "datavolume {:?} does not take uploads (no spec.source.upload)",
-            o.target.name()
-        )));
-    }
     let token = token(cluster, &o.namespace, o.target.name()).await?;
     let bearer = HeaderValue::from_str(&format!("Bearer {token}"))
         .map_err(|_| Error::Transfer("CDI answered an unusable upload token".into()))?;
