@@ -439,12 +439,14 @@ async fn proxy_client(
                 });
                 return Ok((client, base));
             }
-            Err(HttpError::Connect {
-                retryable: false,
-                message,
-            }) => {
+            Err(
+                e @ HttpError::Connect {
+                    retryable: false, ..
+                },
+            ) => {
                 return Err(Error::Transfer(format!(
-                    "the upload proxy at {base}: {message}"
+                    "the upload proxy at {base}: {}",
+                    transfer::describe(&e)
                 )));
             }
             Err(e) => {

@@ -23,8 +23,9 @@ const CHUNK: usize = 1 << 20;
 /// How often progress is reported while sending.
 const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 
-/// One line for a failed attempt, in the upload proxy's words where it answered.
-fn describe(e: &HttpError) -> String {
+/// One line for a failed attempt, in the upload proxy's words where it answered (the shared
+/// client words its own failures for export servers).
+pub(crate) fn describe(e: &HttpError) -> String {
     match e {
         HttpError::Status { code, message } if message.is_empty() => {
             format!("the upload proxy answered {code}")
@@ -32,48 +33,62 @@ fn describe(e: &HttpError) -> String {
         HttpError::Status { code, message } => {
             format!("the upload proxy answered {code}: {message}")
         }
-        other => other.to_string(),
+        other => other
+            .to_string()
+            .replace("the export server", "the upload proxy"),
     }
 }
 
-/// The file as a body: chunks read as hyper asks for them, counted in `sent`, hashed; the
-/// digest lands in `digest` after the last byte.
+/// The file as a body of `total` bytes: chunks read as hyper asks for them, counted in
+/// `sent`, hashed; the digest lands in `digest` with the last byte (hyper stops asking once
+/// Content-Length bytes went out). A file that shrank fails the body.
 fn body(
     file: tokio::fs::File,
+    total: u64,
     sent: Arc<AtomicU64>,
     digest: Arc<Mutex<Option<String>>>,
 ) -> impl hyper::body::Body<Data = Bytes, Error = std::io::Error> + Send + 'static {
-    let state = (file, sha2::Sha256::new(), false);
-    let stream = futures::stream::unfold(state, move |(mut file, mut hasher, done)| {
+    let state = (file, Some(sha2::Sha256::new()), 0u64);
+    let stream = futures::stream::unfold(state, move |(mut file, hasher, done)| {
         let sent = sent.clone();
         let digest = digest.clone();
         async move {
-            if done {
+            let mut hasher = hasher?;
+            if done >= total {
                 return None;
             }
-            let mut buf = vec![0u8; CHUNK];
+            let want = (total - done).min(CHUNK as u64) as usize;
+            let mut buf = vec![0u8; want];
             let mut filled = 0;
             // Fill the chunk (reads may return less).
-            while filled < CHUNK {
+            while filled < want {
                 match file.read(&mut buf[filled..]).await {
-                    Ok(0) => break,
+                    Ok(0) => {
+                        let e = std::io::Error::new(
+                            std::io::ErrorKind::UnexpectedEof,
+                            "the file got shorter while it was sent",
+                        );
+                        return Some((Err(e), (file, None, done)));
+                    }
                     Ok(n) => filled += n,
-                    Err(e) => return Some((Err(e), (file, hasher, true))),
+                    Err(e) => return Some((Err(e), (file, None, done))),
                 }
             }
-            if filled == 0 {
-                let hex: String = hasher
+            hasher.update(&buf);
+            let done = done + filled as u64;
+            sent.fetch_add(filled as u64, Ordering::Relaxed);
+            if done == total {
+                let hex: String = std::mem::take(&mut hasher)
                     .finalize()
                     .iter()
                     .map(|b| format!("{b:02x}"))
                     .collect();
                 *digest.lock().unwrap_or_else(|e| e.into_inner()) = Some(hex);
-                return None;
             }
-            buf.truncate(filled);
-            hasher.update(&buf);
-            sent.fetch_add(filled as u64, Ordering::Relaxed);
-            Some((Ok(Frame::data(Bytes::from(buf))), (file, hasher, false)))
+            Some((
+                Ok(Frame::data(Bytes::from(buf))),
+                (file, Some(hasher), done),
+            ))
         }
     });
     http_body_util::StreamBody::new(stream)
@@ -111,7 +126,7 @@ pub async fn send_file(
             Method::POST,
             url,
             &headers,
-            body(file, sent.clone(), digest.clone()),
+            body(file, total, sent.clone(), digest.clone()),
             false,
         );
         tokio::pin!(request);

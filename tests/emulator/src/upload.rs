@@ -49,7 +49,8 @@ pub const POD_READY: &str = "cdi.kubevirt.io/storage.pod.ready";
 /// Test switches of the upload proxy.
 #[derive(Debug, Clone, Default)]
 pub struct UploadFaults {
-    /// Connections accepted from now on are cut after this many bytes read (one per entry).
+    /// The first connection that carries this many bytes is cut there (one per entry, in
+    /// order).
     pub cut_after: Vec<u64>,
 }
 
@@ -60,6 +61,8 @@ pub struct UploadState {
     pub base_url: Mutex<String>,
     /// PEM of the proxy's CA (ConfigMap `cdi-uploadproxy-signer-bundle`).
     pub ca_pem: Mutex<String>,
+    /// The proxy's TLS configuration (set at start).
+    pub server_config: std::sync::OnceLock<std::sync::Arc<rustls::ServerConfig>>,
     /// Issued tokens → `(namespace, pvc)`.
     tokens: Mutex<HashMap<String, (String, String)>>,
     /// Fault switches.

@@ -9,8 +9,8 @@
 //! (label `cdi.kubevirt.io: cdi-uploadproxy`, port 8443; certificate names
 //! `cdi-uploadproxy`, `cdi-uploadproxy.cdi`, `cdi-uploadproxy.cdi.svc`).
 //!
-//! Fault switch: [`crate::upload::UploadFaults::cut_after`] cuts a connection after a number
-//! of bytes, as a broken network does.
+//! Fault switch: [`crate::upload::UploadFaults::cut_after`] cuts the first connection that
+//! carries that many bytes, as a broken network does.
 
 use crate::app::App;
 use crate::upload::{CDI_NAMESPACE, PROXY_LABEL, PROXY_POD_PORT};
@@ -37,8 +37,6 @@ const CERT_NAMES: &[&str] = &[
     "cdi-uploadproxy.cdi",
     "cdi-uploadproxy.cdi.svc",
 ];
-
-static TLS: std::sync::OnceLock<Arc<rustls::ServerConfig>> = std::sync::OnceLock::new();
 
 /// Binds the proxy on 127.0.0.1, publishes it (CDIConfig, CA ConfigMap, proxy pod and
 /// Service in namespace `cdi`) and serves until `shutdown`. Only where CDI is served.
@@ -67,7 +65,7 @@ pub async fn start(
     let mut tls = (*certs.server_config).clone();
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     let tls = Arc::new(tls);
-    let _ = TLS.set(tls.clone());
+    let _ = app.uploads.server_config.set(tls.clone());
     publish(&app, &format!("127.0.0.1:{port}"), &certs.ca_pem)
         .map_err(crate::EmulatorError::Fixture)?;
     tasks.spawn(serve(listener, tls, app, shutdown));
@@ -115,10 +113,13 @@ pub fn is_proxy(pod: &serde_json::Value, port: u16) -> bool {
             == Some(PROXY_LABEL.1)
 }
 
-/// A connection that fails after `left` bytes were read from it.
+/// A connection cut once it has carried as many bytes as the first pending cut says (that cut
+/// is used up; connections that carry less, like a health probe, are left alone).
 struct Cut<S> {
     inner: S,
-    left: Option<u64>,
+    app: Arc<App>,
+    read: u64,
+    cut: bool,
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Cut<S> {
@@ -127,7 +128,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Cut<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        if self.left == Some(0) {
+        if self.cut {
             return Poll::Ready(Err(std::io::Error::new(
                 std::io::ErrorKind::ConnectionReset,
                 "injected cut",
@@ -135,9 +136,18 @@ impl<S: AsyncRead + Unpin> AsyncRead for Cut<S> {
         }
         let before = buf.filled().len();
         let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
-        let read = (buf.filled().len() - before) as u64;
-        if let Some(left) = self.left.as_mut() {
-            *left = left.saturating_sub(read);
+        self.read += (buf.filled().len() - before) as u64;
+        let read = self.read;
+        let mut faults = self
+            .app
+            .uploads
+            .faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if faults.cut_after.first().is_some_and(|&at| read >= at) {
+            faults.cut_after.remove(0);
+            drop(faults);
+            self.cut = true;
         }
         poll
     }
@@ -165,16 +175,14 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     use hyper_util::rt::{TokioExecutor, TokioIo};
-    let Some(tls) = TLS.get().cloned() else {
+    let Some(tls) = app.uploads.server_config.get().cloned() else {
         return;
-    };
-    let left = {
-        let mut faults = app.uploads.faults.lock().unwrap_or_else(|e| e.into_inner());
-        (!faults.cut_after.is_empty()).then(|| faults.cut_after.remove(0))
     };
     let stream = Cut {
         inner: stream,
-        left,
+        app: app.clone(),
+        read: 0,
+        cut: false,
     };
     let Ok(stream) = tokio_rustls::TlsAcceptor::from(tls).accept(stream).await else {
         return;
