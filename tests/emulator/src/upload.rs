@@ -423,6 +423,16 @@ impl crate::Handle {
             .clone()
     }
 
+    /// PEM of the upload proxy's CA.
+    pub fn upload_proxy_ca_pem(&self) -> String {
+        self.app
+            .uploads
+            .ca_pem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Replaces the upload proxy's fault switches.
     pub fn set_upload_faults(&self, faults: UploadFaults) {
         *self
