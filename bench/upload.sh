@@ -20,8 +20,8 @@ size=$((gib * 1024 * 1024 * 1024))
 
 work=$(mktemp -d)
 echo "apiVersion: v1
-kind: Namespace
-metadata: {name: default}" >"$work/fixture.yaml"
+kind: ConfigMap
+metadata: {name: bench, namespace: default}" >"$work/fixture.yaml"
 "$root/target/release/kubevm-emulator" --fixture "$work/fixture.yaml" --flavor kubevirt \
   --kubeconfig "$work/kubeconfig" >"$work/emulator.log" 2>&1 &
 emulator=$!
