@@ -160,6 +160,8 @@ pub enum Command {
     Vnc(commands::vnc::VncArgs),
     /// Download disks, snapshots and PVCs: raw, resumable, verified
     Export(Box<commands::export::ExportArgs>),
+    /// Upload a local disk image (qcow2, raw, ISO, VMDK, VHD(X), gz/xz) into a DataVolume
+    Upload(Box<commands::upload::UploadArgs>),
     /// Manage the platform SSH certificate authority (init, show, rotate)
     Ca(commands::ca::CaArgs),
     /// The in-cluster SSH certificate signer (run by the Deployment `ca init --signer` makes)

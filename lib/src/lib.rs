@@ -30,6 +30,7 @@ pub mod signer;
 pub mod ssh;
 pub mod stream;
 pub mod target;
+pub mod upload;
 pub mod validate;
 pub mod version;
 pub mod vm;

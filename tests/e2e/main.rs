@@ -36,5 +36,6 @@ mod server_errors;
 mod signer;
 mod ssh;
 mod ssh_tools;
+mod upload;
 mod version;
 mod vnc;

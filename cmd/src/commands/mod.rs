@@ -23,6 +23,7 @@ pub mod scp;
 pub mod signer;
 pub mod ssh;
 pub mod ssh_config;
+pub mod upload;
 pub mod version;
 pub mod vnc;
 
@@ -82,6 +83,7 @@ async fn dispatch(cli: Cli) -> CommandResult {
             guest_info::cmd_guest_info(&global, kubevm::guest_info::Fact::Filesystems, args).await
         }
         Command::Export(args) => export::cmd_export(&global, *args).await,
+        Command::Upload(args) => upload::cmd_upload(&global, *args).await,
         Command::Ca(args) => ca::cmd_ca(&global, args).await,
         Command::Console(args) => console::cmd_console(&global, args).await,
         Command::Ssh(args) => ssh::cmd_ssh(&global, args).await,

@@ -213,6 +213,26 @@ impl HttpClient {
         url: &str,
         headers: &[(HeaderName, String)],
     ) -> Result<Response<Incoming>, HttpError> {
+        self.send_body(method, url, headers, Empty::<Bytes>::new(), true)
+            .await
+    }
+
+    /// [`HttpClient::send`] with a request body (streamed as it is produced). With
+    /// `header_timeout` the response must begin within 30 s; without, the server may take as
+    /// long as it needs (an upload answered only once the data is processed).
+    pub async fn send_body<B>(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(HeaderName, String)],
+        body: B,
+        header_timeout: bool,
+    ) -> Result<Response<Incoming>, HttpError>
+    where
+        B: hyper::body::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let connect_err = |message: String| HttpError::Connect {
             message,
             retryable: true,
@@ -319,13 +339,16 @@ impl HttpClient {
         for (name, value) in headers {
             request = request.header(name, value);
         }
-        let request = request
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| HttpError::Connect {
-                message: format!("cannot build the request: {e}"),
-                retryable: false,
-            })?;
-        let response = tokio::time::timeout(CONNECT_TIMEOUT, sender.send_request(request))
+        let request = request.body(body).map_err(|e| HttpError::Connect {
+            message: format!("cannot build the request: {e}"),
+            retryable: false,
+        })?;
+        let limit = if header_timeout {
+            CONNECT_TIMEOUT
+        } else {
+            Duration::from_secs(365 * 24 * 3600)
+        };
+        let response = tokio::time::timeout(limit, sender.send_request(request))
             .await
             .map_err(|_| connect_err(format!("{host} sent no response in time")))?
             .map_err(|e| connect_err(format!("request to {host} failed: {e}")))?;

@@ -39,6 +39,8 @@ pub struct App {
     pub sessions: crate::streams::Sessions,
     /// Export server state (VirtualMachineExport / DataExport).
     pub exports: crate::export::ExportState,
+    /// CDI upload proxy state (UploadTokenRequest tokens, uploaded volumes).
+    pub uploads: crate::upload::UploadState,
     /// ServiceAccount tokens issued through TokenRequest.
     pub sa_tokens: crate::sa_tokens::ServiceAccountTokens,
     /// The aggregator's front-proxy identity (set at start).
@@ -66,6 +68,7 @@ impl App {
             ssh_switches: Default::default(),
             sessions: Default::default(),
             exports: Default::default(),
+            uploads: Default::default(),
             sa_tokens: Default::default(),
             front_proxy: Default::default(),
             exec_hangs: Default::default(),

@@ -72,6 +72,8 @@ pub mod structural;
 pub mod subresources;
 pub mod table;
 pub mod tls;
+pub mod upload;
+pub mod upload_server;
 pub mod util;
 pub mod watch;
 pub mod webhooks;
@@ -413,6 +415,7 @@ impl Emulator {
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
         let mut tasks = JoinSet::new();
         export_server::start(app.clone(), shutdown_rx.clone(), &mut tasks).await?;
+        upload_server::start(app.clone(), shutdown_rx.clone(), &mut tasks).await?;
         tasks.spawn(controllers::run(app.clone(), shutdown_rx.clone()));
         tasks.spawn(aggregator::available::run(app.clone(), shutdown_rx.clone()));
         tasks.spawn(guest::run(app.clone(), shutdown_rx.clone()));

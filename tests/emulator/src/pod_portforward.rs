@@ -111,6 +111,11 @@ pub fn refused(pod: &Value, port: u16) -> String {
 /// Opens a connection to `port` of `pod`: an in-memory stream served by the export server, or
 /// the kubelet's refusal.
 pub fn dial(app: &Arc<App>, pod: &Value, port: u16) -> Result<DuplexStream, String> {
+    if crate::upload_server::is_proxy(pod, port) {
+        let (client, server) = tokio::io::duplex(PIPE);
+        tokio::spawn(crate::upload_server::serve_stream(app.clone(), server));
+        return Ok(client);
+    }
     let target: PodTarget = target_of(pod, port).ok_or_else(|| refused(pod, port))?;
     let (client, server) = tokio::io::duplex(PIPE);
     tokio::spawn(crate::export_server::serve_pod_stream(

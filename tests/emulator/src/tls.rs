@@ -33,15 +33,22 @@ fn new_ca(common_name: &str) -> Result<(rcgen::Certificate, Issuer<'static, KeyP
 
 /// Generates the CA and serving certificate.
 pub fn generate() -> Result<Certs, String> {
+    generate_for(&["127.0.0.1", "localhost"], "kube-apiserver")
+}
+
+/// A fresh CA and a serving certificate for `names` (IP addresses become IP SANs) with
+/// common name `common_name`.
+pub fn generate_for(names: &[&str], common_name: &str) -> Result<Certs, String> {
     let err = |e: rcgen::Error| e.to_string();
     let (ca_cert, issuer) = new_ca("kubevm-emulator-ca")?;
 
     // rcgen turns "127.0.0.1" into an IP SAN.
-    let mut params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-        .map_err(err)?;
+    let mut params =
+        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .map_err(err)?;
     params
         .distinguished_name
-        .push(DnType::CommonName, "kube-apiserver");
+        .push(DnType::CommonName, common_name);
     let key = KeyPair::generate().map_err(err)?;
     let cert = params.signed_by(&key, &issuer).map_err(err)?;
 

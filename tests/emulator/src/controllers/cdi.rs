@@ -12,6 +12,10 @@ pub(super) fn data_volume(app: &App, dv: &Value, tick: bool) {
         .pointer("/status/phase")
         .and_then(Value::as_str)
         .unwrap_or("");
+    if dv.pointer("/spec/source/upload").is_some() {
+        crate::upload::data_volume(app, dv, tick, &dv_size(dv), dv_storage_class(dv));
+        return;
+    }
     let blank = dv.pointer("/spec/source/blank").is_some();
     // Unbound WaitForFirstConsumer storage: CDI waits in PendingPopulation for a consumer.
     let waiting = matches!(phase, "" | "PendingPopulation")

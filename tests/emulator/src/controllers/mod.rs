@@ -204,6 +204,17 @@ fn percent(progress: &Value) -> f64 {
 }
 
 /// Creates a bound PVC owned by `owner` unless it exists.
+/// The PVC `name` of `owner` (a DataVolume or disk), bound, made once.
+pub(crate) fn ensure_pvc_for(
+    app: &App,
+    owner: &Value,
+    name: &str,
+    size: &str,
+    class: Option<String>,
+) {
+    ensure_pvc(app, owner, name, size, class)
+}
+
 fn ensure_pvc(app: &App, owner: &Value, name: &str, size: &str, class: Option<String>) {
     let ns = meta_str(owner, "namespace");
     if app

@@ -107,6 +107,7 @@ impl Ctx<'_> {
         let obj = match self.def.plural.as_str() {
             "subjectaccessreviews" => crate::reviews::subject_access_review(self.app, obj)?,
             "tokenreviews" => crate::reviews::token_review(self.app, obj),
+            "uploadtokenrequests" => crate::upload::token_request(self.app, self.ns, obj)?,
             _ => {
                 obj["metadata"] = json!({"creationTimestamp": null});
                 obj["status"] = json!({"userInfo": crate::reviews::user_info(self.user)});

@@ -64,6 +64,7 @@ embedded!(
 embedded!(DATAVOLUME, "cdi", "datavolumes.cdi.kubevirt.io.yaml");
 embedded!(DATASOURCE, "cdi", "datasources.cdi.kubevirt.io.yaml");
 embedded!(CDI, "cdi", "cdis.cdi.kubevirt.io.yaml");
+embedded!(CDICONFIG, "cdi", "cdiconfigs.cdi.kubevirt.io.yaml");
 embedded!(
     STORAGEPROFILE,
     "cdi",
@@ -307,7 +308,39 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
             vec![age()],
             SchemaRef::Embedded(&STORAGEPROFILE),
         ),
+        def(
+            "cdi.kubevirt.io",
+            &["v1beta1"],
+            "cdiconfigs",
+            "CDIConfig",
+            &[],
+            &[],
+            false,
+            true,
+            vec![age()],
+            SchemaRef::Embedded(&CDICONFIG),
+        ),
+        upload_token_requests(),
     ]
+}
+
+/// CDI's `upload.cdi.kubevirt.io` UploadTokenRequest: create-only, answered, never stored
+/// (CDI's apiserver, `pkg/apiserver/apiserver.go`).
+fn upload_token_requests() -> ResourceDef {
+    let mut d = def(
+        crate::upload::UPLOAD_GROUP,
+        &["v1beta1"],
+        "uploadtokenrequests",
+        "UploadTokenRequest",
+        &[],
+        &[],
+        true,
+        true,
+        vec![],
+        SchemaRef::None,
+    );
+    d.stored = false;
+    d
 }
 
 pub(super) fn aggregated() -> AggregatedGroup {

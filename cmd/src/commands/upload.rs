@@ -1,0 +1,313 @@
+//! `kubectl vm upload FILE dv/NAME`: a local disk image into a DataVolume through CDI's
+//! upload proxy. The library does the work; this module checks flags and renders events
+//! (progress bar on a terminal, a plain line every 5 s otherwise).
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use kubevm::flavor::Flavor;
+use kubevm::upload::{self, Event, Target, UploadOptions};
+
+use crate::cli::GlobalArgs;
+use crate::error::{CommandError, CommandResult};
+
+/// Arguments of `upload`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Reads the image first (qcow2, raw, ISO, VMDK, VHD, VHDX, gzip and xz are recognised by their\nmagic bytes; the virtual size comes from the header), creates a DataVolume with source.upload\n(labelled as made by kubectl vm, with CDI's immediate-binding annotation so WaitForFirstConsumer\nstorage does not wait for a VM), asks CDI for an upload token and streams the file to the upload\nproxy (CDIConfig's uploadProxyURL, --uploadproxy-url, or when that cannot be reached, a\nport-forward to the proxy pod through the API server). The sha256 of the bytes sent is printed.\nCDI converts the image to a raw disk. A network error restarts the upload from the beginning\n(CDI cannot resume). On failure or Ctrl-C the DataVolume this run created is deleted (unless\n--keep).\n\nExamples:\n  kubectl vm upload fedora.qcow2 dv/fedora-root\n  kubectl vm upload win.iso dv/win-installer --size 8Gi --storage-class fast\n  kubectl vm upload disk.raw.xz dv/golden --uploadproxy-url cdi-uploadproxy.example.com\n  kubectl vm upload disk.img dv/existing --no-create\n  kubectl vm upload blob.bin dv/blob --format raw -o name"
+)]
+pub struct UploadArgs {
+    /// The local image file
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+
+    /// Where it goes: dv/NAME (a new DataVolume, or an existing one with --no-create) or
+    /// pvc/NAME (the PVC of a DataVolume of that name). A bare NAME is dv/NAME
+    #[arg(value_name = "TARGET")]
+    pub target: String,
+
+    /// Volume size (a quantity: 10Gi); default the image's virtual size. Smaller than the
+    /// virtual size is refused
+    #[arg(long, value_name = "SIZE")]
+    pub size: Option<String>,
+
+    /// Take a file of no recognised format as a raw disk
+    #[arg(long, value_name = "FORMAT", value_parser = ["raw"])]
+    pub format: Option<String>,
+
+    /// Storage class of the new volume
+    #[arg(long, value_name = "CLASS")]
+    pub storage_class: Option<String>,
+
+    /// Access mode of the new volume (ReadWriteOnce, ReadWriteMany, ReadOnlyMany, ReadWriteOncePod)
+    #[arg(long, value_name = "MODE")]
+    pub access_mode: Option<String>,
+
+    /// Volume mode of the new volume (Filesystem or Block)
+    #[arg(long, value_name = "MODE")]
+    pub volume_mode: Option<String>,
+
+    /// Upload into an existing DataVolume waiting for an upload instead of creating one
+    #[arg(long)]
+    pub no_create: bool,
+
+    /// Keep the DataVolume this run created when the upload fails
+    #[arg(long)]
+    pub keep: bool,
+
+    /// The upload proxy's address (default: CDIConfig status.uploadProxyURL)
+    #[arg(long, value_name = "URL")]
+    pub uploadproxy_url: Option<String>,
+
+    /// Do not verify the upload proxy's TLS certificate (the upload token is still sent)
+    #[arg(long)]
+    pub insecure: bool,
+
+    /// How long to wait for the volume to be ready for the upload, and then ready
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = kubevm::cluster::parse_duration)]
+    pub timeout: Duration,
+
+    /// Retries (each from the beginning) after network errors
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub retries: u32,
+
+    /// First retry delay (doubles up to 8s)
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = kubevm::cluster::parse_duration, hide = true)]
+    pub retry_delay: Duration,
+
+    /// Output: `name` prints datavolume.cdi.kubevirt.io/NAME on stdout when done
+    #[arg(short = 'o', long, value_name = "FORMAT", value_parser = ["name"])]
+    pub output: Option<String>,
+}
+
+/// Checks the flags and the file before any request; exit 2 on bad input.
+fn plan(args: &UploadArgs, namespace: String) -> CommandResult<upload::Plan> {
+    let target = Target::parse(&args.target)?;
+    let size = args
+        .size
+        .as_deref()
+        .map(|s| {
+            kubevm::quantity::Quantity::parse(s)
+                .map(|q| q.bytes())
+                .map_err(|e| CommandError::usage(format!("--size {s:?}: {e}")))
+        })
+        .transpose()?;
+    if size == Some(0) {
+        return Err(CommandError::usage("--size must be more than 0"));
+    }
+    let options = UploadOptions {
+        file: args.file.clone(),
+        target,
+        namespace,
+        size,
+        force_raw: args.format.as_deref() == Some("raw"),
+        storage_class: args.storage_class.clone(),
+        access_mode: args.access_mode.clone(),
+        volume_mode: args.volume_mode.clone(),
+        no_create: args.no_create,
+        keep: args.keep,
+        uploadproxy_url: args.uploadproxy_url.clone(),
+        insecure: args.insecure,
+        wait_timeout: if args.timeout.is_zero() {
+            Duration::from_secs(365 * 24 * 3600)
+        } else {
+            args.timeout
+        },
+        max_retries: args.retries,
+        retry_delay: args.retry_delay,
+    };
+    Ok(upload::plan(options)?)
+}
+
+pub async fn cmd_upload(global: &GlobalArgs, args: UploadArgs) -> CommandResult {
+    // The file and flags first: a bad input never reaches the cluster.
+    let mut plan = plan(&args, String::new())?;
+    let (cluster, platform) = super::connect(global).await?;
+    if platform.flavor != Flavor::KubeVirt {
+        return Err(CommandError::usage(format!(
+            "upload to {} is not implemented on {} yet (KubeVirt's CDI only)",
+            plan.options.target.display(),
+            platform.flavor.display_name()
+        )));
+    }
+    plan.options.namespace = cluster.namespace.clone();
+    let mut view = View::new(std::io::stderr().is_terminal());
+    view.show(Event::Inspected {
+        format: plan.info.format,
+        virtual_size: plan.info.virtual_size,
+        size: plan.size,
+    });
+    // Ctrl-C now removes what this run created (a second press ends the program).
+    let (taken, interrupts) = crate::interrupt::take_over();
+    let result = upload::kubevirt::run(&cluster, &plan, Some(interrupts.clone()), &mut |e| {
+        view.show(e)
+    })
+    .await;
+    drop(taken);
+    view.finish();
+    match result {
+        Ok(()) => {}
+        Err(e) if *interrupts.borrow() > 0 => {
+            eprintln!("Error: {e}");
+            return Err(CommandError::Interrupted);
+        }
+        Err(e) => return Err(e.into()),
+    }
+    if args.output.as_deref() == Some("name") {
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "datavolume.cdi.kubevirt.io/{}",
+            plan.options.target.name()
+        )?;
+        out.flush()?;
+    }
+    Ok(())
+}
+
+/// Renders events on stderr.
+struct View {
+    terminal: bool,
+    bar: Option<ProgressBar>,
+    spinner: Option<ProgressBar>,
+    last_line: Instant,
+}
+
+/// A plain progress line at most this often.
+const LINE_EVERY: Duration = Duration::from_secs(5);
+
+impl View {
+    fn new(terminal: bool) -> Self {
+        View {
+            terminal,
+            bar: None,
+            spinner: None,
+            last_line: Instant::now(),
+        }
+    }
+
+    fn say(&self, line: String) {
+        match (&self.bar, &self.spinner) {
+            (Some(bar), _) => bar.println(line),
+            (None, Some(spinner)) => spinner.println(line),
+            _ => eprintln!("{line}"),
+        }
+    }
+
+    fn clear_spinner(&mut self) {
+        if let Some(s) = self.spinner.take() {
+            s.finish_and_clear();
+        }
+    }
+
+    fn show(&mut self, event: Event) {
+        match event {
+            Event::Inspected {
+                format,
+                virtual_size,
+                size,
+            } => {
+                let virtual_size = virtual_size
+                    .map(|v| format!(", virtual size {}", HumanBytes(v)))
+                    .unwrap_or_default();
+                self.say(format!(
+                    "image: {}{virtual_size}; volume size {} ({size} bytes)",
+                    format.name(),
+                    HumanBytes(size)
+                ));
+            }
+            Event::Created { kind, name } => self.say(format!("created {kind} {name}")),
+            Event::Waiting { message } => {
+                if self.terminal {
+                    let spinner = self.spinner.get_or_insert_with(|| {
+                        let s = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+                        s.enable_steady_tick(Duration::from_millis(120));
+                        s
+                    });
+                    spinner.set_message(format!("waiting for {message}"));
+                } else {
+                    eprintln!("waiting for {message}");
+                }
+            }
+            Event::Route { description } => {
+                self.clear_spinner();
+                self.say(description);
+            }
+            Event::Started { total } => {
+                self.clear_spinner();
+                self.last_line = Instant::now();
+                if let Some(bar) = self.bar.take() {
+                    bar.finish_and_clear();
+                }
+                if self.terminal {
+                    let bar =
+                        ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+                    bar.set_style(
+                        ProgressStyle::with_template(
+                            "upload [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+                        )
+                        .expect("valid template")
+                        .progress_chars("=> "),
+                    );
+                    self.bar = Some(bar);
+                } else {
+                    eprintln!("uploading {}", HumanBytes(total));
+                }
+            }
+            Event::Progress { sent, total } => match &self.bar {
+                Some(bar) => bar.set_position(sent),
+                None => {
+                    if self.last_line.elapsed() >= LINE_EVERY {
+                        self.last_line = Instant::now();
+                        eprintln!(
+                            "uploaded {} of {} ({:.0}%)",
+                            HumanBytes(sent),
+                            HumanBytes(total),
+                            sent as f64 * 100.0 / total.max(1) as f64
+                        );
+                    }
+                }
+            },
+            Event::Retrying {
+                attempt,
+                max,
+                error,
+                delay,
+            } => self.say(format!(
+                "{error}; retry {attempt}/{max} from the beginning (CDI cannot resume an upload) in {:.1}s",
+                delay.as_secs_f64()
+            )),
+            Event::Sent {
+                bytes,
+                sha256,
+                secs,
+            } => {
+                if let Some(bar) = self.bar.take() {
+                    bar.finish_and_clear();
+                }
+                let rate = HumanBytes((bytes as f64 / secs.max(0.001)) as u64);
+                eprintln!(
+                    "uploaded {} in {secs:.1}s ({rate}/s)",
+                    HumanBytes(bytes)
+                );
+                eprintln!("sha256:{sha256}");
+            }
+            Event::Ready { target } => {
+                self.clear_spinner();
+                self.say(format!("{target} is ready"));
+            }
+            Event::Deleted { kind, name } => self.say(format!("deleted {kind} {name}")),
+            Event::Kept { kind, name } => self.say(format!("kept {kind} {name} (--keep)")),
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.abandon();
+        }
+        self.clear_spinner();
+    }
+}

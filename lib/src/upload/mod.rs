@@ -1,0 +1,272 @@
+//! `upload`: a local disk image into the cluster.
+//!
+//! [`plan`] reads the file before any request ([`format`]: magic bytes, virtual size) and
+//! checks the size; [`kubevirt`] creates (or reuses, `--no-create`) a DataVolume with
+//! `source.upload` and CDI's immediate-binding annotation, asks CDI's API for an upload token,
+//! and sends the file to the upload proxy ([`transfer`]: streamed, sha256 computed while
+//! sending, retried from the beginning on network errors since CDI cannot resume), then waits
+//! for the DataVolume to succeed. On failure or interruption what the run created is deleted
+//! (uid precondition) unless `keep`.
+
+pub mod format;
+pub mod kubevirt;
+pub mod transfer;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use format::{ImageFormat, ImageInfo};
+
+/// Label on every object `upload` creates.
+pub const MANAGED_BY: (&str, &str) = crate::export::MANAGED_BY;
+
+/// Where the image goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// CDI DataVolume (`dv/NAME`).
+    Dv(String),
+    /// A PVC through CDI's upload (`pvc/NAME`): a DataVolume of that name owns it.
+    Pvc(String),
+}
+
+impl Target {
+    /// Parses `dv/NAME` or `pvc/NAME` (a bare NAME is `dv/NAME`).
+    pub fn parse(text: &str) -> Result<Target> {
+        let bad =
+            |why: String| Error::InvalidTarget(format!("invalid upload target {text:?}: {why}"));
+        let (kind, name) = text.split_once('/').unwrap_or(("dv", text));
+        crate::target::validate_name(name).map_err(bad)?;
+        let name = name.to_string();
+        match kind {
+            "dv" | "datavolume" => Ok(Target::Dv(name)),
+            "pvc" | "persistentvolumeclaim" => Ok(Target::Pvc(name)),
+            "vi" | "cvi" | "vd" | "virtualimage" | "clustervirtualimage" | "virtualdisk" => {
+                Err(Error::Usage(format!(
+                    "upload to {kind}/ (Deckhouse) is not implemented yet: upload to dv/NAME or pvc/NAME on KubeVirt"
+                )))
+            }
+            other => Err(bad(format!("unknown kind {other:?}: use dv/ or pvc/"))),
+        }
+    }
+
+    /// The DataVolume (and PVC) name.
+    pub fn name(&self) -> &str {
+        match self {
+            Target::Dv(n) | Target::Pvc(n) => n,
+        }
+    }
+
+    /// `kind/name`, as written.
+    pub fn display(&self) -> String {
+        match self {
+            Target::Dv(n) => format!("dv/{n}"),
+            Target::Pvc(n) => format!("pvc/{n}"),
+        }
+    }
+}
+
+/// Everything an upload run needs.
+#[derive(Debug, Clone)]
+pub struct UploadOptions {
+    /// The local image.
+    pub file: PathBuf,
+    /// Where it goes.
+    pub target: Target,
+    /// Namespace of the target.
+    pub namespace: String,
+    /// Volume size (`--size`); default the image's virtual size.
+    pub size: Option<u64>,
+    /// Take a file of no known format as raw (`--format raw`).
+    pub force_raw: bool,
+    /// Storage class of a created volume.
+    pub storage_class: Option<String>,
+    /// Access mode of a created volume.
+    pub access_mode: Option<String>,
+    /// Volume mode of a created volume (`Filesystem` or `Block`).
+    pub volume_mode: Option<String>,
+    /// Use an existing DataVolume waiting for upload.
+    pub no_create: bool,
+    /// Keep what this run created when it fails.
+    pub keep: bool,
+    /// The upload proxy's URL (`--uploadproxy-url`); default CDIConfig's.
+    pub uploadproxy_url: Option<String>,
+    /// Do not verify the upload proxy's certificate.
+    pub insecure: bool,
+    /// How long to wait for the volume (ready for upload, then done).
+    pub wait_timeout: Duration,
+    /// Attempts after network errors (each from the beginning).
+    pub max_retries: u32,
+    /// Delay before the first retry (doubles up to 8 s).
+    pub retry_delay: Duration,
+}
+
+/// A checked upload: the options and what the file is.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The options.
+    pub options: UploadOptions,
+    /// What [`format::inspect`] found.
+    pub info: ImageInfo,
+    /// The volume size to request.
+    pub size: u64,
+}
+
+/// Checks everything that can be checked locally: the file, its format, the size.
+pub fn plan(options: UploadOptions) -> Result<Plan> {
+    let info = format::inspect(&options.file, options.force_raw)?;
+    let size = match (options.size, info.virtual_size) {
+        (Some(size), Some(virtual_size)) if size < virtual_size => {
+            return Err(Error::Usage(format!(
+                "--size {size} is smaller than the image's virtual size {virtual_size} ({} {}): the disk would not fit",
+                info.format.name(),
+                options.file.display()
+            )));
+        }
+        (Some(size), _) => size,
+        (None, Some(virtual_size)) => virtual_size,
+        (None, None) => {
+            return Err(Error::Usage(format!(
+                "{} is {}-compressed and its disk size is unknown until unpacked: give --size",
+                options.file.display(),
+                info.format.name()
+            )));
+        }
+    };
+    if options.no_create && options.size.is_some() {
+        return Err(Error::Usage(
+            "--size applies to a volume this run creates, not with --no-create".into(),
+        ));
+    }
+    if let Some(mode) = &options.volume_mode
+        && mode != "Filesystem"
+        && mode != "Block"
+    {
+        return Err(Error::Usage(format!(
+            "--volume-mode {mode:?}: use Filesystem or Block"
+        )));
+    }
+    if let Some(mode) = &options.access_mode
+        && ![
+            "ReadWriteOnce",
+            "ReadOnlyMany",
+            "ReadWriteMany",
+            "ReadWriteOncePod",
+        ]
+        .contains(&mode.as_str())
+    {
+        return Err(Error::Usage(format!(
+            "--access-mode {mode:?}: use ReadWriteOnce, ReadOnlyMany, ReadWriteMany or ReadWriteOncePod"
+        )));
+    }
+    if let Some(url) = &options.uploadproxy_url {
+        proxy_base(url)?;
+    }
+    Ok(Plan {
+        options,
+        info,
+        size,
+    })
+}
+
+/// The proxy's base URL (`https://` added when no scheme is given, as virtctl does);
+/// refuses plain HTTP, paths and unparsable URLs.
+pub fn proxy_base(url: &str) -> Result<String> {
+    let url = url.trim_end_matches('/');
+    let with_scheme = if url.contains("://") {
+        url.to_string()
+    } else {
+        format!("https://{url}")
+    };
+    let uri: http::Uri = with_scheme
+        .parse()
+        .map_err(|e| Error::Usage(format!("upload proxy URL {url:?}: {e}")))?;
+    if uri.scheme_str() != Some("https") || uri.host().is_none() {
+        return Err(Error::Usage(format!(
+            "upload proxy URL {url:?}: must be https://HOST[:PORT]"
+        )));
+    }
+    Ok(with_scheme)
+}
+
+/// Progress of an upload run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// What the file is.
+    Inspected {
+        /// Format found.
+        format: ImageFormat,
+        /// Virtual size, when known.
+        virtual_size: Option<u64>,
+        /// Volume size requested.
+        size: u64,
+    },
+    /// An object was created.
+    Created {
+        /// Kind.
+        kind: &'static str,
+        /// Name.
+        name: String,
+    },
+    /// Still waiting, in the platform's words.
+    Waiting {
+        /// What for.
+        message: String,
+    },
+    /// How the upload proxy is reached.
+    Route {
+        /// One line.
+        description: String,
+    },
+    /// Sending starts (again, after a retry).
+    Started {
+        /// Bytes to send.
+        total: u64,
+    },
+    /// Bytes sent.
+    Progress {
+        /// Sent so far in this attempt.
+        sent: u64,
+        /// Bytes to send.
+        total: u64,
+    },
+    /// A retryable failure; the upload starts again from the beginning after `delay`.
+    Retrying {
+        /// Attempt number (1-based).
+        attempt: u32,
+        /// Bound.
+        max: u32,
+        /// The error.
+        error: String,
+        /// Backoff.
+        delay: Duration,
+    },
+    /// The whole file was sent and accepted.
+    Sent {
+        /// Bytes.
+        bytes: u64,
+        /// sha256 of the bytes sent, hex.
+        sha256: String,
+        /// Seconds the successful attempt took.
+        secs: f64,
+    },
+    /// The platform reports the volume ready.
+    Ready {
+        /// `kind/name`.
+        target: String,
+    },
+    /// What this run created was deleted.
+    Deleted {
+        /// Kind.
+        kind: &'static str,
+        /// Name.
+        name: String,
+    },
+    /// What this run created is kept after a failure (`--keep`).
+    Kept {
+        /// Kind.
+        kind: &'static str,
+        /// Name.
+        name: String,
+    },
+}
