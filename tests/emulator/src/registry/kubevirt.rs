@@ -403,6 +403,11 @@ mod tests {
     #[test]
     fn kinds_agree_with_their_crds() {
         for def in kinds() {
+            // CDI serves UploadTokenRequest from its own apiserver: no CRD, nothing stored.
+            if !def.stored {
+                assert!(matches!(def.schema, SchemaRef::None), "{}", def.kind);
+                continue;
+            }
             let SchemaRef::Embedded(e) = &def.schema else {
                 panic!("{} has no CRD", def.kind)
             };
