@@ -60,6 +60,7 @@ pub mod rfb;
 pub mod sa_tokens;
 pub mod schema;
 pub mod selector;
+pub mod services;
 pub mod spdy;
 pub mod sshd_agent;
 pub mod sshd_guest;

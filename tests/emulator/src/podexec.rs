@@ -194,8 +194,16 @@ pub fn exit_status(code: i32, command: &[String]) -> Value {
 pub fn run(app: &App, pod: &Value, container: &str, command: &[String]) -> (String, String, i32) {
     let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
     let labels = &pod["metadata"]["labels"];
-    let vm_name = labels["vm.kubevirt.io/name"]
-        .as_str()
+    // virt-launcher pods are owned by their VMI, named like the VM; `vm.kubevirt.io/name` holds
+    // the guest's host name, which is the VM's name unless the template sets another.
+    let owner_vmi = pod["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|o| o["kind"] == "VirtualMachineInstance")
+        .and_then(|o| o["name"].as_str());
+    let vm_name = owner_vmi
+        .or_else(|| labels["vm.kubevirt.io/name"].as_str())
         .or_else(|| labels["vm.kubevirt.internal.virtualization.deckhouse.io/name"].as_str())
         .unwrap_or_default();
     let not_found = || {

@@ -34,6 +34,9 @@ pub fn prepare(def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
     if def.plural == "secrets" {
         secret(obj)?;
     }
+    if def.plural == "services" {
+        crate::services::prepare(obj)?;
+    }
     Ok(())
 }
 

@@ -311,6 +311,37 @@ fn workload_builtin(obj: &Value, name: &str) -> Value {
                 s
             })
         }
+        // printers.go formatDiscoveryPorts / formatDiscoveryEndpoints: at most 3, then
+        // " + N more...", "<unset>" for no ports and "<none>" for no endpoints.
+        "@slice-ports" | "@slice-endpoints" => {
+            let (field, empty) = if name == "@slice-ports" {
+                ("ports", "<unset>")
+            } else {
+                ("endpoints", "<none>")
+            };
+            let all: Vec<String> = obj[field]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|e| {
+                    if field == "ports" {
+                        vec![e["port"].to_string()]
+                    } else {
+                        e["addresses"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|a| a.as_str().map(str::to_string))
+                            .collect()
+                    }
+                })
+                .collect();
+            let mut s = all.iter().take(3).cloned().collect::<Vec<_>>().join(",");
+            if all.len() > 3 {
+                s.push_str(&format!(" + {} more...", all.len() - 3));
+            }
+            json!(if s.is_empty() { empty.to_string() } else { s })
+        }
         "@pdb-min" => int_or_str("/spec/minAvailable"),
         "@pdb-max" => int_or_str("/spec/maxUnavailable"),
         "@pdb-allowed" => json!(int("/status/disruptionsAllowed")),

@@ -247,6 +247,53 @@ pub(super) fn deckhouse_vm(app: &App, vm: &Value, _tick: bool) {
         set_condition(&mut st, "Migratable", running, if running { "VirtualMachineMigratable" } else { "NotRunning" }, "");
         o["status"] = st;
     });
+    sync_launcher_pod(
+        app,
+        vm,
+        matches!(phase, "Running" | "Migrating" | "Stopping"),
+        &ip,
+    );
+}
+
+/// The running VM's virt-launcher pod, named as `status.virtualMachinePods` says. Deckhouse
+/// runs a renamed KubeVirt: the pod carries `kubevirt.internal.virtualization.deckhouse.io:
+/// virt-launcher` and `vm.kubevirt.internal.virtualization.deckhouse.io/name: <VM>` (what
+/// `d8 v collect-debug-info` selects on, FACTS §8) and the VM's own labels, which the user
+/// guide's Service examples select on. Upstream the pod's owner is the internal VMI; the
+/// emulator has none, so the VM owns it (deleting the VM collects it all the same).
+fn sync_launcher_pod(app: &App, vm: &Value, running: bool, ip: &str) {
+    let ns = meta_str(vm, "namespace");
+    let name = meta_str(vm, "name");
+    let uid5 = meta_str(vm, "uid").get(..5).unwrap_or("00000");
+    let pod_name = format!("virt-launcher-{name}-{uid5}");
+    let key = Key::new("", "pods", ns, &pod_name);
+    let existing = app.store.get(&key);
+    if !running {
+        if existing.is_some() {
+            app.store.delete(&key, crate::store::Propagation::Cascade);
+        }
+        return;
+    }
+    if existing.is_some() {
+        return;
+    }
+    let mut labels = vm
+        .pointer("/metadata/labels")
+        .cloned()
+        .filter(Value::is_object)
+        .unwrap_or(json!({}));
+    labels["kubevirt.internal.virtualization.deckhouse.io"] = json!("virt-launcher");
+    labels["vm.kubevirt.internal.virtualization.deckhouse.io/name"] = json!(name);
+    let image = "dev-registry.deckhouse.io/virtualization/virt-launcher:v1.5.0";
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod_name, "namespace": ns, "labels": labels,
+                     "ownerReferences": [super::owner_ref(vm)]},
+        "spec": {"nodeName": super::NODE, "containers": [{"name": "compute", "image": image}]},
+        "status": {"phase": "Running", "podIP": ip, "hostIP": "192.168.0.11",
+                   "containerStatuses": [{"name": "compute", "ready": true, "restartCount": 0, "image": image}]},
+    });
+    let _ = app.store.create("", "pods", pod);
 }
 
 /// The store key of a Deckhouse block device reference `{kind, name}` in `ns`.

@@ -230,9 +230,38 @@ pub(crate) fn new_vmi(vm: &Value) -> Value {
     })
 }
 
+/// The host name virt-launcher's pod carries in `vm.kubevirt.io/name`: `spec.hostname`, else
+/// the VMI's name up to its first dot, at most 63 characters (kubevirt `pkg/util/net/dns`
+/// SanitizeHostname, used by `pkg/virt-controller/services/template.go`).
+pub(crate) fn sanitized_hostname(vmi: &Value) -> String {
+    if let Some(h) = vmi.pointer("/spec/hostname").and_then(Value::as_str)
+        && !h.is_empty()
+    {
+        return h.to_string();
+    }
+    let name = meta_str(vmi, "name");
+    let first = name.split('.').next().unwrap_or(name);
+    first.chars().take(63).collect()
+}
+
+/// virt-launcher's pod for `vmi`. Its labels are the VMI's plus `kubevirt.io: virt-launcher`,
+/// `kubevirt.io/created-by: <VMI uid>` and `vm.kubevirt.io/name: <host name>`, as
+/// `template.go` RenderLaunchManifest sets them.
 pub(crate) fn launcher_pod(vmi: &Value) -> Value {
     let name = meta_str(vmi, "name");
     let uid = meta_str(vmi, "uid");
+    let mut labels = vmi
+        .pointer("/metadata/labels")
+        .cloned()
+        .filter(Value::is_object)
+        .unwrap_or(json!({}));
+    // The pod is rendered before scheduling: the node label the VMI gets later is not copied.
+    if let Some(l) = labels.as_object_mut() {
+        l.remove("kubevirt.io/nodeName");
+    }
+    labels["kubevirt.io"] = json!("virt-launcher");
+    labels["kubevirt.io/created-by"] = json!(uid);
+    labels["vm.kubevirt.io/name"] = json!(sanitized_hostname(vmi));
     let ip = vmi
         .pointer("/status/interfaces/0/ipAddress")
         .cloned()
@@ -242,7 +271,7 @@ pub(crate) fn launcher_pod(vmi: &Value) -> Value {
         "metadata": {
             "name": format!("virt-launcher-{name}-{}", &uid.get(..5).unwrap_or("00000")),
             "namespace": vmi["metadata"]["namespace"],
-            "labels": {"kubevirt.io": "virt-launcher", "vm.kubevirt.io/name": name, "kubevirt.io/created-by": uid},
+            "labels": labels,
             "annotations": {"emulator.kubevm.io/log": format!(
                 "{{\"component\":\"virt-launcher\",\"level\":\"info\",\"msg\":\"Domain started\",\"name\":\"{name}\"}}\n{{\"component\":\"virt-launcher\",\"level\":\"info\",\"msg\":\"Synced vmi\",\"name\":\"{name}\"}}\n")},
             "ownerReferences": [owner_ref(vmi)],

@@ -83,6 +83,8 @@ const RECONCILERS: &[(&str, &str, Reconciler)] = &[
         "virtualmachineblockdeviceattachments",
         deckhouse::vmbda,
     ),
+    // kube-controller-manager's EndpointSlice controller.
+    ("", "services", crate::services::endpoint_slices),
     (
         crate::export::KV_EXPORT_GROUP,
         "virtualmachineexports",

@@ -83,6 +83,9 @@ impl Ctx<'_> {
         }
         defaults_on_create(self.def, &mut obj);
         let warnings = self.validate(&mut obj)?;
+        if self.def.group.is_empty() && self.def.plural == "services" {
+            crate::services::allocate(self.app, &mut obj)?;
+        }
         crate::quota::check(&self.app.store, self.def, self.ns, &name)?;
         if is_dry_run(self.q)? {
             let obj = self.app.store.prepare_new(obj);

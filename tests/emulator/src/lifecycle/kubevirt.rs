@@ -214,6 +214,11 @@ pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
             m.remove("guestOSInfo");
         }
     }
+    // The pod's IP is the one the running VMI reports (virt-handler reads it from the pod).
+    let running_ip = template
+        .pointer("/interfaces/0/ipAddress")
+        .cloned()
+        .unwrap_or(json!(""));
     app.store.modify(&key, |o| {
         let mut st = if next == "Running" {
             template
@@ -244,10 +249,7 @@ pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
         let (pods, _) = app.store.list("", "pods", Some(meta_str(vmi, "namespace")));
         for p in pods.iter().filter(|p| owned(p, vmi)) {
             app.store.modify(&Key::of("", "pods", p), |o| {
-                let ip = vmi
-                    .pointer("/status/interfaces/0/ipAddress")
-                    .cloned()
-                    .unwrap_or(json!(""));
+                let ip = running_ip.clone();
                 o["status"] = json!({"phase": "Running", "podIP": ip, "hostIP": "192.168.0.11",
                     "containerStatuses": [{"name": "compute", "ready": true, "restartCount": 0,
                         "image": "quay.io/kubevirt/virt-launcher:v1.9.0"}]});

@@ -96,6 +96,52 @@ fn start_goes_through_vmi_phases_with_a_launcher_pod() {
     assert_eq!(printable(&app, "web"), "Running");
     let pods = app.store.list("", "pods", Some("default")).0;
     assert_eq!(pods[0]["status"]["phase"], "Running");
+    // virt-handler reports the pod's IP as the VMI's.
+    let vmi = get_vmi(&app, "web").unwrap();
+    assert_eq!(
+        pods[0]["status"]["podIP"],
+        vmi["status"]["interfaces"][0]["ipAddress"]
+    );
+    assert_ne!(pods[0]["status"]["podIP"], "");
+}
+
+/// template.go RenderLaunchManifest: the VMI's labels, plus `kubevirt.io: virt-launcher`,
+/// `kubevirt.io/created-by: <VMI uid>` and `vm.kubevirt.io/name: <SanitizeHostname>` (the
+/// template's hostname, else the name up to its first dot).
+#[test]
+fn launcher_pod_labels_are_virt_controllers() {
+    let app = kubevirt();
+    for (name, hostname) in [("web.v2", None), ("db", Some("pg-primary"))] {
+        let mut template =
+            json!({"metadata": {"labels": {"app": name}}, "spec": {"domain": {"devices": {}}}});
+        if let Some(h) = hostname {
+            template["spec"]["hostname"] = json!(h);
+        }
+        app.store
+            .create(
+                KV,
+                "virtualmachines",
+                json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"runStrategy": "Always", "template": template}}),
+            )
+            .unwrap();
+    }
+    ticks(&app, 5);
+    let pods = app.store.list("", "pods", Some("default")).0;
+    assert_eq!(pods.len(), 2);
+    for (name, host) in [("web.v2", "web"), ("db", "pg-primary")] {
+        let vmi = get_vmi(&app, name).unwrap();
+        let pod = pods
+            .iter()
+            .find(|p| p["metadata"]["labels"]["kubevirt.io/created-by"] == vmi["metadata"]["uid"])
+            .expect("the VMI's pod");
+        let labels = &pod["metadata"]["labels"];
+        assert_eq!(labels["app"], name);
+        assert_eq!(labels["kubevirt.io"], "virt-launcher");
+        assert_eq!(labels["vm.kubevirt.io/name"], host);
+        assert!(labels.get("kubevirt.io/nodeName").is_none());
+    }
 }
 
 #[test]
@@ -689,4 +735,37 @@ fn a_forced_restart_kills_a_graceful_guest() {
     assert_eq!(vmi["status"]["phase"], "Running");
     app.guests.boot_missing(&app);
     assert_eq!(factory.0.lock().unwrap().len(), 2, "a fresh boot");
+}
+
+/// A running Deckhouse VM has its virt-launcher pod, named as `status.virtualMachinePods`
+/// says, labelled with the VM's name under Deckhouse's renamed KubeVirt labels, with the VM's
+/// IP; stopping the VM removes it.
+#[test]
+fn deckhouse_launcher_pod_follows_the_vm() {
+    let app = deckhouse();
+    let start = op(&app, "Start", json!({}));
+    ticks(&app, 3);
+    assert_eq!(op_phase(&app, &start), "Completed");
+    let vm = dh(&app, "virtualmachines", "linux");
+    let pods = app.store.list("", "pods", Some("default")).0;
+    assert_eq!(pods.len(), 1);
+    let pod = &pods[0];
+    assert_eq!(
+        pod["metadata"]["name"],
+        vm["status"]["virtualMachinePods"][0]["name"]
+    );
+    let labels = &pod["metadata"]["labels"];
+    assert_eq!(
+        labels["vm.kubevirt.internal.virtualization.deckhouse.io/name"],
+        "linux"
+    );
+    assert_eq!(
+        labels["kubevirt.internal.virtualization.deckhouse.io"],
+        "virt-launcher"
+    );
+    assert_eq!(pod["status"]["podIP"], vm["status"]["ipAddress"]);
+    let stop = op(&app, "Stop", json!({}));
+    ticks(&app, 4);
+    assert_eq!(op_phase(&app, &stop), "Completed");
+    assert!(app.store.list("", "pods", Some("default")).0.is_empty());
 }

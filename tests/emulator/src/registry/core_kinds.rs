@@ -246,6 +246,24 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
             vec![c("Endpoints", "string", "@endpoints"), age()],
             none(),
         ),
+        // discovery.k8s.io/v1 EndpointSlice, columns as printers.go prints them.
+        def(
+            "discovery.k8s.io",
+            &["v1"],
+            "endpointslices",
+            "EndpointSlice",
+            &[],
+            &[],
+            true,
+            false,
+            vec![
+                c("AddressType", "string", ".addressType"),
+                c("Ports", "string", "@slice-ports"),
+                c("Endpoints", "string", "@slice-endpoints"),
+                age(),
+            ],
+            none(),
+        ),
         def(
             "apps",
             &["v1"],
