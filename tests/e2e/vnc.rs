@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Stdio};
 
-use crate::common::{BIN, Env, stderr};
+use crate::common::{BIN, Env, fails, stderr};
 
 /// Starts `kubectl-vm vnc … --proxy-only` and returns it with the port it printed.
 fn proxy(env: &Env, args: &[&str]) -> (Child, u16) {
@@ -330,4 +330,50 @@ fn a_viewer_session_outlives_the_connect_deadline() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("did not connect"), "{err}");
+}
+
+/// `--viewer PATH` launches that program (TigerVNC's `HOST:PORT` form for an unknown name),
+/// and the `KUBECTL_VM_VNC_VIEWER` variable does the same; a viewer that does not exist is
+/// refused before any request.
+#[test]
+fn a_named_viewer_is_launched_and_a_missing_one_refused_up_front() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::kubevirt();
+    let record = env.dir.path().join("viewer.txt");
+    let viewer = env.dir.path().join("my viewer");
+    let script = format!(
+        "#!/bin/bash\naddress=\"$1\"\nexec 3<>/dev/tcp/127.0.0.1/${{address##*:}}\nversion=$(head -c 12 <&3)\nprintf '%s\\n%s' \"$address\" \"$version\" > '{}'\n",
+        record.display()
+    );
+    std::fs::write(&viewer, script).unwrap();
+    std::fs::set_permissions(&viewer, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A remote-viewer in PATH that must not be the one started.
+    let decoy = env.bin_dir.join("remote-viewer");
+    std::fs::write(&decoy, "#!/bin/sh\nexit 3\n").unwrap();
+    std::fs::set_permissions(&decoy, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let output = env.vm(&["vnc", "web", "--viewer", viewer.to_str().unwrap()]);
+    assert!(output.status.success(), "{output:?}");
+    let recorded = std::fs::read_to_string(&record).unwrap();
+    let (address, version) = recorded.split_once('\n').unwrap();
+    assert!(address.starts_with("127.0.0.1:"), "{address}");
+    assert_eq!(version, "RFB 003.008");
+
+    std::fs::remove_file(&record).unwrap();
+    let output = env
+        .command(BIN)
+        .args(["vnc", "web"])
+        .env("KUBECTL_VM_VNC_VIEWER", &viewer)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert!(record.exists(), "the viewer from the environment ran");
+
+    let before = env.emulator.requests().len();
+    let err = fails(&env, &["vnc", "web", "--viewer", "no-such-viewer"], 2);
+    assert_eq!(
+        err,
+        "Error: VNC viewer \"no-such-viewer\" not found (give a path, or a program name in PATH)"
+    );
+    assert_eq!(env.emulator.requests().len(), before, "no request was made");
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use clap_complete::engine::ArgValueCompleter;
 use kubevm::target::Target;
-use kubevm::vnc::{self, VncEvent, VncPlan};
+use kubevm::vnc::{self, VncEvent, VncPlan, viewer};
 
 use crate::cli::GlobalArgs;
 use crate::commands::arbitrate;
@@ -31,7 +31,7 @@ fn viewer_deadline() -> Duration {
 /// Arguments of `vnc`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Opens the VM's VNC stream, listens on a local port and starts remote-viewer or vncviewer on it\nwhen one is installed (otherwise it prints where to connect). With --proxy-only it prints\n{\"port\":N} on stdout and serves VNC clients until interrupted.\n\nExamples:\n  kubectl vm vnc web\n  kubectl vm vnc web.prod --proxy-only --port 5900\n  kubectl vm vnc web --preserve-session"
+    after_help = "Opens the VM's VNC stream, listens on a local port and starts a viewer on it: --viewer, else\nremote-viewer or vncviewer (macOS: TigerVNC, Chicken, RealVNC apps first) when one is installed (otherwise it prints where to connect). With --proxy-only it prints\n{\"port\":N} on stdout and serves VNC clients until interrupted.\n\nExamples:\n  kubectl vm vnc web\n  kubectl vm vnc web.prod --proxy-only --port 5900\n  kubectl vm vnc web --preserve-session\n  kubectl vm vnc web --viewer vncviewer"
 )]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct VncArgs {
@@ -61,6 +61,11 @@ pub struct VncArgs {
     /// KubeVirt: fail instead of taking over an active VNC session
     #[arg(long)]
     pub preserve_session: bool,
+
+    /// The viewer to launch: a path, or a program name in PATH (default: the first of
+    /// remote-viewer, vncviewer; on macOS TigerVNC, Chicken, RealVNC first)
+    #[arg(long, value_name = "PATH|NAME", env = kubevm::vnc::viewer::VIEWER_ENV, conflicts_with = "proxy_only", value_hint = clap::ValueHint::CommandName)]
+    pub viewer: Option<String>,
 }
 
 /// `vnc` subcommands.
@@ -92,6 +97,15 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
         return cmd_screenshot(global, shot).await;
     }
     let target = Target::parse(args.target.as_deref().unwrap_or_default(), false)?;
+    // A viewer that was asked for but is not there is bad input: before any request.
+    let places = viewer::SearchPlaces::of_this_process();
+    let chosen = match (&args.viewer, args.proxy_only) {
+        (_, true) => None,
+        (Some(name), false) => {
+            Some(viewer::named(name, &places).map_err(|e| CommandError::Usage(e.to_string()))?)
+        }
+        (None, false) => viewer::discover(&places),
+    };
     let (cluster, platform) = super::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let address = if args.proxy_only {
@@ -146,16 +160,19 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
         return outcome;
     }
     eprintln!("Connecting to {}'s VNC...", target.name);
-    let Some(viewer) = find_viewer() else {
+    let Some(viewer) = chosen else {
         eprintln!(
-            "No VNC viewer found (remote-viewer or vncviewer in PATH); connect one to 127.0.0.1:{port}"
+            "No VNC viewer found (remote-viewer or vncviewer in PATH, or --viewer); connect one to 127.0.0.1:{port}"
         );
         return Ok(vnc::serve(&cluster, &plan, proxy, &mut on_event).await?);
     };
-    let mut child = viewer_command(&viewer, port)
+    let mut child = tokio::process::Command::new(&viewer.program)
+        .args(viewer.args(port))
         .stdin(std::process::Stdio::null())
         .spawn()
-        .map_err(|e| CommandError::Failed(format!("cannot start {}: {e}", viewer.display())))?;
+        .map_err(|e| {
+            CommandError::Failed(format!("cannot start {}: {e}", viewer.program.display()))
+        })?;
     let serving = vnc::serve(&cluster, &plan, proxy, &mut on_event);
     tokio::pin!(serving);
     // The viewer must connect within the deadline; once it has, the session lasts as long as
@@ -176,7 +193,7 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
                 let _ = child.kill().await;
                 return Err(CommandError::Failed(format!(
                     "{} did not connect within {} s",
-                    viewer.display(),
+                    viewer.program.display(),
                     limit.as_secs_f64()
                 )));
             }
@@ -218,28 +235,4 @@ async fn cmd_screenshot(global: &GlobalArgs, args: ScreenshotArgs) -> CommandRes
         args.output.display()
     );
     Ok(())
-}
-
-/// `remote-viewer`, else `vncviewer`, from PATH.
-fn find_viewer() -> Option<PathBuf> {
-    let paths = std::env::var_os("PATH")?;
-    for name in ["remote-viewer", "vncviewer"] {
-        for dir in std::env::split_paths(&paths) {
-            let candidate = dir.join(name);
-            if candidate.is_file() {
-                return Some(candidate);
-            }
-        }
-    }
-    None
-}
-
-fn viewer_command(viewer: &std::path::Path, port: u16) -> tokio::process::Command {
-    let mut command = tokio::process::Command::new(viewer);
-    if viewer.ends_with("remote-viewer") {
-        command.arg(format!("vnc://127.0.0.1:{port}"));
-    } else {
-        command.arg(format!("127.0.0.1:{port}"));
-    }
-    command
 }

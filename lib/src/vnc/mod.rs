@@ -4,6 +4,8 @@
 //! before anything listens; each accepted client gets its own stream (the first one reuses
 //! the stream opened up front), because every VNC client starts its own RFB handshake.
 
+pub mod viewer;
+
 use std::net::SocketAddr;
 
 use tokio::net::TcpListener;
