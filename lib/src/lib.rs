@@ -17,6 +17,7 @@ pub mod disk;
 pub mod enroll;
 pub mod error;
 pub mod export;
+pub mod expose;
 pub mod flavor;
 pub mod guest_info;
 pub mod http_log;

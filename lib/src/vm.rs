@@ -159,6 +159,30 @@ pub struct VmDetails {
     pub instance: Option<Value>,
 }
 
+/// The value KubeVirt gives the `vm.kubevirt.io/name` label of a VM's virt-launcher pod: the
+/// template's `spec.hostname`, else the VM's name up to its first dot, cut to 63 characters
+/// (kubevirt `pkg/util/net/dns` SanitizeHostname, applied in `pkg/virt-controller/services/
+/// template.go`). Two VMs can share it, so a selector on it alone may match both.
+pub fn kubevirt_launcher_host_label(vm: &Value) -> String {
+    if let Some(hostname) = vm
+        .pointer("/spec/template/spec/hostname")
+        .and_then(Value::as_str)
+        .filter(|h| !h.is_empty())
+    {
+        return hostname.to_owned();
+    }
+    let name = vm
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    name.split('.')
+        .next()
+        .unwrap_or(name)
+        .chars()
+        .take(63)
+        .collect()
+}
+
 /// `VM-scoped` for VMs whose guests accept only certificates naming them; for VMs kubectl-vm
 /// created before that, a warning that any certificate of the CA for the login opens them.
 pub fn ssh_trust(vm: &Value) -> Option<String> {

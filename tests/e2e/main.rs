@@ -19,6 +19,7 @@ mod enroll;
 mod errors;
 mod export;
 mod export_paths;
+mod expose;
 mod generated;
 mod get;
 mod guest_info;

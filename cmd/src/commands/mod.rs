@@ -12,6 +12,7 @@ pub mod delete;
 pub mod disk;
 pub mod enroll;
 pub mod export;
+pub mod expose;
 pub mod generate_docs;
 pub mod get;
 pub mod guest_info;
@@ -73,6 +74,7 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Enroll(args) => enroll::cmd_enroll(&global, args).await,
         Command::Credentials(args) => credentials::cmd_credentials(&global, args).await,
         Command::Disk(args) => disk::cmd_disk(&global, args).await,
+        Command::Expose(args) => expose::cmd_expose(&global, *args).await,
         Command::Guestosinfo(args) => {
             guest_info::cmd_guest_info(&global, kubevm::guest_info::Fact::OsInfo, args).await
         }

@@ -125,11 +125,35 @@ pub(crate) async fn collect(c: &Collector, vm: &Value) {
     }
     // The VM's pods: launchers by label, hotplug pods owned by a launcher, importer/uploader
     // pods owned by one of its claims' DataVolumes or PVCs (CDI names them `importer-<pvc>`).
-    let launchers: Vec<Value> = all_pods
+    // Launchers are owned by the VMI (or labelled with its uid); the host-name label is the
+    // fallback for pods whose owner is gone, and may be shared with a VM of another name.
+    let vmi_uid = vmi.as_ref().map(|v| v["metadata"]["uid"].clone());
+    let host_label = crate::vm::kubevirt_launcher_host_label(vm);
+    let is_launcher = |p: &&Value| p["metadata"]["labels"]["kubevirt.io"] == "virt-launcher";
+    let mut launchers: Vec<Value> = all_pods
         .iter()
-        .filter(|p| p["metadata"]["labels"]["vm.kubevirt.io/name"] == name.as_str())
+        .filter(is_launcher)
+        .filter(|p| {
+            let owned = p["metadata"]["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|o| o["kind"] == "VirtualMachineInstance" && o["name"] == name.as_str());
+            owned
+                || vmi_uid
+                    .as_ref()
+                    .is_some_and(|uid| p["metadata"]["labels"]["kubevirt.io/created-by"] == *uid)
+        })
         .cloned()
         .collect();
+    if launchers.is_empty() {
+        launchers = all_pods
+            .iter()
+            .filter(is_launcher)
+            .filter(|p| p["metadata"]["labels"]["vm.kubevirt.io/name"] == host_label.as_str())
+            .cloned()
+            .collect();
+    }
     let mut pods = launchers.clone();
     pods.extend(owned_pods(&all_pods, &launchers));
     for pod in &all_pods {
