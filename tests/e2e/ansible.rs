@@ -106,6 +106,21 @@ fn inventory_and_ping(env: &Env, resource: &str) {
     .unwrap();
     let from_script = inventory_of(env, "ansible-inventory -i ./inv.sh --list 2>/dev/null");
     assert_eq!(from_script, piped);
+    // INI: the same hosts and groups; only plain-word variables (no unsafe marking there).
+    ok(bash(env, &format!("{cmd} -o ini > inv.ini 2>/dev/null")));
+    let from_ini = inventory_of(env, "ansible-inventory -i inv.ini --list 2>/dev/null");
+    for group in ["default", "dev", "web", "db_primary", "legacy", "role_web"] {
+        let mut a = hosts_of(&from_ini, group).as_array().unwrap().clone();
+        let mut b = hosts_of(&piped, group).as_array().unwrap().clone();
+        a.sort_by_key(|v| v.to_string());
+        b.sort_by_key(|v| v.to_string());
+        assert_eq!(a, b, "{group}");
+    }
+    let ini_vars = &from_ini["_meta"]["hostvars"]["app.default"];
+    assert_eq!(ini_vars["ansible_host"], "app.default.vm");
+    assert_eq!(ini_vars["ansible_ssh_common_args"], common);
+    assert_eq!(ini_vars["tier"], "gold");
+    assert!(ini_vars.get("motd").is_none(), "{ini_vars}");
     let host = inventory_of(env, "\"$INV\" ansible-inventory --host app.default");
     assert_eq!(host["motd"], json!({ "__ansible_unsafe": motd }));
 
