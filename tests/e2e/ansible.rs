@@ -186,3 +186,17 @@ fn bad_input_is_refused_before_any_request() {
         crate::common::fails(&env, args, 2);
     }
 }
+
+#[test]
+fn without_a_ca_the_inventory_is_made_with_a_warning() {
+    let env = Env::kubevirt();
+    let out = env.vm(&["ansible-inventory", "-A", "-o", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("Warning: no SSH CA in namespace"),
+        "{}",
+        stderr(&out)
+    );
+    let list: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(list["_meta"]["hostvars"].is_object(), "{list}");
+}

@@ -155,14 +155,13 @@ pub async fn cmd_ansible_inventory(
         return Ok(());
     }
     // Without a CA no host can be verified: say so, the inventory is still right.
-    if store::read_public_keys(&cluster, &args.ca_namespace)
-        .await?
-        .is_none()
-    {
-        eprintln!(
+    match store::read_public_keys(&cluster, &args.ca_namespace).await {
+        Ok(Some(_)) => {}
+        Ok(None) => eprintln!(
             "Warning: no SSH CA in namespace {:?}: hosts cannot be verified; create one with `kubectl vm ca init`",
             args.ca_namespace
-        );
+        ),
+        Err(e) => eprintln!("Warning: cannot read the SSH CA: {e}"),
     }
     let text = config::render(
         &inv,
