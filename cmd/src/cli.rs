@@ -195,6 +195,9 @@ pub enum Command {
     /// Print the platform CA as OpenSSH host trust (run by ssh-config's KnownHostsCommand)
     #[command(name = "ssh-known-hosts")]
     SshKnownHosts(commands::ssh_config::SshKnownHostsArgs),
+    /// Print the running VMs as an Ansible inventory reached through ssh-config's settings
+    #[command(name = "ansible-inventory")]
+    AnsibleInventory(commands::ansible_inventory::AnsibleInventoryArgs),
     /// Forward local TCP/UDP ports (or stdin/stdout) to ports of a VM
     #[command(name = "port-forward")]
     PortForward(commands::port_forward::PortForwardArgs),

@@ -5,6 +5,7 @@
 //! how to read VMs of both platforms into one shape ([`vm`]). It has no terminal UI: the
 //! `kubectl-vm` binary renders what this library returns.
 
+pub mod ansible_inventory;
 pub mod api;
 pub mod ca;
 pub mod cluster;

@@ -4,6 +4,7 @@
 mod common;
 
 mod access;
+mod ansible;
 mod ca;
 mod completion;
 mod console;

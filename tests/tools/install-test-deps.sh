@@ -3,7 +3,8 @@
 #   - Debian packages: cloud-init (its schema checker validates generated user data),
 #     openssh-client (ssh-keygen checks certificates; ssh/scp for the ssh-config tests),
 #     openssh-server (a real sshd: the client's tests and the emulator's guests),
-#     util-linux-extra (fincore: the export test checks what stays in the page cache);
+#     util-linux-extra (fincore: the export test checks what stays in the page cache),
+#     ansible-core (ansible-inventory and ansible read the generated inventory);
 #   - kubectl v1.36 into <repo>/.tools/bin (Debian's kubectl is too old for plugin completion).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -14,6 +15,8 @@ command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v python3 >/dev/null 2>&1 || need+=(python3 python3-pip)
 command -v fincore >/dev/null 2>&1 || need+=(util-linux-extra)
+# ansible-core: the ansible-inventory tests run Debian's ansible-inventory and ansible.
+command -v ansible-inventory >/dev/null 2>&1 || need+=(ansible-core)
 # curl: the signer test calls the signer directly with forged headers; openssl checks certificates.
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)

@@ -1,5 +1,6 @@
 //! One module per command and the single dispatch over them.
 
+pub mod ansible_inventory;
 pub mod arbitrate;
 pub mod ca;
 pub mod collect_debug_info;
@@ -89,6 +90,9 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Ca(args) => ca::cmd_ca(&global, args).await,
         Command::Console(args) => console::cmd_console(&global, args).await,
         Command::Ssh(args) => ssh::cmd_ssh(&global, args).await,
+        Command::AnsibleInventory(args) => {
+            ansible_inventory::cmd_ansible_inventory(&global, args).await
+        }
         Command::SshConfig(args) => ssh_config::cmd_ssh_config(&global, args).await,
         Command::SshCert(args) => ssh_config::cmd_ssh_cert(&global, args).await,
         Command::SshKnownHosts(args) => ssh_config::cmd_ssh_known_hosts(&global, args).await,

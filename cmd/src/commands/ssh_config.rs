@@ -63,7 +63,7 @@ pub struct SshCertArgs {
     pub ca_namespace: String,
 }
 
-fn home() -> CommandResult<PathBuf> {
+pub(super) fn home() -> CommandResult<PathBuf> {
     std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(PathBuf::from)
@@ -71,7 +71,7 @@ fn home() -> CommandResult<PathBuf> {
 }
 
 /// The global flags that select the cluster, for the generated commands.
-fn cluster_flags(global: &GlobalArgs) -> Vec<String> {
+pub(super) fn cluster_flags(global: &GlobalArgs) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(k) = &global.kubeconfig {
         let abs = std::path::absolute(k).unwrap_or_else(|_| k.clone());

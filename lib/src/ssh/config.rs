@@ -71,7 +71,7 @@ fn q(s: &str) -> String {
 }
 
 /// POSIX single-quoting, when needed.
-fn shell_word(s: &str) -> String {
+pub(crate) fn shell_word(s: &str) -> String {
     if !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./:=@+,".contains(c))
