@@ -563,6 +563,38 @@ mod tests {
     }
 
     #[test]
+    fn a_disk_only_grows() {
+        let gi = |n: u64| Quantity::from_bytes(n << 30);
+        assert!(check_growth("data", gi(1), gi(2)).is_ok());
+        for wanted in [gi(1), Quantity::from_bytes(1)] {
+            assert!(matches!(
+                check_growth("data", gi(1), wanted),
+                Err(Error::Usage(_))
+            ));
+        }
+        assert_eq!(
+            quantity_of(Some(&serde_json::json!("1536Mi"))),
+            Some(Quantity::from_bytes(3 << 29))
+        );
+        assert_eq!(quantity_of(None), None);
+    }
+
+    #[test]
+    fn growth_patches_carry_the_size_and_the_resource_version() {
+        let size = Quantity::parse("20Gi").unwrap();
+        assert_eq!(
+            kubevirt::claim_growth_patch(size, "42"),
+            serde_json::json!({"metadata": {"resourceVersion": "42"},
+                "spec": {"resources": {"requests": {"storage": "20Gi"}}}})
+        );
+        assert_eq!(
+            deckhouse::disk_growth_patch(size, "7"),
+            serde_json::json!({"metadata": {"resourceVersion": "7"},
+                "spec": {"persistentVolumeClaim": {"size": "20Gi"}}})
+        );
+    }
+
+    #[test]
     fn requests_are_checked_locally() {
         let base = AttachRequest {
             kind: SourceKind::Auto,
