@@ -16,6 +16,7 @@ mod credentials;
 mod debug_info;
 mod delete;
 mod disk;
+mod disk_resize;
 mod enroll;
 mod errors;
 mod export;

@@ -5,7 +5,9 @@ use std::io::Write;
 
 use clap::{Args, Subcommand, ValueEnum};
 use clap_complete::engine::ArgValueCompleter;
-use kubevm::disk::{self, AttachRequest, Bus, DryRun as LibDryRun, Event, Options, Outcome};
+use kubevm::disk::{
+    self, AttachRequest, Bus, DryRun as LibDryRun, Event, GuestSees, Options, Outcome,
+};
 use kubevm::quantity::Quantity;
 use kubevm::target::{Target, TargetKind};
 
@@ -18,7 +20,7 @@ use crate::render::{OutputFormat, Table, cell};
 /// Arguments of `disk`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "KubeVirt: PUT …/virtualmachines/VM/addvolume|removevolume; the change is kept in the VM's\ntemplate and a running VM gets it live (hotplug buses: scsi, virtio). Deckhouse: a\nVirtualMachineBlockDeviceAttachment VM-DISK made here; detach deletes it (SCSI, images\nread-only). A new disk (--size) is a blank DataVolume / VirtualDisk made here; detach keeps it.\n\nExamples:\n  kubectl vm disk list web\n  kubectl vm disk attach web data --size 10Gi\n  kubectl vm disk attach web pvc/shared --read-only --serial SHARED1\n  kubectl vm disk attach linux-vm cvi/ubuntu-iso\n  kubectl vm disk detach web data"
+    after_help = "KubeVirt: PUT …/virtualmachines/VM/addvolume|removevolume; the change is kept in the VM's\ntemplate and a running VM gets it live (hotplug buses: scsi, virtio). Deckhouse: a\nVirtualMachineBlockDeviceAttachment VM-DISK made here; detach deletes it (SCSI, images\nread-only). A new disk (--size) is a blank DataVolume / VirtualDisk made here; detach keeps it.\n\nExamples:\n  kubectl vm disk list web\n  kubectl vm disk attach web data --size 10Gi\n  kubectl vm disk attach web pvc/shared --read-only --serial SHARED1\n  kubectl vm disk attach linux-vm cvi/ubuntu-iso\n  kubectl vm disk detach web data\n  kubectl vm disk resize web data --size 20Gi\n\nresize grows the claim behind the disk (KubeVirt) or the VirtualDisk (Deckhouse); it is\nrefused before any change unless the size is larger and the StorageClass has\nallowVolumeExpansion: true."
 )]
 pub struct DiskArgs {
     #[command(subcommand)]
@@ -34,6 +36,35 @@ pub enum DiskCommand {
     Attach(AttachArgs),
     /// Detach a hotplugged disk from a VM (the disk itself is kept)
     Detach(DetachArgs),
+    /// Grow a disk: its PersistentVolumeClaim (KubeVirt) or VirtualDisk (Deckhouse)
+    Resize(ResizeArgs),
+}
+
+/// Arguments of `disk resize`.
+#[derive(Debug, Args)]
+pub struct ResizeArgs {
+    /// The VM: NAME, NAME.NAMESPACE or vm/NAME[/NAMESPACE]
+    #[arg(value_name = "VM", add = ArgValueCompleter::new(complete::vm_names))]
+    pub target: String,
+
+    /// The disk's name in the VM (as `disk list` shows it) or its claim / VirtualDisk name
+    #[arg(value_name = "DISK")]
+    pub disk: String,
+
+    /// The new size (e.g. 20Gi); it must be larger than the disk's
+    #[arg(long, value_name = "SIZE", required = true)]
+    pub size: String,
+
+    #[command(flatten)]
+    pub wait: WaitArgs,
+
+    /// Only show what would be done: client or server (see attach)
+    #[arg(long, value_enum, value_name = "STRATEGY", num_args = 0..=1, require_equals = true, default_missing_value = "client")]
+    pub dry_run: Option<DryRun>,
+
+    /// Output format of the result (default: a sentence)
+    #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
+    pub output: Option<ChangeFormat>,
 }
 
 /// Arguments of `disk list`.
@@ -181,6 +212,7 @@ pub async fn cmd_disk(global: &GlobalArgs, args: DiskArgs) -> CommandResult {
         DiskCommand::List(a) => list(global, a).await,
         DiskCommand::Attach(a) => attach(global, a).await,
         DiskCommand::Detach(a) => detach(global, a).await,
+        DiskCommand::Resize(a) => resize(global, a).await,
     }
 }
 
@@ -325,4 +357,61 @@ async fn detach(global: &GlobalArgs, args: DetachArgs) -> CommandResult {
         dry_note(&options)
     );
     print_outcome(&outcome, args.output, sentence)
+}
+
+async fn resize(global: &GlobalArgs, args: ResizeArgs) -> CommandResult {
+    let target = target_of(&args.target, global)?;
+    let size =
+        Quantity::parse(&args.size).map_err(|e| CommandError::usage(format!("--size: {e}")))?;
+    if size.bytes() == 0 {
+        return Err(CommandError::usage("--size must be more than 0"));
+    }
+    let (cluster, platform) = super::connect(global).await?;
+    let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
+    let options = options(&args.wait, args.dry_run);
+    let outcome = disk::resize(
+        &cluster,
+        platform.flavor,
+        &namespace,
+        &target.name,
+        &args.disk,
+        size,
+        &options,
+        &render_event,
+    )
+    .await?;
+    let when = if options.dry_run != LibDryRun::None {
+        String::new()
+    } else if !outcome.waited {
+        "; not waited for: see `kubectl vm disk list`".into()
+    } else {
+        match outcome.guest {
+            GuestSees::Now => "; the running guest sees it now (grow its partition and filesystem there)".into(),
+            GuestSees::AfterRestart => "; the running guest sees it after a restart (KubeVirt's ExpandDisks feature gate is off)".into(),
+            GuestSees::AtNextStart => "; the VM is not running: it starts with the new size".into(),
+        }
+    };
+    let sentence = format!(
+        "disk {} of {} grown from {} to {}{}{when}",
+        outcome.disk,
+        outcome.vm,
+        outcome.from,
+        outcome.to,
+        dry_note(&options)
+    );
+    let mut out = std::io::stdout().lock();
+    match args.output {
+        Some(ChangeFormat::Name) => writeln!(out, "{}", outcome.object_ref)?,
+        Some(format) => {
+            let value = outcome.object.clone().unwrap_or_default();
+            let f = if format == ChangeFormat::Json {
+                OutputFormat::Json
+            } else {
+                OutputFormat::Yaml
+            };
+            crate::render::write_object(&mut out, &value, f)?;
+        }
+        None => writeln!(out, "{sentence}")?,
+    }
+    Ok(())
 }

@@ -11,7 +11,8 @@ use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use serde_json::{Value, json};
 
 use super::{
-    AttachRequest, Disk, DryRun, Event, Options, Outcome, SourceKind, quantity_text, text,
+    AttachRequest, Disk, DryRun, Event, GuestSees, Options, Outcome, Resized, SourceKind,
+    check_expandable, check_growth, quantity_of, quantity_text, text,
 };
 use crate::api::{DECKHOUSE_VM, Kind, VIRTUAL_DISK};
 use crate::cluster::Cluster;
@@ -20,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::flavor::Flavor;
 use crate::lifecycle::VmRef;
 use crate::lifecycle::watch::{self, Watched};
+use crate::quantity::Quantity;
 
 /// Deckhouse's VirtualMachineBlockDeviceAttachment.
 pub const VMBDA: Kind = Kind {
@@ -475,5 +477,151 @@ pub async fn detach(
         .await?;
         outcome.waited = true;
     }
+    Ok(outcome)
+}
+
+/// The merge patch that grows a VirtualDisk to `size`; `resource_version` makes it fail rather
+/// than overwrite a change made since we read the disk.
+pub fn disk_growth_patch(size: Quantity, resource_version: &str) -> Value {
+    json!({"metadata": {"resourceVersion": resource_version},
+        "spec": {"persistentVolumeClaim": {"size": size.to_string()}}})
+}
+
+/// Grow VirtualDisk `disk` of VM `name` to `size`: patch `spec.persistentVolumeClaim.size`,
+/// then wait through phase `Resizing` back to `Ready` with the new `status.capacity`
+/// (virtualization `pkg/controller/vd/internal/resizing.go`).
+pub async fn resize(
+    cluster: &Cluster,
+    ns: &str,
+    name: &str,
+    disk: &str,
+    size: Quantity,
+    options: &Options,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<Resized> {
+    let vm = get_vm(cluster, ns, name).await?;
+    let own = array(&vm, "/spec/blockDeviceRefs")
+        .find(|r| r["name"] == json!(disk))
+        .map(|r| text(r, "/kind").to_owned());
+    let kind = match own {
+        Some(k) => Some(k),
+        None => attachments(cluster, ns, Some(name))
+            .await?
+            .into_iter()
+            .find(|b| text(b, "/spec/blockDeviceRef/name") == disk)
+            .map(|b| text(&b, "/spec/blockDeviceRef/kind").to_owned()),
+    };
+    match kind.as_deref() {
+        None => {
+            return Err(Error::Usage(format!(
+                "{name}.{ns} has no disk {disk:?} (see `kubectl vm disk list {name}.{ns}`)"
+            )));
+        }
+        Some("VirtualDisk") => {}
+        Some(other) => {
+            return Err(Error::Usage(format!(
+                "{disk} of {name}.{ns} is a {other}, which is read-only: only a VirtualDisk grows"
+            )));
+        }
+    }
+    let Some(vd) = get_opt(cluster, VIRTUAL_DISK, ns, disk).await? else {
+        return Err(Error::Usage(format!(
+            "no VirtualDisk {disk:?} in namespace {ns:?}; nothing was changed"
+        )));
+    };
+    let from = quantity_of(vd.pointer("/status/capacity"))
+        .or_else(|| quantity_of(vd.pointer("/spec/persistentVolumeClaim/size")))
+        .unwrap_or(Quantity::from_bytes(0));
+    check_growth(disk, from, size)?;
+    if text(&vd, "/status/phase") != "Ready" {
+        return Err(Error::Usage(format!(
+            "VirtualDisk {disk} is {}, not Ready: Deckhouse grows Ready disks only; nothing was changed",
+            text(&vd, "/status/phase")
+        )));
+    }
+    let class = [
+        "/status/storageClassName",
+        "/spec/persistentVolumeClaim/storageClassName",
+    ]
+    .iter()
+    .map(|p| text(&vd, p))
+    .find(|c| !c.is_empty())
+    .unwrap_or("");
+    check_expandable(cluster, disk, class).await?;
+    let guest = if matches!(text(&vm, "/status/phase"), "Running" | "Migrating") {
+        // Deckhouse grows a disk in use by a running VM online (its user guide, "Resizing disks").
+        GuestSees::Now
+    } else {
+        GuestSees::AtNextStart
+    };
+    let patch = disk_growth_patch(size, text(&vd, "/metadata/resourceVersion"));
+    let mut outcome = Resized {
+        vm: format!("{name}.{ns}"),
+        disk: disk.to_owned(),
+        object_ref: VIRTUAL_DISK.object_ref(disk),
+        object: None,
+        from,
+        to: size,
+        waited: false,
+        guest,
+    };
+    if options.dry_run == DryRun::Client {
+        outcome.object = Some(patch);
+        return Ok(outcome);
+    }
+    let params = kube::api::PatchParams {
+        dry_run: options.dry_run == DryRun::Server,
+        ..Default::default()
+    };
+    let patched = VIRTUAL_DISK
+        .api(&cluster.client, Some(ns))
+        .patch(disk, &params, &kube::api::Patch::Merge(&patch))
+        .await
+        .map_err(|e| cluster.error(e, &VIRTUAL_DISK.action("patch", Some(ns)).named(disk)))?;
+    outcome.object = Some(serde_json::to_value(patched).unwrap_or_default());
+    if options.dry_run == DryRun::Server {
+        return Ok(outcome);
+    }
+    on_event(Event::Accepted(format!(
+        "virtualdisk/{disk} asks for {size}"
+    )));
+    if !options.wait {
+        return Ok(outcome);
+    }
+    let mut last = String::new();
+    let grown = watch::until(cluster, &[Watched::new(VIRTUAL_DISK, ns, disk)], |objs| {
+        let Some(d) = objs[0].as_ref() else {
+            return Some(Err(Error::Platform(format!(
+                "VirtualDisk {disk} was deleted while it was growing"
+            ))));
+        };
+        let phase = text(d, "/status/phase");
+        let resizing = array(d, "/status/conditions").find(|c| c["type"] == "Resizing");
+        let message = resizing
+            .map(|c| text(c, "/message").to_owned())
+            .unwrap_or_default();
+        let seen = format!("{phase} {message}");
+        if !phase.is_empty() && seen != last {
+            last = seen;
+            on_event(Event::Phase {
+                phase: phase.to_owned(),
+                message: message.clone(),
+            });
+        }
+        if let Some(c) = resizing
+            && c["status"] == "False"
+            && text(c, "/reason") == "ResizingNotAvailable"
+        {
+            return Some(Err(Error::Platform(format!(
+                "VirtualDisk {disk} cannot grow (Deckhouse: {message})"
+            ))));
+        }
+        let capacity = quantity_of(d.pointer("/status/capacity"));
+        (phase == "Ready" && resizing.is_none() && capacity.is_some_and(|c| c >= size))
+            .then(|| Ok(d.clone()))
+    })
+    .await?;
+    outcome.object = Some(grown);
+    outcome.waited = true;
     Ok(outcome)
 }

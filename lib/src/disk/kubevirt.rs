@@ -11,7 +11,8 @@ use kube::api::PostParams;
 use serde_json::{Value, json};
 
 use super::{
-    AttachRequest, Disk, DryRun, Event, Options, Outcome, SourceKind, quantity_text, text,
+    AttachRequest, Disk, DryRun, Event, GuestSees, Options, Outcome, Resized, SourceKind,
+    check_expandable, check_growth, quantity_of, quantity_text, text,
 };
 use crate::api::{DATA_VOLUME, KUBEVIRT_VM, KUBEVIRT_VMI, PVC};
 use crate::cluster::Cluster;
@@ -20,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::flavor::Flavor;
 use crate::lifecycle::VmRef;
 use crate::lifecycle::watch::{self, Watched};
+use crate::quantity::Quantity;
 
 async fn get_opt(
     cluster: &Cluster,
@@ -500,11 +502,154 @@ pub async fn detach(
     Ok(outcome)
 }
 
+/// The KubeVirt CR's feature gates include `gate` (false when it cannot be read).
+async fn feature_gate(cluster: &Cluster, gate: &str) -> bool {
+    let kind = crate::api::Kind {
+        group: "kubevirt.io",
+        version: "v1",
+        kind: "KubeVirt",
+        plural: "kubevirts",
+        namespaced: true,
+    };
+    let Ok(list) = kind
+        .api(&cluster.client, None)
+        .list(&Default::default())
+        .await
+    else {
+        return false;
+    };
+    list.items.into_iter().any(|k| {
+        let k = serde_json::to_value(k).unwrap_or_default();
+        array(
+            &k,
+            "/spec/configuration/developerConfiguration/featureGates",
+        )
+        .any(|g| g == gate)
+    })
+}
+
+/// The merge patch that grows a claim to `size`; `resource_version` makes it fail rather than
+/// overwrite a change made since we read the claim.
+pub fn claim_growth_patch(size: Quantity, resource_version: &str) -> Value {
+    json!({"metadata": {"resourceVersion": resource_version},
+        "spec": {"resources": {"requests": {"storage": size.to_string()}}}})
+}
+
+/// Grow the claim behind disk `disk` of VM `name` to `size`.
+pub async fn resize(
+    cluster: &Cluster,
+    ns: &str,
+    name: &str,
+    disk: &str,
+    size: Quantity,
+    options: &Options,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<Resized> {
+    let vm = get_vm(cluster, ns, name).await?;
+    let vmi = get_opt(cluster, KUBEVIRT_VMI, ns, name).await?;
+    let found = array(&vm, "/spec/template/spec/volumes")
+        .chain(vmi.iter().flat_map(|v| array(v, "/spec/volumes")))
+        .find(|v| v["name"] == disk || claim_of(v) == Some(disk))
+        .cloned();
+    let Some(volume) = found else {
+        return Err(Error::Usage(format!(
+            "{name}.{ns} has no disk {disk:?} (see `kubectl vm disk list {name}.{ns}`)"
+        )));
+    };
+    let volume_name = text(&volume, "/name").to_owned();
+    let Some(claim) = claim_of(&volume).map(str::to_owned) else {
+        return Err(Error::Usage(format!(
+            "disk {volume_name} of {name}.{ns} is a {}, not a PersistentVolumeClaim or DataVolume: it cannot grow",
+            source_of(&volume)
+        )));
+    };
+    let Some(pvc) = get_opt(cluster, PVC, ns, &claim).await? else {
+        return Err(Error::Usage(format!(
+            "disk {volume_name} of {name}.{ns}: no PersistentVolumeClaim {claim:?} in namespace {ns:?} (not provisioned yet?); nothing was changed"
+        )));
+    };
+    let from = quantity_of(pvc.pointer("/status/capacity/storage"))
+        .or_else(|| quantity_of(pvc.pointer("/spec/resources/requests/storage")))
+        .unwrap_or(Quantity::from_bytes(0));
+    check_growth(&volume_name, from, size)?;
+    if text(&pvc, "/status/phase") != "Bound" {
+        return Err(Error::Usage(format!(
+            "disk {volume_name} cannot grow: its claim {claim} is not Bound (phase {}); nothing was changed",
+            text(&pvc, "/status/phase")
+        )));
+    }
+    check_expandable(cluster, &volume_name, text(&pvc, "/spec/storageClassName")).await?;
+    let running = running(&vmi);
+    let guest = if !running {
+        GuestSees::AtNextStart
+    } else if feature_gate(cluster, "ExpandDisks").await {
+        // virt-handler grows the running domain's disk when ExpandDisks is on.
+        GuestSees::Now
+    } else {
+        GuestSees::AfterRestart
+    };
+    let patch = claim_growth_patch(size, text(&pvc, "/metadata/resourceVersion"));
+    let mut outcome = Resized {
+        vm: format!("{name}.{ns}"),
+        disk: volume_name,
+        object_ref: PVC.object_ref(&claim),
+        object: None,
+        from,
+        to: size,
+        waited: false,
+        guest,
+    };
+    if options.dry_run == DryRun::Client {
+        outcome.object = Some(patch);
+        return Ok(outcome);
+    }
+    let params = kube::api::PatchParams {
+        dry_run: options.dry_run == DryRun::Server,
+        ..Default::default()
+    };
+    let patched = PVC
+        .api(&cluster.client, Some(ns))
+        .patch(&claim, &params, &kube::api::Patch::Merge(&patch))
+        .await
+        .map_err(|e| cluster.error(e, &PVC.action("patch", Some(ns)).named(&claim)))?;
+    outcome.object = Some(serde_json::to_value(patched).unwrap_or_default());
+    if options.dry_run == DryRun::Server {
+        return Ok(outcome);
+    }
+    on_event(Event::Accepted(format!(
+        "persistentvolumeclaim/{claim} asks for {size}"
+    )));
+    if options.wait {
+        let mut last = String::new();
+        let grown = watch::until(cluster, &[Watched::new(PVC, ns, &claim)], |objs| {
+            let Some(p) = objs[0].as_ref() else {
+                return Some(Err(Error::Platform(format!(
+                    "claim {claim} was deleted while it was growing"
+                ))));
+            };
+            let condition = array(p, "/status/conditions")
+                .find(|c| c["status"] == "True")
+                .map(|c| (text(c, "/type").to_owned(), text(c, "/message").to_owned()));
+            if let Some((phase, message)) = condition
+                && phase != last
+            {
+                last = phase.clone();
+                on_event(Event::Phase { phase, message });
+            }
+            let capacity = quantity_of(p.pointer("/status/capacity/storage"));
+            capacity.is_some_and(|c| c >= size).then(|| Ok(p.clone()))
+        })
+        .await?;
+        outcome.object = Some(grown);
+        outcome.waited = true;
+    }
+    Ok(outcome)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::Bus;
     use super::*;
-    use crate::quantity::Quantity;
 
     #[test]
     fn add_volume_body_is_kubevirt_shaped() {

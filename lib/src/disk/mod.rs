@@ -7,6 +7,13 @@
 //! precondition on detach, progress from its `status.phase`. A new blank disk (`--size`) is a
 //! DataVolume / VirtualDisk made here with create semantics. Progress is reported as
 //! [`Event`]s; the caller renders them.
+//!
+//! Growing a disk ([`resize`]): KubeVirt patches the claim behind the disk
+//! (`spec.resources.requests.storage`) and waits for its `status.capacity`; Deckhouse patches
+//! the VirtualDisk's `spec.persistentVolumeClaim.size` and waits through phase `Resizing` back
+//! to `Ready`. Both are refused before any change when the size is not larger or the
+//! StorageClass has no `allowVolumeExpansion: true` (kube-apiserver's PersistentVolumeClaimResize
+//! admission would refuse the claim's growth).
 
 pub mod deckhouse;
 pub mod kubevirt;
@@ -283,6 +290,125 @@ pub struct Outcome {
     pub live: bool,
 }
 
+/// When the guest sees a grown disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuestSees {
+    /// The running guest sees the new size now.
+    Now,
+    /// The VM runs, but the guest sees the new size only after a restart.
+    AfterRestart,
+    /// The VM does not run: it starts with the new size.
+    AtNextStart,
+}
+
+/// What a resize did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resized {
+    /// `NAME.NAMESPACE` of the VM.
+    pub vm: String,
+    /// The disk's name in the VM.
+    pub disk: String,
+    /// The object that was grown (`persistentvolumeclaim/NAME`, `virtualdisk.…/NAME`).
+    pub object_ref: String,
+    /// That object after the change; with a dry run the patch (client) or the object as the
+    /// server would store it (server).
+    pub object: Option<Value>,
+    /// The size before.
+    pub from: Quantity,
+    /// The size asked for.
+    pub to: Quantity,
+    /// Whether the wait ran to the new capacity.
+    pub waited: bool,
+    /// When the guest sees it.
+    pub guest: GuestSees,
+}
+
+/// Refuse a size that does not grow the disk. One line, exit 2.
+pub fn check_growth(disk: &str, current: Quantity, wanted: Quantity) -> Result<()> {
+    if wanted <= current {
+        return Err(Error::Usage(format!(
+            "--size {wanted} is not larger than disk {disk}'s {current}: a disk only grows (nothing was changed)"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuse growing a claim of StorageClass `class` unless it has `allowVolumeExpansion: true`
+/// (what kube-apiserver's PersistentVolumeClaimResize admission checks). A class we may not read
+/// is left to the server to judge.
+pub(crate) async fn check_expandable(cluster: &Cluster, disk: &str, class: &str) -> Result<()> {
+    let refuse = |why: String| {
+        Err(Error::Usage(format!(
+            "disk {disk} cannot grow: {why}; nothing was changed"
+        )))
+    };
+    if class.is_empty() {
+        return refuse(
+            "its claim has no StorageClass (only dynamically provisioned claims grow)".into(),
+        );
+    }
+    let api = STORAGE_CLASS.api(&cluster.client, None);
+    match api.get_opt(class).await {
+        Ok(Some(sc)) => {
+            let sc = serde_json::to_value(sc).unwrap_or_default();
+            if sc.get("allowVolumeExpansion") == Some(&Value::Bool(true)) {
+                Ok(())
+            } else {
+                refuse(format!(
+                    "StorageClass {class} does not allow volume expansion (allowVolumeExpansion is not true)"
+                ))
+            }
+        }
+        Ok(None) => refuse(format!("its StorageClass {class} does not exist")),
+        Err(kube::Error::Api(s)) if s.code == 403 => Ok(()),
+        Err(e) => Err(cluster.error(e, &STORAGE_CLASS.action("get", None).named(class))),
+    }
+}
+
+/// The StorageClass kind (cluster-scoped).
+pub const STORAGE_CLASS: crate::api::Kind = crate::api::Kind {
+    group: "storage.k8s.io",
+    version: "v1",
+    kind: "StorageClass",
+    plural: "storageclasses",
+    namespaced: false,
+};
+
+/// A quantity in JSON (a string or a number), as bytes.
+pub(crate) fn quantity_of(v: Option<&Value>) -> Option<Quantity> {
+    let text = quantity_text(v);
+    Quantity::parse(&text).ok()
+}
+
+/// Grow disk `disk` (its name in the VM, or its claim's / VirtualDisk's name) of VM `name` to
+/// `size`.
+#[allow(clippy::too_many_arguments)]
+pub async fn resize(
+    cluster: &Cluster,
+    flavor: Flavor,
+    namespace: &str,
+    name: &str,
+    disk: &str,
+    size: Quantity,
+    options: &Options,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<Resized> {
+    let last = std::sync::Mutex::new(String::new());
+    let on_event = remembering(&last, on_event);
+    let what = format!("disk {disk} of {name}.{namespace} to grow to {size}");
+    let work = async {
+        match flavor {
+            Flavor::KubeVirt => {
+                kubevirt::resize(cluster, namespace, name, disk, size, options, &on_event).await
+            }
+            Flavor::Deckhouse => {
+                deckhouse::resize(cluster, namespace, name, disk, size, options, &on_event).await
+            }
+        }
+    };
+    bounded(options, work, &what, &last).await
+}
+
 /// List the disks of VM `name`.
 pub async fn list(
     cluster: &Cluster,
@@ -434,6 +560,38 @@ mod tests {
             parse_source("pvc/Data_1", Flavor::KubeVirt),
             Err(Error::Usage(_))
         ));
+    }
+
+    #[test]
+    fn a_disk_only_grows() {
+        let gi = |n: u64| Quantity::from_bytes(n << 30);
+        assert!(check_growth("data", gi(1), gi(2)).is_ok());
+        for wanted in [gi(1), Quantity::from_bytes(1)] {
+            assert!(matches!(
+                check_growth("data", gi(1), wanted),
+                Err(Error::Usage(_))
+            ));
+        }
+        assert_eq!(
+            quantity_of(Some(&serde_json::json!("1536Mi"))),
+            Some(Quantity::from_bytes(3 << 29))
+        );
+        assert_eq!(quantity_of(None), None);
+    }
+
+    #[test]
+    fn growth_patches_carry_the_size_and_the_resource_version() {
+        let size = Quantity::parse("20Gi").unwrap();
+        assert_eq!(
+            kubevirt::claim_growth_patch(size, "42"),
+            serde_json::json!({"metadata": {"resourceVersion": "42"},
+                "spec": {"resources": {"requests": {"storage": "20Gi"}}}})
+        );
+        assert_eq!(
+            deckhouse::disk_growth_patch(size, "7"),
+            serde_json::json!({"metadata": {"resourceVersion": "7"},
+                "spec": {"persistentVolumeClaim": {"size": "20Gi"}}})
+        );
     }
 
     #[test]

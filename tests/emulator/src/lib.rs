@@ -28,6 +28,7 @@ pub mod bootstrap;
 pub mod controllers;
 pub mod decoded;
 pub mod discovery;
+pub mod expansion;
 pub mod expect;
 pub mod export;
 pub mod export_pods;

@@ -316,3 +316,159 @@ async fn deckhouse_importer_pods_live_while_disks_import() {
     );
     emu.shutdown().await;
 }
+
+/// A StorageClass that binds at once and lets claims grow.
+async fn expandable_class(client: &kube::Client) {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("storage.k8s.io", "v1", "StorageClass"),
+        "storageclasses",
+    );
+    let classes: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    create(
+        &classes,
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": "expandable"}, "provisioner": "example.org/csi",
+            "volumeBindingMode": "Immediate", "allowVolumeExpansion": true}),
+    )
+    .await;
+}
+
+async fn patch_storage(api: &Api<DynamicObject>, name: &str, patch: Value) -> Result<(), String> {
+    api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| match e {
+        kube::Error::Api(s) => format!("{} {}: {}", s.code, s.reason, s.message),
+        e => e.to_string(),
+    })
+}
+
+/// kube-apiserver: a claim grows only when its class allows expansion (PersistentVolumeClaimResize
+/// admission, 403) and never below its capacity (validation, 422); the resizer then reports the
+/// new capacity.
+#[tokio::test]
+async fn claims_grow_only_where_their_class_allows() {
+    let (_emu, client) = start(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
+    expandable_class(&client).await;
+    let dvs = data_volumes(&client);
+    create(
+        &dvs,
+        json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+            "metadata": {"name": "grow"},
+            "spec": {"source": {"blank": {}}, "storage": {"storageClassName": "expandable",
+                "resources": {"requests": {"storage": "1Gi"}}}}}),
+    )
+    .await;
+    until(&dvs, "grow", |d| d["status"]["phase"] == "Succeeded").await;
+    let pvcs = api(
+        &client,
+        "",
+        "v1",
+        "PersistentVolumeClaim",
+        "persistentvolumeclaims",
+    );
+    let grow = |size: &str| json!({"spec": {"resources": {"requests": {"storage": size}}}});
+    patch_storage(&pvcs, "grow", grow("2Gi")).await.unwrap();
+    let pvc = until(&pvcs, "grow", |p| {
+        p["status"]["capacity"]["storage"] == "2Gi"
+    })
+    .await;
+    assert_eq!(pvc["status"]["allocatedResources"]["storage"], "2Gi");
+    assert!(
+        pvc["status"]["conditions"]
+            .as_array()
+            .is_none_or(|c| c.iter().all(|c| c["type"] != "Resizing")),
+        "{pvc}"
+    );
+    assert_eq!(
+        patch_storage(&pvcs, "grow", grow("1Gi")).await.unwrap_err(),
+        "422 Invalid: PersistentVolumeClaim \"grow\" is invalid: spec.resources.requests.storage: Forbidden: field can not be less than status.capacity"
+    );
+    // The fixture's fedora-dv-root is on local-path, which does not allow expansion.
+    assert_eq!(
+        patch_storage(&pvcs, "fedora-dv-root", grow("100Gi"))
+            .await
+            .unwrap_err(),
+        "403 Forbidden: persistentvolumeclaims \"fedora-dv-root\" is forbidden: only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize"
+    );
+}
+
+/// Deckhouse's resizing handler: a bigger `spec.persistentVolumeClaim.size` grows the claim and
+/// the disk comes back Ready with the new capacity; on a class that cannot grow, condition
+/// `Resizing` False, `ResizingNotAvailable`, with the API server's refusal.
+#[tokio::test]
+async fn deckhouse_disks_grow_through_their_claims() {
+    let (_emu, client) = start(ServeFlavor::Deckhouse, "deckhouse.yaml").await;
+    expandable_class(&client).await;
+    let vds = api(
+        &client,
+        "virtualization.deckhouse.io",
+        "v1alpha2",
+        "VirtualDisk",
+        "virtualdisks",
+    );
+    for (name, class) in [("grow", "expandable"), ("stuck", "manual")] {
+        create(
+            &vds,
+            json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDisk",
+                "metadata": {"name": name},
+                "spec": {"persistentVolumeClaim": {"size": "1Gi", "storageClassName": class}}}),
+        )
+        .await;
+    }
+    for name in ["grow", "stuck"] {
+        until(&vds, name, |d| d["status"]["phase"] == "Ready").await;
+    }
+    let size = json!({"spec": {"persistentVolumeClaim": {"size": "3Gi"}}});
+    patch_storage(&vds, "grow", size.clone()).await.unwrap();
+    let vd = until(&vds, "grow", |d| {
+        d["status"]["phase"] == "Ready" && d["status"]["capacity"] == "3Gi"
+    })
+    .await;
+    assert!(
+        vd["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["type"] != "Resizing"),
+        "{vd}"
+    );
+    let pvcs = api(
+        &client,
+        "",
+        "v1",
+        "PersistentVolumeClaim",
+        "persistentvolumeclaims",
+    );
+    let claim = vd["status"]["target"]["persistentVolumeClaimName"]
+        .as_str()
+        .unwrap();
+    let pvc = serde_json::to_value(pvcs.get(claim).await.unwrap()).unwrap();
+    assert_eq!(pvc["spec"]["resources"]["requests"]["storage"], "3Gi");
+    patch_storage(&vds, "stuck", size).await.unwrap();
+    let vd = until(&vds, "stuck", |d| {
+        d["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "Resizing"))
+    })
+    .await;
+    let resizing = condition(&vd, "Resizing");
+    assert_eq!(
+        (&resizing["status"], &resizing["reason"]),
+        (&json!("False"), &json!("ResizingNotAvailable"))
+    );
+    let claim = vd["status"]["target"]["persistentVolumeClaimName"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        resizing["message"],
+        format!(
+            "Disk resizing is not allowed: persistentvolumeclaims \"{claim}\" is forbidden: only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize."
+        )
+    );
+    assert_eq!(vd["status"]["capacity"], "1Gi");
+}

@@ -17,6 +17,11 @@ pub(super) fn virtual_disk(app: &App, vd: &Value, tick: bool) {
         .pointer("/status/phase")
         .and_then(Value::as_str)
         .unwrap_or("");
+    if matches!(phase, "Ready" | "Resizing") {
+        // Growing a disk (expansion.rs).
+        crate::expansion::virtual_disk(app, vd);
+        return;
+    }
     let has_source = vd.pointer("/spec/dataSource").is_some_and(|s| !s.is_null());
     let class_name = vd
         .pointer("/spec/persistentVolumeClaim/storageClassName")

@@ -53,6 +53,8 @@ const RECONCILERS: &[(&str, &str, Reconciler)] = &[
         crate::lifecycle::vmop,
     ),
     ("cdi.kubevirt.io", "datavolumes", cdi::data_volume),
+    // The volume resizer (expansion.rs): claims asking for more than they have.
+    ("", "persistentvolumeclaims", crate::expansion::claim),
     (
         "virtualization.deckhouse.io",
         "virtualdisks",

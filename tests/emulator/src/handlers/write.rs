@@ -47,6 +47,9 @@ impl Ctx<'_> {
             None
         };
         let warnings = self.validate(&mut new)?;
+        if !status_only {
+            crate::expansion::admit_update(&self.app.store, self.def, &current, &new)?;
+        }
         if let Some(s) = kept_status {
             new["status"] = s;
         }
