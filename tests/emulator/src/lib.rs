@@ -27,6 +27,7 @@ pub mod auth;
 pub mod bootstrap;
 pub mod controllers;
 pub mod decoded;
+pub mod dh_upload;
 pub mod discovery;
 pub mod expansion;
 pub mod expect;
@@ -418,6 +419,7 @@ impl Emulator {
         let mut tasks = JoinSet::new();
         export_server::start(app.clone(), shutdown_rx.clone(), &mut tasks).await?;
         upload_server::start(app.clone(), shutdown_rx.clone(), &mut tasks).await?;
+        dh_upload::start(app.clone(), shutdown_rx.clone(), &mut tasks).await?;
         tasks.spawn(controllers::run(app.clone(), shutdown_rx.clone()));
         tasks.spawn(aggregator::available::run(app.clone(), shutdown_rx.clone()));
         tasks.spawn(guest::run(app.clone(), shutdown_rx.clone()));

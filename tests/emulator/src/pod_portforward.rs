@@ -116,6 +116,11 @@ pub fn dial(app: &Arc<App>, pod: &Value, port: u16) -> Result<DuplexStream, Stri
         tokio::spawn(crate::upload_server::serve_stream(app.clone(), server));
         return Ok(client);
     }
+    if let Some(uid) = crate::dh_upload::uploader_target(pod, port) {
+        let (client, server) = tokio::io::duplex(PIPE);
+        tokio::spawn(crate::dh_upload::serve_pod_stream(app.clone(), server, uid));
+        return Ok(client);
+    }
     let target: PodTarget = target_of(pod, port).ok_or_else(|| refused(pod, port))?;
     let (client, server) = tokio::io::duplex(PIPE);
     tokio::spawn(crate::export_server::serve_pod_stream(

@@ -73,6 +73,8 @@ pub struct UploadState {
     results: Mutex<HashMap<String, Result<(), String>>>,
     /// Body bytes received, for tests.
     pub bytes_received: AtomicU64,
+    /// Deckhouse virtualization's uploaders.
+    pub deckhouse: crate::dh_upload::DhUploads,
 }
 
 impl UploadState {
@@ -346,7 +348,8 @@ fn run(cmd: &mut Command) -> Result<(), String> {
 }
 
 /// What CDI's data processor does with a received stream: decompress, convert to raw, check
-/// the virtual size against the volume, resize to fill it. Writes `out`.
+/// the virtual size against the volume, resize to fill it. Writes `out`. A `capacity` of
+/// `u64::MAX` is no volume yet (a Deckhouse image, a disk without a size): no check, no resize.
 pub fn process(received: &Path, out: &Path, capacity: u64) -> Result<(), String> {
     let mut magic = [0u8; 6];
     {
@@ -406,7 +409,7 @@ pub fn process(received: &Path, out: &Path, capacity: u64) -> Result<(), String>
         .write(true)
         .open(out)
         .map_err(|e| e.to_string())?;
-    if file.metadata().map_err(|e| e.to_string())?.len() < capacity {
+    if capacity != u64::MAX && file.metadata().map_err(|e| e.to_string())?.len() < capacity {
         file.set_len(capacity).map_err(|e| e.to_string())?;
     }
     Ok(())

@@ -13,6 +13,9 @@ const DH: &str = "virtualization.deckhouse.io";
 /// VirtualDisk: Pending → Provisioning (progress "NN%") → Ready with a PVC
 /// `vd-<name>-<uid8>`; a disk without dataSource is Ready at the first tick.
 pub(super) fn virtual_disk(app: &App, vd: &Value, tick: bool) {
+    if crate::dh_upload::is_upload(vd) {
+        return crate::dh_upload::reconcile(app, vd, "virtualdisks", tick);
+    }
     let phase = vd
         .pointer("/status/phase")
         .and_then(Value::as_str)
@@ -118,7 +121,15 @@ pub(super) fn virtual_disk(app: &App, vd: &Value, tick: bool) {
 }
 
 /// VirtualImage / ClusterVirtualImage: Ready at once, stored in DVCR.
-pub(super) fn virtual_image(app: &App, img: &Value, _tick: bool) {
+pub(super) fn virtual_image(app: &App, img: &Value, tick: bool) {
+    if crate::dh_upload::is_upload(img) {
+        let plural = if img["kind"] == "ClusterVirtualImage" {
+            "clustervirtualimages"
+        } else {
+            "virtualimages"
+        };
+        return crate::dh_upload::reconcile(app, img, plural, tick);
+    }
     if img.pointer("/status/phase").and_then(Value::as_str) == Some("Ready") {
         return;
     }

@@ -1,0 +1,230 @@
+//! Deckhouse uploads behave like deckhouse/virtualization's uploader
+//! (`images/dvcr-artifact/pkg/uploader/uploader.go`, `pkg/controller/uploader/`): an object with
+//! `dataSource.type: Upload` waits in `WaitForUserUpload` with `status.imageUploadURLs`, the
+//! external URL takes `PUT`/`POST` of the file (anything else 404), the checksum in the spec is
+//! checked over the bytes received (`<algo> sum mismatch: <expected> != <actual>`, phase
+//! Failed), and the disk holds the image converted to raw. Checked with curl, sha256sum and
+//! qemu-img as independent references.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kubevm_emulator::{BlockingEmulator, Emulator, EmulatorOptions, ServeFlavor};
+use serde_json::{Value, json};
+
+const DH: &str = "virtualization.deckhouse.io";
+
+fn start() -> (BlockingEmulator, tempfile::TempDir) {
+    let emu = Emulator::start_blocking(EmulatorOptions {
+        flavor: ServeFlavor::Deckhouse,
+        import_step: Duration::from_millis(50),
+        ..Default::default()
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("ingress.pem"),
+        emu.deckhouse_upload_ca_pem(),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("api.pem"), emu.ca_pem()).unwrap();
+    (emu, dir)
+}
+
+/// Creates `obj` through the API server (so the controllers reconcile it), as curl would.
+fn create(emu: &BlockingEmulator, dir: &tempfile::TempDir, plural: &str, obj: Value) {
+    let yaml: Value = yaml_serde::from_str(&emu.kubeconfig_yaml()).unwrap();
+    let token = yaml["users"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["name"] == "admin")
+        .unwrap()["user"]["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = Command::new("curl")
+        .args(["-sSf", "--cacert"])
+        .arg(dir.path().join("api.pem"))
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .args([
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            &obj.to_string(),
+        ])
+        .arg(format!(
+            "{}/apis/{DH}/v1alpha2/namespaces/default/{plural}",
+            emu.url()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn object(emu: &BlockingEmulator, plural: &str, name: &str) -> Value {
+    emu.objects(DH, plural, Some("default"))
+        .into_iter()
+        .find(|o| o["metadata"]["name"] == name)
+        .unwrap_or(Value::Null)
+}
+
+fn wait_phase(emu: &BlockingEmulator, plural: &str, name: &str, phase: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let o = object(emu, plural, name);
+        if o["status"]["phase"] == phase {
+            return o;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} never became {phase}: {o}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `curl -X METHOD [-T file] URL`: (status, body).
+fn curl(dir: &tempfile::TempDir, method: &str, file: Option<&std::path::Path>, url: &str) -> u16 {
+    let mut cmd = Command::new("curl");
+    cmd.args([
+        "-sS",
+        "-m",
+        "30",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "-X",
+        method,
+    ])
+    .arg("--cacert")
+    .arg(dir.path().join("ingress.pem"));
+    if let Some(f) = file {
+        cmd.arg("-T").arg(f);
+    }
+    let out = cmd.arg(url).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn sha256(path: &std::path::Path) -> String {
+    let out = Command::new("sha256sum").arg(path).output().unwrap();
+    String::from_utf8(out.stdout).unwrap()[..64].to_string()
+}
+
+fn qcow2(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    let image = dir.path().join("disk.qcow2");
+    let raw = dir.path().join("pattern.raw");
+    // Non-zero content so that the conversion is visible.
+    std::fs::write(
+        &raw,
+        (0..4u32 << 20).map(|i| (i % 251) as u8).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let out = Command::new("qemu-img")
+        .args(["convert", "-q", "-f", "raw", "-O", "qcow2"])
+        .arg(&raw)
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    image
+}
+
+#[test]
+fn a_virtual_disk_takes_an_upload_with_its_checksum_and_holds_the_raw_image() {
+    let (emu, dir) = start();
+    let image = qcow2(&dir);
+    let sum = sha256(&image);
+    create(
+        &emu,
+        &dir,
+        "virtualdisks",
+        json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDisk",
+        "metadata": {"name": "up", "namespace": "default"},
+        "spec": {"persistentVolumeClaim": {"size": "4Mi"},
+            "dataSource": {"type": "Upload", "upload": {"checksum": {"sha256": sum}}}}}),
+    );
+    let vd = wait_phase(&emu, "virtualdisks", "up", "WaitForUserUpload");
+    assert_eq!(vd["status"]["conditions"][0]["reason"], "WaitForUserUpload");
+    let external = vd["status"]["imageUploadURLs"]["external"]
+        .as_str()
+        .unwrap();
+    let in_cluster = vd["status"]["imageUploadURLs"]["inCluster"]
+        .as_str()
+        .unwrap();
+    assert!(external.starts_with("https://127.0.0.1:") && external.contains("/upload/"));
+    assert!(in_cluster.starts_with("http://") && in_cluster.ends_with("/upload"));
+    // The path is the secret; only POST and PUT upload.
+    let (base, _) = external.rsplit_once('/').unwrap();
+    assert_eq!(
+        curl(&dir, "PUT", Some(&image), &format!("{base}/wrong")),
+        404
+    );
+    assert_eq!(curl(&dir, "GET", None, external), 404);
+    let code = curl(&dir, "PUT", Some(&image), external);
+    if code != 200 {
+        let failed = wait_phase(&emu, "virtualdisks", "up", "Failed");
+        panic!("upload answered {code}: {}", failed["status"]["conditions"]);
+    }
+    let vd = wait_phase(&emu, "virtualdisks", "up", "Ready");
+    let pvc = vd["status"]["target"]["persistentVolumeClaimName"]
+        .as_str()
+        .unwrap();
+    let data = emu.uploaded_data("default", pvc).expect("the disk's data");
+    // The reference: qemu-img's own conversion of the same file.
+    let reference = dir.path().join("reference.raw");
+    let out = Command::new("qemu-img")
+        .args(["convert", "-q", "-f", "qcow2", "-O", "raw"])
+        .arg(&image)
+        .arg(&reference)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(sha256(&data), sha256(&reference));
+}
+
+#[test]
+fn a_wrong_checksum_fails_the_image_with_the_uploaders_message() {
+    let (emu, dir) = start();
+    let image = qcow2(&dir);
+    let wrong = "0".repeat(64);
+    create(
+        &emu,
+        &dir,
+        "virtualimages",
+        json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualImage",
+        "metadata": {"name": "img", "namespace": "default"},
+        "spec": {"storage": "ContainerRegistry",
+            "dataSource": {"type": "Upload", "upload": {"checksum": {"sha256": wrong}}}}}),
+    );
+    let vi = wait_phase(&emu, "virtualimages", "img", "WaitForUserUpload");
+    let external = vi["status"]["imageUploadURLs"]["external"]
+        .as_str()
+        .unwrap();
+    assert_eq!(curl(&dir, "POST", Some(&image), external), 500);
+    let vi = wait_phase(&emu, "virtualimages", "img", "Failed");
+    let ready = vi["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap();
+    assert_eq!(
+        ready["message"],
+        format!("sha256 sum mismatch: {wrong} != {}", sha256(&image))
+    );
+}
