@@ -366,14 +366,14 @@ fn real_guest_pool(env: Env, restricted: bool) {
         "quay.io/containerdisks/debian:12",
         "--wait",
         "--timeout",
-        "180s",
+        "600s",
     ]));
     for i in 0..2 {
         let vm = format!("rg-{i}");
         let out = crate::real_guest::ssh_until_ok(
             &env,
             &[&vm, "--", "hostname"],
-            Duration::from_secs(300),
+            Duration::from_secs(900),
         );
         assert_eq!(stdout(&out).trim(), vm, "{}", stderr(&out));
         eprintln!(
