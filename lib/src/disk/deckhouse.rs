@@ -569,16 +569,9 @@ pub async fn resize(
         outcome.object = Some(patch);
         return Ok(outcome);
     }
-    let params = kube::api::PatchParams {
-        dry_run: options.dry_run == DryRun::Server,
-        ..Default::default()
-    };
-    let patched = VIRTUAL_DISK
-        .api(&cluster.client, Some(ns))
-        .patch(disk, &params, &kube::api::Patch::Merge(&patch))
-        .await
-        .map_err(|e| cluster.error(e, &VIRTUAL_DISK.action("patch", Some(ns)).named(disk)))?;
-    outcome.object = Some(serde_json::to_value(patched).unwrap_or_default());
+    outcome.object = Some(
+        super::send_growth_patch(cluster, VIRTUAL_DISK, ns, disk, &patch, options.dry_run).await?,
+    );
     if options.dry_run == DryRun::Server {
         return Ok(outcome);
     }

@@ -603,16 +603,8 @@ pub async fn resize(
         outcome.object = Some(patch);
         return Ok(outcome);
     }
-    let params = kube::api::PatchParams {
-        dry_run: options.dry_run == DryRun::Server,
-        ..Default::default()
-    };
-    let patched = PVC
-        .api(&cluster.client, Some(ns))
-        .patch(&claim, &params, &kube::api::Patch::Merge(&patch))
-        .await
-        .map_err(|e| cluster.error(e, &PVC.action("patch", Some(ns)).named(&claim)))?;
-    outcome.object = Some(serde_json::to_value(patched).unwrap_or_default());
+    outcome.object =
+        Some(super::send_growth_patch(cluster, PVC, ns, &claim, &patch, options.dry_run).await?);
     if options.dry_run == DryRun::Server {
         return Ok(outcome);
     }

@@ -534,6 +534,28 @@ pub(crate) fn quantity_text(v: Option<&Value>) -> String {
     }
 }
 
+/// Sends the merge patch that grows a disk (a PVC or a VirtualDisk), as a server dry run when
+/// asked, and returns the object as the server answered.
+async fn send_growth_patch(
+    cluster: &Cluster,
+    kind: crate::api::Kind,
+    ns: &str,
+    name: &str,
+    patch: &Value,
+    dry_run: DryRun,
+) -> Result<Value> {
+    let params = kube::api::PatchParams {
+        dry_run: dry_run == DryRun::Server,
+        ..Default::default()
+    };
+    let patched = kind
+        .api(&cluster.client, Some(ns))
+        .patch(name, &params, &kube::api::Patch::Merge(patch))
+        .await
+        .map_err(|e| cluster.error(e, &kind.action("patch", Some(ns)).named(name)))?;
+    Ok(serde_json::to_value(patched).unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
