@@ -325,11 +325,27 @@ fn deckhouse_attach_with_vmbda_and_detach() {
         r["virtualMachineBlockDeviceAttachmentName"],
         "linux-vm-data"
     );
+    // The serial is Deckhouse's: md5 of the VirtualDisk's uid (checked with md5sum).
+    let vd = kubectl_json(&env, &["get", "virtualdisks", "data"]);
+    let uid = vd["metadata"]["uid"].as_str().unwrap();
+    let md5 = std::process::Command::new("sh")
+        .args(["-c", "printf %s \"$1\" | md5sum", "sh", uid])
+        .output()
+        .unwrap();
+    let serial = String::from_utf8(md5.stdout).unwrap()[..32].to_owned();
     let rows = table(&ok(env.vm(&["disk", "list", "linux-vm"])));
     assert!(
         rows.contains(
             &[
-                "data", "vd/data", "scsi", "1Gi", "<none>", "sda", "true", "false", "Attached"
+                "data",
+                "vd/data",
+                "scsi",
+                "1Gi",
+                serial.as_str(),
+                "sda",
+                "true",
+                "false",
+                "Attached"
             ]
             .map(String::from)
             .to_vec()

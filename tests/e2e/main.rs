@@ -32,6 +32,7 @@ mod list;
 mod list_watch;
 mod pools;
 mod real_guest;
+mod real_guest_disks;
 mod real_guest_enroll;
 mod real_guest_extras;
 mod scripts;

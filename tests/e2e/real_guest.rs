@@ -286,6 +286,9 @@ fn scenario(env: Env, restricted: bool) {
         stderr(&out)
     );
 
+    // A disk hotplugged into the running guest, and unplugged.
+    crate::real_guest_disks::hotplug_a_new_disk(&env, flavor, vm, restricted);
+
     // Break the platform's trust from inside, then restart: bootcmd writes it again.
     let out = ssh(
         &env,

@@ -113,8 +113,9 @@ chroot "$rootfs" apt-get clean
 rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/*
 
 log "kernel modules and initramfs"
-# button and evdev: without them the guest ignores the ACPI power button (system_powerdown).
-mods="virtio_pci virtio_blk virtio_net virtio_console virtio_rng button evdev ext4 isofs vfat nls_cp437 nls_iso8859_1 nls_ascii"
+# button and evdev: without them the guest ignores the ACPI power button (system_powerdown);
+# virtio_scsi, sd_mod, sr_mod: hotplugged SCSI disks and cdroms (qemu_guest/hotplug.rs).
+mods="virtio_pci virtio_blk virtio_net virtio_console virtio_rng virtio_scsi sd_mod sr_mod button evdev ext4 isofs vfat nls_cp437 nls_iso8859_1 nls_ascii"
 depmod -b "$work/kernel" "$abi"
 for m in $mods; do modprobe -d "$work/kernel" -S "$abi" --show-depends "$m"; done |
   awk '$1 == "insmod" {print $2}' | sort -u >"$work/mods.txt"

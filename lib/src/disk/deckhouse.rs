@@ -92,6 +92,30 @@ async fn get_opt(cluster: &Cluster, kind: Kind, ns: &str, name: &str) -> Result<
         .map_err(|e| cluster.error(e, &kind.action("get", ns).named(name)))
 }
 
+/// The serial the guest reads for block device `kind`/`name`: Deckhouse gives every disk the
+/// hex md5 of its object's uid (`kvbuilder.GenerateSerialFromObject`, used by the VM builder
+/// and the attachment service). Empty when the object is gone.
+async fn serial_of(cluster: &Cluster, ns: &str, kind: &str, name: &str) -> Result<String> {
+    let kind = match kind {
+        "VirtualImage" => VIRTUAL_IMAGE,
+        "ClusterVirtualImage" => CLUSTER_VIRTUAL_IMAGE,
+        _ => crate::api::VIRTUAL_DISK,
+    };
+    Ok(get_opt(cluster, kind, ns, name)
+        .await?
+        .map(|o| serial_from_uid(text(&o, "/metadata/uid")))
+        .unwrap_or_default())
+}
+
+/// Deckhouse's disk serial for an object uid: its md5, in hex.
+pub fn serial_from_uid(uid: &str) -> String {
+    use md5::Digest;
+    md5::Md5::digest(uid.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// The attachments in `ns` (all, or of VM `vm`).
 async fn attachments(cluster: &Cluster, ns: &str, vm: Option<&str>) -> Result<Vec<Value>> {
     let list = VMBDA
@@ -131,7 +155,7 @@ pub async fn list(cluster: &Cluster, ns: &str, name: &str) -> Result<Vec<Disk>> 
             source: format!("{}/{dev}", short(kind)),
             bus: if paravirtual { "virtio" } else { "sata" }.into(),
             size: quantity_text(st.and_then(|s| s.get("size"))),
-            serial: String::new(),
+            serial: serial_of(cluster, ns, kind, dev).await?,
             target: st
                 .map(|s| text(s, "/target").to_owned())
                 .unwrap_or_default(),
@@ -156,7 +180,7 @@ pub async fn list(cluster: &Cluster, ns: &str, name: &str) -> Result<Vec<Disk>> 
             source: format!("{}/{dev}", short(kind)),
             bus: "scsi".into(),
             size: quantity_text(st.and_then(|s| s.get("size"))),
-            serial: String::new(),
+            serial: serial_of(cluster, ns, kind, dev).await?,
             target: st
                 .map(|s| text(s, "/target").to_owned())
                 .unwrap_or_default(),
@@ -617,4 +641,18 @@ pub async fn resize(
     outcome.object = Some(grown);
     outcome.waited = true;
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serial_is_the_md5_of_the_uid() {
+        // `printf %s 5f1c2d1e-7a37-4c57-9d6c-1b1f1b0a4d2e | md5sum`
+        assert_eq!(
+            serial_from_uid("5f1c2d1e-7a37-4c57-9d6c-1b1f1b0a4d2e"),
+            "5aafc6b5db4deb7083696ae97f6e56c3"
+        );
+    }
 }

@@ -11,7 +11,7 @@
 //! Add a reconciler: write `fn reconcile_x(app, obj, tick)` and list it in [`RECONCILERS`].
 
 mod cdi;
-mod deckhouse;
+pub(crate) mod deckhouse;
 pub mod importer;
 mod kubevirt;
 mod pool;

@@ -48,6 +48,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 mod agent;
 pub(crate) mod credentials;
 pub mod disk;
+pub mod hotplug;
 mod machine;
 mod process;
 pub mod stale;
@@ -346,6 +347,8 @@ pub struct QemuGuests {
     disks: Mutex<HashMap<(String, String), Disk>>,
     procs: Mutex<Vec<Arc<Proc>>>,
     restricted: Mutex<HashMap<(String, String), bool>>,
+    /// Per qemu pid: the hotplugged disks it was last brought to hold.
+    hotplugged: Mutex<HashMap<i32, Vec<hotplug::HotDisk>>>,
 }
 
 fn key(ns: &str, name: &str) -> (String, String) {
@@ -369,6 +372,7 @@ impl QemuGuests {
             disks: Mutex::default(),
             procs: Mutex::default(),
             restricted: Mutex::default(),
+            hotplugged: Mutex::default(),
         })
     }
 
@@ -504,6 +508,35 @@ impl QemuGuests {
         });
     }
 
+    /// Plugs into (and unplugs from) each running qemu the disks its VM has hotplugged, as
+    /// virt-handler does for the domain ([`hotplug`]). Only a changed set, or an unplug the
+    /// guest has not finished, is sent to qemu.
+    fn sync_hotplug(&self, app: &App) {
+        let live = self.live();
+        let mut done = self.hotplugged.lock().unwrap_or_else(|e| e.into_inner());
+        done.retain(|pid, _| live.iter().any(|p| p.pid == *pid));
+        for p in live {
+            let want = hotplug::attached(app, &p.key.0, &p.key.1);
+            if done.get(&p.pid) == Some(&want) {
+                continue;
+            }
+            match hotplug::sync(app, &p.qmp, self.root.path(), &want) {
+                Ok(true) => {
+                    done.insert(p.pid, want);
+                }
+                Ok(false) => {
+                    done.remove(&p.pid);
+                }
+                Err(e) => {
+                    done.remove(&p.pid);
+                    if p.running() {
+                        eprintln!("kubevm-emulator: hotplug into {}/{}: {e}", p.key.0, p.key.1);
+                    }
+                }
+            }
+        }
+    }
+
     fn boot_guest(&self, app: &App, spec: &GuestSpec) -> io::Result<QemuGuest> {
         let (ns, name) = (spec.namespace.as_str(), spec.name.as_str());
         let live = self.live();
@@ -558,7 +591,9 @@ impl QemuGuests {
             .arg(format!(
                 "file={},if=virtio,format=qcow2",
                 dir.join("overlay.qcow2").display()
-            ));
+            ))
+            // The SCSI controller hotplugged disks go on (virt-launcher's domain has one).
+            .args(["-device", "virtio-scsi-pci,id=scsi0"]);
         // KubeVirt builds the cloud-init disk afresh for every start from the VM's volume.
         let seed = dir.join("seed.iso");
         let _ = std::fs::remove_file(&seed);
@@ -694,6 +729,7 @@ impl GuestFactory for QemuGuests {
 
     fn housekeeping(&self, app: &App) {
         self.forget_gone(app);
+        self.sync_hotplug(app);
     }
 }
 
