@@ -215,6 +215,21 @@ fn kubevirt_restore_as_a_new_vm_leaves_the_source_alone() {
     assert_eq!(exported_sha(&env, &claim), before);
     ok(env.vm(&["stop", "db"]));
     assert_eq!(exported_sha(&env, "db-root"), after);
+    // The debug bundles know them: db's snapshot, db-copy's restore.
+    let (archive, _) = crate::debug_info::collect(&env, &["db"]);
+    let files = crate::debug_info::listing(&archive);
+    assert!(
+        files.contains(&"virtualmachinesnapshot/s1.yaml".to_string()),
+        "{files:?}"
+    );
+    let (archive, _) = crate::debug_info::collect(&env, &["db-copy"]);
+    let files = crate::debug_info::listing(&archive);
+    assert!(
+        files
+            .iter()
+            .any(|f| f.starts_with("virtualmachinerestore/s1-restore-")),
+        "{files:?}"
+    );
 }
 
 #[test]
