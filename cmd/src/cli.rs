@@ -174,6 +174,8 @@ pub enum Command {
     Credentials(commands::credentials::CredentialsArgs),
     /// List a VM's disks, attach (hotplug) a disk or image to it, or detach one
     Disk(commands::disk::DiskArgs),
+    /// Take, list, delete and restore VM snapshots
+    Snapshot(commands::snapshot::SnapshotArgs),
     /// Expose ports of a VM as a Service (ClusterIP, NodePort, LoadBalancer)
     Expose(Box<commands::expose::ExposeArgs>),
     /// Show the guest OS, kernel, hostname and time zone the guest agent reports

@@ -249,6 +249,23 @@ pub fn disk_names(current: &OsStr) -> Vec<CompletionCandidate> {
     matching(current, names.unwrap_or_default())
 }
 
+/// Snapshot names in the namespace the command line selects, with their VM.
+pub fn snapshot_names(current: &OsStr) -> Vec<CompletionCandidate> {
+    let names = with_cluster(async |cluster, choice| {
+        let platform = flavor::discover(&cluster, choice).await.ok()?;
+        let rows =
+            kubevm::snapshot::list(&cluster, platform.flavor, Some(&cluster.namespace), None)
+                .await
+                .ok()?;
+        Some(
+            rows.into_iter()
+                .map(|s| (s.name, Some(format!("of {} ({})", s.vm, s.phase))))
+                .collect::<Vec<_>>(),
+        )
+    });
+    matching(current, names.unwrap_or_default())
+}
+
 /// Namespace names.
 pub fn namespaces(current: &OsStr) -> Vec<CompletionCandidate> {
     let names = with_cluster(async |cluster, _| {

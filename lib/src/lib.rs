@@ -29,6 +29,7 @@ pub mod scp;
 pub mod selector;
 pub mod session;
 pub mod signer;
+pub mod snapshot;
 pub mod ssh;
 pub mod stream;
 pub mod target;

@@ -208,3 +208,14 @@ fn kubectl_completes_disk_names_for_attach() {
         "{values:?}"
     );
 }
+
+#[test]
+fn kubectl_completes_snapshot_names() {
+    let env = Env::kubevirt();
+    ok(env.vm(&["snapshot", "create", "web", "web-before"]));
+    ok(env.vm(&["snapshot", "create", "web", "other"]));
+    let (values, _) = kubectl_complete(&env, &["snapshot", "restore", "web-"]);
+    assert_eq!(values, ["web-before"]);
+    let (values, _) = kubectl_complete(&env, &["snapshot", "delete", ""]);
+    assert_eq!(values, ["other", "web-before"]);
+}

@@ -58,7 +58,7 @@ fn env(flavor: ServeFlavor) -> Env {
 }
 
 /// Run collect-debug-info into a file; return (archive path, stderr).
-fn collect(env: &Env, args: &[&str]) -> (PathBuf, String) {
+pub(crate) fn collect(env: &Env, args: &[&str]) -> (PathBuf, String) {
     let out = env.dir.path().join(format!(
         "bundle-{}.tar.gz",
         args.join("-").replace('/', "_")
@@ -72,7 +72,7 @@ fn collect(env: &Env, args: &[&str]) -> (PathBuf, String) {
 }
 
 /// File names in the archive, from the system tar (prefix dropped).
-fn listing(archive: &Path) -> Vec<String> {
+pub(crate) fn listing(archive: &Path) -> Vec<String> {
     let out = Command::new("tar")
         .arg("tzf")
         .arg(archive)

@@ -38,6 +38,7 @@ mod real_guest_extras;
 mod scripts;
 mod server_errors;
 mod signer;
+mod snapshot;
 mod ssh;
 mod ssh_tools;
 mod upload;

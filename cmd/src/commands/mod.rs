@@ -23,6 +23,7 @@ pub mod list;
 pub mod port_forward;
 pub mod scp;
 pub mod signer;
+pub mod snapshot;
 pub mod ssh;
 pub mod ssh_config;
 pub mod upload;
@@ -75,6 +76,7 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Enroll(args) => enroll::cmd_enroll(&global, args).await,
         Command::Credentials(args) => credentials::cmd_credentials(&global, args).await,
         Command::Disk(args) => disk::cmd_disk(&global, args).await,
+        Command::Snapshot(args) => snapshot::cmd_snapshot(&global, args).await,
         Command::Expose(args) => expose::cmd_expose(&global, *args).await,
         Command::Guestosinfo(args) => {
             guest_info::cmd_guest_info(&global, kubevm::guest_info::Fact::OsInfo, args).await

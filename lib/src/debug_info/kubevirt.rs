@@ -1,6 +1,7 @@
 //! What belongs to a KubeVirt VM: its VMI, migrations, DataVolumes and PVCs, the
-//! virt-launcher, hotplug and importer pods, the domain XML (`virsh dumpxml` in `compute`) and
-//! the guest agent's view (`guestosinfo`, `userlist`, `filesystemlist`).
+//! virt-launcher, hotplug and importer pods, its snapshots and restores, the domain XML
+//! (`virsh dumpxml` in `compute`) and the guest agent's view (`guestosinfo`, `userlist`,
+//! `filesystemlist`).
 
 use serde_json::Value;
 
@@ -110,6 +111,15 @@ pub(crate) async fn collect(c: &Collector, vm: &Value) {
             .collect::<Vec<_>>()
         },
         c.list_raw(&POD, None),
+    );
+    // Its snapshots and the restores into it (kept when the VM is deleted).
+    futures::join!(
+        c.list(&crate::snapshot::kubevirt::VM_SNAPSHOT, None, |s| {
+            s["spec"]["source"]["name"] == name.as_str()
+        }),
+        c.list(&crate::snapshot::kubevirt::VM_RESTORE, None, |r| {
+            r["spec"]["target"]["name"] == name.as_str()
+        }),
     );
     // Claims of the VM, plus hotplugged ones the VMI reports.
     let (_, mut pvcs) = volume_claims(&vm["spec"]["template"]["spec"]);

@@ -78,6 +78,7 @@ pub mod tls;
 pub mod upload;
 pub mod upload_server;
 pub mod util;
+pub mod vm_snapshot;
 pub mod watch;
 pub mod webhooks;
 
@@ -307,6 +308,12 @@ impl Handle {
         self.app
             .exec_hangs
             .store(hang, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Test hook standing in for a guest that writes its disk: PVC `namespace/pvc` now holds
+    /// `data` (exports and snapshots read it).
+    pub fn write_volume(&self, namespace: &str, pvc: &str, data: &[u8]) -> std::io::Result<()> {
+        vm_snapshot::write_volume(&self.app, namespace, pvc, data)
     }
 
     /// Test switch: pause or unpause VM `namespace/name` (its portforward answers 409).

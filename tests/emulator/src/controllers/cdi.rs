@@ -16,6 +16,34 @@ pub(super) fn data_volume(app: &App, dv: &Value, tick: bool) {
         crate::upload::data_volume(app, dv, tick, &dv_size(dv), dv_storage_class(dv));
         return;
     }
+    // A pre-populated DataVolume (a VM restore made its PVC, kubevirt restore.go
+    // `createDataVolume`) adopts that PVC and is done (CDI `datavolume/controller-base.go`,
+    // AnnPrePopulated).
+    if phase != "Succeeded"
+        && dv
+            .pointer("/metadata/annotations/cdi.kubevirt.io~1storage.prePopulated")
+            .is_some()
+    {
+        let ns = meta_str(dv, "namespace");
+        let pvc_key =
+            crate::store::Key::new("", "persistentvolumeclaims", ns, meta_str(dv, "name"));
+        if app.store.get(&pvc_key).is_some() {
+            app.store.modify(&pvc_key, |o| {
+                o["metadata"]["ownerReferences"] = json!([super::owner_ref(dv)]);
+            });
+            app.store
+                .modify(&key_of("cdi.kubevirt.io", "datavolumes", dv), |o| {
+                    let mut st = o.get("status").cloned().unwrap_or(json!({}));
+                    st["phase"] = json!("Succeeded");
+                    st["progress"] = json!("N/A");
+                    st["claimName"] = o["metadata"]["name"].clone();
+                    set_condition(&mut st, "Bound", true, "Bound", "PVC bound");
+                    set_condition(&mut st, "Ready", true, "", "");
+                    o["status"] = st;
+                });
+        }
+        return;
+    }
     let blank = dv.pointer("/spec/source/blank").is_some();
     // Unbound WaitForFirstConsumer storage: CDI waits in PendingPopulation for a consumer.
     let waiting = matches!(phase, "" | "PendingPopulation")

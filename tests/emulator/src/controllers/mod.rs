@@ -53,6 +53,22 @@ const RECONCILERS: &[(&str, &str, Reconciler)] = &[
         crate::lifecycle::vmop,
     ),
     ("cdi.kubevirt.io", "datavolumes", cdi::data_volume),
+    // KubeVirt snapshots and restores (vm_snapshot.rs).
+    (
+        crate::export_snapshot::SNAPSHOT_GROUP,
+        crate::vm_snapshot::SNAPSHOTS,
+        crate::vm_snapshot::vm_snapshot,
+    ),
+    (
+        crate::export_snapshot::SNAPSHOT_GROUP,
+        crate::vm_snapshot::CONTENTS,
+        crate::vm_snapshot::vm_snapshot_content,
+    ),
+    (
+        crate::export_snapshot::SNAPSHOT_GROUP,
+        crate::vm_snapshot::RESTORES,
+        crate::vm_snapshot::vm_restore,
+    ),
     // The volume resizer (expansion.rs): claims asking for more than they have.
     ("", "persistentvolumeclaims", crate::expansion::claim),
     (

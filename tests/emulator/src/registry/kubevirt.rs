@@ -37,6 +37,11 @@ embedded!(
     "virtualmachinesnapshotcontents.snapshot.kubevirt.io.yaml"
 );
 embedded!(
+    VMRESTORE,
+    "kubevirt",
+    "virtualmachinerestores.snapshot.kubevirt.io.yaml"
+);
+embedded!(
     INSTANCETYPE,
     "kubevirt",
     "virtualmachineinstancetypes.instancetype.kubevirt.io.yaml"
@@ -184,6 +189,24 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
             true,
             vec![age(), c("ReadyToUse", "boolean", ".status.readyToUse")],
             SchemaRef::Embedded(&VMSNAPSHOTCONTENT),
+        ),
+        def(
+            "snapshot.kubevirt.io",
+            &["v1beta1"],
+            "virtualmachinerestores",
+            "VirtualMachineRestore",
+            &["vmrestore", "vmrestores"],
+            &["all"],
+            true,
+            true,
+            vec![
+                c("TargetKind", "string", ".spec.target.kind"),
+                c("TargetName", "string", ".spec.target.name"),
+                c("Complete", "boolean", ".status.complete"),
+                c("RestoreTime", "date", ".status.restoreTime"),
+                age(),
+            ],
+            SchemaRef::Embedded(&VMRESTORE),
         ),
         def(
             "instancetype.kubevirt.io",

@@ -1,0 +1,302 @@
+//! `snapshot create|list|delete|restore` end to end on KubeVirt (FACTS §1:
+//! `snapshot.kubevirt.io/v1beta1` VirtualMachineSnapshot / VirtualMachineRestore). The disk's
+//! data is written through the emulator's stand-in for a guest writing its disk; what comes
+//! back after a restore is read with `kubectl vm export` and compared with `sha256sum` of the
+//! bytes written. Listings are compared with real kubectl's view.
+
+use serde_json::{Value, json};
+
+use crate::common::{Env, fails, ok, stderr, stdout, table};
+use crate::export::{export, pvc, sha256_of, succeeded};
+use crate::lifecycle::eventually;
+
+const MIB: usize = 1 << 20;
+const SNAP: &str = "/apis/snapshot.kubevirt.io/v1beta1/namespaces/default";
+
+/// A running VM `db` with one PVC disk `db-root` (1 MiB).
+fn running_db() -> Env {
+    let env = Env::kubevirt();
+    env.emulator.put_object(pvc("db-root", MIB as u64));
+    // Through the API (not put_object), so the emulator's controllers run it.
+    let file = env.dir.path().join("db.json");
+    let vm = json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {"name": "db", "namespace": "default"},
+        "spec": {"runStrategy": "Always", "template": {"spec": {
+            "domain": {"devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}},
+            "volumes": [{"name": "root", "persistentVolumeClaim": {"claimName": "db-root"}}]}}}
+    });
+    std::fs::write(&file, vm.to_string()).unwrap();
+    ok(env.kubectl(&["create", "-f", file.to_str().unwrap()]));
+    eventually("db runs", || {
+        env.emulator
+            .objects("kubevirt.io", "virtualmachineinstances", Some("default"))
+            .iter()
+            .any(|o| o["metadata"]["name"] == "db" && o["status"]["phase"] == "Running")
+    });
+    env
+}
+
+fn vmi_exists(env: &Env, name: &str) -> bool {
+    env.emulator
+        .objects("kubevirt.io", "virtualmachineinstances", Some("default"))
+        .iter()
+        .any(|o| o["metadata"]["name"] == name)
+}
+
+fn kubectl_json(env: &Env, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&ok(env.kubectl(&all))).unwrap()
+}
+
+/// `(method, path)` of the requests that change something.
+fn changes(env: &Env) -> Vec<(String, String)> {
+    env.emulator
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| (r.method.clone(), r.path.clone()))
+        .collect()
+}
+
+/// `data` as the disk's content, written to a file for sha256sum too.
+fn write_disk(env: &Env, claim: &str, fill: u8) -> String {
+    let data = vec![fill; MIB];
+    env.emulator.write_volume("default", claim, &data).unwrap();
+    let file = env.dir.path().join(format!("expected-{fill}"));
+    std::fs::write(&file, &data).unwrap();
+    sha256_of(&file)
+}
+
+fn exported_sha(env: &Env, claim: &str) -> String {
+    let file = env.dir.path().join(format!("{claim}.img"));
+    let _ = std::fs::remove_file(&file);
+    succeeded(&export(
+        env,
+        &[&format!("pvc/{claim}"), "-o", file.to_str().unwrap()],
+    ));
+    sha256_of(&file)
+}
+
+fn claim_of_root(env: &Env, vm: &str) -> String {
+    let vm = kubectl_json(env, &["get", "vm", vm]);
+    vm["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn kubevirt_create_list_restore_brings_the_data_back() {
+    let env = running_db();
+    let before = write_disk(&env, "db-root", b'A');
+    env.emulator.clear_requests();
+
+    // create: one POST of the snapshot, labelled as ours, then a watch until it is ready.
+    let out = env.vm(&["snapshot", "create", "db", "before"]);
+    assert_eq!(
+        stdout(&out),
+        "snapshot before of db.default created; ready\n",
+        "{}",
+        stderr(&out)
+    );
+    let posts: Vec<_> = env
+        .emulator
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .collect();
+    assert_eq!(posts.len(), 1);
+    assert_eq!(posts[0].path, format!("{SNAP}/virtualmachinesnapshots"));
+    let body = posts[0].json().unwrap();
+    assert_eq!(
+        body["spec"]["source"],
+        json!({"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "db"})
+    );
+    assert_eq!(
+        body["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "kubectl-vm"
+    );
+    let snap = kubectl_json(&env, &["get", "vmsnapshot", "before"]);
+    assert_eq!(snap["status"]["phase"], "Succeeded");
+    assert_eq!(snap["status"]["readyToUse"], true);
+    assert_eq!(
+        snap["status"]["indications"],
+        json!(["Online", "GuestAgent"])
+    );
+
+    // list: the same snapshots kubectl sees, with the VM, phase and the claim's size.
+    ok(env.vm(&["snapshot", "create", "db", "second"]));
+    let rows = table(&ok(env.vm(&["snapshot", "list", "db"])));
+    assert_eq!(rows[0], ["NAME", "VM", "PHASE", "READY", "SIZE", "AGE"]);
+    let kubectl_rows = table(&ok(env.kubectl(&[
+        "get",
+        "vmsnapshot",
+        "-o",
+        "custom-columns=NAME:.metadata.name,VM:.spec.source.name,PHASE:.status.phase,READY:.status.readyToUse",
+    ])));
+    assert_eq!(rows.len(), kubectl_rows.len());
+    for (mine, theirs) in rows.iter().zip(&kubectl_rows).skip(1) {
+        assert_eq!(mine[..4], theirs[..4]);
+        assert_eq!(mine[4], "1Mi");
+    }
+    let names = ok(env.vm(&["snapshot", "list", "-o", "name"]));
+    assert_eq!(
+        names,
+        "virtualmachinesnapshot.snapshot.kubevirt.io/before\nvirtualmachinesnapshot.snapshot.kubevirt.io/second\n"
+    );
+
+    // The guest changes its disk.
+    let after = write_disk(&env, "db-root", b'B');
+    assert_ne!(before, after);
+
+    // A running VM without --stop: one line, exit 2, nothing sent that changes anything.
+    let rv =
+        |env: &Env| kubectl_json(env, &["get", "vm", "db"])["metadata"]["resourceVersion"].clone();
+    let rv_before = rv(&env);
+    env.emulator.clear_requests();
+    let err = fails(&env, &["snapshot", "restore", "before"], 2);
+    assert!(
+        err.contains("Restore target VMI must be powered off before restore operation"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(changes(&env).is_empty(), "{:?}", changes(&env));
+    assert_eq!(rv(&env), rv_before);
+    assert!(
+        kubectl_json(&env, &["get", "vmrestore"])["items"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+
+    // --stop: stopped, restored, started again; the disk holds the snapshot's bytes.
+    let out = env.vm(&["snapshot", "restore", "before", "--stop"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "db.default restored from snapshot before; it was stopped for the restore and started again\n"
+    );
+    let restore = &kubectl_json(&env, &["get", "vmrestore"])["items"][0];
+    assert_eq!(restore["status"]["complete"], true);
+    assert_eq!(restore["spec"]["targetReadinessPolicy"], "FailImmediate");
+    let uid = restore["metadata"]["uid"].as_str().unwrap();
+    let claim = claim_of_root(&env, "db");
+    assert_eq!(claim, format!("restore-{uid}-root"));
+    assert!(vmi_exists(&env, "db"));
+    ok(env.vm(&["stop", "db"]));
+    assert_eq!(exported_sha(&env, &claim), before);
+    // The old claim still has what the guest wrote last (a PVC volume is not deleted).
+    assert_eq!(exported_sha(&env, "db-root"), after);
+}
+
+#[test]
+fn kubevirt_restore_as_a_new_vm_leaves_the_source_alone() {
+    let env = running_db();
+    let before = write_disk(&env, "db-root", b'C');
+    ok(env.vm(&["snapshot", "create", "db", "s1"]));
+    let after = write_disk(&env, "db-root", b'D');
+    // A name already taken is refused before anything is made.
+    let err = fails(&env, &["snapshot", "restore", "s1", "--new-vm", "db"], 1);
+    assert!(err.contains("already exists"), "{err}");
+    let out = env.vm(&["snapshot", "restore", "s1", "--new-vm", "db-copy"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out)
+            .starts_with("db-copy.default restored from snapshot s1; the new VM is stopped")
+    );
+    let copy = kubectl_json(&env, &["get", "vm", "db-copy"]);
+    assert_eq!(copy["spec"]["runStrategy"], "Halted");
+    let claim = claim_of_root(&env, "db-copy");
+    assert!(claim.starts_with("restore-"), "{claim}");
+    assert_eq!(claim_of_root(&env, "db"), "db-root");
+    assert!(vmi_exists(&env, "db"));
+    assert_eq!(exported_sha(&env, &claim), before);
+    ok(env.vm(&["stop", "db"]));
+    assert_eq!(exported_sha(&env, "db-root"), after);
+    // The debug bundles know them: db's snapshot, db-copy's restore.
+    let (archive, _) = crate::debug_info::collect(&env, &["db"]);
+    let files = crate::debug_info::listing(&archive);
+    assert!(
+        files.contains(&"virtualmachinesnapshot/s1.yaml".to_string()),
+        "{files:?}"
+    );
+    let (archive, _) = crate::debug_info::collect(&env, &["db-copy"]);
+    let files = crate::debug_info::listing(&archive);
+    assert!(
+        files
+            .iter()
+            .any(|f| f.starts_with("virtualmachinerestore/s1-restore-")),
+        "{files:?}"
+    );
+}
+
+#[test]
+fn kubevirt_delete_only_ours_with_the_uid() {
+    let env = running_db();
+    ok(env.vm(&["snapshot", "create", "db", "mine"]));
+    env.emulator.put_object(json!({
+        "apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineSnapshot",
+        "metadata": {"name": "theirs", "namespace": "default"},
+        "spec": {"source": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "db"}}
+    }));
+    env.emulator.clear_requests();
+    let err = fails(&env, &["snapshot", "delete", "mine", "theirs"], 1);
+    assert!(err.contains("theirs was not made by kubectl vm"), "{err}");
+    assert!(changes(&env).is_empty(), "{:?}", changes(&env));
+    let uid = kubectl_json(&env, &["get", "vmsnapshot", "mine"])["metadata"]["uid"].clone();
+    assert_eq!(
+        ok(env.vm(&["snapshot", "delete", "mine"])),
+        "virtualmachinesnapshot.snapshot.kubevirt.io \"mine\" deleted\n"
+    );
+    let deletes: Vec<_> = env
+        .emulator
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "DELETE")
+        .collect();
+    assert_eq!(deletes.len(), 1);
+    assert_eq!(
+        deletes[0].path,
+        format!("{SNAP}/virtualmachinesnapshots/mine")
+    );
+    assert_eq!(deletes[0].json().unwrap()["preconditions"]["uid"], uid);
+    // Its content goes with it (the default deletionPolicy).
+    eventually("the content goes", || {
+        env.emulator
+            .objects(
+                "snapshot.kubevirt.io",
+                "virtualmachinesnapshotcontents",
+                Some("default"),
+            )
+            .iter()
+            .all(|c| c["spec"]["virtualMachineSnapshotName"] != "mine")
+    });
+    ok(env.vm(&["snapshot", "delete", "theirs", "--force"]));
+}
+
+#[test]
+fn kubevirt_bad_input_and_unknown_names() {
+    let env = running_db();
+    env.emulator.clear_requests();
+    for (args, code, needle) in [
+        (vec!["snapshot", "create", "db", "Bad_Name"], 2, "snapshot"),
+        (
+            vec!["snapshot", "restore", "x", "--new-vm", "No!"],
+            2,
+            "new VM",
+        ),
+        (vec!["snapshot", "delete", "UPPER"], 2, "snapshot"),
+    ] {
+        let err = fails(&env, &args, code);
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    assert!(env.emulator.requests().is_empty());
+    let err = fails(&env, &["snapshot", "create", "nope"], 1);
+    assert!(err.contains("nope"), "{err}");
+    let err = fails(&env, &["snapshot", "restore", "nope"], 1);
+    assert!(err.contains("nope"), "{err}");
+    assert!(changes(&env).is_empty(), "{:?}", changes(&env));
+}
