@@ -37,6 +37,11 @@ embedded!(
     "virtualmachinesnapshotcontents.snapshot.kubevirt.io.yaml"
 );
 embedded!(
+    VMCLONE,
+    "kubevirt",
+    "virtualmachineclones.clone.kubevirt.io.yaml"
+);
+embedded!(
     INSTANCETYPE,
     "kubevirt",
     "virtualmachineinstancetypes.instancetype.kubevirt.io.yaml"
@@ -184,6 +189,22 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
             true,
             vec![age(), c("ReadyToUse", "boolean", ".status.readyToUse")],
             SchemaRef::Embedded(&VMSNAPSHOTCONTENT),
+        ),
+        def(
+            "clone.kubevirt.io",
+            &["v1beta1", "v1alpha1"],
+            "virtualmachineclones",
+            "VirtualMachineClone",
+            &["vmclone", "vmclones"],
+            &["all"],
+            true,
+            true,
+            vec![
+                c("Phase", "string", ".status.phase"),
+                c("SourceVirtualMachine", "string", ".spec.source.name"),
+                c("TargetVirtualMachine", "string", ".spec.target.name"),
+            ],
+            SchemaRef::Embedded(&VMCLONE),
         ),
         def(
             "instancetype.kubevirt.io",
