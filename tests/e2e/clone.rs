@@ -30,11 +30,13 @@ fn get_json(env: &Env, args: &[&str]) -> Value {
     serde_json::from_str(&ok(env.kubectl(&all))).unwrap()
 }
 
-/// The source as kubectl shows it: resourceVersion and spec.
+/// The source as kubectl shows it: generation, labels, annotations and spec (its status moves
+/// on by itself while it runs, so its resourceVersion may too).
 fn source_state(env: &Env, kind: &str, name: &str) -> (Value, Value) {
     let vm = get_json(env, &["get", kind, name]);
+    let meta = &vm["metadata"];
     (
-        vm["metadata"]["resourceVersion"].clone(),
+        serde_json::json!([meta["generation"], meta["labels"], meta["annotations"]]),
         vm["spec"].clone(),
     )
 }
@@ -55,13 +57,14 @@ fn kubevirt_clone_runs_with_copies_of_the_disks() {
     // The source's disk holds known bytes: a raw file uploaded into it.
     let raw = env.dir.path().join("data.raw");
     crate::upload::noise(&raw, 8 * MIB);
-    let want = sha256_of(&raw);
     let out = env.vm(&[
         "upload",
         raw.to_str().unwrap(),
         "dv/src-root",
         "--size",
         "64Mi",
+        "--format",
+        "raw",
     ]);
     assert!(out.status.success(), "upload: {}", stderr(&out));
     ok(env.vm(&["create", "src", "--disk", "src-root", "--no-platform-ssh"]));
@@ -128,8 +131,20 @@ fn kubevirt_clone_runs_with_copies_of_the_disks() {
     assert_eq!(claim, "dst-rootdisk");
     let pvc = get_json(&env, &["get", "pvc", &claim]);
     assert_eq!(pvc["metadata"]["ownerReferences"][0]["name"], "dst");
-    // The bytes: both exported, equal to each other and to the uploaded file.
-    assert_eq!(export_sha(&env, "pvc/src-root"), want);
+    // The bytes: both exported, equal to each other and to the uploaded file grown with zeros
+    // to the claim's size (CDI resizes a raw upload to its volume).
+    let src_sha = export_sha(&env, "pvc/src-root");
+    let exported = std::fs::metadata(env.dir.path().join("pvc-src-root.img"))
+        .unwrap()
+        .len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&raw)
+        .unwrap()
+        .set_len(exported)
+        .unwrap();
+    let want = sha256_of(&raw);
+    assert_eq!(src_sha, want);
     assert_eq!(export_sha(&env, &format!("pvc/{claim}")), want);
     // The source is unchanged.
     assert_eq!(source_state(&env, "vm", "src"), before);
