@@ -830,4 +830,165 @@ mod tests {
         assert_eq!(rename("VirtualMachine", "root", &op), "p-root-s");
         assert_eq!(rename("VirtualMachine", "vm", &op), "p-vm2-s");
     }
+
+    fn app(flavor: crate::ServeFlavor) -> App {
+        App::new(
+            crate::registry::Registry::new(flavor),
+            std::time::Duration::from_secs(1),
+        )
+    }
+
+    fn ticks(app: &App, n: usize) {
+        for _ in 0..n {
+            crate::controllers::reconcile_all(app, true);
+        }
+    }
+
+    fn clone_phase(app: &App) -> Value {
+        app.store
+            .get(&Key::new(
+                CLONE_GROUP,
+                "virtualmachineclones",
+                "default",
+                "c",
+            ))
+            .map(|c| c["status"].clone())
+            .unwrap_or(Value::Null)
+    }
+
+    #[test]
+    fn kubevirt_clone_waits_for_its_source_then_goes_through_the_phases() {
+        let app = app(crate::ServeFlavor::KubeVirt);
+        app.store
+            .create(CLONE_GROUP, "virtualmachineclones", json!({"apiVersion": "clone.kubevirt.io/v1beta1",
+                "kind": "VirtualMachineClone", "metadata": {"name": "c", "namespace": "default"},
+                "spec": {"source": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "src"},
+                    "target": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "dst"}}}))
+            .unwrap();
+        ticks(&app, 2);
+        let st = clone_phase(&app);
+        assert!(st.get("phase").is_none(), "{st}");
+        let ready = st["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap();
+        assert_eq!(
+            ready["reason"],
+            "Source doesnt exist: VirtualMachine default/src"
+        );
+        app.store
+            .create("", "persistentvolumeclaims", json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "src-root", "namespace": "default"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+                "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}}))
+            .unwrap();
+        app.store
+            .create(KV, "virtualmachines", json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                "metadata": {"name": "src", "namespace": "default"},
+                "spec": {"runStrategy": "Halted", "template": {"spec": {"domain": {"devices": {}},
+                    "volumes": [{"name": "root", "persistentVolumeClaim": {"claimName": "src-root"}}]}}}}))
+            .unwrap();
+        let mut seen = vec![];
+        for _ in 0..6 {
+            crate::controllers::reconcile_all(&app, false);
+            if let Some(p) = clone_phase(&app)["phase"].as_str()
+                && seen.last().map(String::as_str) != Some(p)
+            {
+                seen.push(p.to_owned());
+            }
+            crate::controllers::reconcile_all(&app, true);
+            if let Some(p) = clone_phase(&app)["phase"].as_str()
+                && seen.last().map(String::as_str) != Some(p)
+            {
+                seen.push(p.to_owned());
+            }
+        }
+        assert_eq!(
+            seen,
+            [
+                "SnapshotInProgress",
+                "RestoreInProgress",
+                "CreatingTargetVM",
+                "Succeeded"
+            ]
+        );
+        let dst = app
+            .store
+            .get(&Key::new(KV, "virtualmachines", "default", "dst"))
+            .unwrap();
+        assert_eq!(dst["spec"]["runStrategy"], "Halted");
+        let claim =
+            dst["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+        assert!(claim.starts_with("restore-"), "{claim}");
+        assert_eq!(content_pvc(&app, "default", &claim), "src-root");
+        // Deleting the target VM deletes the succeeded clone.
+        app.store.delete(
+            &Key::new(KV, "virtualmachines", "default", "dst"),
+            crate::store::Propagation::Cascade,
+        );
+        ticks(&app, 1);
+        assert!(clone_phase(&app).is_null());
+    }
+
+    #[test]
+    fn deckhouse_clone_fails_on_a_taken_disk_name_and_creates_nothing() {
+        let app = app(crate::ServeFlavor::Deckhouse);
+        for (name, disk) in [("src", "src-root"), ("other", "dst-root")] {
+            app.store
+                .create(
+                    DH,
+                    "virtualdisks",
+                    json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+                    "kind": "VirtualDisk", "metadata": {"name": disk, "namespace": "default"},
+                    "spec": {"persistentVolumeClaim": {"size": "1Gi"}}}),
+                )
+                .unwrap();
+            app.store
+                .create(DH, "virtualmachines", json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+                    "kind": "VirtualMachine", "metadata": {"name": name, "namespace": "default"},
+                    "spec": {"runPolicy": "Manual", "blockDeviceRefs": [{"kind": "VirtualDisk", "name": disk}]}}))
+                .unwrap();
+        }
+        let rules = json!([{"from": {"kind": "VirtualMachine", "name": "src"}, "to": "dst"},
+            {"from": {"kind": "VirtualDisk", "name": "src-root"}, "to": "dst-root"}]);
+        app.store
+            .create(DH, "virtualmachineoperations", json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+                "kind": "VirtualMachineOperation", "metadata": {"name": "op", "namespace": "default"},
+                "spec": {"type": "Clone", "virtualMachineName": "src",
+                    "clone": {"mode": "Strict", "nameReplacement": rules}}}))
+            .unwrap();
+        ticks(&app, 6);
+        let op = app
+            .store
+            .get(&Key::new(DH, "virtualmachineoperations", "default", "op"))
+            .unwrap();
+        assert_eq!(op["status"]["phase"], "Failed", "{op}");
+        let completed = &op["status"]["conditions"][0];
+        assert_eq!(completed["reason"], "OperationFailed");
+        assert_eq!(
+            completed["message"],
+            "Clone is failed: fail to validate the resources: check the status"
+        );
+        let failed: Vec<&Value> = op["status"]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["status"] == "Failed")
+            .collect();
+        assert_eq!(failed.len(), 1);
+        assert_eq!(
+            failed[0]["message"],
+            "VirtualDisk with name dst-root already exists"
+        );
+        assert!(
+            app.store
+                .get(&Key::new(DH, "virtualmachines", "default", "dst"))
+                .is_none()
+        );
+    }
 }
