@@ -178,6 +178,9 @@ pub enum Command {
     Snapshot(commands::snapshot::SnapshotArgs),
     /// Expose ports of a VM as a Service (ClusterIP, NodePort, LoadBalancer)
     Expose(Box<commands::expose::ExposeArgs>),
+    /// Clone a VM to a new name, with copies of its disks (KubeVirt VirtualMachineClone,
+    /// Deckhouse VirtualMachineOperation Clone)
+    Clone(Box<commands::clone::CloneArgs>),
     /// Show the guest OS, kernel, hostname and time zone the guest agent reports
     Guestosinfo(commands::guest_info::GuestInfoArgs),
     /// Show the users logged in to the guest (guest agent)

@@ -8,6 +8,7 @@
 pub mod ansible_inventory;
 pub mod api;
 pub mod ca;
+pub mod clone;
 pub mod cluster;
 pub mod console;
 pub mod create;

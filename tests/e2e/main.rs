@@ -6,6 +6,7 @@ mod common;
 mod access;
 mod ansible;
 mod ca;
+mod clone;
 mod completion;
 mod console;
 mod create;

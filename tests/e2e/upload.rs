@@ -19,7 +19,7 @@ fn sh(cmd: &mut Command) {
 }
 
 /// A raw file of `size` bytes of pseudo-random data (no partition table: unknown format).
-fn noise(path: &Path, size: u64) {
+pub(crate) fn noise(path: &Path, size: u64) {
     let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ size;
     let mut data = Vec::with_capacity(size as usize);
     while (data.len() as u64) < size {

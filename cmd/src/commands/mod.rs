@@ -3,6 +3,7 @@
 pub mod ansible_inventory;
 pub mod arbitrate;
 pub mod ca;
+pub mod clone;
 pub mod collect_debug_info;
 pub mod completion;
 pub mod console;
@@ -78,6 +79,7 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Disk(args) => disk::cmd_disk(&global, args).await,
         Command::Snapshot(args) => snapshot::cmd_snapshot(&global, args).await,
         Command::Expose(args) => expose::cmd_expose(&global, *args).await,
+        Command::Clone(args) => clone::cmd_clone(&global, *args).await,
         Command::Guestosinfo(args) => {
             guest_info::cmd_guest_info(&global, kubevm::guest_info::Fact::OsInfo, args).await
         }

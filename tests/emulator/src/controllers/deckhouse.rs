@@ -91,6 +91,21 @@ pub(super) fn virtual_disk(app: &App, vd: &Value, tick: bool) {
         .map(String::from);
     if next != "Pending" {
         ensure_pvc(app, vd, &pvc_name, &size, class.clone());
+        // A clone's disk: its claim holds the source disk's bytes (clone.rs).
+        if let Some(source) = crate::clone::content_of_disk(vd) {
+            app.store.modify(
+                &crate::store::Key::new(
+                    "",
+                    "persistentvolumeclaims",
+                    meta_str(vd, "namespace"),
+                    &pvc_name,
+                ),
+                |o| {
+                    o["metadata"]["annotations"][crate::export_snapshot::CONTENT_OF] =
+                        serde_json::json!(source)
+                },
+            );
+        }
     }
     match next {
         "Provisioning" => importer::ensure(app, "vd", vd, None),

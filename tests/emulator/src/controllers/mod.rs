@@ -36,6 +36,12 @@ const RECONCILERS: &[(&str, &str, Reconciler)] = &[
         "virtualmachinepools",
         pool::kubevirt_pool,
     ),
+    // VM clones (clone.rs); Deckhouse's run as operations (lifecycle/).
+    (
+        crate::clone::CLONE_GROUP,
+        "virtualmachineclones",
+        crate::clone::kubevirt_clone,
+    ),
     // Lifecycle (lifecycle/): VMI phases, migrations, Deckhouse operations.
     (
         "kubevirt.io",

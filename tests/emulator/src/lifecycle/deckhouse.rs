@@ -136,6 +136,9 @@ pub fn vmop(app: &App, op: &Value, tick: bool) {
                 format!("The Start operation cannot be performed for a virtual machine in phase {vm_phase}"))),
             "Stop" | "Restart" | "Migrate" | "Evict" if vm_phase == "Stopped" => Some(("NotApplicableForVirtualMachinePhase",
                 format!("The {op_type} operation cannot be performed for a virtual machine in phase {vm_phase}"))),
+            // clone.go IsApplicableForVMPhase; service.go IsApplicableOrSetFailedPhase.
+            "Clone" if !matches!(vm_phase, "Running" | "Stopped") => Some(("NotApplicableForVirtualMachinePhase",
+                format!("Operation type Clone is not applicable for VirtualMachine in phase {vm_phase}"))),
             "Migrate" | "Evict" if vm.pointer("/spec/liveMigrationPolicy").and_then(Value::as_str) == Some("Manual") =>
                 Some(("NotApplicableForLiveMigrationPolicy", "The live migration policy does not allow migration".to_string())),
             _ => None,
@@ -265,6 +268,17 @@ pub fn vmop(app: &App, op: &Value, tick: bool) {
                 in_progress(reason, Some(&format!("{next}%")));
             }
         }
+        ("Clone", "Pending") => in_progress("CloneInProgress", None),
+        ("Clone", _) => match crate::clone::deckhouse_clone(app, op, &vm) {
+            Ok(true) => complete(None),
+            Ok(false) => {}
+            Err((resources, message)) => {
+                app.store.modify(&key, |o| {
+                    vmop_status(o, "Failed", false, "OperationFailed", &message, None);
+                    o["status"]["resources"] = resources;
+                });
+            }
+        },
         _ => fail(
             "OperationFailed",
             &format!("the emulator does not run {op_type} operations"),

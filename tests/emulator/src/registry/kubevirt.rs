@@ -42,6 +42,11 @@ embedded!(
     "virtualmachinerestores.snapshot.kubevirt.io.yaml"
 );
 embedded!(
+    VMCLONE,
+    "kubevirt",
+    "virtualmachineclones.clone.kubevirt.io.yaml"
+);
+embedded!(
     INSTANCETYPE,
     "kubevirt",
     "virtualmachineinstancetypes.instancetype.kubevirt.io.yaml"
@@ -207,6 +212,22 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
                 age(),
             ],
             SchemaRef::Embedded(&VMRESTORE),
+        ),
+        def(
+            "clone.kubevirt.io",
+            &["v1beta1", "v1alpha1"],
+            "virtualmachineclones",
+            "VirtualMachineClone",
+            &["vmclone", "vmclones"],
+            &["all"],
+            true,
+            true,
+            vec![
+                c("Phase", "string", ".status.phase"),
+                c("SourceVirtualMachine", "string", ".spec.source.name"),
+                c("TargetVirtualMachine", "string", ".spec.target.name"),
+            ],
+            SchemaRef::Embedded(&VMCLONE),
         ),
         def(
             "instancetype.kubevirt.io",

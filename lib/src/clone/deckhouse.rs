@@ -1,0 +1,160 @@
+//! Deckhouse: a VirtualMachineOperation `type: Clone` (FACTS §10; `pkg/controller/vmop/snapshot/
+//! internal/service/clone.go`). The source may be Running or Stopped. Names come from
+//! `clone.nameReplacement`: the VM becomes NEW, each VirtualDisk `SRC-x` becomes `NEW-x` (any
+//! other `d` becomes `NEW-d`), and so does the provisioning Secret. The controller creates the
+//! VM without labels and the disks with the source disks' labels (`restorer/vm_restorer.go`,
+//! `snapshot_resources.go`), so afterwards the VM and its disks are labelled for NEW here. The
+//! operation stays as the record of the clone.
+
+use serde_json::{Value, json};
+
+use super::{CloneRequest, label, our_labels};
+use crate::api::{DECKHOUSE_VM, VIRTUAL_DISK};
+use crate::cluster::Cluster;
+use crate::error::Result;
+
+/// What the operation will make.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The VirtualMachineOperation.
+    pub operation: Value,
+    /// `(source disk, new disk)`.
+    pub disks: Vec<(String, String)>,
+}
+
+/// The new name of the source's `name` (a disk or Secret) for the clone `target`.
+pub fn new_name(source_vm: &str, target: &str, name: &str) -> String {
+    match name.strip_prefix(&format!("{source_vm}-")) {
+        Some(rest) => format!("{target}-{rest}"),
+        None => format!("{target}-{name}"),
+    }
+}
+
+/// The operation's name for a new VM `target`.
+pub fn operation_name(target: &str) -> String {
+    format!("clone-{target}")
+}
+
+/// The operation cloning `source` for `request`.
+pub fn plan(request: &CloneRequest, source: &Value) -> Plan {
+    let src = request.source.name.as_str();
+    let target = request.target.as_str();
+    let disks: Vec<(String, String)> = source
+        .pointer("/spec/blockDeviceRefs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|r| r["kind"] == "VirtualDisk")
+        .filter_map(|r| r["name"].as_str())
+        .map(|d| (d.to_owned(), new_name(src, target, d)))
+        .collect();
+    let mut rules = vec![json!({"from": {"kind": "VirtualMachine", "name": src}, "to": target})];
+    for (old, new) in &disks {
+        rules.push(json!({"from": {"kind": "VirtualDisk", "name": old}, "to": new}));
+    }
+    if let Some(secret) = source
+        .pointer("/spec/provisioning/userDataRef")
+        .filter(|r| r["kind"] == "Secret")
+        .and_then(|r| r["name"].as_str())
+    {
+        rules.push(json!({"from": {"kind": "Secret", "name": secret}, "to": new_name(src, target, secret)}));
+    }
+    Plan {
+        operation: json!({
+            "apiVersion": crate::lifecycle::deckhouse::VMOP.api_version(),
+            "kind": "VirtualMachineOperation",
+            "metadata": {
+                "name": operation_name(target),
+                "namespace": request.source.namespace,
+                "labels": our_labels(target),
+            },
+            "spec": {
+                "type": "Clone",
+                "virtualMachineName": src,
+                "clone": {"mode": "Strict", "nameReplacement": rules},
+            },
+        }),
+        disks,
+    }
+}
+
+/// `(phase, detail, end)` of the operation: `end` is set once it completed or failed.
+pub fn progress(
+    op: &Value,
+) -> (
+    String,
+    Option<String>,
+    Option<std::result::Result<(), String>>,
+) {
+    let phase = op
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let completed = op
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Completed")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let reason = completed["reason"].as_str().map(str::to_owned);
+    let name = op["metadata"]["name"].as_str().unwrap_or_default();
+    match phase.as_str() {
+        "Completed" => (phase, None, Some(Ok(()))),
+        "Failed" | "Superseded" => {
+            let mut message = completed["message"]
+                .as_str()
+                .filter(|m| !m.is_empty())
+                .map(str::to_owned)
+                .or(reason.clone())
+                .unwrap_or_else(|| "no reason given".into());
+            let failed: Vec<&str> = op
+                .pointer("/status/resources")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|r| r["status"] == "Failed")
+                .filter_map(|r| r["message"].as_str())
+                .collect();
+            if !failed.is_empty() {
+                message = format!("{message} ({})", failed.join("; "));
+            }
+            (
+                phase,
+                reason,
+                Some(Err(format!(
+                    "virtualmachineoperation {name:?} failed: {message}"
+                ))),
+            )
+        }
+        _ => (phase, reason, None),
+    }
+}
+
+/// After success: label the new VM and its disks for it (they carried the source's labels or
+/// none). Returns the disks' names.
+pub async fn adopt(cluster: &Cluster, request: &CloneRequest) -> Result<Vec<String>> {
+    let ns = request.source.namespace.as_str();
+    let target = request.target.as_str();
+    label(cluster, &DECKHOUSE_VM, ns, target, our_labels(target)).await?;
+    let vm = crate::lifecycle::get_vm(
+        cluster,
+        crate::flavor::Flavor::Deckhouse,
+        &request.target_ref(),
+    )
+    .await?;
+    let disks: Vec<String> = vm
+        .pointer("/spec/blockDeviceRefs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|r| r["kind"] == "VirtualDisk")
+        .filter_map(|r| r["name"].as_str().map(str::to_owned))
+        .collect();
+    for disk in &disks {
+        label(cluster, &VIRTUAL_DISK, ns, disk, our_labels(target)).await?;
+    }
+    Ok(disks)
+}

@@ -1,0 +1,294 @@
+//! `clone` end to end on both platforms: the new VM runs with disks of its own whose bytes
+//! equal the source's (both exported, sha256sum compared, and on KubeVirt against the file
+//! uploaded into the source), the source is unchanged (resourceVersion and spec read with real
+//! kubectl before and after), `delete NEW` removes the clone and leaves the source; a taken
+//! name or an unknown source is one line with nothing created. The requests the clone sends
+//! are checked against FACTS (KubeVirt `clone.kubevirt.io/v1beta1` VirtualMachineClone,
+//! Deckhouse VirtualMachineOperation `type: Clone` with `clone.nameReplacement`).
+
+use kubevm_emulator::ServeFlavor;
+use serde_json::Value;
+
+use crate::common::{Env, fails, ok, stderr, stdout};
+use crate::export::sha256_of;
+
+const MIB: u64 = 1 << 20;
+
+/// `(method, path, body)` of the requests that change something.
+fn changes(env: &Env) -> Vec<(String, String, Option<Value>)> {
+    env.emulator
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| (r.method.clone(), r.path.clone(), r.json()))
+        .collect()
+}
+
+fn get_json(env: &Env, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&ok(env.kubectl(&all))).unwrap()
+}
+
+/// The source as kubectl shows it: generation, labels, annotations and spec (its status moves
+/// on by itself while it runs, so its resourceVersion may too).
+fn source_state(env: &Env, kind: &str, name: &str) -> (Value, Value) {
+    let vm = get_json(env, &["get", kind, name]);
+    let meta = &vm["metadata"];
+    (
+        serde_json::json!([meta["generation"], meta["labels"], meta["annotations"]]),
+        vm["spec"].clone(),
+    )
+}
+
+fn export_sha(env: &Env, target: &str) -> String {
+    let file = env
+        .dir
+        .path()
+        .join(format!("{}.img", target.replace('/', "-")));
+    let out = crate::export::export(env, &[target, "-o", file.to_str().unwrap()]);
+    assert!(out.status.success(), "export {target}: {}", stderr(&out));
+    sha256_of(&file)
+}
+
+#[test]
+fn kubevirt_clone_runs_with_copies_of_the_disks() {
+    let env = Env::kubevirt();
+    // The source's disk holds known bytes: a raw file uploaded into it.
+    let raw = env.dir.path().join("data.raw");
+    crate::upload::noise(&raw, 8 * MIB);
+    let out = env.vm(&[
+        "upload",
+        raw.to_str().unwrap(),
+        "dv/src-root",
+        "--size",
+        "64Mi",
+        "--format",
+        "raw",
+    ]);
+    assert!(out.status.success(), "upload: {}", stderr(&out));
+    ok(env.vm(&["create", "src", "--disk", "src-root", "--no-platform-ssh"]));
+    let before = source_state(&env, "vm", "src");
+    env.emulator.clear_requests();
+    let out = env.vm(&["clone", "src", "dst", "--start"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "virtualmachine.kubevirt.io/dst cloned from default/src with disks dst-rootdisk; started\n",
+        "{}",
+        stderr(&out)
+    );
+    let err = stderr(&out);
+    for phase in [
+        "accepted",
+        "SnapshotInProgress",
+        "RestoreInProgress",
+        "CreatingTargetVM",
+        "Succeeded",
+    ] {
+        assert!(err.contains(phase), "{phase} missing in:\n{err}");
+    }
+    // The one write of the clone is the VirtualMachineClone (FACTS: clone.kubevirt.io/v1beta1);
+    // then the start.
+    let wire = changes(&env);
+    assert_eq!(
+        (wire[0].0.as_str(), wire[0].1.as_str()),
+        (
+            "POST",
+            "/apis/clone.kubevirt.io/v1beta1/namespaces/default/virtualmachineclones"
+        ),
+        "{wire:#?}"
+    );
+    let body = wire[0].2.clone().unwrap();
+    assert_eq!(body["spec"]["source"]["name"], "src");
+    assert_eq!(body["spec"]["source"]["kind"], "VirtualMachine");
+    assert_eq!(body["spec"]["target"]["name"], "dst");
+    assert!(
+        wire[1..].iter().all(|(m, p, _)| p
+            .starts_with("/apis/kubevirt.io/v1/namespaces/default/virtualmachines/dst")
+            || p.starts_with(
+                "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachines/dst/start"
+            )
+            || (m == "PUT" && p.contains("/dst/"))),
+        "{wire:#?}"
+    );
+    // Runs, with a claim of its own, labelled as ours; no MAC or serial of the source.
+    let dst = get_json(&env, &["get", "vm", "dst"]);
+    assert_eq!(dst["status"]["printableStatus"], "Running");
+    assert_eq!(dst["metadata"]["labels"]["kubevm.io/vm"], "dst");
+    assert_eq!(
+        dst["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "kubectl-vm"
+    );
+    let claim = dst["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|v| v.pointer("/persistentVolumeClaim/claimName"))
+        .and_then(Value::as_str)
+        .unwrap()
+        .to_owned();
+    assert_eq!(claim, "dst-rootdisk");
+    let pvc = get_json(&env, &["get", "pvc", &claim]);
+    assert_eq!(pvc["metadata"]["ownerReferences"][0]["name"], "dst");
+    // The bytes: both exported, equal to each other and to the uploaded file grown with zeros
+    // to the claim's size (CDI resizes a raw upload to its volume).
+    let src_sha = export_sha(&env, "pvc/src-root");
+    let exported = std::fs::metadata(env.dir.path().join("pvc-src-root.img"))
+        .unwrap()
+        .len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&raw)
+        .unwrap()
+        .set_len(exported)
+        .unwrap();
+    let want = sha256_of(&raw);
+    assert_eq!(src_sha, want);
+    assert_eq!(export_sha(&env, &format!("pvc/{claim}")), want);
+    // The source is unchanged.
+    assert_eq!(source_state(&env, "vm", "src"), before);
+    // The clone object stays, Succeeded (KubeVirt deletes it with its target VM).
+    let record = get_json(&env, &["get", "vmclone", "clone-dst"]);
+    assert_eq!(record["status"]["phase"], "Succeeded");
+
+    // A taken name: one line, nothing created.
+    env.emulator.clear_requests();
+    let err = fails(&env, &["clone", "src", "dst"], 1);
+    assert_eq!(
+        err,
+        "Error: virtualmachine \"dst\" already exists in namespace \"default\"; nothing was created (choose another name)"
+    );
+    // An unknown source: one line, nothing created.
+    let err = fails(&env, &["clone", "nope", "dst2"], 1);
+    assert!(err.contains("\"nope\" not found"), "{err}");
+    // Bad names: refused before any request.
+    let err = fails(&env, &["clone", "src", "Bad_Name"], 2);
+    assert!(err.starts_with("Error: "), "{err}");
+    assert!(changes(&env).is_empty(), "{:#?}", changes(&env));
+
+    // delete dst takes the clone (and its claim) and leaves the source.
+    ok(env.vm(&["delete", "dst"]));
+    assert!(!env.kubectl(&["get", "vm", "dst"]).status.success());
+    assert_eq!(source_state(&env, "vm", "src"), before);
+    assert!(env.kubectl(&["get", "pvc", "src-root"]).status.success());
+}
+
+#[test]
+fn kubevirt_dry_runs_send_nothing_or_are_not_stored() {
+    let env = Env::kubevirt();
+    env.emulator.clear_requests();
+    let out = env.vm(&["clone", "web", "web-2", "--dry-run", "-o", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let object: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(object["kind"], "VirtualMachineClone");
+    assert_eq!(object["apiVersion"], "clone.kubevirt.io/v1beta1");
+    assert!(changes(&env).is_empty());
+    let out = env.vm(&["clone", "web", "web-2", "--dry-run=server", "-o", "name"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "virtualmachine.kubevirt.io/web-2\n");
+    let wire = changes(&env);
+    assert_eq!(wire.len(), 1, "{wire:#?}");
+    assert!(
+        !env.kubectl(&["get", "vmclone", "clone-web-2"])
+            .status
+            .success()
+    );
+}
+
+#[test]
+fn deckhouse_clone_runs_with_copies_of_the_disks() {
+    let env = Env::with_step(
+        ServeFlavor::Deckhouse,
+        "deckhouse.yaml",
+        std::time::Duration::from_millis(100),
+    );
+    ok(env.vm(&["create", "src", "--blank", "64Mi", "--no-platform-ssh"]));
+    let before = source_state(&env, "vm", "src");
+    let src_disks: Vec<String> = before.1["blockDeviceRefs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "VirtualDisk")
+        .map(|r| r["name"].as_str().unwrap().to_owned())
+        .collect();
+    env.emulator.clear_requests();
+    let out = env.vm(&["clone", "src", "dst", "--start", "-o", "name"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "virtualmachine.virtualization.deckhouse.io/dst\n"
+    );
+    let err = stderr(&out);
+    for phase in ["accepted", "InProgress", "Completed"] {
+        assert!(err.contains(phase), "{phase} missing in:\n{err}");
+    }
+    let wire = changes(&env);
+    assert_eq!(
+        (wire[0].0.as_str(), wire[0].1.as_str()),
+        (
+            "POST",
+            "/apis/virtualization.deckhouse.io/v1alpha2/namespaces/default/virtualmachineoperations"
+        ),
+        "{wire:#?}"
+    );
+    let op = wire[0].2.clone().unwrap();
+    assert_eq!(op["spec"]["type"], "Clone");
+    assert_eq!(op["spec"]["virtualMachineName"], "src");
+    let rules = op["spec"]["clone"]["nameReplacement"].as_array().unwrap();
+    assert!(
+        rules
+            .iter()
+            .any(|r| r["from"]["kind"] == "VirtualMachine" && r["to"] == "dst")
+    );
+    // The other writes label the new VM and its disks (merge patches), nothing else.
+    assert!(
+        wire[1..].iter().all(|(m, p, _)| m == "PATCH"
+            && (p.ends_with("/virtualmachines/dst") || p.contains("/virtualdisks/dst-"))),
+        "{wire:#?}"
+    );
+    let dst = get_json(&env, &["get", "vm", "dst"]);
+    assert_eq!(dst["status"]["phase"], "Running");
+    assert_eq!(dst["metadata"]["labels"]["kubevm.io/vm"], "dst");
+    let dst_disks: Vec<String> = dst["spec"]["blockDeviceRefs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "VirtualDisk")
+        .map(|r| r["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(dst_disks.len(), src_disks.len());
+    for (s, d) in src_disks.iter().zip(&dst_disks) {
+        assert_ne!(s, d);
+        let vd = get_json(&env, &["get", "vd", d]);
+        assert_eq!(vd["metadata"]["labels"]["kubevm.io/vm"], "dst");
+        assert_eq!(vd["metadata"]["ownerReferences"][0]["name"], "dst");
+        let src_pvc =
+            get_json(&env, &["get", "vd", s])["status"]["target"]["persistentVolumeClaimName"]
+                .clone();
+        assert_ne!(vd["status"]["target"]["persistentVolumeClaimName"], src_pvc);
+        assert_eq!(
+            export_sha(&env, &format!("vd/{s}")),
+            export_sha(&env, &format!("vd/{d}"))
+        );
+    }
+    assert_eq!(source_state(&env, "vm", "src"), before);
+    // The operation is kept as the record.
+    let record = get_json(&env, &["get", "vmop", "clone-dst"]);
+    assert_eq!(record["status"]["phase"], "Completed");
+
+    env.emulator.clear_requests();
+    let err = fails(&env, &["clone", "src", "dst"], 1);
+    assert_eq!(
+        err,
+        "Error: virtualmachine \"dst\" already exists in namespace \"default\"; nothing was created (choose another name)"
+    );
+    let err = fails(&env, &["clone", "nope", "dst2"], 1);
+    assert!(err.contains("\"nope\" not found"), "{err}");
+    assert!(changes(&env).is_empty(), "{:#?}", changes(&env));
+    ok(env.vm(&["delete", "dst"]));
+    assert_eq!(source_state(&env, "vm", "src"), before);
+    for s in &src_disks {
+        assert!(env.kubectl(&["get", "vd", s]).status.success());
+    }
+}
