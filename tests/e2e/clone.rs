@@ -241,10 +241,19 @@ fn deckhouse_clone_runs_with_copies_of_the_disks() {
             .iter()
             .any(|r| r["from"]["kind"] == "VirtualMachine" && r["to"] == "dst")
     );
-    // The other writes label the new VM and its disks (merge patches), nothing else.
+    // The other writes label the new VM and its disks, and make the operation and the copied
+    // Secret the new VM's (merge patches), nothing else.
     assert!(
         wire[1..].iter().all(|(m, p, _)| m == "PATCH"
-            && (p.ends_with("/virtualmachines/dst") || p.contains("/virtualdisks/dst-"))),
+            && (p.ends_with("/virtualmachines/dst")
+                || p.contains("/virtualdisks/dst-")
+                || p.ends_with("/virtualmachineoperations/clone-dst")
+                || p.contains("/secrets/dst-"))),
+        "{wire:#?}"
+    );
+    assert!(
+        wire.iter()
+            .any(|(_, p, _)| p.ends_with("/virtualmachineoperations/clone-dst")),
         "{wire:#?}"
     );
     let dst = get_json(&env, &["get", "vm", "dst"]);
@@ -286,9 +295,43 @@ fn deckhouse_clone_runs_with_copies_of_the_disks() {
     let err = fails(&env, &["clone", "nope", "dst2"], 1);
     assert!(err.contains("\"nope\" not found"), "{err}");
     assert!(changes(&env).is_empty(), "{:#?}", changes(&env));
+    // The record and the copied Secret are owned by the new VM: they go with it.
+    let dst = get_json(
+        &env,
+        &["get", "virtualmachines.virtualization.deckhouse.io", "dst"],
+    );
+    let copied_secret = dst["spec"]["provisioning"]["userDataRef"]["name"]
+        .as_str()
+        .map(str::to_owned);
+    let record = get_json(&env, &["get", "vmop", "clone-dst"]);
+    assert_eq!(
+        record["metadata"]["ownerReferences"][0]["uid"],
+        dst["metadata"]["uid"]
+    );
+    if let Some(secret) = &copied_secret {
+        let sec = get_json(&env, &["get", "secret", secret]);
+        assert_eq!(
+            sec["metadata"]["ownerReferences"][0]["uid"],
+            dst["metadata"]["uid"]
+        );
+    }
     ok(env.vm(&["delete", "dst"]));
     assert_eq!(source_state(&env, "vm", "src"), before);
     for s in &src_disks {
         assert!(env.kubectl(&["get", "vd", s]).status.success());
     }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while env.kubectl(&["get", "vmop", "clone-dst"]).status.success()
+        || copied_secret
+            .as_ref()
+            .is_some_and(|s| env.kubectl(&["get", "secret", s]).status.success())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "clone-dst or its Secret stayed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // So the same name can be cloned again.
+    ok(env.vm(&["clone", "src", "dst"]));
 }

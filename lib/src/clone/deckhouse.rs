@@ -4,12 +4,14 @@
 //! other `d` becomes `NEW-d`), and so does the provisioning Secret. The controller creates the
 //! VM without labels and the disks with the source disks' labels (`restorer/vm_restorer.go`,
 //! `snapshot_resources.go`), so afterwards the VM and its disks are labelled for NEW here. The
-//! operation stays as the record of the clone.
+//! operation stays as the record of the clone, owned by the new VM (like KubeVirt's clone
+//! object): `delete NEW` takes it and the copied provisioning Secret, and NEW can be cloned
+//! again.
 
 use serde_json::{Value, json};
 
 use super::{CloneRequest, label, our_labels};
-use crate::api::{DECKHOUSE_VM, VIRTUAL_DISK};
+use crate::api::{DECKHOUSE_VM, Kind, SECRET, VIRTUAL_DISK};
 use crate::cluster::Cluster;
 use crate::error::Result;
 
@@ -156,5 +158,68 @@ pub async fn adopt(cluster: &Cluster, request: &CloneRequest) -> Result<Vec<Stri
     for disk in &disks {
         label(cluster, &VIRTUAL_DISK, ns, disk, our_labels(target)).await?;
     }
+    let owner = json!({
+        "apiVersion": DECKHOUSE_VM.api_version(), "kind": "VirtualMachine",
+        "name": target, "uid": vm.pointer("/metadata/uid").cloned().unwrap_or_default(),
+    });
+    let operation = operation_name(target);
+    add_owner(
+        cluster,
+        &crate::lifecycle::deckhouse::VMOP,
+        ns,
+        &operation,
+        &owner,
+    )
+    .await?;
+    // The Secret the operation copied: nameReplacement renames the source's to `NEW-…`, so the
+    // new VM refers to the copy, never to the source's own.
+    if let Some(secret) = vm
+        .pointer("/spec/provisioning/userDataRef")
+        .filter(|r| r["kind"] == "Secret")
+        .and_then(|r| r["name"].as_str())
+        .filter(|s| s.starts_with(&format!("{target}-")))
+    {
+        add_owner(cluster, &SECRET, ns, secret, &owner).await?;
+    }
     Ok(disks)
+}
+
+/// Adds `owner` to the ownerReferences of `name` (a JSON merge patch replaces the list, so the
+/// patch carries the object's resourceVersion: a concurrent change makes it fail, not vanish).
+async fn add_owner(
+    cluster: &Cluster,
+    kind: &Kind,
+    ns: &str,
+    name: &str,
+    owner: &Value,
+) -> Result<()> {
+    let api = kind.api(&cluster.client, Some(ns));
+    let Some(obj) = api
+        .get_opt(name)
+        .await
+        .map_err(|e| cluster.error(e, &kind.action("get", Some(ns)).named(name)))?
+    else {
+        return Ok(());
+    };
+    let mut refs = obj.metadata.owner_references.clone().unwrap_or_default();
+    if refs.iter().any(|r| Some(&json!(r.uid)) == owner.get("uid")) {
+        return Ok(());
+    }
+    let mut refs: Vec<Value> = refs
+        .drain(..)
+        .map(|r| serde_json::to_value(r).unwrap_or_default())
+        .collect();
+    refs.push(owner.clone());
+    let patch = json!({"metadata": {
+        "resourceVersion": obj.metadata.resource_version,
+        "ownerReferences": refs,
+    }});
+    api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(patch),
+    )
+    .await
+    .map_err(|e| cluster.error(e, &kind.action("patch", Some(ns)).named(name)))?;
+    Ok(())
 }
