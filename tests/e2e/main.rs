@@ -40,5 +40,7 @@ mod signer;
 mod ssh;
 mod ssh_tools;
 mod upload;
+mod upload_deckhouse;
+mod upload_interrupt;
 mod version;
 mod vnc;
