@@ -255,8 +255,9 @@ fn reference(dir: &tempfile::TempDir, image: &std::path::Path) -> String {
 }
 
 /// A ClusterVirtualImage's uploader runs in `d8-virtualization` (upstream
-/// `pkg/controller/cvi/internal/source/upload.go` puts its supplements in the controller's
-/// namespace); the image lands in DVCR under `cvi/NAME`.
+/// `images/virtualization-artifact/pkg/controller/cvi/internal/source/upload.go`:
+/// `supplements.NewGenerator(CVIShortName, name, controllerNamespace, uid)`); the image lands
+/// in DVCR under `cvi/NAME`.
 #[test]
 fn a_cluster_virtual_image_takes_an_upload_through_its_uploader_in_d8_virtualization() {
     let (emu, dir) = start();
