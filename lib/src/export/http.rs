@@ -451,3 +451,36 @@ async fn first_line(response: Response<Incoming>) -> String {
         .take(200)
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Plain HTTP is refused before any connection unless it goes through a port-forward
+    /// without credentials.
+    #[tokio::test]
+    async fn plain_http_only_through_a_port_forward_and_without_credentials() {
+        let config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+        let direct = HttpClient::new(&config, "", false, Credentials::None, Route::Direct).unwrap();
+        let kube_creds = HttpClient::new(
+            &config,
+            "",
+            false,
+            Credentials::Kube(Box::new(config.clone())),
+            Route::Direct,
+        )
+        .unwrap();
+        for client in [direct, kube_creds] {
+            match client
+                .send(Method::GET, "http://127.0.0.1:6443/upload", &[])
+                .await
+            {
+                Err(HttpError::Connect { message, retryable }) => {
+                    assert!(message.contains("plain HTTP"), "{message}");
+                    assert!(!retryable);
+                }
+                other => panic!("{:?}", other.map(|r| r.status())),
+            }
+        }
+    }
+}
