@@ -43,5 +43,7 @@ mod snapshot;
 mod ssh;
 mod ssh_tools;
 mod upload;
+mod upload_deckhouse;
+mod upload_interrupt;
 mod version;
 mod vnc;

@@ -13,7 +13,7 @@ use crate::export::sha256_of;
 
 const MIB: u64 = 1 << 20;
 
-fn sh(cmd: &mut Command) {
+pub(crate) fn sh(cmd: &mut Command) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(out.status.success(), "{cmd:?}: {out:?}");
 }
@@ -33,7 +33,7 @@ pub(crate) fn noise(path: &Path, size: u64) {
 }
 
 /// A qcow2 of `size` made by qemu-img from random data (holes left where qemu-img finds zeros).
-fn qcow2(dir: &Path, size: u64) -> PathBuf {
+pub(crate) fn qcow2(dir: &Path, size: u64) -> PathBuf {
     let raw = dir.join("src.raw");
     noise(&raw, size);
     let qcow2 = dir.join("disk.qcow2");
@@ -50,7 +50,7 @@ fn qcow2(dir: &Path, size: u64) -> PathBuf {
 }
 
 /// sha256 of `qemu-img convert -O raw` of `image` (to a file, then sha256sum).
-fn reference(image: &Path, dir: &Path) -> String {
+pub(crate) fn reference(image: &Path, dir: &Path) -> String {
     let out = dir.join("reference.raw");
     sh(Command::new("qemu-img")
         .args(["convert", "-q", "-O", "raw"])
@@ -155,7 +155,10 @@ fn bad_inputs_are_one_line_and_leave_nothing() {
             vec!["upload", image, "dv/c", "--size", "4Mi"],
             "smaller than the image's virtual size",
         ),
-        (vec!["upload", image, "vi/d"], "not implemented"),
+        (
+            vec!["upload", image, "vi/d"],
+            "needs Deckhouse virtualization",
+        ),
         (
             vec!["upload", image, "dv/Bad_Name"],
             "invalid upload target",
@@ -240,4 +243,32 @@ fn a_name_taken_is_refused_and_kept() {
     ]);
     assert!(!out.status.success());
     assert!(data_volumes(&env).contains("datavolume.cdi.kubevirt.io/theirs"));
+}
+
+/// The upload's result boots: `create --disk` of the uploaded DataVolume's PVC runs.
+#[test]
+fn a_vm_boots_from_the_uploaded_disk() {
+    let env = Env::kubevirt();
+    let image = qcow2(env.dir.path(), 8 * MIB);
+    let out = env.vm(&["upload", image.to_str().unwrap(), "dv/boot-disk"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = env.vm(&[
+        "create",
+        "from-disk",
+        "--disk",
+        "boot-disk",
+        "--wait",
+        "--timeout",
+        "2m",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = env.kubectl(&["get", "vmi", "from-disk", "-o", "json"]);
+    let vmi: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(vmi["status"]["phase"], "Running", "{vmi}");
+    assert!(
+        vmi["spec"]["volumes"]
+            .to_string()
+            .contains("\"claimName\":\"boot-disk\""),
+        "{vmi}"
+    );
 }

@@ -1,6 +1,8 @@
-//! `kubectl vm upload FILE dv/NAME`: a local disk image into a DataVolume through CDI's
-//! upload proxy. The library does the work; this module checks flags and renders events
-//! (progress bar on a terminal, a plain line every 5 s otherwise).
+//! `kubectl vm upload FILE dv/NAME|pvc/NAME|vi/NAME|cvi/NAME|vd/NAME`: a local disk image into
+//! a DataVolume through CDI's upload proxy (KubeVirt), or into a VirtualImage,
+//! ClusterVirtualImage or VirtualDisk through its uploader (Deckhouse). The library does the
+//! work; this module checks flags and renders events (progress bar on a terminal, a plain
+//! line every 5 s otherwise).
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -17,7 +19,7 @@ use crate::error::{CommandError, CommandResult};
 /// Arguments of `upload`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Reads the image first (qcow2, raw, ISO, VMDK, VHD, VHDX, gzip and xz are recognised by their\nmagic bytes; the virtual size comes from the header), creates a DataVolume with source.upload\n(labelled as made by kubectl vm, with CDI's immediate-binding annotation so WaitForFirstConsumer\nstorage does not wait for a VM), asks CDI for an upload token and streams the file to the upload\nproxy (CDIConfig's uploadProxyURL, --uploadproxy-url, or when that cannot be reached, a\nport-forward to the proxy pod through the API server). The sha256 of the bytes sent is printed.\nCDI converts the image to a raw disk. A network error restarts the upload from the beginning\n(CDI cannot resume). On failure or Ctrl-C the DataVolume this run created is deleted (unless\n--keep).\n\nExamples:\n  kubectl vm upload fedora.qcow2 dv/fedora-root\n  kubectl vm upload win.iso dv/win-installer --size 8Gi --storage-class fast\n  kubectl vm upload disk.raw.xz dv/golden --uploadproxy-url cdi-uploadproxy.example.com\n  kubectl vm upload disk.img dv/existing --no-create\n  kubectl vm upload blob.bin dv/blob --format raw -o name"
+    after_help = "Reads the image first (qcow2, raw, ISO, VMDK, VHD, VHDX, gzip and xz are recognised by their\nmagic bytes; the virtual size comes from the header), creates a DataVolume with source.upload\n(labelled as made by kubectl vm, with CDI's immediate-binding annotation so WaitForFirstConsumer\nstorage does not wait for a VM), asks CDI for an upload token and streams the file to the upload\nproxy (CDIConfig's uploadProxyURL, --uploadproxy-url, or when that cannot be reached, a\nport-forward to the proxy pod through the API server). The sha256 of the bytes sent is printed.\nCDI converts the image to a raw disk.\n\nOn Deckhouse (vi/, cvi/, vd/) the file is read once first to compute its sha256, which goes\ninto the new object's dataSource.upload.checksum so the platform checks what it receives; the\nfile is sent to status.imageUploadURLs.external (TLS checked against the system's CAs, as\ncurl does) or, when that cannot be reached, to the in-cluster URL through a port-forward to\nthe uploader pod. A platform failure (a checksum mismatch) is shown in its words.\n\nA network error restarts the upload from the beginning (neither server can resume). On failure\nor Ctrl-C the object this run created is deleted (unless --keep).\n\nExamples:\n  kubectl vm upload fedora.qcow2 dv/fedora-root\n  kubectl vm upload fedora.qcow2 vd/fedora-root --size 20Gi\n  kubectl vm upload ubuntu.img vi/ubuntu\n  kubectl vm upload debian.qcow2 cvi/debian-12\n  kubectl vm upload win.iso dv/win-installer --size 8Gi --storage-class fast\n  kubectl vm upload disk.raw.xz dv/golden --uploadproxy-url cdi-uploadproxy.example.com\n  kubectl vm upload disk.img dv/existing --no-create\n  kubectl vm upload blob.bin dv/blob --format raw -o name"
 )]
 pub struct UploadArgs {
     /// The local image file
@@ -25,12 +27,13 @@ pub struct UploadArgs {
     pub file: PathBuf,
 
     /// Where it goes: dv/NAME (a new DataVolume, or an existing one with --no-create) or
-    /// pvc/NAME (the PVC of a DataVolume of that name). A bare NAME is dv/NAME
+    /// pvc/NAME (the PVC of a DataVolume of that name) on KubeVirt; vi/NAME, cvi/NAME or
+    /// vd/NAME on Deckhouse. A bare NAME is dv/NAME
     #[arg(value_name = "TARGET")]
     pub target: String,
 
-    /// Volume size (a quantity: 10Gi); default the image's virtual size. Smaller than the
-    /// virtual size is refused
+    /// Volume size (a quantity: 10Gi); default the image's virtual size (on Deckhouse, vd/ only;
+    /// default the platform's choice). Smaller than the virtual size is refused
     #[arg(long, value_name = "SIZE")]
     pub size: Option<String>,
 
@@ -38,7 +41,7 @@ pub struct UploadArgs {
     #[arg(long, value_name = "FORMAT", value_parser = ["raw"])]
     pub format: Option<String>,
 
-    /// Storage class of the new volume
+    /// Storage class of the new volume (dv/, pvc/, vd/)
     #[arg(long, value_name = "CLASS")]
     pub storage_class: Option<String>,
 
@@ -50,11 +53,12 @@ pub struct UploadArgs {
     #[arg(long, value_name = "MODE")]
     pub volume_mode: Option<String>,
 
-    /// Upload into an existing DataVolume waiting for an upload instead of creating one
+    /// Upload into an existing DataVolume (or Deckhouse object) waiting for an upload instead of
+    /// creating one
     #[arg(long)]
     pub no_create: bool,
 
-    /// Keep the DataVolume this run created when the upload fails
+    /// Keep what this run created when the upload fails or is interrupted
     #[arg(long)]
     pub keep: bool,
 
@@ -62,7 +66,8 @@ pub struct UploadArgs {
     #[arg(long, value_name = "URL")]
     pub uploadproxy_url: Option<String>,
 
-    /// Do not verify the upload proxy's TLS certificate (the upload token is still sent)
+    /// Do not verify the upload proxy's (or Deckhouse ingress's) TLS certificate (the upload
+    /// token or secret URL is still sent)
     #[arg(long)]
     pub insecure: bool,
 
@@ -78,7 +83,12 @@ pub struct UploadArgs {
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = kubevm::cluster::parse_duration, hide = true)]
     pub retry_delay: Duration,
 
-    /// Output: `name` prints datavolume.cdi.kubevirt.io/NAME on stdout when done
+    /// How often a plain progress line is printed when stderr is not a terminal
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = kubevm::cluster::parse_duration, hide = true)]
+    pub progress_every: Duration,
+
+    /// Output: `name` prints the object (datavolume.cdi.kubevirt.io/NAME,
+    /// virtualdisk.virtualization.deckhouse.io/NAME, ...) on stdout when done
     #[arg(short = 'o', long, value_name = "FORMAT", value_parser = ["name"])]
     pub output: Option<String>,
 }
@@ -126,15 +136,26 @@ pub async fn cmd_upload(global: &GlobalArgs, args: UploadArgs) -> CommandResult 
     // The file and flags first: a bad input never reaches the cluster.
     let mut plan = plan(&args, String::new())?;
     let (cluster, platform) = super::connect(global).await?;
-    if platform.flavor != Flavor::KubeVirt {
+    let deckhouse = plan.options.target.is_deckhouse();
+    if deckhouse != (platform.flavor == Flavor::Deckhouse) {
         return Err(CommandError::usage(format!(
-            "upload to {} is not implemented on {} yet (KubeVirt's CDI only)",
+            "upload to {} needs {}; this cluster runs {}: upload to {}",
             plan.options.target.display(),
-            platform.flavor.display_name()
+            if deckhouse {
+                "Deckhouse virtualization"
+            } else {
+                "KubeVirt's CDI"
+            },
+            platform.flavor.display_name(),
+            if deckhouse {
+                "dv/NAME or pvc/NAME"
+            } else {
+                "vi/NAME, cvi/NAME or vd/NAME"
+            }
         )));
     }
     plan.options.namespace = cluster.namespace.clone();
-    let mut view = View::new(std::io::stderr().is_terminal());
+    let mut view = View::new(std::io::stderr().is_terminal(), args.progress_every);
     view.show(Event::Inspected {
         format: plan.info.format,
         virtual_size: plan.info.virtual_size,
@@ -142,10 +163,12 @@ pub async fn cmd_upload(global: &GlobalArgs, args: UploadArgs) -> CommandResult 
     });
     // Ctrl-C now removes what this run created (a second press ends the program).
     let (taken, interrupts) = crate::interrupt::take_over();
-    let result = upload::kubevirt::run(&cluster, &plan, Some(interrupts.clone()), &mut |e| {
-        view.show(e)
-    })
-    .await;
+    let mut show = |e| view.show(e);
+    let result = if deckhouse {
+        upload::deckhouse::run(&cluster, &plan, Some(interrupts.clone()), &mut show).await
+    } else {
+        upload::kubevirt::run(&cluster, &plan, Some(interrupts.clone()), &mut show).await
+    };
     drop(taken);
     view.finish();
     match result {
@@ -157,12 +180,13 @@ pub async fn cmd_upload(global: &GlobalArgs, args: UploadArgs) -> CommandResult 
         Err(e) => return Err(e.into()),
     }
     if args.output.as_deref() == Some("name") {
+        let name = if deckhouse {
+            upload::deckhouse::resource_name(&plan.options.target)
+        } else {
+            format!("datavolume.cdi.kubevirt.io/{}", plan.options.target.name())
+        };
         let mut out = std::io::stdout().lock();
-        writeln!(
-            out,
-            "datavolume.cdi.kubevirt.io/{}",
-            plan.options.target.name()
-        )?;
+        writeln!(out, "{name}")?;
         out.flush()?;
     }
     Ok(())
@@ -174,18 +198,18 @@ struct View {
     bar: Option<ProgressBar>,
     spinner: Option<ProgressBar>,
     last_line: Instant,
+    line_every: Duration,
 }
 
-/// A plain progress line at most this often.
-const LINE_EVERY: Duration = Duration::from_secs(5);
-
 impl View {
-    fn new(terminal: bool) -> Self {
+    /// `line_every`: a plain progress line at most this often.
+    fn new(terminal: bool, line_every: Duration) -> Self {
         View {
             terminal,
             bar: None,
             spinner: None,
             last_line: Instant::now(),
+            line_every,
         }
     }
 
@@ -213,11 +237,51 @@ impl View {
                 let virtual_size = virtual_size
                     .map(|v| format!(", virtual size {}", HumanBytes(v)))
                     .unwrap_or_default();
-                self.say(format!(
-                    "image: {}{virtual_size}; volume size {} ({size} bytes)",
-                    format.name(),
-                    HumanBytes(size)
-                ));
+                let size = match size {
+                    Some(size) => format!("volume size {} ({size} bytes)", HumanBytes(size)),
+                    None => "volume size chosen by the platform".into(),
+                };
+                self.say(format!("image: {}{virtual_size}; {size}", format.name()));
+            }
+            Event::Hashing { total } => {
+                self.last_line = Instant::now();
+                if self.terminal {
+                    let bar =
+                        ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+                    bar.set_style(
+                        ProgressStyle::with_template(
+                            "sha256 [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec}",
+                        )
+                        .expect("valid template")
+                        .progress_chars("=> "),
+                    );
+                    self.bar = Some(bar);
+                } else {
+                    eprintln!(
+                        "computing the sha256 of {} first (the platform checks it)",
+                        HumanBytes(total)
+                    );
+                }
+            }
+            Event::Hashed { done, total } => match &self.bar {
+                Some(bar) => bar.set_position(done),
+                None => {
+                    if self.last_line.elapsed() >= self.line_every {
+                        self.last_line = Instant::now();
+                        eprintln!(
+                            "hashed {} of {} ({:.0}%)",
+                            HumanBytes(done),
+                            HumanBytes(total),
+                            done as f64 * 100.0 / total.max(1) as f64
+                        );
+                    }
+                }
+            },
+            Event::Checksum { sha256 } => {
+                if let Some(bar) = self.bar.take() {
+                    bar.finish_and_clear();
+                }
+                eprintln!("sha256 (checked by the platform): {sha256}");
             }
             Event::Created { kind, name } => self.say(format!("created {kind} {name}")),
             Event::Waiting { message } => {
@@ -260,7 +324,7 @@ impl View {
             Event::Progress { sent, total } => match &self.bar {
                 Some(bar) => bar.set_position(sent),
                 None => {
-                    if self.last_line.elapsed() >= LINE_EVERY {
+                    if self.last_line.elapsed() >= self.line_every {
                         self.last_line = Instant::now();
                         eprintln!(
                             "uploaded {} of {} ({:.0}%)",
@@ -277,7 +341,7 @@ impl View {
                 error,
                 delay,
             } => self.say(format!(
-                "{error}; retry {attempt}/{max} from the beginning (CDI cannot resume an upload) in {:.1}s",
+                "{error}; retry {attempt}/{max} from the beginning (the server cannot resume an upload) in {:.1}s",
                 delay.as_secs_f64()
             )),
             Event::Sent {

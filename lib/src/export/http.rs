@@ -7,6 +7,10 @@
 //! The kubeconfig's credentials are sent directly only to the API server's own host (a URL an
 //! export object names is not trusted with them), through `pods/portforward` only to the
 //! exporter pod, and never without TLS verification: `--insecure` is refused with them.
+//!
+//! Plain `http://` URLs (Deckhouse's in-cluster upload URL) are spoken only through
+//! `pods/portforward` (the API server connection is TLS; the clear text stays inside the
+//! cluster) and never with credentials.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +19,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use http_body_util::Empty;
 use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use kube::client::ConfigExt;
 use rustls_pki_types::pem::PemObject;
@@ -85,6 +90,8 @@ pub enum Credentials {
     Header(HeaderName, HeaderValue),
     /// The kubeconfig's credentials (bearer token, basic, exec plugin, client certificate).
     Kube(Box<kube::Config>),
+    /// None: the URL itself is the secret (Deckhouse's upload URLs).
+    None,
 }
 
 /// How the export server is reached.
@@ -145,6 +152,30 @@ impl HttpClient {
         credentials: Credentials,
         route: Route,
     ) -> crate::Result<HttpClient> {
+        HttpClient::build(config, ca_pem, insecure, credentials, route, false)
+    }
+
+    /// [`HttpClient::new`] also trusting the system's CAs (`SSL_CERT_FILE`/`SSL_CERT_DIR` or the
+    /// usual bundle), as `curl` does: for an ingress whose certificate no cluster object
+    /// publishes.
+    pub fn with_system_roots(
+        config: &kube::Config,
+        ca_pem: &str,
+        insecure: bool,
+        credentials: Credentials,
+        route: Route,
+    ) -> crate::Result<HttpClient> {
+        HttpClient::build(config, ca_pem, insecure, credentials, route, true)
+    }
+
+    fn build(
+        config: &kube::Config,
+        ca_pem: &str,
+        insecure: bool,
+        credentials: Credentials,
+        route: Route,
+        system_roots: bool,
+    ) -> crate::Result<HttpClient> {
         if insecure && matches!(credentials, Credentials::Kube(_)) {
             return Err(crate::Error::Usage(INSECURE_WITH_CREDENTIALS.into()));
         }
@@ -156,6 +187,11 @@ impl HttpClient {
                 crate::Error::Transfer(format!("the export's CA certificate is unreadable: {e}"))
             })?;
             roots.push(cert.to_vec());
+        }
+        if system_roots {
+            // Unreadable system certificates are skipped, as curl skips them.
+            let native = rustls_native_certs::load_native_certs();
+            roots.extend(native.certs.iter().map(|c| c.to_vec()));
         }
         config.root_cert = (!roots.is_empty()).then_some(roots);
         config.root_cert_file = None;
@@ -176,6 +212,7 @@ impl HttpClient {
     async fn auth_headers(&self) -> Result<Vec<(HeaderName, HeaderValue)>, HttpError> {
         match &self.credentials {
             Credentials::Header(name, value) => Ok(vec![(name.clone(), value.clone())]),
+            Credentials::None => Ok(vec![]),
             Credentials::Kube(config) => {
                 let layer = config.auth_layer().map_err(|e| HttpError::Connect {
                     message: format!("cannot get credentials: {e}"),
@@ -242,7 +279,19 @@ impl HttpClient {
             retryable: false,
         })?;
         let host = uri.host().unwrap_or_default().to_string();
-        let port = uri.port_u16().unwrap_or(443);
+        let plain = uri.scheme_str() == Some("http");
+        let port = uri.port_u16().unwrap_or(if plain { 80 } else { 443 });
+        if plain
+            && (!matches!(self.route, Route::PortForward { .. })
+                || !matches!(self.credentials, Credentials::None))
+        {
+            return Err(HttpError::Connect {
+                message: format!(
+                    "{url} is plain HTTP: kubectl vm speaks it only through a port-forward and without credentials"
+                ),
+                retryable: false,
+            });
+        }
         if matches!(self.credentials, Credentials::Kube(_))
             && matches!(self.route, Route::Direct)
             && host_key(&host) != self.api_host
@@ -282,42 +331,36 @@ impl HttpClient {
                 Box::new(stream)
             }
         };
-        let server_name =
-            ServerName::try_from(host.trim_matches(['[', ']']).to_string()).map_err(|e| {
-                HttpError::Connect {
+        let mut sender = if plain {
+            handshake(stream, &host).await?
+        } else {
+            let server_name = ServerName::try_from(host.trim_matches(['[', ']']).to_string())
+                .map_err(|e| HttpError::Connect {
                     message: format!("bad host name {host:?}: {e}"),
                     retryable: false,
-                }
-            })?;
-        let connector = tokio_rustls::TlsConnector::from(self.tls.clone());
-        let tls = tokio::time::timeout(CONNECT_TIMEOUT, connector.connect(server_name, stream))
-            .await
-            .map_err(|_| connect_err(format!("TLS handshake with {host} timed out")))?
-            .map_err(|e| {
-                let certificate = e
-                    .get_ref()
-                    .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-                    .is_some_and(|r| matches!(r, rustls::Error::InvalidCertificate(_)));
-                HttpError::Connect {
-                    message: if certificate {
-                        format!(
-                            "the export server's certificate is not trusted: {e} (--insecure skips verification)"
-                        )
-                    } else {
-                        format!("TLS handshake with {host} failed: {e}")
-                    },
-                    retryable: !certificate,
-                }
-            })?;
-        let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
-            .max_buf_size(1 << 20)
-            .handshake(TokioIo::new(tls))
-            .await
-            .map_err(|e| connect_err(format!("HTTP handshake with {host} failed: {e}")))?;
-        tokio::spawn(async move {
-            // Errors surface on the response body.
-            let _ = connection.await;
-        });
+                })?;
+            let connector = tokio_rustls::TlsConnector::from(self.tls.clone());
+            let tls = tokio::time::timeout(CONNECT_TIMEOUT, connector.connect(server_name, stream))
+                .await
+                .map_err(|_| connect_err(format!("TLS handshake with {host} timed out")))?
+                .map_err(|e| {
+                    let certificate = e
+                        .get_ref()
+                        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+                        .is_some_and(|r| matches!(r, rustls::Error::InvalidCertificate(_)));
+                    HttpError::Connect {
+                        message: if certificate {
+                            format!(
+                                "the export server's certificate is not trusted: {e} (--insecure skips verification)"
+                            )
+                        } else {
+                            format!("TLS handshake with {host} failed: {e}")
+                        },
+                        retryable: !certificate,
+                    }
+                })?;
+            handshake(tls, &host).await?
+        };
         let path = uri
             .path_and_query()
             .map(|p| p.as_str().to_string())
@@ -362,6 +405,29 @@ impl HttpClient {
     }
 }
 
+/// An HTTP/1.1 connection over `io` (its task runs until the connection ends).
+async fn handshake<T, B>(io: T, host: &str) -> Result<SendRequest<B>, HttpError>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let (sender, connection) = hyper::client::conn::http1::Builder::new()
+        .max_buf_size(1 << 20)
+        .handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| HttpError::Connect {
+            message: format!("HTTP handshake with {host} failed: {e}"),
+            retryable: true,
+        })?;
+    tokio::spawn(async move {
+        // Errors surface on the response body.
+        let _ = connection.await;
+    });
+    Ok(sender)
+}
+
 /// A byte stream a TLS connection can run over.
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
@@ -384,4 +450,37 @@ async fn first_line(response: Response<Incoming>) -> String {
         .chars()
         .take(200)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Plain HTTP is refused before any connection unless it goes through a port-forward
+    /// without credentials.
+    #[tokio::test]
+    async fn plain_http_only_through_a_port_forward_and_without_credentials() {
+        let config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+        let direct = HttpClient::new(&config, "", false, Credentials::None, Route::Direct).unwrap();
+        let kube_creds = HttpClient::new(
+            &config,
+            "",
+            false,
+            Credentials::Kube(Box::new(config.clone())),
+            Route::Direct,
+        )
+        .unwrap();
+        for client in [direct, kube_creds] {
+            match client
+                .send(Method::GET, "http://127.0.0.1:6443/upload", &[])
+                .await
+            {
+                Err(HttpError::Connect { message, retryable }) => {
+                    assert!(message.contains("plain HTTP"), "{message}");
+                    assert!(!retryable);
+                }
+                other => panic!("{:?}", other.map(|r| r.status())),
+            }
+        }
+    }
 }

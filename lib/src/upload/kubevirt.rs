@@ -39,6 +39,8 @@ pub const PROXY_POD_PORT: u16 = 8443;
 /// Namespaces CDI is usually installed in, tried when pods cannot be listed cluster-wide.
 const CDI_NAMESPACES: &[&str] = &["cdi", "kubevirt-hyperconverged", "openshift-cnv"];
 const POLL: Duration = Duration::from_millis(500);
+/// Who answers uploads, in messages.
+const PEER: &str = "the upload proxy";
 
 fn data_volumes() -> ObjKind {
     ObjKind::new("cdi.kubevirt.io", "v1beta1", "DataVolume", "datavolumes")
@@ -47,7 +49,9 @@ fn data_volumes() -> ObjKind {
 /// The DataVolume this run creates.
 pub fn data_volume(plan: &Plan) -> Value {
     let o = &plan.options;
-    let mut storage = json!({"resources": {"requests": {"storage": plan.size.to_string()}}});
+    // plan() always sizes a KubeVirt volume.
+    let size = plan.size.unwrap_or_default();
+    let mut storage = json!({"resources": {"requests": {"storage": size.to_string()}}});
     if let Some(class) = &o.storage_class {
         storage["storageClassName"] = json!(class);
     }
@@ -292,12 +296,17 @@ async fn upload(
         .map_err(|_| Error::Transfer("CDI answered an unusable upload token".into()))?;
     let (client, base) = proxy_client(cluster, plan, bearer, on_event).await?;
     let url = format!("{base}/v1beta1/upload");
+    let sending = transfer::Sending {
+        peer: PEER,
+        max_retries: o.max_retries,
+        first_delay: o.retry_delay,
+    };
     transfer::send_file(
         &client,
         &url,
         &o.file,
-        o.max_retries,
-        o.retry_delay,
+        &sending,
+        || async { Ok(()) },
         on_event,
     )
     .await?;
@@ -446,7 +455,7 @@ async fn proxy_client(
             ) => {
                 return Err(Error::Transfer(format!(
                     "the upload proxy at {base}: {}",
-                    transfer::describe(&e)
+                    transfer::describe(&e, PEER)
                 )));
             }
             Err(e) => {

@@ -5,9 +5,12 @@
 //! `source.upload` and CDI's immediate-binding annotation, asks CDI's API for an upload token,
 //! and sends the file to the upload proxy ([`transfer`]: streamed, sha256 computed while
 //! sending, retried from the beginning on network errors since CDI cannot resume), then waits
-//! for the DataVolume to succeed. On failure or interruption what the run created is deleted
-//! (uid precondition) unless `keep`.
+//! for the DataVolume to succeed. [`deckhouse`] does the same with a VirtualImage,
+//! ClusterVirtualImage or VirtualDisk with `dataSource.type: Upload`, its sha256 computed
+//! before the object is created so the platform checks it. On failure or interruption what
+//! the run created is deleted (uid precondition) unless `keep`.
 
+pub mod deckhouse;
 pub mod format;
 pub mod kubevirt;
 pub mod transfer;
@@ -28,10 +31,16 @@ pub enum Target {
     Dv(String),
     /// A PVC through CDI's upload (`pvc/NAME`): a DataVolume of that name owns it.
     Pvc(String),
+    /// Deckhouse VirtualImage (`vi/NAME`).
+    Vi(String),
+    /// Deckhouse ClusterVirtualImage (`cvi/NAME`, cluster-scoped).
+    Cvi(String),
+    /// Deckhouse VirtualDisk (`vd/NAME`).
+    Vd(String),
 }
 
 impl Target {
-    /// Parses `dv/NAME` or `pvc/NAME` (a bare NAME is `dv/NAME`).
+    /// Parses `dv/NAME`, `pvc/NAME`, `vi/NAME`, `cvi/NAME` or `vd/NAME` (a bare NAME is `dv/NAME`).
     pub fn parse(text: &str) -> Result<Target> {
         let bad =
             |why: String| Error::InvalidTarget(format!("invalid upload target {text:?}: {why}"));
@@ -41,28 +50,37 @@ impl Target {
         match kind {
             "dv" | "datavolume" => Ok(Target::Dv(name)),
             "pvc" | "persistentvolumeclaim" => Ok(Target::Pvc(name)),
-            "vi" | "cvi" | "vd" | "virtualimage" | "clustervirtualimage" | "virtualdisk" => {
-                Err(Error::Usage(format!(
-                    "upload to {kind}/ (Deckhouse) is not implemented yet: upload to dv/NAME or pvc/NAME on KubeVirt"
-                )))
-            }
-            other => Err(bad(format!("unknown kind {other:?}: use dv/ or pvc/"))),
+            "vi" | "virtualimage" => Ok(Target::Vi(name)),
+            "cvi" | "clustervirtualimage" => Ok(Target::Cvi(name)),
+            "vd" | "virtualdisk" => Ok(Target::Vd(name)),
+            other => Err(bad(format!(
+                "unknown kind {other:?}: use dv/ or pvc/ (KubeVirt), vi/, cvi/ or vd/ (Deckhouse)"
+            ))),
         }
     }
 
-    /// The DataVolume (and PVC) name.
+    /// The object's name (for `pvc/`, the DataVolume's and its PVC's).
     pub fn name(&self) -> &str {
         match self {
-            Target::Dv(n) | Target::Pvc(n) => n,
+            Target::Dv(n) | Target::Pvc(n) | Target::Vi(n) | Target::Cvi(n) | Target::Vd(n) => n,
         }
+    }
+
+    /// Whether the target is a Deckhouse virtualization object.
+    pub fn is_deckhouse(&self) -> bool {
+        matches!(self, Target::Vi(_) | Target::Cvi(_) | Target::Vd(_))
     }
 
     /// `kind/name`, as written.
     pub fn display(&self) -> String {
-        match self {
-            Target::Dv(n) => format!("dv/{n}"),
-            Target::Pvc(n) => format!("pvc/{n}"),
-        }
+        let kind = match self {
+            Target::Dv(_) => "dv",
+            Target::Pvc(_) => "pvc",
+            Target::Vi(_) => "vi",
+            Target::Cvi(_) => "cvi",
+            Target::Vd(_) => "vd",
+        };
+        format!("{kind}/{}", self.name())
     }
 }
 
@@ -108,29 +126,37 @@ pub struct Plan {
     pub options: UploadOptions,
     /// What [`format::inspect`] found.
     pub info: ImageInfo,
-    /// The volume size to request.
-    pub size: u64,
+    /// The volume size to request: always set for KubeVirt; for Deckhouse only with `--size`
+    /// (the platform sizes a disk from the unpacked image otherwise).
+    pub size: Option<u64>,
 }
 
 /// Checks everything that can be checked locally: the file, its format, the size.
 pub fn plan(options: UploadOptions) -> Result<Plan> {
     let info = format::inspect(&options.file, options.force_raw)?;
-    let size = match (options.size, info.virtual_size) {
-        (Some(size), Some(virtual_size)) if size < virtual_size => {
-            return Err(Error::Usage(format!(
-                "--size {size} is smaller than the image's virtual size {virtual_size} ({} {}): the disk would not fit",
-                info.format.name(),
-                options.file.display()
-            )));
-        }
-        (Some(size), _) => size,
-        (None, Some(virtual_size)) => virtual_size,
-        (None, None) => {
-            return Err(Error::Usage(format!(
-                "{} is {}-compressed and its disk size is unknown until unpacked: give --size",
-                options.file.display(),
-                info.format.name()
-            )));
+    if let (Some(size), Some(virtual_size)) = (options.size, info.virtual_size)
+        && size < virtual_size
+    {
+        return Err(Error::Usage(format!(
+            "--size {size} is smaller than the image's virtual size {virtual_size} ({} {}): the disk would not fit",
+            info.format.name(),
+            options.file.display()
+        )));
+    }
+    let size = if options.target.is_deckhouse() {
+        deckhouse_checks(&options)?;
+        options.size
+    } else {
+        match (options.size, info.virtual_size) {
+            (Some(size), _) => Some(size),
+            (None, Some(virtual_size)) => Some(virtual_size),
+            (None, None) => {
+                return Err(Error::Usage(format!(
+                    "{} is {}-compressed and its disk size is unknown until unpacked: give --size",
+                    options.file.display(),
+                    info.format.name()
+                )));
+            }
         }
     };
     if options.no_create && options.size.is_some() {
@@ -169,6 +195,36 @@ pub fn plan(options: UploadOptions) -> Result<Plan> {
     })
 }
 
+/// Flags that mean nothing for a Deckhouse target (CDI's volume settings and proxy).
+fn deckhouse_checks(options: &UploadOptions) -> Result<()> {
+    let target = options.target.display();
+    let refuse =
+        |flag: &str, why: &str| Err(Error::Usage(format!("{flag} {why} (target {target})")));
+    let disk = matches!(options.target, Target::Vd(_));
+    if options.size.is_some() && !disk {
+        return refuse(
+            "--size",
+            "applies to vd/ only: an image takes the size of what is uploaded",
+        );
+    }
+    if options.storage_class.is_some() && !disk {
+        return refuse("--storage-class", "applies to vd/ only on Deckhouse");
+    }
+    if options.access_mode.is_some() || options.volume_mode.is_some() {
+        return refuse(
+            "--access-mode/--volume-mode",
+            "are DataVolume settings: Deckhouse chooses them from the storage class",
+        );
+    }
+    if options.uploadproxy_url.is_some() {
+        return refuse(
+            "--uploadproxy-url",
+            "is CDI's upload proxy: Deckhouse publishes its upload URLs in the object's status",
+        );
+    }
+    Ok(())
+}
+
 /// The proxy's base URL (`https://` added when no scheme is given, as virtctl does);
 /// refuses plain HTTP, paths and unparsable URLs.
 pub fn proxy_base(url: &str) -> Result<String> {
@@ -198,8 +254,25 @@ pub enum Event {
         format: ImageFormat,
         /// Virtual size, when known.
         virtual_size: Option<u64>,
-        /// Volume size requested.
-        size: u64,
+        /// Volume size requested (None: the platform's choice).
+        size: Option<u64>,
+    },
+    /// The file is read once before the upload to compute the sha256 the server checks.
+    Hashing {
+        /// Bytes to read.
+        total: u64,
+    },
+    /// Bytes hashed so far in the pre-pass.
+    Hashed {
+        /// Read so far.
+        done: u64,
+        /// Bytes to read.
+        total: u64,
+    },
+    /// The sha256 of the file, computed before sending.
+    Checksum {
+        /// Hex digest.
+        sha256: String,
     },
     /// An object was created.
     Created {

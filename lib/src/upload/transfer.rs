@@ -22,19 +22,17 @@ const CHUNK: usize = 1 << 20;
 /// How often progress is reported while sending.
 const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 
-/// One line for a failed attempt, in the upload proxy's words where it answered (the shared
-/// client words its own failures for export servers).
-pub(crate) fn describe(e: &HttpError) -> String {
+/// One line for a failed attempt, in the words of `peer` ("the upload proxy", "the uploader")
+/// where it answered (the shared client words its own failures for export servers).
+pub(crate) fn describe(e: &HttpError, peer: &str) -> String {
     match e {
         HttpError::Status { code, message } if message.is_empty() => {
-            format!("the upload proxy answered {code}")
+            format!("{peer} answered {code}")
         }
         HttpError::Status { code, message } => {
-            format!("the upload proxy answered {code}: {message}")
+            format!("{peer} answered {code}: {message}")
         }
-        other => other
-            .to_string()
-            .replace("the export server", "the upload proxy"),
+        other => other.to_string().replace("the export server", peer),
     }
 }
 
@@ -100,17 +98,32 @@ fn body(
     (http_body_util::StreamBody::new(stream), digest_rx)
 }
 
-/// Sends `path` to `url` (the client carries the token), retrying from the beginning on errors worth retrying.
-/// Returns the bytes sent and their sha256.
-#[allow(clippy::too_many_arguments)]
-pub async fn send_file(
+/// How [`send_file`] sends and retries.
+pub struct Sending<'a> {
+    /// Who answers, in messages ("the upload proxy").
+    pub peer: &'a str,
+    /// Attempts after the first.
+    pub max_retries: u32,
+    /// Delay before the first retry (doubles up to 8 s).
+    pub first_delay: Duration,
+}
+
+/// Sends `path` to `url` (the client carries the token), retrying from the beginning on
+/// errors worth retrying unless `before_retry` says the target cannot take a retry (its
+/// error ends the run). Returns the bytes sent and their sha256.
+pub async fn send_file<F, Fut>(
     client: &HttpClient,
     url: &str,
     path: &Path,
-    max_retries: u32,
-    first_delay: Duration,
+    sending: &Sending<'_>,
+    mut before_retry: F,
     on_event: &mut (dyn FnMut(Event) + Send),
-) -> Result<(u64, String)> {
+) -> Result<(u64, String)>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let (peer, max_retries) = (sending.peer, sending.max_retries);
     let total = std::fs::metadata(path)
         .map_err(|e| Error::Transfer(format!("cannot read {}: {e}", path.display())))?
         .len();
@@ -119,7 +132,7 @@ pub async fn send_file(
         (header::CONTENT_LENGTH, total.to_string()),
     ];
     let mut attempt = 0;
-    let mut delay = first_delay;
+    let mut delay = sending.first_delay;
     loop {
         let file = std::fs::File::open(path)
             .map_err(|e| Error::Transfer(format!("cannot read {}: {e}", path.display())))?;
@@ -150,7 +163,7 @@ pub async fn send_file(
                 match digest.await {
                     Ok(hex) if sent == total => Ok((sent, hex)),
                     _ => Err(HttpError::Body(format!(
-                        "the upload proxy answered after {sent} of {total} bytes"
+                        "{peer} answered after {sent} of {total} bytes"
                     ))),
                 }
             }
@@ -167,11 +180,12 @@ pub async fn send_file(
                 return Ok((bytes, sha256));
             }
             Err(e) if e.retryable() && attempt < max_retries => {
+                before_retry().await?;
                 attempt += 1;
                 on_event(Event::Retrying {
                     attempt,
                     max: max_retries,
-                    error: describe(&e),
+                    error: describe(&e, peer),
                     delay,
                 });
                 tokio::time::sleep(delay).await;
@@ -185,7 +199,7 @@ pub async fn send_file(
                 };
                 return Err(Error::Transfer(format!(
                     "upload failed: {}{tries}",
-                    describe(&e)
+                    describe(&e, peer)
                 )));
             }
         }

@@ -33,10 +33,8 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::response::Response;
-use futures::StreamExt;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::io::Write;
 use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -226,25 +224,14 @@ async fn handle(State((app, target)): State<(Arc<App>, Option<String>)>, req: Re
         .deckhouse
         .update(&slot.uid, |s| s.started = true);
     let scratch = app.uploads.scratch_path(&slot.uid, "dh-received");
-    let Ok(mut file) = std::fs::File::create(&scratch) else {
-        return plain(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "cannot create scratch file",
-        );
-    };
-    let mut body = req.into_body().into_data_stream();
-    while let Some(chunk) = body.next().await {
-        let written = chunk.map(|c| file.write_all(&c));
-        if !matches!(written, Ok(Ok(()))) {
-            // The client went away: the uploader fails and the controller starts a new one.
-            let _ = std::fs::remove_file(&scratch);
-            app.uploads
-                .deckhouse
-                .update(&slot.uid, |s| s.started = false);
-            return plain(StatusCode::BAD_REQUEST, "upload interrupted");
-        }
+    if let Err(e) = crate::upload::receive_body(&app, req.into_body(), &scratch).await {
+        // The uploader fails and the controller starts a new one: the next try is taken.
+        app.uploads
+            .deckhouse
+            .update(&slot.uid, |s| s.started = false);
+        let (code, text) = e.answer();
+        return plain(code, text);
     }
-    drop(file);
     let object = app.store.get(&key(&slot));
     let app2 = app.clone();
     let result = tokio::task::spawn_blocking(move || {
@@ -543,6 +530,26 @@ fn finish_ready(app: &App, obj: &Value, plural: &'static str) {
 }
 
 impl crate::Handle {
+    /// Makes objects created from now on publish `base` (`https://HOST:PORT`) as their
+    /// external upload URL's base: tests point it where nothing listens to force the
+    /// in-cluster route.
+    pub fn set_deckhouse_upload_base(&self, base: &str) {
+        *self
+            .app
+            .uploads
+            .deckhouse
+            .base_url
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = base.to_string();
+    }
+
+    /// The converted data of an uploaded VirtualImage or ClusterVirtualImage (by uid), as
+    /// DVCR would hold it.
+    pub fn uploaded_image(&self, uid: &str) -> Option<std::path::PathBuf> {
+        let path = self.app.uploads.data_path(uid);
+        path.exists().then_some(path)
+    }
+
     /// PEM of the CA of the Deckhouse upload endpoint's certificate.
     pub fn deckhouse_upload_ca_pem(&self) -> String {
         self.app

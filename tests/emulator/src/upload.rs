@@ -347,6 +347,54 @@ fn run(cmd: &mut Command) -> Result<(), String> {
     Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
 }
 
+/// Why a request body did not arrive whole (the partial file is already removed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyError {
+    /// The client went away: both CDI's upload server and Deckhouse's uploader drop what they
+    /// had and answer 400.
+    Interrupted,
+    /// The scratch file could not be written.
+    Write,
+}
+
+impl BodyError {
+    /// The status and text the upload servers answer.
+    pub fn answer(self) -> (axum::http::StatusCode, &'static str) {
+        match self {
+            BodyError::Interrupted => (axum::http::StatusCode::BAD_REQUEST, "upload interrupted"),
+            BodyError::Write => (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "write error"),
+        }
+    }
+}
+
+/// Streams an upload's body into `path` (counted in [`UploadState::bytes_received`]).
+pub async fn receive_body(app: &App, body: axum::body::Body, path: &Path) -> Result<(), BodyError> {
+    use futures::StreamExt;
+    use std::io::Write;
+    let mut file = std::fs::File::create(path).map_err(|_| BodyError::Write)?;
+    let mut body = body.into_data_stream();
+    while let Some(chunk) = body.next().await {
+        let failed = match chunk {
+            Err(_) => Some(BodyError::Interrupted),
+            Ok(chunk) => file
+                .write_all(&chunk)
+                .err()
+                .map(|_| BodyError::Write)
+                .or_else(|| {
+                    app.uploads
+                        .bytes_received
+                        .fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    None
+                }),
+        };
+        if let Some(e) = failed {
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 /// What CDI's data processor does with a received stream: decompress, convert to raw, check
 /// the virtual size against the volume, resize to fill it. Writes `out`. A `capacity` of
 /// `u64::MAX` is no volume yet (a Deckhouse image, a disk without a size): no check, no resize.

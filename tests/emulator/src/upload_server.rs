@@ -18,12 +18,9 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::response::Response;
-use futures::StreamExt;
 use serde_json::json;
-use std::io::Write;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
@@ -262,28 +259,10 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
         return plain(StatusCode::BAD_REQUEST, "PVC not found");
     };
     let received = app.uploads.scratch_path(&uid, "received");
-    let Ok(mut file) = std::fs::File::create(&received) else {
-        return plain(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "cannot create scratch file",
-        );
-    };
-    let mut body = req.into_body().into_data_stream();
-    while let Some(chunk) = body.next().await {
-        let Ok(chunk) = chunk else {
-            // The client went away: the upload server drops what it had.
-            let _ = std::fs::remove_file(&received);
-            return plain(StatusCode::BAD_REQUEST, "upload interrupted");
-        };
-        if file.write_all(&chunk).is_err() {
-            let _ = std::fs::remove_file(&received);
-            return plain(StatusCode::INTERNAL_SERVER_ERROR, "write error");
-        }
-        app.uploads
-            .bytes_received
-            .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+    if let Err(e) = crate::upload::receive_body(&app, req.into_body(), &received).await {
+        let (code, text) = e.answer();
+        return plain(code, text);
     }
-    drop(file);
     let out = app.uploads.data_path(&uid);
     let work = {
         let received = received.clone();

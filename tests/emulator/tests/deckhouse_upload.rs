@@ -6,8 +6,13 @@
 //! Failed), and the disk holds the image converted to raw. Checked with curl, sha256sum and
 //! qemu-img as independent references.
 
-use std::process::Command;
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::kubectl::kubectl_path;
 
 use kubevm_emulator::{BlockingEmulator, Emulator, EmulatorOptions, ServeFlavor};
 use serde_json::{Value, json};
@@ -28,6 +33,8 @@ fn start() -> (BlockingEmulator, tempfile::TempDir) {
     )
     .unwrap();
     std::fs::write(dir.path().join("api.pem"), emu.ca_pem()).unwrap();
+    emu.write_kubeconfig(&dir.path().join("kubeconfig"))
+        .unwrap();
     (emu, dir)
 }
 
@@ -53,10 +60,14 @@ fn create(emu: &BlockingEmulator, dir: &tempfile::TempDir, plural: &str, obj: Va
             "-d",
             &obj.to_string(),
         ])
-        .arg(format!(
-            "{}/apis/{DH}/v1alpha2/namespaces/default/{plural}",
-            emu.url()
-        ))
+        .arg(if plural == "clustervirtualimages" {
+            format!("{}/apis/{DH}/v1alpha2/{plural}", emu.url())
+        } else {
+            format!(
+                "{}/apis/{DH}/v1alpha2/namespaces/default/{plural}",
+                emu.url()
+            )
+        })
         .output()
         .unwrap();
     assert!(
@@ -67,7 +78,8 @@ fn create(emu: &BlockingEmulator, dir: &tempfile::TempDir, plural: &str, obj: Va
 }
 
 fn object(emu: &BlockingEmulator, plural: &str, name: &str) -> Value {
-    emu.objects(DH, plural, Some("default"))
+    let ns = (plural != "clustervirtualimages").then_some("default");
+    emu.objects(DH, plural, ns)
         .into_iter()
         .find(|o| o["metadata"]["name"] == name)
         .unwrap_or(Value::Null)
@@ -227,4 +239,138 @@ fn a_wrong_checksum_fails_the_image_with_the_uploaders_message() {
         ready["message"],
         format!("sha256 sum mismatch: {wrong} != {}", sha256(&image))
     );
+}
+
+/// sha256 of `qemu-img convert -O raw` of `image`.
+fn reference(dir: &tempfile::TempDir, image: &std::path::Path) -> String {
+    let reference = dir.path().join("reference.raw");
+    let out = Command::new("qemu-img")
+        .args(["convert", "-q", "-O", "raw"])
+        .arg(image)
+        .arg(&reference)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    sha256(&reference)
+}
+
+/// A ClusterVirtualImage's uploader runs in `d8-virtualization` (upstream
+/// `images/virtualization-artifact/pkg/controller/cvi/internal/source/upload.go`:
+/// `supplements.NewGenerator(CVIShortName, name, controllerNamespace, uid)`); the image lands
+/// in DVCR under `cvi/NAME`.
+#[test]
+fn a_cluster_virtual_image_takes_an_upload_through_its_uploader_in_d8_virtualization() {
+    let (emu, dir) = start();
+    let image = qcow2(&dir);
+    create(
+        &emu,
+        &dir,
+        "clustervirtualimages",
+        json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "ClusterVirtualImage",
+        "metadata": {"name": "golden"},
+        "spec": {"dataSource": {"type": "Upload", "upload": {"checksum": {"sha256": sha256(&image)}}}}}),
+    );
+    let cvi = wait_phase(&emu, "clustervirtualimages", "golden", "WaitForUserUpload");
+    let uid = cvi["metadata"]["uid"].as_str().unwrap();
+    let pods = emu.objects("", "pods", Some("d8-virtualization"));
+    assert!(
+        pods.iter().any(|p| p["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("d8v-cvi-uploader-")),
+        "{pods:?}"
+    );
+    let external = cvi["status"]["imageUploadURLs"]["external"]
+        .as_str()
+        .unwrap();
+    assert_eq!(curl(&dir, "PUT", Some(&image), external), 200);
+    let cvi = wait_phase(&emu, "clustervirtualimages", "golden", "Ready");
+    assert_eq!(
+        cvi["status"]["target"]["registryURL"],
+        "dvcr.d8-virtualization.svc/cvi/golden:latest"
+    );
+    let data = emu.uploaded_image(uid).expect("the image's data");
+    assert_eq!(sha256(&data), reference(&dir, &image));
+}
+
+/// The in-cluster URL is plain HTTP to the uploader Service (port 80 → the pod's 8444,
+/// upstream `pkg/controller/uploader/uploader_service.go`): real kubectl port-forwards to the
+/// pod the Service selects and curl uploads through it without TLS.
+#[test]
+fn the_in_cluster_url_reaches_the_uploader_pod_through_kubectl_port_forward() {
+    let (emu, dir) = start();
+    let image = qcow2(&dir);
+    create(
+        &emu,
+        &dir,
+        "virtualimages",
+        json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualImage",
+        "metadata": {"name": "inside", "namespace": "default"},
+        "spec": {"storage": "ContainerRegistry", "dataSource": {"type": "Upload"}}}),
+    );
+    let vi = wait_phase(&emu, "virtualimages", "inside", "WaitForUserUpload");
+    let in_cluster = vi["status"]["imageUploadURLs"]["inCluster"]
+        .as_str()
+        .unwrap();
+    let ip = in_cluster
+        .strip_prefix("http://")
+        .and_then(|r| r.strip_suffix("/upload"))
+        .unwrap();
+    let service = emu
+        .objects("", "services", Some("default"))
+        .into_iter()
+        .find(|s| s["spec"]["clusterIP"] == ip)
+        .expect("a Service with the in-cluster URL's IP");
+    assert_eq!(service["spec"]["ports"][0]["port"], 80);
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], 8444);
+    let selector = service["spec"]["selector"].as_object().unwrap();
+    let pod = emu
+        .objects("", "pods", Some("default"))
+        .into_iter()
+        .find(|p| {
+            selector
+                .iter()
+                .all(|(k, v)| p["metadata"]["labels"][k.as_str()] == *v)
+        })
+        .expect("the uploader pod");
+    let pod = pod["metadata"]["name"].as_str().unwrap();
+    let mut child = Command::new(kubectl_path())
+        .arg("--kubeconfig")
+        .arg(dir.path().join("kubeconfig"))
+        .args(["port-forward", &format!("pod/{pod}"), ":8444"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // "Forwarding from 127.0.0.1:40123 -> 8444"
+    let line = lines.next().expect("kubectl printed nothing").unwrap();
+    let local: u16 = line
+        .strip_prefix("Forwarding from 127.0.0.1:")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected kubectl output: {line}"));
+    std::thread::spawn(move || for _ in lines {});
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "-m",
+            "30",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-T",
+        ])
+        .arg(&image)
+        .arg(format!("http://127.0.0.1:{local}/upload"))
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200", "{out:?}");
+    let vi = wait_phase(&emu, "virtualimages", "inside", "Ready");
+    let uid = vi["metadata"]["uid"].as_str().unwrap();
+    let data = emu.uploaded_image(uid).expect("the image's data");
+    assert_eq!(sha256(&data), reference(&dir, &image));
 }
