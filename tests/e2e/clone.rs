@@ -9,20 +9,10 @@
 use kubevm_emulator::ServeFlavor;
 use serde_json::Value;
 
-use crate::common::{Env, fails, ok, stderr, stdout};
+use crate::common::{Env, changes, fails, ok, stderr, stdout};
 use crate::export::sha256_of;
 
 const MIB: u64 = 1 << 20;
-
-/// `(method, path, body)` of the requests that change something.
-fn changes(env: &Env) -> Vec<(String, String, Option<Value>)> {
-    env.emulator
-        .requests()
-        .into_iter()
-        .filter(|r| r.method != "GET")
-        .map(|r| (r.method.clone(), r.path.clone(), r.json()))
-        .collect()
-}
 
 fn get_json(env: &Env, args: &[&str]) -> Value {
     let mut all = args.to_vec();

@@ -209,3 +209,13 @@ pub fn on_tty(env: &Env, args: &[&str]) -> rexpect::session::PtySession {
     command.args(args).env("TERM", "xterm");
     rexpect::session::spawn_command(command, Some(30_000)).unwrap()
 }
+
+/// `(method, path, body)` of the requests to the emulator that change something (not GETs).
+pub(crate) fn changes(env: &Env) -> Vec<(String, String, Option<serde_json::Value>)> {
+    env.emulator
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| (r.method.clone(), r.path.clone(), r.json()))
+        .collect()
+}

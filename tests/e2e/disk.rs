@@ -4,19 +4,9 @@
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, fails, ok, stderr, stdout, table};
+use crate::common::{Env, changes, fails, ok, stderr, stdout, table};
 
 const SUB: &str = "/apis/subresources.kubevirt.io/v1/namespaces";
-
-/// `(method, path, body)` of the requests that change something.
-fn changes(env: &Env) -> Vec<(String, String, Option<Value>)> {
-    env.emulator
-        .requests()
-        .into_iter()
-        .filter(|r| r.method != "GET")
-        .map(|r| (r.method.clone(), r.path.clone(), r.json()))
-        .collect()
-}
 
 fn kubectl_json(env: &Env, args: &[&str]) -> Value {
     let mut all = args.to_vec();

@@ -6,17 +6,7 @@
 use kubevm_emulator::ServeFlavor;
 use serde_json::Value;
 
-use crate::common::{Env, fails, ok, stderr, stdout};
-
-/// `(method, path, body)` of the requests that change something.
-fn changes(env: &Env) -> Vec<(String, String, Option<Value>)> {
-    env.emulator
-        .requests()
-        .into_iter()
-        .filter(|r| r.method != "GET")
-        .map(|r| (r.method.clone(), r.path.clone(), r.json()))
-        .collect()
-}
+use crate::common::{Env, changes, fails, ok, stderr, stdout};
 
 /// A StorageClass that binds at once and lets claims grow.
 fn expandable_class(env: &Env) {
