@@ -184,6 +184,7 @@ fn a_cut_connection_is_retried_from_the_beginning() {
     let want = reference(&image, env.dir.path());
     env.emulator.set_upload_faults(UploadFaults {
         cut_after: vec![3 * MIB],
+        ..Default::default()
     });
     let (err, got) = upload_and_export(&env, &image, "dv/cut", &[]);
     assert!(err.contains("retry 1/5 from the beginning"), "{err}");

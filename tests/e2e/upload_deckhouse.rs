@@ -324,3 +324,67 @@ fn a_vm_boots_from_what_was_uploaded() {
         assert_eq!(vm["status"]["phase"], "Running", "{vm}");
     }
 }
+
+/// A cut connection is retried from the beginning and the disk holds the right bytes; the
+/// platform checks the digest of what arrived against the one the run computed.
+#[test]
+fn a_cut_connection_is_retried_from_the_beginning() {
+    let env = Env::deckhouse();
+    let image = qcow2(env.dir.path(), 24 * MIB);
+    let want = reference(&image, env.dir.path());
+    env.emulator
+        .set_upload_faults(kubevm_emulator::upload::UploadFaults {
+            cut_after: vec![3 * MIB],
+            ..Default::default()
+        });
+    let before = env.emulator.upload_bytes_received();
+    let err = upload(&env, &image, "vd/cut", &[]);
+    assert!(err.contains("retry 1/5 from the beginning"), "{err}");
+    assert!(
+        err.contains(&format!("sha256:{}", sha256_of(&image))),
+        "{err}"
+    );
+    let size = std::fs::metadata(&image).unwrap().len();
+    assert!(env.emulator.upload_bytes_received() - before > size);
+    assert_eq!(
+        get(&env, "virtualdisk", "cut")["spec"]["dataSource"]["upload"]["checksum"]["sha256"],
+        sha256_of(&image)
+    );
+    assert_eq!(exported_disk(&env, "cut"), want);
+}
+
+/// Bytes damaged on the way fail the platform's checksum: the run says so in the platform's
+/// words and removes the disk it created, leaving nothing behind.
+#[test]
+fn a_checksum_mismatch_removes_what_the_run_created() {
+    let env = Env::deckhouse();
+    let image = qcow2(env.dir.path(), 8 * MIB);
+    // What the uploader will receive: the file with one byte inverted.
+    let mut damaged = std::fs::read(&image).unwrap();
+    damaged[100_000] = !damaged[100_000];
+    let damaged_file = env.dir.path().join("damaged.qcow2");
+    std::fs::write(&damaged_file, damaged).unwrap();
+    let kinds = "virtualdisks,virtualimages,clustervirtualimages,pods,services,secrets";
+    let before = names(&env, kinds);
+    env.emulator
+        .set_upload_faults(kubevm_emulator::upload::UploadFaults {
+            flip_byte_at: Some(100_000),
+            ..Default::default()
+        });
+    let out = vm(&env, &["upload", image.to_str().unwrap(), "vd/damaged"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    let line = format!(
+        "vd/damaged failed: sha256 sum mismatch: {} != {}",
+        sha256_of(&image),
+        sha256_of(&damaged_file)
+    );
+    assert!(err.lines().any(|l| l.ends_with(&line)), "{err}");
+    assert!(
+        !err.contains("retry"),
+        "a failed checksum is not retried: {err}"
+    );
+    let out = env.kubectl(&["get", "virtualdisk", "damaged"]);
+    assert!(stderr(&out).contains("NotFound"), "{}", stderr(&out));
+    assert_eq!(names(&env, kinds), before);
+}

@@ -48,6 +48,8 @@ pub const CVI_UPLOADER_NAMESPACE: &str = "d8-virtualization";
 /// Who answers uploads, in messages.
 const PEER: &str = "the uploader";
 const POLL: Duration = Duration::from_millis(500);
+/// How long an uploader's 500 waits for the object to fail before the upload is retried.
+const VERDICT_WAIT: Duration = Duration::from_secs(10);
 /// How often the checksum pre-pass reports progress.
 const HASH_PROGRESS_EVERY: Duration = Duration::from_millis(200);
 
@@ -401,12 +403,27 @@ async fn upload(
         max_retries: o.max_retries,
         first_delay: o.retry_delay,
     };
-    // A failed processing (the checksum) answers 500, which is worth a retry only if the
-    // object did not fail.
-    let not_failed = || async {
-        match failure(plan, &get(cluster, plan).await?) {
-            Some(e) => Err(e),
-            None => Ok(()),
+    // A 500 is the uploader's verdict on what it received (a checksum or conversion failure).
+    // The controller learns it from the uploader pod and fails the object a moment later, so
+    // that wait comes before any retry; other errors (a cut connection) look once.
+    let not_failed = |e: &HttpError| {
+        let processing = matches!(e, HttpError::Status { code: 500, .. });
+        async move {
+            let deadline = tokio::time::Instant::now()
+                + if processing {
+                    VERDICT_WAIT
+                } else {
+                    Duration::ZERO
+                };
+            loop {
+                if let Some(e) = failure(plan, &get(cluster, plan).await?) {
+                    return Err(e);
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Ok(());
+                }
+                tokio::time::sleep(POLL).await;
+            }
         }
     };
     let sent = transfer::send_file(&client, &url, &o.file, &sending, not_failed, on_event).await;

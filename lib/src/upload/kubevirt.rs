@@ -306,7 +306,7 @@ async fn upload(
         &url,
         &o.file,
         &sending,
-        || async { Ok(()) },
+        |_| async { Ok(()) },
         on_event,
     )
     .await?;

@@ -109,8 +109,8 @@ pub struct Sending<'a> {
 }
 
 /// Sends `path` to `url` (the client carries the token), retrying from the beginning on
-/// errors worth retrying unless `before_retry` says the target cannot take a retry (its
-/// error ends the run). Returns the bytes sent and their sha256.
+/// errors worth retrying unless `before_retry`, given the error, says the target cannot take
+/// a retry (its error ends the run). Returns the bytes sent and their sha256.
 pub async fn send_file<F, Fut>(
     client: &HttpClient,
     url: &str,
@@ -120,7 +120,7 @@ pub async fn send_file<F, Fut>(
     on_event: &mut (dyn FnMut(Event) + Send),
 ) -> Result<(u64, String)>
 where
-    F: FnMut() -> Fut,
+    F: FnMut(&HttpError) -> Fut,
     Fut: std::future::Future<Output = Result<()>>,
 {
     let (peer, max_retries) = (sending.peer, sending.max_retries);
@@ -180,7 +180,7 @@ where
                 return Ok((bytes, sha256));
             }
             Err(e) if e.retryable() && attempt < max_retries => {
-                before_retry().await?;
+                before_retry(&e).await?;
                 attempt += 1;
                 on_event(Event::Retrying {
                     attempt,

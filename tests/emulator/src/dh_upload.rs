@@ -24,6 +24,10 @@
 //! ([`crate::upload::process`]); for a VirtualDisk the result is its PVC's data, so an export
 //! of the disk returns the converted bytes. The uploader pod's port 8444 is reachable through
 //! `pods/portforward` (plain HTTP, as upstream serves it without TLS key).
+//!
+//! Fault switches ([`crate::upload::UploadFaults`]): `cut_after` cuts an uploader connection
+//! as a broken network does (the uploader takes the next try, as the restarted pod would);
+//! `flip_byte_at` damages the received bytes so the checksum check fails.
 
 use crate::app::App;
 use crate::controllers::set_condition;
@@ -134,6 +138,7 @@ async fn serve(
                 let app = app.clone();
                 conns.spawn(async move {
                     let Some(tls) = app.uploads.deckhouse.tls.get().cloned() else { return };
+                    let tcp = crate::upload_server::Cut::new(tcp, app.clone());
                     let Ok(stream) = tokio_rustls::TlsAcceptor::from(tls).accept(tcp).await else {
                         return;
                     };
@@ -180,6 +185,7 @@ pub async fn serve_pod_stream<S>(app: Arc<App>, stream: S, uid: String)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let stream = crate::upload_server::Cut::new(stream, app.clone());
     serve_http(app, stream, Some(uid)).await
 }
 
@@ -232,6 +238,18 @@ async fn handle(State((app, target)): State<(Arc<App>, Option<String>)>, req: Re
         let (code, text) = e.answer();
         return plain(code, text);
     }
+    let flip = app
+        .uploads
+        .faults
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .flip_byte_at
+        .take();
+    if let Some(offset) = flip
+        && let Err(e) = flip_byte(&scratch, offset)
+    {
+        return plain(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string());
+    }
     let object = app.store.get(&key(&slot));
     let app2 = app.clone();
     let result = tokio::task::spawn_blocking(move || {
@@ -250,6 +268,21 @@ async fn handle(State((app, target)): State<(Arc<App>, Option<String>)>, req: Re
         Ok(()) => plain(StatusCode::OK, ""),
         Err(_) => plain(StatusCode::INTERNAL_SERVER_ERROR, ""),
     }
+}
+
+/// Inverts the byte at `offset` of `path` (the fault switch [`crate::upload::UploadFaults::flip_byte_at`]).
+fn flip_byte(path: &std::path::Path, offset: u64) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    let mut byte = [0u8; 1];
+    file.seek(SeekFrom::Start(offset))?;
+    file.read_exact(&mut byte)?;
+    byte[0] = !byte[0];
+    file.seek(SeekFrom::Start(offset))?;
+    file.write_all(&byte)
 }
 
 fn key(slot: &Slot) -> Key {
@@ -393,12 +426,16 @@ pub fn reconcile(app: &App, obj: &Value, plural: &'static str, tick: bool) {
             };
             let base = format!("d8v-{prefix}-uploader-{}", &uid[..uid.len().min(8)]);
             let cluster_ip = format!("10.96.{}.{}", uid_byte(&uid, 0), uid_byte(&uid, 1));
+            // The uploader's objects are the object's (upstream service/uploader/uploader.go:
+            // `metav1.NewControllerRef(obj, ...)`), so deleting it takes them along.
+            let owner = crate::controllers::owner_ref(obj);
             let _ = app.store.create(
                 "",
                 "pods",
                 json!({"apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": base, "namespace": ns,
-                        "labels": {"app": "dvcr-uploader", "service": base, TARGET_LABEL: uid}},
+                        "labels": {"app": "dvcr-uploader", "service": base, TARGET_LABEL: uid},
+                        "ownerReferences": [owner.clone()]},
                     "spec": {"nodeName": crate::controllers::NODE, "containers": [{"name": "uploader",
                         "image": "registry.deckhouse.io/virtualization/dvcr-uploader",
                         "command": ["/usr/local/bin/dvcr-uploader"],
@@ -410,7 +447,7 @@ pub fn reconcile(app: &App, obj: &Value, plural: &'static str, tick: bool) {
                 "",
                 "services",
                 json!({"apiVersion": "v1", "kind": "Service",
-                    "metadata": {"name": base, "namespace": ns},
+                    "metadata": {"name": base, "namespace": ns, "ownerReferences": [owner]},
                     "spec": {"type": "ClusterIP", "clusterIP": cluster_ip, "selector": {"service": base},
                         "ports": [{"name": "uploader", "protocol": "TCP", "port": 80, "targetPort": UPLOADER_PORT}]}}),
             );

@@ -52,6 +52,9 @@ pub struct UploadFaults {
     /// The first connection that carries this many bytes is cut there (one per entry, in
     /// order).
     pub cut_after: Vec<u64>,
+    /// The next body a Deckhouse uploader receives has the byte at this offset inverted, as
+    /// a damaging proxy or disk would, so the platform's checksum check fails (used up once).
+    pub flip_byte_at: Option<u64>,
 }
 
 /// The upload proxy's state.
@@ -484,7 +487,7 @@ impl crate::Handle {
             .clone()
     }
 
-    /// Replaces the upload proxy's fault switches.
+    /// Replaces the fault switches of the upload proxy and the Deckhouse uploaders.
     pub fn set_upload_faults(&self, faults: UploadFaults) {
         *self
             .app

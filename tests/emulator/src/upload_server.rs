@@ -111,12 +111,25 @@ pub fn is_proxy(pod: &serde_json::Value, port: u16) -> bool {
 }
 
 /// A connection cut once it has carried as many bytes as the first pending cut says (that cut
-/// is used up; connections that carry less, like a health probe, are left alone).
-struct Cut<S> {
+/// is used up; connections that carry less, like a health probe, are left alone). The
+/// Deckhouse uploader's connections go through it too.
+pub(crate) struct Cut<S> {
     inner: S,
     app: Arc<App>,
     read: u64,
     cut: bool,
+}
+
+impl<S> Cut<S> {
+    /// Wraps a fresh connection.
+    pub(crate) fn new(inner: S, app: Arc<App>) -> Self {
+        Cut {
+            inner,
+            app,
+            read: 0,
+            cut: false,
+        }
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Cut<S> {
@@ -182,12 +195,7 @@ where
     let Some(tls) = app.uploads.server_config.get().cloned() else {
         return;
     };
-    let stream = Cut {
-        inner: stream,
-        app: app.clone(),
-        read: 0,
-        cut: false,
-    };
+    let stream = Cut::new(stream, app.clone());
     let Ok(stream) = tokio_rustls::TlsAcceptor::from(tls).accept(stream).await else {
         return;
     };

@@ -374,3 +374,99 @@ fn the_in_cluster_url_reaches_the_uploader_pod_through_kubectl_port_forward() {
     let data = emu.uploaded_image(uid).expect("the image's data");
     assert_eq!(sha256(&data), reference(&dir, &image));
 }
+
+/// The fault switches reach the Deckhouse uploader: a cut connection fails that try only
+/// (the next one is taken, as upstream's controller starts a new uploader pod), and damaged
+/// bytes fail the checksum with the digest of what arrived.
+#[test]
+fn a_cut_connection_is_retried_and_damaged_bytes_fail_the_checksum() {
+    let (emu, dir) = start();
+    let image = qcow2(&dir);
+    let sum = sha256(&image);
+    for name in ["cut", "damaged"] {
+        create(
+            &emu,
+            &dir,
+            "virtualdisks",
+            json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDisk",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"persistentVolumeClaim": {"size": "4Mi"},
+                "dataSource": {"type": "Upload", "upload": {"checksum": {"sha256": sum}}}}}),
+        );
+    }
+    let url = |name: &str| {
+        wait_phase(&emu, "virtualdisks", name, "WaitForUserUpload")["status"]["imageUploadURLs"]
+            ["external"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+
+    emu.set_upload_faults(kubevm_emulator::upload::UploadFaults {
+        cut_after: vec![256 << 10],
+        ..Default::default()
+    });
+    let cut = Command::new("curl")
+        .args(["-sS", "-m", "30", "-o", "/dev/null", "-T"])
+        .arg(&image)
+        .arg("--cacert")
+        .arg(dir.path().join("ingress.pem"))
+        .arg(url("cut"))
+        .output()
+        .unwrap();
+    assert!(!cut.status.success(), "the cut try succeeded");
+    assert_eq!(
+        object(&emu, "virtualdisks", "cut")["status"]["phase"],
+        "WaitForUserUpload"
+    );
+    assert_eq!(curl(&dir, "PUT", Some(&image), &url("cut")), 200);
+    wait_phase(&emu, "virtualdisks", "cut", "Ready");
+
+    let mut damaged = std::fs::read(&image).unwrap();
+    damaged[4096] = !damaged[4096];
+    let damaged_file = dir.path().join("damaged.qcow2");
+    std::fs::write(&damaged_file, damaged).unwrap();
+    emu.set_upload_faults(kubevm_emulator::upload::UploadFaults {
+        flip_byte_at: Some(4096),
+        ..Default::default()
+    });
+    assert_eq!(curl(&dir, "PUT", Some(&image), &url("damaged")), 500);
+    let vd = wait_phase(&emu, "virtualdisks", "damaged", "Failed");
+    let ready = vd["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        ready["message"],
+        format!("sha256 sum mismatch: {sum} != {}", sha256(&damaged_file))
+    );
+
+    // The uploader's pod and Service belong to the disk: deleting it takes them along.
+    let uid = vd["metadata"]["uid"].as_str().unwrap().to_string();
+    let uploader = |plural: &str| {
+        emu.objects("", plural, Some("default"))
+            .into_iter()
+            .filter(|o| {
+                o["metadata"]["ownerReferences"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().any(|r| r["uid"] == uid.as_str()))
+            })
+            .count()
+    };
+    assert_eq!((uploader("pods"), uploader("services")), (1, 1));
+    let out = Command::new(kubectl_path())
+        .arg("--kubeconfig")
+        .arg(dir.path().join("kubeconfig"))
+        .args(["delete", "virtualdisk", "damaged"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!((uploader("pods"), uploader("services")), (0, 0));
+}
