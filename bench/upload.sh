@@ -7,7 +7,12 @@
 # The file is raw random data (`--format raw`), so the emulator's processing after the
 # transfer is a rename and the timings are the transfers'. kubectl-vm's time is the one it
 # reports for the transfer ("uploaded N in Xs"); curl's is its wall time.
-# Usage: [ROUNDS=1] bench/upload.sh [SIZE_GIB]   (default 2). Builds release binaries first.
+# FLAVOR=deckhouse does the same for a VirtualDisk: kubectl-vm (`vd/NAME`, checksum pre-pass,
+# then the transfer) vs `curl -T` to the external upload URL of a VirtualDisk waiting for an
+# upload; both skip verifying the emulator's ingress certificate (`--insecure`, `curl -k`),
+# whose CA the emulator binary does not publish. The pre-pass is timed and shown apart.
+# Usage: [ROUNDS=1] [FLAVOR=kubevirt|deckhouse] bench/upload.sh [SIZE_GIB]   (default 2).
+# Builds release binaries first.
 # Measured 2026-12-02 (2 shared cores, release build, 2 GiB, 1 round): kubectl-vm 401.6 MiB/s
 # vs curl -T 604.7 MiB/s = 0.66x; sha256 ran on the task that encrypts and sends.
 # Measured 2026-12-03 after moving reading + sha256 to a thread of their own (2 cores shared
@@ -23,29 +28,62 @@ kubectl="$root/.tools/bin/kubectl"
 cargo build --quiet --release --locked -p kubectl-vm -p kubevm-emulator
 vm="$root/target/release/kubectl-vm"
 size=$((gib * 1024 * 1024 * 1024))
+flavor=${FLAVOR:-kubevirt}
+case $flavor in kubevirt | deckhouse) ;; *) echo "FLAVOR is kubevirt or deckhouse" >&2; exit 2 ;; esac
 
 work=$(mktemp -d)
 echo "apiVersion: v1
 kind: ConfigMap
 metadata: {name: bench, namespace: default}" >"$work/fixture.yaml"
-"$root/target/release/kubevm-emulator" --fixture "$work/fixture.yaml" --flavor kubevirt \
+"$root/target/release/kubevm-emulator" --fixture "$work/fixture.yaml" --flavor "$flavor" \
   --kubeconfig "$work/kubeconfig" >"$work/emulator.log" 2>&1 &
 emulator=$!
 trap 'kill $emulator 2>/dev/null; wait $emulator 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 100); do [ -s "$work/kubeconfig" ] && break; sleep 0.1; done
 export KUBECONFIG="$work/kubeconfig" HOME="$work"
 head -c "$size" /dev/urandom >"$work/disk.raw"
+if [ "$flavor" = kubevirt ]; then
 proxy=https://$("$kubectl" get cdiconfig config -o jsonpath='{.status.uploadProxyURL}')
 "$kubectl" get configmap -n cdi cdi-uploadproxy-signer-bundle -o jsonpath='{.data.ca-bundle\.crt}' >"$work/ca.pem"
+fi
 
 now() { date +%s%N; }
 rounds=${ROUNDS:-1}
 results=()
+hash_secs=()
 for round in $(seq "$rounds"); do
   sync
-  /usr/bin/time -v "$vm" upload "$work/disk.raw" "dv/vm-$round" --format raw 2>"$work/vm.log"
+  if [ "$flavor" = deckhouse ]; then
+    start=$(now)
+    /usr/bin/time -v "$vm" upload "$work/disk.raw" "vd/vm-$round" --format raw --insecure 2>"$work/vm.log"
+    total_ns=$(( $(now) - start ))
+  else
+    /usr/bin/time -v "$vm" upload "$work/disk.raw" "dv/vm-$round" --format raw 2>"$work/vm.log"
+  fi
   rss_kb=$(awk -F: '/Maximum resident set size/ {gsub(/ /, "", $2); print $2}' "$work/vm.log")
-  vm_transfer=$(grep -o 'in [0-9.]*s' "$work/vm.log" | head -1 | tr -dc '0-9.')
+  vm_transfer=$(grep -o '^uploaded .* in [0-9.]*s' "$work/vm.log" | grep -o 'in [0-9.]*s$' | tr -dc '0-9.')
+  if [ "$flavor" = deckhouse ]; then
+    "$kubectl" delete vd "vm-$round" >/dev/null
+    hash_secs+=("$(python3 -c "print(f'{$total_ns/1e9:.2f} s in all, transfer $vm_transfer s')")")
+    "$kubectl" create -f - >/dev/null <<YAML
+apiVersion: virtualization.deckhouse.io/v1alpha2
+kind: VirtualDisk
+metadata: {name: curl-$round, namespace: default}
+spec: {dataSource: {type: Upload}}
+YAML
+    for _ in $(seq 200); do
+      [ "$("$kubectl" get vd "curl-$round" -o jsonpath='{.status.phase}')" = WaitForUserUpload ] && break
+      sleep 0.1
+    done
+    url=$("$kubectl" get vd "curl-$round" -o jsonpath='{.status.imageUploadURLs.external}')
+    sync
+    start=$(now)
+    curl -sSfk -T "$work/disk.raw" "$url" >/dev/null
+    curl_ns=$(( $(now) - start ))
+    "$kubectl" delete vd "curl-$round" >/dev/null
+    results+=("$curl_ns $vm_transfer $rss_kb")
+    continue
+  fi
   "$kubectl" delete dv "vm-$round" >/dev/null
   "$kubectl" create -f - >/dev/null <<YAML
 apiVersion: cdi.kubevirt.io/v1beta1
@@ -72,6 +110,7 @@ YAML
   "$kubectl" delete dv "curl-$round" >/dev/null
   results+=("$curl_ns $vm_transfer $rss_kb")
 done
+for h in "${hash_secs[@]}"; do echo "kubectl-vm with its checksum pre-pass: $h"; done
 python3 - "$size" "${results[@]}" <<'PY'
 import sys
 size = int(sys.argv[1])

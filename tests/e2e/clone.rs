@@ -143,6 +143,7 @@ fn kubevirt_clone_runs_with_copies_of_the_disks() {
     // The clone object stays, Succeeded (KubeVirt deletes it with its target VM).
     let record = get_json(&env, &["get", "vmclone", "clone-dst"]);
     assert_eq!(record["status"]["phase"], "Succeeded");
+    bundles_hold(&env, "virtualmachineclone/clone-dst.yaml");
 
     // A taken name: one line, nothing created.
     env.emulator.clear_requests();
@@ -274,6 +275,7 @@ fn deckhouse_clone_runs_with_copies_of_the_disks() {
     // The operation is kept as the record.
     let record = get_json(&env, &["get", "vmop", "clone-dst"]);
     assert_eq!(record["status"]["phase"], "Completed");
+    bundles_hold(&env, "virtualmachineoperation/clone-dst.yaml");
 
     env.emulator.clear_requests();
     let err = fails(&env, &["clone", "src", "dst"], 1);
@@ -327,6 +329,15 @@ fn deckhouse_clone_runs_with_copies_of_the_disks() {
 
 /// The phases of `all` that `err` shows appear in that order; the first and the last always do.
 #[track_caller]
+/// The debug bundles of the source and the new VM both hold the clone's record `file`.
+fn bundles_hold(env: &Env, file: &str) {
+    for vm in ["src", "dst"] {
+        let (archive, _) = crate::debug_info::collect(env, &[vm]);
+        let files = crate::debug_info::listing(&archive);
+        assert!(files.iter().any(|f| f == file), "{vm}: {files:?}");
+    }
+}
+
 fn phases_in_order(err: &str, all: &[&str]) {
     let mut at = 0;
     let mut seen = vec![];

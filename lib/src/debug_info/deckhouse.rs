@@ -108,7 +108,13 @@ pub(crate) async fn collect(c: &Collector, vm: &Value) {
         async {
             let ops = c
                 .list(&VMOP, None, |o| {
+                    // Its own operations, and the clone that made it (owned by it).
                     o["spec"]["virtualMachineName"] == name.as_str()
+                        || o["metadata"]["ownerReferences"]
+                            .as_array()
+                            .is_some_and(|refs| {
+                                refs.iter().any(|r| r["uid"] == vm["metadata"]["uid"])
+                            })
                 })
                 .await;
             futures::future::join_all(ops.iter().map(|o| {

@@ -1,5 +1,5 @@
 //! What belongs to a KubeVirt VM: its VMI, migrations, DataVolumes and PVCs, the
-//! virt-launcher, hotplug and importer pods, its snapshots and restores, the domain XML
+//! virt-launcher, hotplug and importer pods, its snapshots, restores and clones, the domain XML
 //! (`virsh dumpxml` in `compute`) and the guest agent's view (`guestosinfo`, `userlist`,
 //! `filesystemlist`).
 
@@ -112,13 +112,18 @@ pub(crate) async fn collect(c: &Collector, vm: &Value) {
         },
         c.list_raw(&POD, None),
     );
-    // Its snapshots and the restores into it (kept when the VM is deleted).
+    // Its snapshots and the restores into it (kept when the VM is deleted), and the clones
+    // made from it or into it.
     futures::join!(
         c.list(&crate::snapshot::kubevirt::VM_SNAPSHOT, None, |s| {
             s["spec"]["source"]["name"] == name.as_str()
         }),
         c.list(&crate::snapshot::kubevirt::VM_RESTORE, None, |r| {
             r["spec"]["target"]["name"] == name.as_str()
+        }),
+        c.list(&crate::clone::kubevirt::CLONE, None, |r| {
+            r["spec"]["source"]["name"] == name.as_str()
+                || r["spec"]["target"]["name"] == name.as_str()
         }),
     );
     // Claims of the VM, plus hotplugged ones the VMI reports.

@@ -30,7 +30,9 @@
 //! The one deliberate shortcut: upstream goes through a temporary VirtualMachineSnapshot and
 //! VirtualMachineRestore (KubeVirt) or VirtualMachineSnapshot and VirtualDiskSnapshots
 //! (Deckhouse). Those intermediate objects are not created here; the phases and end state are
-//! produced directly. A new claim holds its source's bytes through the [`CONTENT_OF`]
+//! produced directly. A new KubeVirt claim gets a copy of its source's written bytes at clone
+//! time (as the VolumeSnapshot would hold them); generated data, which never changes, and a
+//! Deckhouse clone's disks are views of the source claim through the [`CONTENT_OF`]
 //! annotation (the emulator's model of a copied volume).
 
 use serde_json::{Map, Value, json};
@@ -425,6 +427,12 @@ fn create_kubevirt_target(
                 "status": {"phase": "Bound", "accessModes": pvc["spec"]["accessModes"].clone(),
                     "capacity": {"storage": size}}}),
         );
+        // Upstream copies the volume through the VolumeSnapshot of the snapshot phase: the new
+        // claim holds the source's bytes of that moment, not a view of what it holds later.
+        let id = format!("clone-{}-{new}", meta_str(clone, "uid"));
+        crate::vm_snapshot::capture(app, ns, old, &id);
+        crate::vm_snapshot::materialize(app, ns, new, &id);
+        let _ = std::fs::remove_file(app.uploads.data_path(&id));
         // A template's DataVolume is made pre-populated over the restored claim (restore.go
         // createDataVolume, cdi.kubevirt.io/storage.prePopulated).
         if let Some(t) = vm
@@ -884,6 +892,7 @@ mod tests {
                 "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
                 "status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}}))
             .unwrap();
+        crate::vm_snapshot::write_volume(&app, "default", "src-root", b"before the clone").unwrap();
         app.store
             .create(KV, "virtualmachines", json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
                 "metadata": {"name": "src", "namespace": "default"},
@@ -925,7 +934,13 @@ mod tests {
                 .unwrap()
                 .to_owned();
         assert!(claim.starts_with("restore-"), "{claim}");
-        assert_eq!(content_pvc(&app, "default", &claim), "src-root");
+        // The clone has its own copy: the source written afterwards does not show through.
+        crate::vm_snapshot::write_volume(&app, "default", "src-root", b"after").unwrap();
+        let data = |pvc: &str| {
+            std::fs::read(crate::upload::uploaded_file(&app, "default", pvc).unwrap()).unwrap()
+        };
+        assert_eq!(data(&claim), b"before the clone");
+        assert_eq!(data("src-root"), b"after");
         // Deleting the target VM deletes the succeeded clone.
         app.store.delete(
             &Key::new(KV, "virtualmachines", "default", "dst"),
