@@ -32,4 +32,6 @@ fi
 trap - EXIT
 tail -1 "$image_log"
 # --nocapture: the scenario prints its timings (boot to ssh, reboot to ssh) into the CI log.
-cargo test --workspace --locked --no-fail-fast -- --ignored --nocapture
+# --tests: the ignored tests are all in test targets; without it the doc tests would be built
+# and run a second time.
+cargo test --workspace --locked --no-fail-fast --tests -- --ignored --nocapture
