@@ -40,6 +40,7 @@ mod scripts;
 mod server_errors;
 mod signer;
 mod snapshot;
+mod snapshot_deckhouse;
 mod ssh;
 mod ssh_tools;
 mod upload;

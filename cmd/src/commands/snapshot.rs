@@ -1,5 +1,6 @@
 //! `kubectl vm snapshot create|list|delete|restore`: VM snapshots and rolling a VM back to one
-//! (KubeVirt VirtualMachineSnapshot / VirtualMachineRestore).
+//! (KubeVirt VirtualMachineSnapshot / VirtualMachineRestore; Deckhouse VirtualMachineSnapshot /
+//! VirtualMachineOperation Restore).
 
 use std::io::Write;
 
@@ -18,7 +19,7 @@ use crate::render::{OutputFormat, Table, age, cell};
 /// Arguments of `snapshot`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "KubeVirt: a VirtualMachineSnapshot made here (labelled as made by kubectl vm); the guest agent\nfreezes the filesystems of a running VM, and without one the snapshot is only crash-consistent\n(said on stderr). restore makes a VirtualMachineRestore: the VM must be stopped, so a running VM\nis refused unless --stop, which stops it, restores and starts it again. --new-vm NAME restores into\na new VM of that name (its disks are new copies; the source VM is not touched). delete removes\nonly snapshots kubectl vm made unless --force, with the uid read as a precondition. Deleting a VM\nkeeps its snapshots (KubeVirt does too); delete them here. Deckhouse is not supported yet.\n\nExamples:\n  kubectl vm snapshot create web\n  kubectl vm snapshot create web before-upgrade --timeout 10m\n  kubectl vm snapshot list web\n  kubectl vm snapshot list -A -o wide\n  kubectl vm snapshot restore before-upgrade --stop\n  kubectl vm snapshot restore before-upgrade --new-vm web-copy\n  kubectl vm snapshot delete before-upgrade"
+    after_help = "KubeVirt: a VirtualMachineSnapshot made here (labelled as made by kubectl vm); the guest agent\nfreezes the filesystems of a running VM, and without one the snapshot is only crash-consistent\n(said on stderr). restore makes a VirtualMachineRestore: the VM must be stopped, so a running VM\nis refused unless --stop, which stops it, restores and starts it again. --new-vm NAME restores into\na new VM of that name (its disks are new copies; the source VM is not touched). delete removes\nonly snapshots kubectl vm made unless --force, with the uid read as a precondition. Deleting a VM\nkeeps its snapshots (KubeVirt does too); delete them here.\n\nDeckhouse: a VirtualMachineSnapshot made here, with a VirtualDiskSnapshot per disk (deleted with it).\nA running VM is frozen by its agent; without a ready agent the snapshot is crash-consistent (said\non stderr). restore makes a VirtualMachineOperation Restore (mode Strict): Deckhouse stops a\nrunning VM for it and starts it again, so a running VM is refused unless --stop. --new-vm is not\nsupported on Deckhouse yet.\n\nExamples:\n  kubectl vm snapshot create web\n  kubectl vm snapshot create web before-upgrade --timeout 10m\n  kubectl vm snapshot list web\n  kubectl vm snapshot list -A -o wide\n  kubectl vm snapshot restore before-upgrade --stop\n  kubectl vm snapshot restore before-upgrade --new-vm web-copy\n  kubectl vm snapshot delete before-upgrade"
 )]
 pub struct SnapshotArgs {
     #[command(subcommand)]
@@ -231,7 +232,11 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> CommandResult {
     let state = if options.dry_run != LibDryRun::None {
         String::new()
     } else if !outcome.waited {
-        "; not waited for: see `kubectl vm snapshot list`".into()
+        match platform.flavor {
+            kubevm::flavor::Flavor::KubeVirt => "; not waited for: see `kubectl get vmrestore`",
+            kubevm::flavor::Flavor::Deckhouse => "; not waited for: see `kubectl get vmop`",
+        }
+        .into()
     } else if outcome.no_agent {
         "; ready (crash-consistent: no guest agent froze the filesystems)".into()
     } else {
@@ -278,7 +283,7 @@ async fn list(global: &GlobalArgs, args: ListArgs) -> CommandResult {
                 writeln!(
                     out,
                     "{}",
-                    kubevm::snapshot::kubevirt::VM_SNAPSHOT.object_ref(&r.name)
+                    snapshot::snapshot_kind(platform.flavor).object_ref(&r.name)
                 )?;
             }
             return Ok(());
@@ -352,7 +357,8 @@ async fn delete(global: &GlobalArgs, args: DeleteArgs) -> CommandResult {
         } else {
             writeln!(
                 out,
-                "virtualmachinesnapshot.snapshot.kubevirt.io {:?} deleted{}",
+                "virtualmachinesnapshot.{} {:?} deleted{}",
+                snapshot::snapshot_kind(platform.flavor).group,
                 d.name,
                 dry_note(&options)
             )?;
@@ -378,7 +384,11 @@ async fn restore(global: &GlobalArgs, args: RestoreArgs) -> CommandResult {
     let state = if options.dry_run != LibDryRun::None {
         String::new()
     } else if !outcome.waited {
-        "; not waited for: see `kubectl get vmrestore`".into()
+        match platform.flavor {
+            kubevm::flavor::Flavor::KubeVirt => "; not waited for: see `kubectl get vmrestore`",
+            kubevm::flavor::Flavor::Deckhouse => "; not waited for: see `kubectl get vmop`",
+        }
+        .into()
     } else if outcome.restarted {
         "; it was stopped for the restore and started again".into()
     } else if args.new_vm.is_some() {

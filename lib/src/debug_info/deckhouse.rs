@@ -131,6 +131,28 @@ pub(crate) async fn collect(c: &Collector, vm: &Value) {
         futures::future::join_all(refs.iter().map(|(k, n)| block_device(c, k, n))),
         c.list_raw(&POD, None),
     );
+    // Its snapshots and their disk snapshots (restores are among the operations above).
+    let snapshots = c
+        .list(&crate::snapshot::deckhouse::VM_SNAPSHOT, None, |s| {
+            s["spec"]["virtualMachineName"] == name.as_str()
+        })
+        .await;
+    let disk_snapshots: Vec<String> = snapshots
+        .iter()
+        .flat_map(|s| {
+            s["status"]["virtualDiskSnapshotNames"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n.as_str().map(str::to_owned))
+        })
+        .collect();
+    c.list(&crate::snapshot::deckhouse::VD_SNAPSHOT, None, |d| {
+        d["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| disk_snapshots.iter().any(|x| x == n))
+    })
+    .await;
     // Devices attached through VMBDAs (hotplug), each once.
     let attached: Vec<(String, String)> = vmbdas
         .iter()

@@ -57,20 +57,25 @@ pub const VM_RESTORE: Kind = Kind {
 /// `targetNotReadyFailureMessage`).
 pub const NOT_POWERED_OFF: &str = "Restore target VMI must be powered off before restore operation";
 
-fn is_ours(obj: &Value) -> bool {
+pub(super) fn is_ours(obj: &Value) -> bool {
     obj.pointer("/metadata/labels")
         .and_then(|l| l.get(MANAGED_BY_LABEL))
         == Some(&json!(MANAGED_BY))
 }
 
-fn labels(vm: &str) -> BTreeMap<&'static str, String> {
+pub(super) fn labels(vm: &str) -> BTreeMap<&'static str, String> {
     BTreeMap::from([
         (MANAGED_BY_LABEL, MANAGED_BY.to_owned()),
         (VM_LABEL, vm.to_owned()),
     ])
 }
 
-async fn get_opt(cluster: &Cluster, kind: Kind, ns: &str, name: &str) -> Result<Option<Value>> {
+pub(super) async fn get_opt(
+    cluster: &Cluster,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+) -> Result<Option<Value>> {
     kind.api(&cluster.client, Some(ns))
         .get_opt(name)
         .await
@@ -78,7 +83,7 @@ async fn get_opt(cluster: &Cluster, kind: Kind, ns: &str, name: &str) -> Result<
         .map_err(|e| cluster.error(e, &kind.action("get", Some(ns)).named(name)))
 }
 
-async fn get(cluster: &Cluster, kind: Kind, ns: &str, name: &str) -> Result<Value> {
+pub(super) async fn get(cluster: &Cluster, kind: Kind, ns: &str, name: &str) -> Result<Value> {
     kind.api(&cluster.client, Some(ns))
         .get(name)
         .await
@@ -87,7 +92,7 @@ async fn get(cluster: &Cluster, kind: Kind, ns: &str, name: &str) -> Result<Valu
 }
 
 /// Create `obj` (create semantics: an existing object of that name is left alone).
-async fn create_obj(
+pub(super) async fn create_obj(
     cluster: &Cluster,
     kind: Kind,
     ns: &str,
@@ -118,7 +123,7 @@ async fn create_obj(
     Ok(serde_json::to_value(made).unwrap_or_default())
 }
 
-fn conditions(obj: &Value) -> impl Iterator<Item = &Value> {
+pub(super) fn conditions(obj: &Value) -> impl Iterator<Item = &Value> {
     obj.pointer("/status/conditions")
         .and_then(Value::as_array)
         .into_iter()

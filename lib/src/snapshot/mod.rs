@@ -7,13 +7,18 @@
 //! its agent when it runs (`status.indications` says `GuestAgent` or `NoGuestAgent`); a restore
 //! is a VirtualMachineRestore, which needs the target VM stopped (upstream `restore.go`:
 //! "Restore target VMI must be powered off before restore operation") and can also create a
-//! new VM. Deckhouse is not covered yet: its commands are refused before any request.
+//! new VM.
+//!
+//! Deckhouse ([`deckhouse`]): a `virtualization.deckhouse.io` VirtualMachineSnapshot (one
+//! VirtualDiskSnapshot per disk, owned by it), restored into its VM by a VirtualMachineOperation
+//! `Restore`; the platform stops a running VM for that and starts it again.
 //!
 //! Restoring a running VM is refused before anything changes unless the caller asks to stop it
 //! ([`RestoreRequest::stop`]): then it is stopped, restored, and started again. Deleting only
 //! touches snapshots made by kubectl-vm unless forced, always with the uid read as a
 //! precondition. Progress is reported as [`Event`]s; the caller renders them.
 
+pub mod deckhouse;
 pub mod kubevirt;
 
 use std::time::Duration;
@@ -137,13 +142,6 @@ pub fn check_name(what: &'static str, name: &str) -> Result<()> {
     crate::validate::dns_label(what, name).map_err(|e| Error::Usage(e.to_string()))
 }
 
-fn unsupported(flavor: Flavor) -> Error {
-    Error::Usage(format!(
-        "snapshots are not supported on {} by this version of kubectl vm (nothing was changed)",
-        flavor.display_name()
-    ))
-}
-
 /// Take a snapshot `name` of VM `vm`.
 pub async fn create(
     cluster: &Cluster,
@@ -160,7 +158,9 @@ pub async fn create(
             Flavor::KubeVirt => {
                 kubevirt::create(cluster, namespace, vm, name, options, on_event).await
             }
-            Flavor::Deckhouse => Err(unsupported(flavor)),
+            Flavor::Deckhouse => {
+                deckhouse::create(cluster, namespace, vm, name, options, on_event).await
+            }
         }
     };
     bounded(
@@ -169,6 +169,14 @@ pub async fn create(
         &format!("snapshot {name} of {vm}.{namespace}"),
     )
     .await
+}
+
+/// The kind of a flavor's snapshots (for `kind.group/name`).
+pub fn snapshot_kind(flavor: Flavor) -> crate::api::Kind {
+    match flavor {
+        Flavor::KubeVirt => kubevirt::VM_SNAPSHOT,
+        Flavor::Deckhouse => deckhouse::VM_SNAPSHOT,
+    }
 }
 
 /// The snapshots in `namespace` (all namespaces when `None`), of VM `vm` when given.
@@ -180,7 +188,7 @@ pub async fn list(
 ) -> Result<Vec<Snapshot>> {
     match flavor {
         Flavor::KubeVirt => kubevirt::list(cluster, namespace, vm).await,
-        Flavor::Deckhouse => Err(unsupported(flavor)),
+        Flavor::Deckhouse => deckhouse::list(cluster, namespace, vm).await,
     }
 }
 
@@ -203,7 +211,9 @@ pub async fn delete(
             Flavor::KubeVirt => {
                 kubevirt::delete(cluster, namespace, names, force, options, on_event).await
             }
-            Flavor::Deckhouse => Err(unsupported(flavor)),
+            Flavor::Deckhouse => {
+                deckhouse::delete(cluster, namespace, names, force, options, on_event).await
+            }
         }
     };
     bounded(
@@ -233,7 +243,9 @@ pub async fn restore(
             Flavor::KubeVirt => {
                 kubevirt::restore(cluster, platform, namespace, request, options, on_event).await
             }
-            Flavor::Deckhouse => Err(unsupported(platform.flavor)),
+            Flavor::Deckhouse => {
+                deckhouse::restore(cluster, namespace, request, options, on_event).await
+            }
         }
     };
     bounded(

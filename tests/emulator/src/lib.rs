@@ -28,6 +28,7 @@ pub mod bootstrap;
 pub mod clone;
 pub mod controllers;
 pub mod decoded;
+pub mod dh_snapshot;
 pub mod dh_upload;
 pub mod discovery;
 pub mod expansion;

@@ -91,6 +91,8 @@ pub(super) fn virtual_disk(app: &App, vd: &Value, tick: bool) {
         .map(String::from);
     if next != "Pending" {
         ensure_pvc(app, vd, &pvc_name, &size, class.clone());
+        // A disk made from a VirtualDiskSnapshot holds its data (dh_snapshot.rs).
+        crate::dh_snapshot::disk_data(app, vd, &pvc_name);
         // A clone's disk: its claim holds the source disk's bytes (clone.rs).
         if let Some(source) = crate::clone::content_of_disk(vd) {
             app.store.modify(

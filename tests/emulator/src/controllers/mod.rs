@@ -75,6 +75,12 @@ const RECONCILERS: &[(&str, &str, Reconciler)] = &[
         crate::vm_snapshot::RESTORES,
         crate::vm_snapshot::vm_restore,
     ),
+    // Deckhouse VM snapshots (dh_snapshot.rs); restores run as operations (lifecycle/).
+    (
+        "virtualization.deckhouse.io",
+        crate::dh_snapshot::VM_SNAPSHOTS,
+        crate::dh_snapshot::vm_snapshot,
+    ),
     // The volume resizer (expansion.rs): claims asking for more than they have.
     ("", "persistentvolumeclaims", crate::expansion::claim),
     (

@@ -139,6 +139,9 @@ pub fn vmop(app: &App, op: &Value, tick: bool) {
             // clone.go IsApplicableForVMPhase; service.go IsApplicableOrSetFailedPhase.
             "Clone" if !matches!(vm_phase, "Running" | "Stopped") => Some(("NotApplicableForVirtualMachinePhase",
                 format!("Operation type Clone is not applicable for VirtualMachine in phase {vm_phase}"))),
+            // restore.go IsApplicableForVMPhase.
+            "Restore" if !matches!(vm_phase, "Running" | "Stopped" | "Pending") => Some(("NotApplicableForVirtualMachinePhase",
+                format!("Operation type Restore is not applicable for VirtualMachine in phase {vm_phase}"))),
             "Migrate" | "Evict" if vm.pointer("/spec/liveMigrationPolicy").and_then(Value::as_str) == Some("Manual") =>
                 Some(("NotApplicableForLiveMigrationPolicy", "The live migration policy does not allow migration".to_string())),
             _ => None,
@@ -278,6 +281,22 @@ pub fn vmop(app: &App, op: &Value, tick: bool) {
                     o["status"]["resources"] = resources;
                 });
             }
+        },
+        // Restore (dh_snapshot.rs): the VM is stopped for it and started again if it ran.
+        ("Restore", "Pending") => in_progress("RestoreInProgress", None),
+        ("Restore", _) => match crate::dh_snapshot::restore_step(app, op, &vm) {
+            crate::dh_snapshot::RestoreStep::Stop => {
+                if !app
+                    .guests
+                    .power_off(ns, vm_name, false, super::deckhouse_grace(&vm))
+                {
+                    set_power(Some("off"), None);
+                }
+            }
+            crate::dh_snapshot::RestoreStep::Start => set_power(Some("on"), None),
+            crate::dh_snapshot::RestoreStep::Wait => {}
+            crate::dh_snapshot::RestoreStep::Done => complete(None),
+            crate::dh_snapshot::RestoreStep::Fail(message) => fail("OperationFailed", &message),
         },
         _ => fail(
             "OperationFailed",

@@ -56,6 +56,14 @@ pub const DECKHOUSE_CRDS: &[(&str, &str)] = &[
         include_str!("../../schemas/deckhouse/virtualdisksnapshots.yaml"),
     ),
     (
+        "virtualmachinesnapshots.yaml",
+        include_str!("../../schemas/deckhouse/virtualmachinesnapshots.yaml"),
+    ),
+    (
+        "virtualmachinesnapshotoperations.yaml",
+        include_str!("../../schemas/deckhouse/virtualmachinesnapshotoperations.yaml"),
+    ),
+    (
         "virtualmachineipaddresses.yaml",
         include_str!("../../schemas/deckhouse/virtualmachineipaddresses.yaml"),
     ),
