@@ -339,7 +339,7 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().path())
             .collect();
-        assert_eq!(files, [first.clone()]);
+        assert_eq!(files, [first]);
         assert!(disks.restore("vs-1", "ns", "pvc").unwrap());
         assert_eq!(
             std::fs::read(disks.overlay("ns", "pvc").unwrap()).unwrap(),
