@@ -89,7 +89,9 @@ pub(crate) fn snapshot_change_restore(env: &Env, flavor: &str, vm: &str) -> Inst
         p.flush().unwrap();
         p.exp_regex(&format!(r"root@{vm}:~# ")).unwrap();
         p.send(&format!(
-            "printf '%s\\n' '{CHANGED}' > {FILE} && sync && sha256sum {FILE}\r"
+            // The file is ops's in a sticky directory: root may not open it for writing
+            // (fs.protected_regular), so it is replaced.
+            "rm -f {FILE} && printf '%s\\n' '{CHANGED}' > {FILE} && sync && sha256sum {FILE}\r"
         ))
         .unwrap();
         p.flush().unwrap();
