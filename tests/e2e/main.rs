@@ -36,6 +36,7 @@ mod real_guest;
 mod real_guest_disks;
 mod real_guest_enroll;
 mod real_guest_extras;
+mod real_guest_snapshot;
 mod scripts;
 mod server_errors;
 mod signer;

@@ -142,6 +142,16 @@ pub trait GuestFactory: Send + Sync {
     /// Called about once a second while an eager factory is in use (e.g. to remove the
     /// disks of deleted VMs).
     fn housekeeping(&self, _app: &App) {}
+    /// Keeps, under volume snapshot data `id`, a point-in-time copy of what claim `ns/pvc`
+    /// holds when it is a guest's disk that the factory keeps itself; false when it is not.
+    fn capture_claim(&self, _app: &App, _ns: &str, _pvc: &str, _id: &str) -> io::Result<bool> {
+        Ok(false)
+    }
+    /// Gives (new) claim `ns/pvc` the guest disk kept under `id` by
+    /// [`GuestFactory::capture_claim`]; false when none was kept.
+    fn restore_claim(&self, _app: &App, _ns: &str, _pvc: &str, _id: &str) -> io::Result<bool> {
+        Ok(false)
+    }
 }
 
 /// The login every [`LoginGuest`] accepts (the Deckhouse user guide's example user).
@@ -320,6 +330,16 @@ impl Guests {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// See [`GuestFactory::capture_claim`].
+    pub fn capture_claim(&self, app: &App, ns: &str, pvc: &str, id: &str) -> io::Result<bool> {
+        self.factory().capture_claim(app, ns, pvc, id)
+    }
+
+    /// See [`GuestFactory::restore_claim`].
+    pub fn restore_claim(&self, app: &App, ns: &str, pvc: &str, id: &str) -> io::Result<bool> {
+        self.factory().restore_claim(app, ns, pvc, id)
     }
 
     /// Whether guests report their agent themselves (see [`GuestFactory::real_agent`]).

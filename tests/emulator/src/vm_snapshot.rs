@@ -136,7 +136,14 @@ fn claims(vm: &Value) -> Vec<(String, String)> {
 
 /// What a VolumeSnapshot `id` of PVC `ns/pvc` holds: a copy of the PVC's written data, or (for
 /// generated data, which never changes) the PVC whose data it is.
+///
+/// A claim that is a real guest's boot disk holds the guest's disk instead: a point-in-time
+/// copy of it is kept (`qemu_guest::snapshot`; the guest's filesystems frozen through its agent
+/// meanwhile, as `pkg/storage/snapshot/source.go` `Freeze` has virt-handler do).
 pub fn capture(app: &App, ns: &str, pvc: &str, id: &str) -> String {
+    if let Err(e) = app.guests.capture_claim(app, ns, pvc, id) {
+        eprintln!("kubevm-emulator: snapshot of the guest disk of {ns}/{pvc}: {e}");
+    }
     let source = content_pvc(app, ns, pvc);
     if let Some(path) = crate::upload::uploaded_file(app, ns, &source) {
         let _ = std::fs::copy(path, app.uploads.data_path(id));
@@ -145,6 +152,7 @@ pub fn capture(app: &App, ns: &str, pvc: &str, id: &str) -> String {
 }
 
 /// Gives a new PVC the data of VolumeSnapshot `id` (taken of `source`, see [`capture`]).
+/// A guest disk kept by [`capture`] becomes the new claim's.
 pub fn materialize(app: &App, ns: &str, pvc: &str, id: &str) {
     let Some(obj) = app
         .store
@@ -152,6 +160,9 @@ pub fn materialize(app: &App, ns: &str, pvc: &str, id: &str) {
     else {
         return;
     };
+    if let Err(e) = app.guests.restore_claim(app, ns, pvc, id) {
+        eprintln!("kubevm-emulator: restore of a guest disk into {ns}/{pvc}: {e}");
+    }
     let kept = app.uploads.data_path(id);
     if kept.exists() {
         let uid = meta_str(&obj, "uid");
@@ -166,6 +177,28 @@ pub fn materialize(app: &App, ns: &str, pvc: &str, id: &str) {
                 });
         }
     }
+}
+
+/// The data ids of the volume snapshots existing snapshot contents name (data kept under any
+/// other id belongs to a deleted snapshot).
+pub fn live_data_ids(app: &App) -> std::collections::HashSet<String> {
+    let mut ids = std::collections::HashSet::new();
+    if app.registry.find_plural(SNAPSHOT_GROUP, CONTENTS).is_none() {
+        return ids;
+    }
+    let (contents, _) = app.store.list(SNAPSHOT_GROUP, CONTENTS, None);
+    for c in &contents {
+        let ns = meta_str(c, "namespace");
+        for b in c
+            .pointer("/spec/volumeBackups")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            ids.insert(data_id(ns, text(b, "/volumeSnapshotName")));
+        }
+    }
+    ids
 }
 
 /// The id under which the data of a volume snapshot is kept.
@@ -970,6 +1003,11 @@ mod tests {
         );
         let vm_now = get(&app, "kubevirt.io", "virtualmachines", "web").unwrap();
         assert!(vm_now["status"].get("snapshotInProgress").is_none());
+        // The data kept for each volume snapshot is in use while the content exists.
+        let ids = |vs: &[&str]| -> std::collections::HashSet<String> {
+            vs.iter().map(|v| format!("vs-default-{v}")).collect()
+        };
+        assert_eq!(live_data_ids(&app), ids(&vs));
         // Deleting the snapshot takes its content.
         app.store.delete(
             &Key::of(SNAPSHOT_GROUP, SNAPSHOTS, &snap),
@@ -977,6 +1015,7 @@ mod tests {
         );
         settle(&app);
         assert!(get(&app, SNAPSHOT_GROUP, CONTENTS, &content_name).is_none());
+        assert_eq!(live_data_ids(&app), ids(&[]));
     }
 
     #[test]

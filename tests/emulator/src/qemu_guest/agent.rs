@@ -5,7 +5,7 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -31,7 +31,7 @@ pub struct AgentInfo {
 
 static SYNC_ID: AtomicU64 = AtomicU64::new(1);
 
-struct Agent {
+pub(super) struct Agent {
     reader: BufReader<UnixStream>,
     writer: UnixStream,
 }
@@ -82,6 +82,14 @@ impl Agent {
 
     fn execute(&mut self, command: &str) -> io::Result<Value> {
         self.request(&json!({"execute": command}))
+    }
+
+    /// [`Agent::request`] waiting up to `timeout` for the answer.
+    fn request_within(&mut self, request: &Value, timeout: Duration) -> io::Result<Value> {
+        self.writer.set_read_timeout(Some(timeout))?;
+        let answer = self.request(request);
+        self.writer.set_read_timeout(Some(Duration::from_secs(2)))?;
+        answer
     }
 
     fn request(&mut self, request: &Value) -> io::Result<Value> {
@@ -149,14 +157,56 @@ impl AgentInfo {
     }
 }
 
+/// The agent connection of one guest (the channel takes one client), shared by its watcher
+/// and the snapshot's freeze ([`freeze_during`]).
+pub(super) type SharedAgent = Arc<Mutex<Option<Agent>>>;
+
+/// Runs `work` with the guest's filesystems frozen by its agent (`guest-fsfreeze-freeze`, then
+/// `guest-fsfreeze-thaw` whatever `work` returned), as virt-controller has virt-handler do around
+/// a volume snapshot (kubevirt `pkg/storage/snapshot/source.go` `Freeze`/`Unfreeze`). Without a
+/// connected agent `work` runs unfrozen and `frozen` is false, as upstream snapshots a VM
+/// without an agent (the `NoGuestAgent` indication).
+pub(super) fn freeze_during<T>(
+    agent: &SharedAgent,
+    work: impl FnOnce() -> io::Result<T>,
+) -> io::Result<(T, bool)> {
+    let mut guard = agent.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(a) = guard.as_mut() else {
+        return work().map(|t| (t, false));
+    };
+    let freeze = a
+        .sync()
+        .and_then(|()| a.request_within(&json!({"execute": "guest-fsfreeze-freeze"}), FREEZE));
+    if freeze.is_err() {
+        // Not answering: thaw in case the freeze went through after all, then copy unfrozen.
+        let _ = a.request_within(&json!({"execute": "guest-fsfreeze-thaw"}), FREEZE);
+        return work().map(|t| (t, false));
+    }
+    let result = work();
+    let thaw = a.request_within(&json!({"execute": "guest-fsfreeze-thaw"}), FREEZE);
+    let t = result?;
+    thaw?;
+    Ok((t, true))
+}
+
+/// How long a freeze or thaw may take (virt-handler's default unfreeze timeout is 5 minutes;
+/// a TCG guest freezes its few filesystems in seconds).
+const FREEZE: Duration = Duration::from_secs(60);
+
 /// Polls the agent while the guest runs and reports changes to the VM's status; asks the
 /// agent to power the guest off once a stop was requested.
-pub(super) fn watch_agent(app: Weak<App>, spec: GuestSpec, path: PathBuf, proc_: Arc<Proc>) {
+pub(super) fn watch_agent(
+    app: Weak<App>,
+    spec: GuestSpec,
+    path: PathBuf,
+    proc_: Arc<Proc>,
+    shared: SharedAgent,
+) {
     let mut last: Option<AgentInfo> = None;
-    let mut agent: Option<Agent> = None;
     let mut shutdown_sent = false;
     let mut synced: Synced = None;
     while proc_.running() {
+        let mut agent = shared.lock().unwrap_or_else(|e| e.into_inner());
         if proc_.stop_requested.load(Ordering::SeqCst) {
             if let (Some(a), false) = (agent.as_mut(), shutdown_sent) {
                 // No answer comes: the agent exits with the guest.
@@ -167,11 +217,12 @@ pub(super) fn watch_agent(app: Weak<App>, spec: GuestSpec, path: PathBuf, proc_:
                 );
                 shutdown_sent = true;
             }
+            drop(agent);
             std::thread::sleep(Duration::from_millis(100));
             continue;
         }
         if agent.is_none() {
-            agent = Agent::connect(&path).ok();
+            *agent = Agent::connect(&path).ok();
         }
         let info = match agent.as_mut().map(|a| a.info()) {
             Some(Ok(info)) => Some(info),
@@ -186,7 +237,7 @@ pub(super) fn watch_agent(app: Weak<App>, spec: GuestSpec, path: PathBuf, proc_:
                 None
             }
             _ => {
-                agent = None;
+                *agent = None;
                 None
             }
         };
@@ -198,6 +249,7 @@ pub(super) fn watch_agent(app: Weak<App>, spec: GuestSpec, path: PathBuf, proc_:
         if let (Some(_), Some(a), Some(app)) = (&last, agent.as_mut(), app.upgrade()) {
             sync_credentials(&app, &spec, a, &mut synced);
         }
+        drop(agent);
         let pause = if last.is_some() { 3000 } else { 300 };
         for _ in 0..pause / 100 {
             if !proc_.running() || proc_.stop_requested.load(Ordering::SeqCst) {

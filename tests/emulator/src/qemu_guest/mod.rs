@@ -51,10 +51,11 @@ pub mod disk;
 pub mod hotplug;
 mod machine;
 mod process;
+mod snapshot;
 pub mod stale;
 
-use agent::watch_agent;
 pub use agent::{AgentInfo, report_agent};
+use agent::{SharedAgent, freeze_during, watch_agent};
 use process::{Proc, qmp, spawn_tied, tied_command};
 
 use crate::app::App;
@@ -333,10 +334,12 @@ fn bridge_serial(path: &Path, exited: watch::Receiver<bool>) -> io::Result<Seria
 
 // ---- the factory -------------------------------------------------------------------------
 
-/// A VM's disk: its directory (overlay, seed, sockets, serial log), for one VM uid.
+/// A VM's disk: its directory (seed, sockets, serial log, and the overlay of a VM without a
+/// boot claim), for one VM uid, and the overlay it boots from.
 struct Disk {
     uid: String,
     dir: PathBuf,
+    overlay: PathBuf,
 }
 
 /// Boots [`QemuGuest`]s for the VMs of one emulator.
@@ -349,6 +352,10 @@ pub struct QemuGuests {
     restricted: Mutex<HashMap<(String, String), bool>>,
     /// Per qemu pid: the hotplugged disks it was last brought to hold.
     hotplugged: Mutex<HashMap<i32, Vec<hotplug::HotDisk>>>,
+    /// The boot claims' overlays and the snapshots' copies ([`snapshot`]).
+    claims: Mutex<snapshot::ClaimDisks>,
+    /// Per qemu pid: its agent connection.
+    agents: Mutex<HashMap<i32, SharedAgent>>,
 }
 
 fn key(ns: &str, name: &str) -> (String, String) {
@@ -365,7 +372,10 @@ impl QemuGuests {
         }
         let root = tempfile::Builder::new().prefix(stale::PREFIX).tempdir()?;
         stale::claim(root.path())?;
+        let claims = snapshot::ClaimDisks::new(root.path());
         Ok(QemuGuests {
+            claims: Mutex::new(claims),
+            agents: Mutex::default(),
             app,
             config,
             root,
@@ -451,7 +461,15 @@ impl QemuGuests {
         }
     }
 
-    fn prepare_disk(&self, app: &App, ns: &str, name: &str, uid: &str) -> io::Result<PathBuf> {
+    /// The VM's directory and the overlay it boots from: its boot claim's (made on first use,
+    /// see [`snapshot`]), else one of the VM's own.
+    fn prepare_disk(
+        &self,
+        app: &App,
+        ns: &str,
+        name: &str,
+        uid: &str,
+    ) -> io::Result<(PathBuf, PathBuf)> {
         let mut disks = self.disks.lock().unwrap_or_else(|e| e.into_inner());
         let k = key(ns, name);
         if let Some(d) = disks.get(&k)
@@ -460,12 +478,40 @@ impl QemuGuests {
             let _ = std::fs::remove_dir_all(&d.dir);
             disks.remove(&k);
         }
-        if let Some(d) = disks.get(&k) {
-            return Ok(d.dir.clone());
-        }
         let short = uid.get(..8).unwrap_or(uid);
         let dir = self.root.path().join(format!("{ns}--{name}--{short}"));
         std::fs::create_dir_all(&dir)?;
+        let overlay = match disk::boot_claim(app, ns, name) {
+            Some((_, claim_uid)) => {
+                let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+                match claims.overlay(ns, &claim_uid) {
+                    Some(p) => p.to_owned(),
+                    None => claims
+                        .new_overlay(ns, &claim_uid, |p| self.create_overlay(app, ns, name, p))?,
+                }
+            }
+            None => {
+                let p = dir.join("overlay.qcow2");
+                if !p.exists() {
+                    self.create_overlay(app, ns, name, &p)?;
+                    snapshot::owner_only(&p)?;
+                }
+                p
+            }
+        };
+        disks.insert(
+            k,
+            Disk {
+                uid: uid.to_owned(),
+                dir: dir.clone(),
+                overlay: overlay.clone(),
+            },
+        );
+        Ok((dir, overlay))
+    }
+
+    /// A new qcow2 overlay of the base image at `path`, as large as VM `ns/name`'s boot disk.
+    fn create_overlay(&self, app: &App, ns: &str, name: &str, path: &Path) -> io::Result<()> {
         // The guest sees a disk of the VM's disk size (the raw base image's size is its
         // file's length).
         let base = std::fs::metadata(&self.config.base_image)?.len();
@@ -474,7 +520,7 @@ impl QemuGuests {
             .args(["create", "-q", "-f", "qcow2", "-b"])
             .arg(&self.config.base_image)
             .args(["-F", "raw"])
-            .arg(dir.join("overlay.qcow2"))
+            .arg(path)
             .arg(size.to_string())
             .output()?;
         if !out.status.success() {
@@ -483,19 +529,65 @@ impl QemuGuests {
                 String::from_utf8_lossy(&out.stderr).trim()
             )));
         }
-        disks.insert(
-            k,
-            Disk {
-                uid: uid.to_owned(),
-                dir: dir.clone(),
-            },
-        );
-        Ok(dir)
+        Ok(())
     }
 
-    /// Removes the disks of VMs that are gone (deleted, or recreated with a new uid).
+    /// Keeps a point-in-time copy of claim `ns/pvc`'s overlay under snapshot data `id` (see
+    /// [`snapshot`]); false when the claim is no guest's boot disk.
+    fn capture(&self, app: &App, ns: &str, pvc: &str, id: &str) -> io::Result<bool> {
+        let Some(obj) = app
+            .store
+            .get(&Key::new("", "persistentvolumeclaims", ns, pvc))
+        else {
+            return Ok(false);
+        };
+        let claim_uid = meta_str(&obj, "uid");
+        let overlay = {
+            let claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+            match claims.overlay(ns, claim_uid) {
+                Some(p) => p.to_owned(),
+                None => return Ok(false),
+            }
+        };
+        let user = self
+            .disks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|(_, d)| d.overlay == overlay)
+            .map(|(k, _)| k.clone());
+        let running = user.and_then(|k| self.live().into_iter().find(|p| p.key == k));
+        let agent = running.as_ref().and_then(|p| {
+            self.agents
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&p.pid)
+                .cloned()
+        });
+        let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        claims.new_copy(id, |target| match (&running, &agent) {
+            (Some(p), agent) => {
+                let start = || snapshot::Job::start(&p.qmp, &snapshot::backup_command(target));
+                // Frozen until qemu has accepted the job: the copy is the disk at that point.
+                let job = match agent {
+                    Some(agent) => freeze_during(agent, start)?.0,
+                    None => start()?,
+                };
+                job.wait(snapshot::BACKUP_TIMEOUT)
+            }
+            _ => std::fs::copy(&overlay, target).map(|_| ()),
+        })?;
+        Ok(true)
+    }
+
+    /// Removes the disks of VMs that are gone (deleted, or recreated with a new uid), the
+    /// overlays of deleted claims and the copies of deleted snapshots.
     fn forget_gone(&self, app: &App) {
         let live = self.live();
+        self.agents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|pid, _| live.iter().any(|p| p.pid == *pid));
         let mut disks = self.disks.lock().unwrap_or_else(|e| e.into_inner());
         disks.retain(|(ns, name), d| {
             let current = Self::vm_identity(app, ns, name).map(|(uid, _)| uid);
@@ -506,6 +598,21 @@ impl QemuGuests {
             }
             keep
         });
+        let busy: Vec<PathBuf> = disks
+            .iter()
+            .filter(|(k, _)| live.iter().any(|p| &p.key == *k))
+            .map(|(_, d)| d.overlay.clone())
+            .collect();
+        drop(disks);
+        let claim_exists = |ns: &str, uid: &str| {
+            let (pvcs, _) = app.store.list("", "persistentvolumeclaims", Some(ns));
+            pvcs.iter().any(|p| meta_str(p, "uid") == uid)
+        };
+        let live_ids = crate::vm_snapshot::live_data_ids(app);
+        self.claims
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .forget(claim_exists, &busy, &live_ids);
     }
 
     /// Plugs into (and unplugs from) each running qemu the disks its VM has hotplugged, as
@@ -558,7 +665,7 @@ impl QemuGuests {
         }
         let (uid, hostname) = Self::vm_identity(app, ns, name)
             .ok_or_else(|| io::Error::other(format!("VM {ns}/{name} not found")))?;
-        let dir = self.prepare_disk(app, ns, name, &uid)?;
+        let (dir, overlay) = self.prepare_disk(app, ns, name, &uid)?;
         let c = &self.config;
         let mut cmd = tied_command(&c.qemu);
         cmd.arg("-L")
@@ -589,8 +696,9 @@ impl QemuGuests {
             .args(["-append", "console=ttyS0 root=/dev/vda rw panic=-1"])
             .arg("-drive")
             .arg(format!(
-                "file={},if=virtio,format=qcow2",
-                dir.join("overlay.qcow2").display()
+                "file={},if=virtio,format=qcow2,id={}",
+                overlay.display(),
+                snapshot::BOOT_DRIVE
             ))
             // The SCSI controller hotplugged disks go on (virt-launcher's domain has one).
             .args(["-device", "virtio-scsi-pci,id=scsi0"]);
@@ -699,7 +807,12 @@ impl QemuGuests {
             }
         };
         let (weak, spec2, proc2) = (self.app.clone(), spec.clone(), proc_.clone());
-        std::thread::spawn(move || watch_agent(weak, spec2, qga_sock, proc2));
+        let agent = SharedAgent::default();
+        self.agents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pid, agent.clone());
+        std::thread::spawn(move || watch_agent(weak, spec2, qga_sock, proc2, agent));
         Ok(QemuGuest {
             spec: spec.clone(),
             serial,
@@ -730,6 +843,23 @@ impl GuestFactory for QemuGuests {
     fn housekeeping(&self, app: &App) {
         self.forget_gone(app);
         self.sync_hotplug(app);
+    }
+
+    fn capture_claim(&self, app: &App, ns: &str, pvc: &str, id: &str) -> io::Result<bool> {
+        self.capture(app, ns, pvc, id)
+    }
+
+    fn restore_claim(&self, app: &App, ns: &str, pvc: &str, id: &str) -> io::Result<bool> {
+        let Some(obj) = app
+            .store
+            .get(&Key::new("", "persistentvolumeclaims", ns, pvc))
+        else {
+            return Ok(false);
+        };
+        self.claims
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .restore(id, ns, meta_str(&obj, "uid"))
     }
 }
 
