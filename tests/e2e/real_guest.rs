@@ -5,9 +5,8 @@
 //! `ca init` → `create` with a user cloud-config, `--env`, `--guest-user` and `--ssh-key` →
 //! `console` (log in as root, run a command) → `ssh` verified by the host certificate (no
 //! known_hosts entry) → `ssh -i` as the guest user → a disk hotplugged and unplugged → the
-//! trust files broken from inside → `restart --wait` (KubeVirt: a file written, `snapshot
-//! create`, the file changed, `snapshot restore --stop`, the file as it was) → CA-signed ssh
-//! again → `cloud-init status --long` done without errors → `stop --wait` (qemu has exited) →
+//! trust files broken from inside, a file written → `snapshot create`, the file changed,
+//! `snapshot restore --stop` (the second boot), the file as it was → CA-signed ssh again → `cloud-init status --long` done without errors → `stop --wait` (qemu has exited) →
 //! `delete`. KubeVirt runs with the guest's network
 //! restricted (no package mirror), Deckhouse with user-mode networking open.
 //!
@@ -291,12 +290,10 @@ fn scenario(env: Env, restricted: bool) {
     // A disk hotplugged into the running guest, and unplugged.
     crate::real_guest_disks::hotplug_a_new_disk(&env, flavor, vm, restricted);
 
-    // KubeVirt: a file for the snapshot to keep (written while ssh still trusts the host).
+    // A file for the snapshot to keep (written while ssh still trusts the host).
     let login = ["-i", ident, &format!("ops@{vm}")].map(String::from);
     let login: Vec<&str> = login.iter().map(String::as_str).collect();
-    if restricted {
-        crate::real_guest_snapshot::write_original(&env, &login);
-    }
+    crate::real_guest_snapshot::write_original(&env, &login);
 
     // Break the platform's trust from inside, then restart: bootcmd writes it again.
     let out = ssh(
@@ -312,24 +309,16 @@ fn scenario(env: Env, restricted: bool) {
     assert_eq!(stdout(&out).trim(), "0", "{}", stderr(&out));
 
     let restart = Instant::now();
-    let restored = if restricted {
-        // KubeVirt: the second boot is a snapshot restore's (stop, roll the disk back, start),
-        // and the trust broken above is in the snapshot too. `restart` on a real KubeVirt guest
-        // stays covered by real_guest_enroll.
-        Some(crate::real_guest_snapshot::snapshot_change_restore(
-            &env, flavor, vm,
-        ))
-    } else {
-        ok(env.vm(&["restart", vm, "--wait", "--timeout", "420s"]));
-        None
-    };
+    // The second boot is a snapshot restore's (stop, roll the disk back, start), and the trust
+    // broken above is in the snapshot too, so bootcmd must write it again as on a restart.
+    // `restart` on a real guest stays covered by real_guest_enroll (KubeVirt); its API path
+    // on both flavors by the lifecycle tests.
+    let restored = crate::real_guest_snapshot::snapshot_change_restore(&env, flavor, vm);
     assert!(!pid_alive(first_pid), "the first boot's qemu has exited");
-    if let Some(restored) = restored {
-        crate::real_guest_snapshot::check_restored(&env, flavor, &login, restored);
-    }
+    crate::real_guest_snapshot::check_restored(&env, flavor, &login, restored);
     let out = ssh_until_ok(&env, &[vm, "--", "id", "-un"], Duration::from_secs(420));
     eprintln!(
-        "[{flavor}] second boot to ssh: {:.1}s from restart (KubeVirt: from snapshot create)",
+        "[{flavor}] second boot to ssh: {:.1}s from snapshot create",
         restart.elapsed().as_secs_f64()
     );
     assert_eq!(stdout(&out), "kubevm\n");

@@ -81,13 +81,18 @@ pub(crate) fn snapshot_change_restore(env: &Env, flavor: &str, vm: &str) -> Inst
             .unwrap();
         p.send("\r").unwrap();
         p.flush().unwrap();
-        p.exp_string(&format!("{vm} login: ")).unwrap();
-        p.send("root\r").unwrap();
-        p.flush().unwrap();
-        p.exp_string("Password: ").unwrap();
-        p.send("root\r").unwrap();
-        p.flush().unwrap();
-        p.exp_regex(&format!(r"root@{vm}:~# ")).unwrap();
+        // The scenario's console step may have left root logged in on the serial line.
+        let (_, seen) = p
+            .exp_regex(&format!(r"({vm} login: |root@{vm}:~# )"))
+            .unwrap();
+        if seen.ends_with("login: ") {
+            p.send("root\r").unwrap();
+            p.flush().unwrap();
+            p.exp_string("Password: ").unwrap();
+            p.send("root\r").unwrap();
+            p.flush().unwrap();
+            p.exp_regex(&format!(r"root@{vm}:~# ")).unwrap();
+        }
         p.send(&format!(
             // The file is ops's in a sticky directory: root may not open it for writing
             // (fs.protected_regular), so it is replaced.

@@ -84,6 +84,23 @@ fn disks(vm: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The data ids the existing VirtualDiskSnapshots hold (see
+/// [`crate::vm_snapshot::live_data_ids`]): data under another id belongs to a deleted one.
+pub fn live_data_ids(app: &App) -> std::collections::HashSet<String> {
+    if app.registry.find_plural(DH, VD_SNAPSHOTS).is_none() {
+        return Default::default();
+    }
+    let (list, _) = app.store.list(DH, VD_SNAPSHOTS, None);
+    list.iter()
+        .filter_map(|v| {
+            v.pointer("/metadata/annotations")
+                .and_then(|a| a.get(DATA_ID))
+        })
+        .filter_map(Value::as_str)
+        .map(String::from)
+        .collect()
+}
+
 fn data_id(ns: &str, vds: &str) -> String {
     format!("vds-{ns}-{vds}")
 }
@@ -637,6 +654,12 @@ mod tests {
         assert_eq!(vds["status"]["phase"], "Ready");
         assert_eq!(vds["metadata"]["ownerReferences"][0]["uid"], uid.as_str());
         assert!(kept_vm(&app, "default", &s).is_some());
+        // Its kept data is live (the qemu guests' housekeeping keeps the copy) until it goes.
+        let id = data_id("default", &format!("web-root-{uid}"));
+        assert_eq!(
+            crate::vm_snapshot::live_data_ids(&app),
+            [id].into_iter().collect()
+        );
         // Deleting the snapshot takes its disk snapshots and Secret (owner references).
         app.store.delete(
             &Key::new(DH, VM_SNAPSHOTS, "default", "s1"),
@@ -644,6 +667,7 @@ mod tests {
         );
         assert!(get(&app, VD_SNAPSHOTS, &format!("web-root-{uid}")).is_none());
         assert!(get(&app, "secrets", &secret).is_none());
+        assert!(crate::vm_snapshot::live_data_ids(&app).is_empty());
     }
 
     #[test]

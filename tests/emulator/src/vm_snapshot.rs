@@ -179,10 +179,10 @@ pub fn materialize(app: &App, ns: &str, pvc: &str, id: &str) {
     }
 }
 
-/// The data ids of the volume snapshots existing snapshot contents name (data kept under any
-/// other id belongs to a deleted snapshot).
+/// The data ids of the volume snapshots existing snapshot contents name, and of Deckhouse's
+/// existing VirtualDiskSnapshots (data kept under any other id belongs to a deleted snapshot).
 pub fn live_data_ids(app: &App) -> std::collections::HashSet<String> {
-    let mut ids = std::collections::HashSet::new();
+    let mut ids = crate::dh_snapshot::live_data_ids(app);
     if app.registry.find_plural(SNAPSHOT_GROUP, CONTENTS).is_none() {
         return ids;
     }
