@@ -9,7 +9,7 @@
 # reports for the transfer ("uploaded N in Xs"); curl's is its wall time.
 # FLAVOR=deckhouse does the same for a VirtualDisk: kubectl-vm (`vd/NAME`, checksum pre-pass,
 # then the transfer) vs `curl -T` to the external upload URL of a VirtualDisk waiting for an
-# upload; both skip verifying the emulator's ingress certificate (`--insecure`, `curl -k`),
+# upload with the same checksum; both skip verifying the emulator's ingress certificate (`--insecure`, `curl -k`),
 # whose CA the emulator binary does not publish. The pre-pass is timed and shown apart.
 # Usage: [ROUNDS=1] [FLAVOR=kubevirt|deckhouse] bench/upload.sh [SIZE_GIB]   (default 2).
 # Builds release binaries first.
@@ -42,6 +42,9 @@ trap 'kill $emulator 2>/dev/null; wait $emulator 2>/dev/null; rm -rf "$work"' EX
 for _ in $(seq 100); do [ -s "$work/kubeconfig" ] && break; sleep 0.1; done
 export KUBECONFIG="$work/kubeconfig" HOME="$work"
 head -c "$size" /dev/urandom >"$work/disk.raw"
+# The uploader checks the checksum before it answers: curl's disk carries the same one, so
+# both runs make the server do the same work.
+[ "$flavor" = deckhouse ] && file_sha256=$(sha256sum "$work/disk.raw" | cut -c1-64)
 if [ "$flavor" = kubevirt ]; then
 proxy=https://$("$kubectl" get cdiconfig config -o jsonpath='{.status.uploadProxyURL}')
 "$kubectl" get configmap -n cdi cdi-uploadproxy-signer-bundle -o jsonpath='{.data.ca-bundle\.crt}' >"$work/ca.pem"
@@ -69,7 +72,7 @@ for round in $(seq "$rounds"); do
 apiVersion: virtualization.deckhouse.io/v1alpha2
 kind: VirtualDisk
 metadata: {name: curl-$round, namespace: default}
-spec: {dataSource: {type: Upload}}
+spec: {dataSource: {type: Upload, upload: {checksum: {sha256: "$file_sha256"}}}}
 YAML
     for _ in $(seq 200); do
       [ "$("$kubectl" get vd "curl-$round" -o jsonpath='{.status.phase}')" = WaitForUserUpload ] && break
