@@ -49,6 +49,31 @@ pub(crate) fn qcow2(dir: &Path, size: u64) -> PathBuf {
     qcow2
 }
 
+/// A qcow2 of 1 GiB virtual size made by qemu-img: random data at the start, the middle and
+/// the end of a sparse raw disk, holes elsewhere (the "1 GiB qcow2").
+pub(crate) fn qcow2_gib(dir: &Path) -> PathBuf {
+    use std::io::{Seek, SeekFrom, Write};
+    let chunk = dir.join("chunk.raw");
+    noise(&chunk, 4 * MIB);
+    let data = std::fs::read(&chunk).unwrap();
+    std::fs::remove_file(&chunk).unwrap();
+    let raw = dir.join("gib.raw");
+    let mut f = std::fs::File::create(&raw).unwrap();
+    f.set_len(1 << 30).unwrap();
+    for at in [0, 500 * MIB + 4321, (1 << 30) - 4 * MIB] {
+        f.seek(SeekFrom::Start(at)).unwrap();
+        f.write_all(&data).unwrap();
+    }
+    drop(f);
+    let qcow2 = dir.join("gib.qcow2");
+    sh(Command::new("qemu-img")
+        .args(["convert", "-q", "-f", "raw", "-O", "qcow2"])
+        .arg(&raw)
+        .arg(&qcow2));
+    std::fs::remove_file(raw).unwrap();
+    qcow2
+}
+
 /// sha256 of `qemu-img convert -O raw` of `image` (to a file, then sha256sum).
 pub(crate) fn reference(image: &Path, dir: &Path) -> String {
     let out = dir.join("reference.raw");
@@ -85,7 +110,7 @@ fn data_volumes(env: &Env) -> String {
 #[test]
 fn a_qcow2_uploaded_exports_as_qemu_img_converts_it() {
     let env = Env::kubevirt();
-    let image = qcow2(env.dir.path(), 24 * MIB);
+    let image = qcow2_gib(env.dir.path());
     let want = reference(&image, env.dir.path());
     let (err, got) = upload_and_export(&env, &image, "dv/up-qcow2", &["-o", "name"]);
     assert_eq!(got, want);

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::common::{BIN, Env, stderr, stdout};
 use crate::export::sha256_of;
-use crate::upload::{noise, qcow2, reference, sh};
+use crate::upload::{noise, qcow2, qcow2_gib, reference, sh};
 
 const MIB: u64 = 1 << 20;
 
@@ -79,7 +79,7 @@ fn stored_image(env: &Env, kind: &str, name: &str) -> String {
 fn a_qcow2_to_a_disk_an_image_and_a_cluster_image() {
     let env = Env::deckhouse();
     let dir = env.dir.path();
-    let image = qcow2(dir, 16 * MIB);
+    let image = qcow2_gib(dir);
     let want = reference(&image, dir);
     let file_sum = sha256_of(&image);
 
