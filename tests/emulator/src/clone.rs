@@ -470,8 +470,9 @@ struct Planned {
     object: Value,
 }
 
-fn rename(kind: &str, name: &str, op: &Value) -> String {
-    let clone = &op["spec"]["clone"];
+/// `name` after the `nameReplacement` rules, then the customization, of `clone` (the
+/// operation's `spec.clone` or a snapshot operation's `spec.createVirtualMachine`).
+fn rename(kind: &str, name: &str, clone: &Value) -> String {
     let mut out = name.to_string();
     for rule in clone["nameReplacement"].as_array().into_iter().flatten() {
         let from_kind = rule
@@ -496,10 +497,20 @@ fn rename(kind: &str, name: &str, op: &Value) -> String {
     format!("{prefix}{out}{suffix}")
 }
 
-/// The resources a Deckhouse clone of `vm` makes (restorer: Secret, VirtualDisks, VM).
-fn deckhouse_plan(app: &App, op: &Value, vm: &Value) -> Vec<Planned> {
+/// The resources a Deckhouse clone of `vm` makes (restorer: Secret, VirtualDisks, VM), named
+/// by `spec` (see [`rename`]). `snapshot_uid`: `vm` is the one a VirtualMachineSnapshot kept and
+/// its disks are made from that snapshot's VirtualDiskSnapshots (`<disk>-<uid>`), holding their
+/// bytes at snapshot time; otherwise from the live disks.
+fn deckhouse_plan(
+    app: &App,
+    op: &Value,
+    vm: &Value,
+    spec: &Value,
+    snapshot_uid: Option<&str>,
+) -> Vec<Planned> {
     let ns = meta_str(vm, "namespace");
     let op_uid = meta_str(op, "uid");
+    let op = spec;
     let mut out = vec![];
     let mut new_vm = json!({
         "apiVersion": vm["apiVersion"], "kind": "VirtualMachine",
@@ -553,15 +564,28 @@ fn deckhouse_plan(app: &App, op: &Value, vm: &Value) -> Vec<Planned> {
         let old = r["name"].as_str().unwrap_or("").to_string();
         let new_name = rename("VirtualDisk", &old, op);
         r["name"] = json!(new_name);
-        let Some(vd) = app.store.get(&Key::new(DH, "virtualdisks", ns, &old)) else {
+        let vds_name = format!("{old}-{}", snapshot_uid.unwrap_or(op_uid));
+        let live = app.store.get(&Key::new(DH, "virtualdisks", ns, &old));
+        // From a snapshot the disk may be gone: its VirtualDiskSnapshot knows the size.
+        let vds = snapshot_uid.and_then(|_| {
+            app.store
+                .get(&Key::new(DH, "virtualdisksnapshots", ns, &vds_name))
+        });
+        let Some(vd) = live.clone().or_else(|| {
+            vds.as_ref().map(|s| {
+                json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "metadata": {},
+                    "status": {"capacity": s.pointer("/metadata/annotations/emulator.kubevm.io~1size")
+                        .cloned().unwrap_or(json!("10Gi"))}})
+            })
+        }) else {
             continue;
         };
         let mut annotations = without_emulator_state(&vd["metadata"]["annotations"]);
         annotations[VMOP_RESTORE] = json!(op_uid);
-        // Upstream the disk is made from a VirtualDiskSnapshot (not made here, see above);
-        // the size and class are the source's.
+        // Upstream the disk is made from a VirtualDiskSnapshot (for a clone not made here, see
+        // above); the size and class are the source's.
         let mut spec = json!({"dataSource": {"type": "ObjectRef",
-            "objectRef": {"kind": "VirtualDiskSnapshot", "name": format!("{old}-{op_uid}")}}});
+            "objectRef": {"kind": "VirtualDiskSnapshot", "name": vds_name}}});
         if let Some(pvc) = vd.pointer("/spec/persistentVolumeClaim") {
             spec["persistentVolumeClaim"] = pvc.clone();
         }
@@ -574,13 +598,16 @@ fn deckhouse_plan(app: &App, op: &Value, vm: &Value) -> Vec<Planned> {
         if let Some(l) = vd.pointer("/metadata/labels") {
             object["metadata"]["labels"] = l.clone();
         }
-        // Which claim holds the source's bytes (carried to the new disk's claim below).
-        object["metadata"]["annotations"][CONTENT_OF] = json!(
-            vd.pointer("/status/target/persistentVolumeClaimName")
-                .and_then(Value::as_str)
-                .map(|p| content_pvc(app, ns, p))
-                .unwrap_or_default()
-        );
+        // Which claim holds the source's bytes (carried to the new disk's claim below); from a
+        // snapshot the VirtualDisk controller gives the snapshot's bytes (dh_snapshot::disk_data).
+        if snapshot_uid.is_none() {
+            object["metadata"]["annotations"][CONTENT_OF] = json!(
+                vd.pointer("/status/target/persistentVolumeClaimName")
+                    .and_then(Value::as_str)
+                    .map(|p| content_pvc(app, ns, p))
+                    .unwrap_or_default()
+            );
+        }
         out.push(Planned {
             kind: "VirtualDisk",
             plural: "virtualdisks",
@@ -637,12 +664,47 @@ fn validate(app: &App, op: &Value, p: &Planned) -> Result<(), String> {
 /// One step of an InProgress Deckhouse `Clone` operation: `Err((reason, message))` fails it,
 /// `Ok(true)` completes it.
 pub fn deckhouse_clone(app: &App, op: &Value, vm: &Value) -> Result<bool, (Value, String)> {
-    let ns = meta_str(vm, "namespace");
-    let plan = deckhouse_plan(app, op, vm);
+    let plan = deckhouse_plan(app, op, vm, &op["spec"]["clone"], None);
     let mode = op
         .pointer("/spec/clone/mode")
         .and_then(Value::as_str)
         .unwrap_or("Strict");
+    restore_plan(app, op, "virtualmachineoperations", "Clone", mode, &plan)
+}
+
+/// A VirtualMachineSnapshotOperation `CreateVirtualMachine` (dh_snapshot_op.rs): the VM
+/// `kept` by the snapshot whose uid is `snapshot_uid` made again under the names of
+/// `spec.createVirtualMachine` (`vmsop/internal/operation/create_virtual_machine.go`: the same
+/// restorer as a clone). `Ok(_)` once processed (or validated, for DryRun).
+pub fn deckhouse_from_snapshot(
+    app: &App,
+    op: &Value,
+    kept: &Value,
+    snapshot_uid: &str,
+) -> Result<bool, (Value, String)> {
+    let spec = &op["spec"]["createVirtualMachine"];
+    let plan = deckhouse_plan(app, op, kept, spec, Some(snapshot_uid));
+    let mode = spec["mode"].as_str().unwrap_or("Strict");
+    restore_plan(
+        app,
+        op,
+        "virtualmachinesnapshotoperations",
+        "CreateVirtualMachine",
+        mode,
+        &plan,
+    )
+}
+
+/// Validates, then creates, the `plan` of the operation `op` (of `plural`, type `type_`).
+fn restore_plan(
+    app: &App,
+    op: &Value,
+    plural: &str,
+    type_: &str,
+    mode: &str,
+    plan: &[Planned],
+) -> Result<bool, (Value, String)> {
+    let ns = meta_str(op, "namespace");
     let created = op
         .pointer("/status/resources")
         .and_then(Value::as_array)
@@ -652,7 +714,7 @@ pub fn deckhouse_clone(app: &App, op: &Value, vm: &Value) -> Result<bool, (Value
     if !created {
         let mut statuses = vec![];
         let mut failed = false;
-        for p in &plan {
+        for p in plan {
             let name = meta_str(&p.object, "name");
             match validate(app, op, p) {
                 Ok(()) => statuses.push(resource_status(
@@ -670,16 +732,16 @@ pub fn deckhouse_clone(app: &App, op: &Value, vm: &Value) -> Result<bool, (Value
         if failed {
             return Err((
                 json!(statuses),
-                "Clone is failed: fail to validate the resources: check the status".into(),
+                format!("{type_} is failed: fail to validate the resources: check the status"),
             ));
         }
         if mode == "DryRun" {
-            set_resources(app, op, json!(statuses));
+            set_resources(app, op, plural, json!(statuses));
             return Ok(true);
         }
         let mut statuses = vec![];
         let mut vm_created = None;
-        for p in &plan {
+        for p in plan {
             let name = meta_str(&p.object, "name").to_string();
             match app.store.create(p.group, p.plural, p.object.clone()) {
                 Ok(obj) => {
@@ -702,7 +764,9 @@ pub fn deckhouse_clone(app: &App, op: &Value, vm: &Value) -> Result<bool, (Value
                     ));
                     return Err((
                         json!(statuses),
-                        "Clone is failed: fail to process the resources: check the status".into(),
+                        format!(
+                            "{type_} is failed: fail to process the resources: check the status"
+                        ),
                     ));
                 }
             }
@@ -721,7 +785,7 @@ pub fn deckhouse_clone(app: &App, op: &Value, vm: &Value) -> Result<bool, (Value
                 });
             }
         }
-        set_resources(app, op, json!(statuses));
+        set_resources(app, op, plural, json!(statuses));
         return Ok(false);
     }
     // WaitingDisksStep: done once every new disk is ready (or waits for its first consumer).
@@ -743,11 +807,10 @@ pub fn deckhouse_clone(app: &App, op: &Value, vm: &Value) -> Result<bool, (Value
     Ok(ready)
 }
 
-fn set_resources(app: &App, op: &Value, statuses: Value) {
-    app.store
-        .modify(&Key::of(DH, "virtualmachineoperations", op), |o| {
-            o["status"]["resources"] = statuses;
-        });
+fn set_resources(app: &App, op: &Value, plural: &str, statuses: Value) {
+    app.store.modify(&Key::of(DH, plural, op), |o| {
+        o["status"]["resources"] = statuses;
+    });
 }
 
 /// The claim a new VirtualDisk's controller makes holds its source's bytes: called before the
@@ -834,9 +897,18 @@ mod tests {
             {"from": {"kind": "VirtualDisk", "name": "root"}, "to": "root2"},
             {"from": {"name": "vm"}, "to": "vm2"}],
             "customization": {"namePrefix": "p-", "nameSuffix": "-s"}}}});
-        assert_eq!(rename("VirtualDisk", "root", &op), "p-root2-s");
-        assert_eq!(rename("VirtualMachine", "root", &op), "p-root-s");
-        assert_eq!(rename("VirtualMachine", "vm", &op), "p-vm2-s");
+        assert_eq!(
+            rename("VirtualDisk", "root", &op["spec"]["clone"]),
+            "p-root2-s"
+        );
+        assert_eq!(
+            rename("VirtualMachine", "root", &op["spec"]["clone"]),
+            "p-root-s"
+        );
+        assert_eq!(
+            rename("VirtualMachine", "vm", &op["spec"]["clone"]),
+            "p-vm2-s"
+        );
     }
 
     fn app(flavor: crate::ServeFlavor) -> App {

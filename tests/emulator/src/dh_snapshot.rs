@@ -338,8 +338,8 @@ fn resource(kind: &str, name: &str, status: &str, message: &str) -> Value {
         "status": status, "message": message})
 }
 
-/// The snapshot's VM as kept in its Secret.
-fn kept_vm(app: &App, ns: &str, snap: &Value) -> Option<Value> {
+/// The snapshot's VM as kept in its Secret (`status.virtualMachineSnapshotSecretName`).
+pub fn kept_vm(app: &App, ns: &str, snap: &Value) -> Option<Value> {
     let secret = app.store.get(&Key::new(
         "",
         "secrets",

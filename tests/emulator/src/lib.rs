@@ -29,6 +29,7 @@ pub mod clone;
 pub mod controllers;
 pub mod decoded;
 pub mod dh_snapshot;
+pub mod dh_snapshot_op;
 pub mod dh_upload;
 pub mod discovery;
 pub mod expansion;

@@ -81,6 +81,12 @@ const RECONCILERS: &[(&str, &str, Reconciler)] = &[
         crate::dh_snapshot::VM_SNAPSHOTS,
         crate::dh_snapshot::vm_snapshot,
     ),
+    // Deckhouse VMs made from snapshots (dh_snapshot_op.rs).
+    (
+        "virtualization.deckhouse.io",
+        crate::dh_snapshot_op::VMSOPS,
+        crate::dh_snapshot_op::vmsop,
+    ),
     // The volume resizer (expansion.rs): claims asking for more than they have.
     ("", "persistentvolumeclaims", crate::expansion::claim),
     (

@@ -1,0 +1,278 @@
+//! Deckhouse VirtualMachineSnapshotOperation `CreateVirtualMachine` (deckhouse/virtualization
+//! `pkg/controller/vmsop/internal/handler/lifecycle.go`, `internal/operation/
+//! create_virtual_machine.go`): a new VM made from a VirtualMachineSnapshot. Pending (Completed
+//! condition Unknown), then in one pass: the snapshot must exist ("The VirtualMachineSnapshot %q
+//! was not found.", reason `VirtualMachineSnapshotNotFound`) and be Ready ("... is not ready
+//! yet.", `NotReadyToBeExecuted`); the VM kept in the snapshot's Secret is renamed by
+//! `createVirtualMachine.nameReplacement`, then `customization`, validated (a taken name fails
+//! the operation with `<Type> is failed: ...`, nothing created, `status.resources` says why)
+//! and created with its disks made from the snapshot's VirtualDiskSnapshots (the clone
+//! restorer, [`crate::clone::deckhouse_from_snapshot`]). DryRun validates only. Completed:
+//! reason `OperationCompleted`, "VirtualMachineSnapshotOperation completed". Upstream a failed
+//! pre-check is evaluated again on the next reconcile; here a Failed operation stays failed.
+
+use serde_json::{Value, json};
+
+use crate::app::App;
+use crate::controllers::set_condition;
+use crate::store::Key;
+use crate::util::meta_str;
+
+const DH: &str = "virtualization.deckhouse.io";
+/// Plural of VirtualMachineSnapshotOperation.
+pub const VMSOPS: &str = "virtualmachinesnapshotoperations";
+
+fn finish(app: &App, op: &Value, phase: &str, state: bool, reason: &str, message: &str) {
+    app.store.modify(&Key::of(DH, VMSOPS, op), |o| {
+        let mut st = o["status"].clone();
+        if !st.is_object() {
+            st = json!({});
+        }
+        st["phase"] = json!(phase);
+        st["observedGeneration"] = o["metadata"]["generation"].clone();
+        set_condition(&mut st, "Completed", state, reason, message);
+        if phase == "Pending" {
+            // conditions.ReasonUnknown with status Unknown.
+            if let Some(c) = st["conditions"]
+                .as_array_mut()
+                .and_then(|c| c.iter_mut().find(|c| c["type"] == "Completed"))
+            {
+                c["status"] = json!("Unknown");
+            }
+        }
+        o["status"] = st;
+    });
+}
+
+/// The VirtualMachineSnapshotOperation controller (see the module documentation).
+pub fn vmsop(app: &App, op: &Value, _tick: bool) {
+    if op.pointer("/metadata/deletionTimestamp").is_some() {
+        return;
+    }
+    let phase = op
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    match phase {
+        "" => return finish(app, op, "Pending", false, "Unknown", ""),
+        "Pending" => {}
+        _ => return,
+    }
+    let fail = |reason: &str, message: String| finish(app, op, "Failed", false, reason, &message);
+    let spec = &op["spec"]["createVirtualMachine"];
+    if !spec.is_object() {
+        return fail(
+            "OperationFailed",
+            "Cannot start the clone: no parameters for the new virtual machine are specified."
+                .into(),
+        );
+    }
+    let ns = meta_str(op, "namespace");
+    let snap_name = op
+        .pointer("/spec/virtualMachineSnapshotName")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let Some(snap) = app.store.get(&Key::new(
+        DH,
+        crate::dh_snapshot::VM_SNAPSHOTS,
+        ns,
+        snap_name,
+    )) else {
+        return fail(
+            "VirtualMachineSnapshotNotFound",
+            format!("The VirtualMachineSnapshot {snap_name:?} was not found."),
+        );
+    };
+    if snap.pointer("/status/phase").and_then(Value::as_str) != Some("Ready") {
+        return fail(
+            "NotReadyToBeExecuted",
+            format!("The VirtualMachineSnapshot {snap_name:?} is not ready yet."),
+        );
+    }
+    let Some(mut kept) = crate::dh_snapshot::kept_vm(app, ns, &snap) else {
+        return fail(
+            "NotReadyToBeExecuted",
+            "The VirtualMachineSnapshot is not ready to be used yet.".into(),
+        );
+    };
+    kept["apiVersion"] = json!("virtualization.deckhouse.io/v1alpha2");
+    kept["metadata"]["namespace"] = json!(ns);
+    match crate::clone::deckhouse_from_snapshot(app, op, &kept, meta_str(&snap, "uid")) {
+        Ok(_) => {
+            let mut msg = "VirtualMachineSnapshotOperation completed".to_string();
+            if spec["mode"] == "DryRun" {
+                msg += ". The virtual machine can be cloned from the snapshot";
+            }
+            finish(app, op, "Completed", true, "OperationCompleted", &msg);
+        }
+        Err((resources, message)) => {
+            app.store.modify(&Key::of(DH, VMSOPS, op), |o| {
+                o["status"]["resources"] = resources;
+            });
+            let op = app
+                .store
+                .get(&Key::of(DH, VMSOPS, op))
+                .unwrap_or(op.clone());
+            finish(app, &op, "Failed", false, "OperationFailed", &message);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::reconcile_all;
+
+    fn app() -> App {
+        App::new(
+            crate::registry::Registry::new(crate::ServeFlavor::Deckhouse),
+            std::time::Duration::from_secs(1),
+        )
+    }
+
+    fn ticks(app: &App, n: usize) {
+        for _ in 0..n {
+            reconcile_all(app, true);
+        }
+    }
+
+    fn get(app: &App, plural: &str, name: &str) -> Option<Value> {
+        let group = if plural == "persistentvolumeclaims" {
+            ""
+        } else {
+            DH
+        };
+        app.store.get(&Key::new(group, plural, "default", name))
+    }
+
+    fn create(app: &App, plural: &str, obj: Value) {
+        app.store.create(DH, plural, obj).unwrap();
+    }
+
+    fn claim(app: &App, disk: &str) -> String {
+        get(app, "virtualdisks", disk).unwrap()["status"]["target"]["persistentVolumeClaimName"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    }
+
+    fn data(app: &App, pvc: &str) -> Vec<u8> {
+        std::fs::read(crate::upload::uploaded_file(app, "default", pvc).unwrap()).unwrap()
+    }
+
+    /// A stopped VM `web` with disk `web-root` holding "before" in snapshot `s1`, then "after".
+    fn setup(app: &App) {
+        create(
+            app,
+            "virtualdisks",
+            json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+            "kind": "VirtualDisk", "metadata": {"name": "web-root", "namespace": "default"},
+            "spec": {"persistentVolumeClaim": {"size": "1Mi"}}}),
+        );
+        create(
+            app,
+            "virtualmachines",
+            json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+            "kind": "VirtualMachine", "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"runPolicy": "Manual", "blockDeviceRefs": [{"kind": "VirtualDisk", "name": "web-root"}]}}),
+        );
+        ticks(app, 4);
+        let pvc = claim(app, "web-root");
+        crate::vm_snapshot::write_volume(app, "default", &pvc, b"before").unwrap();
+        create(
+            app,
+            crate::dh_snapshot::VM_SNAPSHOTS,
+            json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+            "kind": "VirtualMachineSnapshot", "metadata": {"name": "s1", "namespace": "default"},
+            "spec": {"virtualMachineName": "web", "requiredConsistency": true, "keepIPAddress": "Never"}}),
+        );
+        ticks(app, 3);
+        crate::vm_snapshot::write_volume(app, "default", &pvc, b"after").unwrap();
+    }
+
+    fn op(app: &App, name: &str, snapshot: &str, mode: &str, vm: &str) -> Value {
+        create(
+            app,
+            VMSOPS,
+            json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+            "kind": "VirtualMachineSnapshotOperation", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"type": "CreateVirtualMachine", "virtualMachineSnapshotName": snapshot,
+                "createVirtualMachine": {"mode": mode, "nameReplacement": [
+                    {"from": {"kind": "VirtualMachine", "name": "web"}, "to": vm},
+                    {"from": {"kind": "VirtualDisk", "name": "web-root"}, "to": format!("{vm}-root")}]}}}),
+        );
+        ticks(app, 2);
+        get(app, VMSOPS, name).unwrap()
+    }
+
+    fn completed(op: &Value) -> (String, String, String) {
+        let c = &op["status"]["conditions"][0];
+        (
+            op["status"]["phase"].as_str().unwrap_or("").into(),
+            c["reason"].as_str().unwrap_or("").into(),
+            c["message"].as_str().unwrap_or("").into(),
+        )
+    }
+
+    #[test]
+    fn creates_the_vm_and_its_disks_with_the_snapshot_data() {
+        let app = app();
+        setup(&app);
+        let dry = op(&app, "dry", "s1", "DryRun", "copy");
+        assert_eq!(completed(&dry).0, "Completed", "{dry}");
+        assert_eq!(dry["status"]["resources"].as_array().unwrap().len(), 2);
+        assert!(get(&app, "virtualmachines", "copy").is_none());
+        let done = op(&app, "op", "s1", "Strict", "copy");
+        assert_eq!(
+            completed(&done),
+            (
+                "Completed".into(),
+                "OperationCompleted".into(),
+                "VirtualMachineSnapshotOperation completed".into()
+            )
+        );
+        ticks(&app, 6);
+        let vm = get(&app, "virtualmachines", "copy").unwrap();
+        assert_eq!(vm["spec"]["blockDeviceRefs"][0]["name"], "copy-root");
+        let disk = get(&app, "virtualdisks", "copy-root").unwrap();
+        assert_eq!(disk["metadata"]["ownerReferences"][0]["name"], "copy");
+        assert_eq!(data(&app, &claim(&app, "copy-root")), b"before");
+        // The source keeps its data and its disk.
+        assert_eq!(data(&app, &claim(&app, "web-root")), b"after");
+    }
+
+    #[test]
+    fn a_taken_name_or_a_missing_snapshot_fails_and_creates_nothing() {
+        let app = app();
+        setup(&app);
+        let taken = op(&app, "op", "s1", "Strict", "web");
+        let (phase, reason, message) = completed(&taken);
+        assert_eq!(
+            (phase.as_str(), reason.as_str()),
+            ("Failed", "OperationFailed")
+        );
+        assert_eq!(
+            message,
+            "CreateVirtualMachine is failed: fail to validate the resources: check the status"
+        );
+        assert!(
+            taken["status"]["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["message"] == "VirtualMachine with name web already exists"),
+            "{taken}"
+        );
+        let missing = op(&app, "op2", "nope", "Strict", "other");
+        assert_eq!(
+            completed(&missing),
+            (
+                "Failed".into(),
+                "VirtualMachineSnapshotNotFound".into(),
+                "The VirtualMachineSnapshot \"nope\" was not found.".into()
+            )
+        );
+        assert!(get(&app, "virtualmachines", "other").is_none());
+        assert!(get(&app, "virtualdisks", "other-root").is_none());
+    }
+}
