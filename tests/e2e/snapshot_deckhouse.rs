@@ -263,3 +263,119 @@ fn deckhouse_delete_only_ours_with_the_uid_and_bad_names() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(changes(&env).is_empty(), "{:?}", changes(&env));
 }
+
+#[test]
+fn deckhouse_restore_as_a_new_vm_keeps_the_source() {
+    let (env, disk) = running_db();
+    let before = write_disk(&env, &disk, b'C');
+    ok(env.vm(&["snapshot", "create", "db", "s1"]));
+    let after = write_disk(&env, &disk, b'D');
+    let source_rv = kubectl_json(
+        &env,
+        &["get", "virtualmachines.virtualization.deckhouse.io", "db"],
+    )["metadata"]["resourceVersion"]
+        .clone();
+
+    // A taken name (the source's own): one line, nothing written.
+    env.emulator.clear_requests();
+    let err = fails(&env, &["snapshot", "restore", "s1", "--new-vm", "db"], 1);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("\"db\" already exists"), "{err}");
+    assert!(changes(&env).is_empty(), "{:?}", changes(&env));
+
+    // Client dry run: nothing sent.
+    let out = env.vm(&[
+        "snapshot",
+        "restore",
+        "s1",
+        "--new-vm",
+        "copy",
+        "--dry-run=client",
+        "-o",
+        "json",
+    ]);
+    let op: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(op["kind"], "VirtualMachineSnapshotOperation");
+    assert_eq!(op["spec"]["type"], "CreateVirtualMachine");
+    assert!(changes(&env).is_empty(), "{:?}", changes(&env));
+
+    // The new VM: one operation, then labels (and the operation's owner) on what it made.
+    let out = env.vm(&["snapshot", "restore", "s1", "--new-vm", "copy"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "copy.default restored from snapshot s1\n",
+        "{}",
+        stderr(&out)
+    );
+    let wire = changes(&env);
+    assert_eq!(wire[0].0, "POST", "{wire:#?}");
+    assert_eq!(wire[0].1, format!("{DH}/virtualmachinesnapshotoperations"));
+    let body = wire[0].2.clone().unwrap();
+    assert_eq!(body["spec"]["virtualMachineSnapshotName"], "s1");
+    assert_eq!(body["spec"]["createVirtualMachine"]["mode"], "Strict");
+    let new_disk = disk.replacen("db-", "copy-", 1);
+    assert_eq!(
+        body["spec"]["createVirtualMachine"]["nameReplacement"],
+        serde_json::json!([{"from": {"kind": "VirtualMachine", "name": "db"}, "to": "copy"},
+            {"from": {"kind": "VirtualDisk", "name": disk}, "to": new_disk}])
+    );
+    let vm = kubectl_json(
+        &env,
+        &["get", "virtualmachines.virtualization.deckhouse.io", "copy"],
+    );
+    assert_eq!(vm["spec"]["blockDeviceRefs"][0]["name"], new_disk.as_str());
+    assert_eq!(
+        vm["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "kubectl-vm"
+    );
+    let vd = kubectl_json(&env, &["get", "vd", &new_disk]);
+    assert_eq!(
+        vd["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "kubectl-vm"
+    );
+    assert_eq!(vd["metadata"]["ownerReferences"][0]["name"], "copy");
+    eventually("the new disk is ready", || {
+        kubectl_json(&env, &["get", "vd", &new_disk])["status"]["phase"] == "Ready"
+    });
+    // Its disk holds the snapshot-time bytes; the source's disk and spec are as they were.
+    assert_eq!(exported_sha(&env, &new_disk), before);
+    assert_eq!(exported_sha(&env, &disk), after);
+    assert_eq!(
+        kubectl_json(
+            &env,
+            &["get", "virtualmachines.virtualization.deckhouse.io", "db"]
+        )["metadata"]["resourceVersion"],
+        source_rv
+    );
+
+    // delete copy takes the operation and its disk; the source and the snapshot stay.
+    ok(env.vm(&["delete", "copy"]));
+    eventually("the operation goes with the new VM", || {
+        env.emulator
+            .objects(
+                "virtualization.deckhouse.io",
+                "virtualmachinesnapshotoperations",
+                Some("default"),
+            )
+            .is_empty()
+            && env
+                .emulator
+                .objects(
+                    "virtualization.deckhouse.io",
+                    "virtualdisks",
+                    Some("default"),
+                )
+                .iter()
+                .all(|d| d["metadata"]["name"] != new_disk.as_str())
+    });
+    kubectl_json(
+        &env,
+        &["get", "virtualmachines.virtualization.deckhouse.io", "db"],
+    );
+    kubectl_json(&env, &["get", "vd", &disk]);
+    assert_eq!(
+        kubectl_json(&env, &["get", "vmsnapshot", "s1"])["status"]["phase"],
+        "Ready"
+    );
+}

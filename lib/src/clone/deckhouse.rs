@@ -186,7 +186,7 @@ pub async fn adopt(cluster: &Cluster, request: &CloneRequest) -> Result<Vec<Stri
 
 /// Adds `owner` to the ownerReferences of `name` (a JSON merge patch replaces the list, so the
 /// patch carries the object's resourceVersion: a concurrent change makes it fail, not vanish).
-async fn add_owner(
+pub(crate) async fn add_owner(
     cluster: &Cluster,
     kind: &Kind,
     ns: &str,

@@ -17,6 +17,7 @@
 //!   running VM by putting it in maintenance mode, which stops it, and starts it again
 //!   afterwards (`enter_maintenance_step.go`); kubectl-vm refuses that unless `--stop` says
 //!   stopping is fine. Each disk is recreated from its VirtualDiskSnapshot.
+//! - `--new-vm NEW`: a VirtualMachineSnapshotOperation instead (see `deckhouse_new_vm`).
 
 use kube::api::{DeleteParams, ListParams, Preconditions};
 use serde_json::{Value, json};
@@ -281,7 +282,7 @@ pub async fn delete(
     Ok(deleted)
 }
 
-/// Restore a snapshot into its VM (see the module documentation).
+/// Restore a snapshot into its VM, or as a new VM (see the module documentation).
 pub async fn restore(
     cluster: &Cluster,
     ns: &str,
@@ -290,12 +291,6 @@ pub async fn restore(
     on_event: &(dyn Fn(Event) + Send + Sync),
 ) -> Result<Outcome> {
     let snap_name = &request.snapshot;
-    if request.new_vm.is_some() {
-        return Err(Error::Usage(
-            "--new-vm is not supported on Deckhouse by this version of kubectl vm (nothing was changed)"
-                .into(),
-        ));
-    }
     let snap = get(cluster, VM_SNAPSHOT, ns, snap_name).await?;
     if text(&snap, "/status/phase") != "Ready" {
         return Err(Error::Usage(format!(
@@ -305,6 +300,10 @@ pub async fn restore(
                 p => p,
             }
         )));
+    }
+    if let Some(new_vm) = &request.new_vm {
+        return super::deckhouse_new_vm::restore(cluster, ns, &snap, new_vm, options, on_event)
+            .await;
     }
     let target = text(&snap, "/spec/virtualMachineName").to_owned();
     let vm = vm_of(cluster, ns, &target).await?;

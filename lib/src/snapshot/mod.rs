@@ -19,6 +19,7 @@
 //! precondition. Progress is reported as [`Event`]s; the caller renders them.
 
 pub mod deckhouse;
+pub mod deckhouse_new_vm;
 pub mod kubevirt;
 
 use std::time::Duration;
