@@ -298,6 +298,24 @@ fn deckhouse_restore_as_a_new_vm_keeps_the_source() {
     assert_eq!(op["kind"], "VirtualMachineSnapshotOperation");
     assert_eq!(op["spec"]["type"], "CreateVirtualMachine");
     assert!(changes(&env).is_empty(), "{:?}", changes(&env));
+    // Server dry run: the operation is sent with dryRun and nothing is kept.
+    ok(env.vm(&[
+        "snapshot",
+        "restore",
+        "s1",
+        "--new-vm",
+        "copy",
+        "--dry-run=server",
+    ]));
+    let ops = || {
+        env.emulator.objects(
+            "virtualization.deckhouse.io",
+            "virtualmachinesnapshotoperations",
+            Some("default"),
+        )
+    };
+    assert!(ops().is_empty(), "{:?}", ops());
+    env.emulator.clear_requests();
 
     // The new VM: one operation, then labels (and the operation's owner) on what it made.
     let out = env.vm(&["snapshot", "restore", "s1", "--new-vm", "copy"]);
