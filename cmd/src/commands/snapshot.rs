@@ -386,6 +386,9 @@ async fn restore(global: &GlobalArgs, args: RestoreArgs) -> CommandResult {
     } else if !outcome.waited {
         match platform.flavor {
             kubevm::flavor::Flavor::KubeVirt => "; not waited for: see `kubectl get vmrestore`",
+            kubevm::flavor::Flavor::Deckhouse if args.new_vm.is_some() => {
+                "; not waited for: see `kubectl get vmsop`"
+            }
             kubevm::flavor::Flavor::Deckhouse => "; not waited for: see `kubectl get vmop`",
         }
         .into()
