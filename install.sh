@@ -6,43 +6,58 @@
 #   PREFIX/share/{bash-completion,zsh,fish} completion scripts for the kubectl-vm binary
 # Idempotent: running it again replaces what it installed.
 #
-#   ./install.sh [--prefix DIR] [--with-emulator] [--demo]
+#   ./install.sh [--prefix DIR] [--with-emulator] [--demo] [--no-build DIR]
 #
 # --with-emulator also installs kubevm-emulator, the local KubeVirt/Deckhouse API emulator.
 # --demo installs the emulator too, then starts it with sample VMs and shows kubectl-vm
 #        working against it (no cluster needed), and stops it again.
+# --no-build DIR installs the binaries already built in DIR (e.g. target/debug) instead of
+#        building release ones (CI runs the demo this way after its test build).
 set -euo pipefail
 
 prefix="$HOME/.local"
 with_emulator=false
 demo=false
+built=""
+usage() { echo "install.sh: $1" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --prefix) prefix=${2:?--prefix needs a directory}; shift 2 ;;
+    --prefix) [ $# -ge 2 ] || usage "--prefix needs a directory"; prefix=$2; shift 2 ;;
     --prefix=*) prefix=${1#--prefix=}; shift ;;
     --with-emulator) with_emulator=true; shift ;;
     --demo) demo=true; with_emulator=true; shift ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    --no-build) [ $# -ge 2 ] || usage "--no-build needs the directory of built binaries"; built=$2; shift 2 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) usage "unknown option $1 (see --help)" ;;
   esac
 done
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+if [ -n "$built" ]; then
+  dir=$(cd "$built" 2>/dev/null && pwd) || usage "--no-build: no directory $built"
+  built=$dir
+  for b in kubectl-vm $($with_emulator && echo kubevm-emulator); do
+    [ -x "$built/$b" ] || usage "--no-build: $built has no $b (build it first)"
+  done
+fi
 cd "$root"
-command -v cargo >/dev/null || { echo "install.sh: cargo not found; install the Rust toolchain (rustup) first" >&2; exit 1; }
+[ -n "$built" ] || command -v cargo >/dev/null || { echo "install.sh: cargo not found; install the Rust toolchain (rustup) first" >&2; exit 1; }
 mkdir -p "$prefix"
 prefix=$(cd "$prefix" && pwd)
 bin="$prefix/bin"
 
-packages=(-p kubectl-vm)
-$with_emulator && packages+=(-p kubevm-emulator)
-echo "building ${packages[*]//-p /} (release, --locked; a few minutes the first time)..."
-# One build for both binaries, so shared dependencies compile once.
-cargo build --quiet --release --locked "${packages[@]}"
+if [ -z "$built" ]; then
+  packages=(-p kubectl-vm)
+  $with_emulator && packages+=(-p kubevm-emulator)
+  echo "building ${packages[*]//-p /} (release, --locked; a few minutes the first time)..."
+  # One build for both binaries, so shared dependencies compile once.
+  cargo build --quiet --release --locked "${packages[@]}"
+  built=target/release
+fi
 install -d "$bin"
-install -m 0755 target/release/kubectl-vm "$bin/kubectl-vm"
+install -m 0755 "$built/kubectl-vm" "$bin/kubectl-vm"
 ln -sfn kubectl-vm "$bin/kubectl_complete-vm"
-$with_emulator && install -m 0755 target/release/kubevm-emulator "$bin/kubevm-emulator"
+$with_emulator && install -m 0755 "$built/kubevm-emulator" "$bin/kubevm-emulator"
 
 install -d "$prefix/share/man/man1" "$prefix/share/bash-completion/completions" \
   "$prefix/share/zsh/site-functions" "$prefix/share/fish/vendor_completions.d"
@@ -119,13 +134,29 @@ if $demo; then
       "$kubectl" apply -f - >/dev/null 2>>"$work/kubectl.log"
     run kubectl-vm ca show
     run kubectl-vm create demo --image quay.io/containerdisks/ubuntu:24.04 --cpu 2 --memory 2Gi --wait --timeout 1m
+    if [ "$(id -u)" -eq 0 ] && [ ! -x /usr/sbin/sshd ] && command -v apt-get >/dev/null; then
+      # The emulator's guests run the machine's own OpenSSH sshd (in a namespace of their own).
+      echo; echo "(installing openssh-server with apt-get: the emulator's guests run a real sshd)"
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server; } >"$work/apt.log" 2>&1 ||
+        { echo "(apt-get could not install openssh-server: $work/apt.log)"; tail -3 "$work/apt.log"; }
+    fi
     if [ "$(id -u)" -eq 0 ] && [ -x /usr/sbin/sshd ]; then
       # The emulator's guest runs a real sshd, configured by the VM's own cloud-init.
       run kubectl-vm ssh demo --strict-host-key-checking yes -- uname -a
       echo; echo "# the signer's audit record of that login:"
       grep '"kind":"user"' "$work/signer.log" | tail -1
     else
-      echo; echo "(skipping ssh: the emulator's guests run a real sshd only as root, with openssh-server installed)"
+      # Without root the emulator cannot run a guest's sshd (it needs mount namespaces):
+      # show the signer's part instead, a certificate for a fresh key, read back by ssh-keygen.
+      echo; echo "(the emulator runs a guest's sshd only as root; here is the signer's part of ssh instead)"
+      ssh-keygen -q -t ed25519 -N '' -C demo -f "$work/id_demo"
+      printf '{"apiVersion":"ssh.kubevm.io/v1alpha1","kind":"SSHCertificateRequest","spec":{"publicKey":"%s"}}' \
+        "$(cat "$work/id_demo.pub")" >"$work/request.json"
+      echo; echo "\$ kubectl create --raw /apis/ssh.kubevm.io/v1alpha1/namespaces/default/virtualmachines/demo/sshcertificate -f request.json"
+      "$kubectl" create --raw /apis/ssh.kubevm.io/v1alpha1/namespaces/default/virtualmachines/demo/sshcertificate \
+        -f "$work/request.json" >"$work/answer.json"
+      sed -n 's/.*"certificate":"\([^"]*\)".*/\1/p' "$work/answer.json" >"$work/id_demo-cert.pub"
+      run ssh-keygen -L -f "$work/id_demo-cert.pub"
     fi
   else
     echo; echo "(skipping the signer: it needs kubectl >= 1.26, which tests/tools/get-kubectl.sh could not install)"

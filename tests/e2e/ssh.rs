@@ -61,6 +61,9 @@ fn basics(env: &Env) {
     // The login used a certificate issued to the Kubernetes user for this VM.
     let out = ssh(env, &["sshvm", "--", "whoami"], b"");
     assert_eq!(stdout(&out), "kubevm\n");
+    // The guest's host name is the VM's, as cloud-init sets it (the demo prints it).
+    let out = ssh(env, &["sshvm", "--", "uname", "-n"], b"");
+    assert_eq!(stdout(&out), "sshvm\n", "{}", stderr(&out));
 }
 
 #[test]

@@ -163,6 +163,9 @@ pub const LOGIN_PASSWORD: &str = "cloud";
 /// prompt when the shell exits. `$1` is the hostname.
 const LOGIN_SCRIPT: &str = r#"
 host="$1"
+# In its own UTS namespace (see uts_namespace) the guest's host name is the VM's, as cloud-init
+# sets it on a real guest, so `uname -n` and `hostname` answer with it.
+[ -n "$OWN_UTS" ] && hostname -- "$host" 2>/dev/null
 printf '\n%s\n\n' "Emulated Linux guest (kubevm-emulator) ttyS0"
 while :; do
   printf '%s login: ' "$host"
@@ -184,6 +187,22 @@ while :; do
 done
 "#;
 
+/// Whether login guests get a UTS namespace of their own (`unshare --uts`, which needs root),
+/// so that their host name can be the VM's without touching the machine's. Without it (not
+/// root) `uname -n` in a login guest names the machine.
+fn uts_namespace() -> bool {
+    static OWN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OWN.get_or_init(|| {
+        nix::unistd::geteuid().is_root()
+            && Command::new("unshare")
+                .args(["--uts", "true"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+    })
+}
+
 /// The default guest: [`LOGIN_SCRIPT`] on a pseudo-terminal, in its own session with the
 /// terminal as controlling terminal (`setsid --ctty`), so Ctrl+C reaches the foreground job.
 /// No TCP ports are open (dial is refused).
@@ -199,10 +218,17 @@ impl LoginGuest {
     pub fn boot(spec: &GuestSpec) -> io::Result<LoginGuest> {
         let pty = nix::pty::openpty(None, None).map_err(io::Error::from)?;
         let slave = std::fs::File::from(pty.slave);
-        let mut child = Command::new("setsid")
-            .args(["--ctty", "/bin/sh", "-c", LOGIN_SCRIPT, "guest-login"])
+        let mut command = Command::new("setsid");
+        command.arg("--ctty");
+        let own_uts = uts_namespace();
+        if own_uts {
+            command.args(["unshare", "--uts"]);
+        }
+        let mut child = command
+            .args(["/bin/sh", "-c", LOGIN_SCRIPT, "guest-login"])
             .arg(&spec.name)
             .env_clear()
+            .env("OWN_UTS", if own_uts { "1" } else { "" })
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("TERM", "vt100")
             .env("HOME", std::env::temp_dir())
@@ -678,6 +704,16 @@ mod tests {
             .send(Bytes::from_static(b"echo sum=$((6*7))\r"))
             .unwrap();
         expect(&mut out, "sum=42").await;
+        if uts_namespace() {
+            // The guest's host name is the VM's (the machine's stays as it was).
+            serial
+                .input
+                .send(Bytes::from_static(b"echo n=$(uname -n)\r"))
+                .unwrap();
+            expect(&mut out, "n=web\r").await;
+            let machine = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+            assert_ne!(machine.trim(), "web");
+        }
         let mut stopped = guest.stopped();
         guest.stop();
         tokio::time::timeout(Duration::from_secs(5), stopped.wait_for(|s| *s))

@@ -253,6 +253,9 @@ impl CloudConfig {
 /// The script run as root inside the guest's mount namespace. `$G` is the guest directory.
 const GUEST_SCRIPT: &str = r#"
 set -e
+# Its own UTS namespace: the host name is the VM's, as cloud-init sets it from the
+# meta-data's local-hostname (a name longer than the kernel's 64 bytes keeps the machine's).
+hostname -- "$GUEST_HOSTNAME" 2>/dev/null || true
 mount -t tmpfs kubevm-guest "$G/overlay"
 mkdir -p "$G/overlay/etc.u" "$G/overlay/etc.w" "$G/overlay/home.u" "$G/overlay/home.w"
 mount -t overlay kubevm-guest -o "lowerdir=/etc,upperdir=$G/overlay/etc.u,workdir=$G/overlay/etc.w" /etc
@@ -352,7 +355,7 @@ fn free_port() -> io::Result<u16> {
 }
 
 impl Sshd {
-    fn start(config: &CloudConfig, rekeyed: bool) -> io::Result<Sshd> {
+    fn start(config: &CloudConfig, rekeyed: bool, hostname: &str) -> io::Result<Sshd> {
         let dir = tempfile::Builder::new().prefix("kubevm-guest-").tempdir()?;
         let g = dir.path();
         std::fs::create_dir_all(g.join("overlay"))?;
@@ -400,6 +403,7 @@ impl Sshd {
             let child = Command::new("unshare")
                 .args([
                     "--mount",
+                    "--uts",
                     "--propagation",
                     "private",
                     "/bin/sh",
@@ -408,6 +412,7 @@ impl Sshd {
                 ])
                 .env("G", g)
                 .env("SSHD_PORT", port.to_string())
+                .env("GUEST_HOSTNAME", hostname)
                 .stdin(Stdio::null())
                 .stdout(log.try_clone()?)
                 .stderr(log)
@@ -538,7 +543,7 @@ impl Guest for SshdGuest {
                     let sshd = sshd
                         .get_or_try_init(|| async move {
                             tokio::task::spawn_blocking(move || {
-                                let sshd = Arc::new(Sshd::start(&config, rekeyed)?);
+                                let sshd = Arc::new(Sshd::start(&config, rekeyed, &spec.name)?);
                                 // The agent's first round runs before the first login.
                                 watch_credentials(app, spec, &sshd);
                                 Ok::<_, io::Error>(sshd)

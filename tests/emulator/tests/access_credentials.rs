@@ -9,7 +9,7 @@ use base64::Engine;
 use kubevm_emulator::ServeFlavor;
 use serde_json::{Value, json};
 
-mod common;
+use crate::common;
 use common::{dial, start};
 
 const KV_PF: &str =

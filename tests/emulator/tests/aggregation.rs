@@ -5,7 +5,7 @@
 
 #[path = "common/backend.rs"]
 mod backend;
-mod common;
+use crate::common;
 
 use backend::{Backend, GROUP, VERSION, header_values};
 use kube::client::Body;

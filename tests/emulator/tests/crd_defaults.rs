@@ -5,7 +5,7 @@
 //! expected managedFields follow what a real server lists for a custom resource created by an
 //! Update (kubernetes.io docs, "custom-resource-definitions": `f:spec: {.: {}, …}`).
 
-mod common;
+use crate::common;
 
 use common::kubectl::KubectlEnv as Env;
 use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};

@@ -6,7 +6,7 @@
 //! Failed), and the disk holds the image converted to raw. Checked with curl, sha256sum and
 //! qemu-img as independent references.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kubevm_emulator::{Emulator, EmulatorOptions};
 
-mod common;
+use crate::common;
 use common::client;
 
 fn with_uid(uid: &str) -> DeleteParams {

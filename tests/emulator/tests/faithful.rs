@@ -2,7 +2,7 @@
 //! (protobuf) creates, Secret conversion and limits, the request-body limit, KubeVirt/CDI
 //! webhook rules, object-count quota and webhook denials.
 
-mod common;
+use crate::common;
 
 use common::kubectl::KubectlEnv as Env;
 

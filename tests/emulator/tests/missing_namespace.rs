@@ -12,7 +12,7 @@ use kube::api::{
 use kubevm_emulator::{Emulator, EmulatorOptions};
 use serde_json::json;
 
-mod common;
+use crate::common;
 use common::client;
 
 fn status(err: kube::Error) -> Box<kube::core::Status> {

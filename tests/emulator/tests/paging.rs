@@ -7,7 +7,7 @@ use kube::api::{
 use kubevm_emulator::{Emulator, EmulatorOptions};
 use serde_json::json;
 
-mod common;
+use crate::common;
 use common::client;
 
 fn vm(ns: &str, name: &str) -> serde_json::Value {

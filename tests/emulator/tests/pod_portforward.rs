@@ -3,7 +3,7 @@
 //! curl through the forwarded port, and kube-rs (`v4.channel.k8s.io`, what kubectl-vm uses).
 //! Expected bytes come from the emulator's content generator piped to `sha256sum`.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;

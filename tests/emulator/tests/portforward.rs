@@ -8,7 +8,7 @@ use futures::{SinkExt, StreamExt};
 use kubevm_emulator::ServeFlavor;
 use tokio_tungstenite::tungstenite::Message;
 
-mod common;
+use crate::common;
 use common::{Ws, dial, start};
 
 const KV_PF: &str =

@@ -5,7 +5,7 @@
 //! kills qemu when the grace period ends; a guest reboot stays in its qemu and VMI, a guest
 //! power-off ends the VMI (Succeeded) and the run strategy decides what follows.
 //!
-//! Ignored by default (they need the image): `cargo test -p kubevm-emulator --test qemu_guest
+//! Ignored by default (they need the image): `cargo test -p kubevm-emulator --test integration qemu_guest::
 //! -- --ignored` after `tests/guest/build-image.sh` (or with `KUBEVM_GUEST_DIR`).
 
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
-mod common;
+use crate::common;
 use common::client;
 
 fn pid_alive(pid: i32) -> bool {

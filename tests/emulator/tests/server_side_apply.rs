@@ -4,7 +4,7 @@
 //! fieldmanager (k8s.io/apiserver .../fieldmanager/internal/conflict.go) and the examples of
 //! kubernetes.io/docs/reference/using-api/server-side-apply.
 
-mod common;
+use crate::common;
 
 use common::kubectl::KubectlEnv as Env;
 use serde_json::{Value, json};

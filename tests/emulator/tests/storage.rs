@@ -11,7 +11,7 @@ use kubevm_emulator::storage::IMPORT_ERROR_ANNOTATION;
 use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
 use serde_json::{Value, json};
 
-mod common;
+use crate::common;
 
 fn fixture(name: &str) -> String {
     std::fs::read_to_string(format!("{}/../fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()

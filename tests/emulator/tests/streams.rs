@@ -11,7 +11,7 @@ use kubevm_emulator::expect::Unmatched;
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::Message;
 
-mod common;
+use crate::common;
 use common::{Ws, dial, start};
 
 /// A console websocket with the output read from it and not yet matched.
