@@ -187,19 +187,29 @@ while :; do
 done
 "#;
 
-/// Whether login guests get a UTS namespace of their own (`unshare --uts`, which needs root),
-/// so that their host name can be the VM's without touching the machine's. Without it (not
-/// root) `uname -n` in a login guest names the machine.
-fn uts_namespace() -> bool {
-    static OWN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OWN.get_or_init(|| {
-        nix::unistd::geteuid().is_root()
-            && Command::new("unshare")
-                .args(["--uts", "true"])
+/// How login guests get a UTS namespace of their own, so that their host name can be the VM's
+/// without touching the machine's: `unshare --uts` as root; otherwise in a user namespace of
+/// their own as its root (`--user --map-root-user`), where the kernel allows that. `None` when
+/// neither works: `uname -n` in a login guest then names the machine.
+fn uts_namespace() -> Option<&'static [&'static str]> {
+    static HOW: std::sync::OnceLock<Option<&'static [&'static str]>> = std::sync::OnceLock::new();
+    const AS_ROOT: &[&str] = &["--uts"];
+    const UNPRIVILEGED: &[&str] = &["--user", "--map-root-user", "--uts"];
+    *HOW.get_or_init(|| {
+        let candidates = if nix::unistd::geteuid().is_root() {
+            [AS_ROOT, UNPRIVILEGED]
+        } else {
+            [UNPRIVILEGED, UNPRIVILEGED]
+        };
+        candidates.into_iter().find(|args| {
+            Command::new("unshare")
+                .args(*args)
+                .args(["hostname", "--", "kubevm-probe"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success())
+        })
     })
 }
 
@@ -221,14 +231,14 @@ impl LoginGuest {
         let mut command = Command::new("setsid");
         command.arg("--ctty");
         let own_uts = uts_namespace();
-        if own_uts {
-            command.args(["unshare", "--uts"]);
+        if let Some(args) = own_uts {
+            command.arg("unshare").args(args);
         }
         let mut child = command
             .args(["/bin/sh", "-c", LOGIN_SCRIPT, "guest-login"])
             .arg(&spec.name)
             .env_clear()
-            .env("OWN_UTS", if own_uts { "1" } else { "" })
+            .env("OWN_UTS", if own_uts.is_some() { "1" } else { "" })
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("TERM", "vt100")
             .env("HOME", std::env::temp_dir())
@@ -704,7 +714,7 @@ mod tests {
             .send(Bytes::from_static(b"echo sum=$((6*7))\r"))
             .unwrap();
         expect(&mut out, "sum=42").await;
-        if uts_namespace() {
+        if uts_namespace().is_some() {
             // The guest's host name is the VM's (the machine's stays as it was).
             serial
                 .input
