@@ -13,6 +13,7 @@
 //! operations as records of what was done.
 
 pub mod deckhouse;
+pub mod identity;
 pub mod kubevirt;
 
 use std::time::Duration;
