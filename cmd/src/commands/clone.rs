@@ -67,6 +67,7 @@ fn render_event(event: Event) {
         Event::Phase { phase, .. } => eprintln!("  {phase}"),
         Event::Labelled(disks) => eprintln!("  labelled as kubectl vm's, with {disks} disk(s)"),
         Event::Starting => eprintln!("  starting"),
+        Event::Notice(text) => eprintln!("  {text}"),
     }
 }
 
