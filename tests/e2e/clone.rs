@@ -364,7 +364,7 @@ fn phases_in_order(err: &str, all: &[&str]) {
 }
 
 /// The decoded user data of Secret `name` in `default` and the Secret itself.
-fn cloudinit_secret(env: &Env, name: &str) -> (String, Value) {
+pub(crate) fn cloudinit_secret(env: &Env, name: &str) -> (String, Value) {
     use base64::Engine;
     let secret = get_json(env, &["get", "secret", name]);
     let data = secret["data"]
@@ -381,7 +381,7 @@ fn cloudinit_secret(env: &Env, name: &str) -> (String, Value) {
 }
 
 /// `(principals lines, host certificate line)` of the platform boot script in `text`.
-fn platform_identity(text: &str) -> (Vec<String>, String) {
+pub(crate) fn platform_identity(text: &str) -> (Vec<String>, String) {
     let doc: Value = yaml_serde::from_str(text).unwrap();
     let script = doc["bootcmd"][0].as_str().unwrap();
     let mut principals = vec![];
@@ -398,7 +398,7 @@ fn platform_identity(text: &str) -> (Vec<String>, String) {
 }
 
 /// `ssh-keygen -L` of a certificate line: (the certified key, the principals, the whole text).
-fn keygen_list(env: &Env, cert: &str) -> (String, Vec<String>, String) {
+pub(crate) fn keygen_list(env: &Env, cert: &str) -> (String, Vec<String>, String) {
     let path = env.dir.path().join("listed-cert.pub");
     std::fs::write(&path, format!("{cert}\n")).unwrap();
     let out = std::process::Command::new("ssh-keygen")
@@ -427,7 +427,7 @@ fn keygen_list(env: &Env, cert: &str) -> (String, Vec<String>, String) {
 }
 
 /// OpenSSH with the user certificate `cert` (and the tool's key) to `kubevm@VM.default`.
-fn ssh_with_cert(env: &Env, vm: &str, cert: &std::path::Path) -> std::process::Output {
+pub(crate) fn ssh_with_cert(env: &Env, vm: &str, cert: &std::path::Path) -> std::process::Output {
     let key = env.dir.path().join(".kube/kubectl-vm/ssh/id_ed25519");
     env.command("ssh")
         .args([

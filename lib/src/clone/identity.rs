@@ -323,16 +323,32 @@ pub async fn create_secret(cluster: &Cluster, secret: &Value) -> Result<String> 
     Ok(made.metadata.uid.unwrap_or_default())
 }
 
-/// Replace the user data of Secret `name` (which the platform copied for VM `target`) with
-/// `text`, labelled as ours for `target`, with the resourceVersion read (a concurrent change
-/// fails the write instead of being lost).
+/// The annotation Deckhouse's restorers put on what an operation made (value: its uid;
+/// `annotations.AnnVMOPRestore`).
+pub const MADE_BY_OPERATION: &str = "virtualization.deckhouse.io/vmoprestore";
+
+/// Whether `obj` was made by the Deckhouse operation whose uid is `op_uid`.
+pub fn made_by(obj: &Value, op_uid: &str) -> bool {
+    !op_uid.is_empty()
+        && obj
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(MADE_BY_OPERATION))
+            .and_then(Value::as_str)
+            == Some(op_uid)
+}
+
+/// Replace the user data of Secret `name`, which the Deckhouse operation `op_uid` copied for
+/// VM `target`, with `text`, labelled as ours for `target`, with the resourceVersion read (a
+/// concurrent change fails the write instead of being lost). A Secret of that name that the
+/// operation did not make is never touched: `Ok(false)`.
 pub async fn rewrite_secret(
     cluster: &Cluster,
     ns: &str,
     name: &str,
     target: &str,
     text: &str,
-) -> Result<()> {
+    op_uid: &str,
+) -> Result<bool> {
     let api: Api<Secret> = Api::namespaced(cluster.client.clone(), ns);
     let action = |verb: &'static str| {
         Action::new(verb, "secrets", "secret")
@@ -343,6 +359,9 @@ pub async fn rewrite_secret(
         .get(name)
         .await
         .map_err(|e| cluster.error(e, &action("get")))?;
+    if !made_by(&serde_json::to_value(&secret).unwrap_or_default(), op_uid) {
+        return Ok(false);
+    }
     let mut data = secret.data.clone().unwrap_or_default();
     let key = USER_DATA_KEYS
         .iter()
@@ -365,7 +384,7 @@ pub async fn rewrite_secret(
     api.replace(name, &Default::default(), &secret)
         .await
         .map_err(|e| cluster.error(e, &action("update")))?;
-    Ok(())
+    Ok(true)
 }
 
 /// Delete Secret `name` if it still has `uid` (a precondition: never someone else's).

@@ -293,6 +293,12 @@ async fn run_clone(
         )
     })?;
     let created = serde_json::to_value(created).unwrap_or_default();
+    let op_uid = created
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let op_uid = op_uid.as_str();
     let identity_pending = new_text.is_some();
     if identity_pending && !request.wait {
         on_event(Event::Notice(format!(
@@ -318,8 +324,9 @@ async fn run_clone(
             // exists: the new VM cannot boot before its disks are ready.
             if let (false, Some(copy), Some(text)) = (rewritten, copied, new_text)
                 && identity::read_secret(cluster, ns, copy).await?.is_some()
+                && identity::rewrite_secret(cluster, ns, copy, &request.target, text, op_uid)
+                    .await?
             {
-                identity::rewrite_secret(cluster, ns, copy, &request.target, text).await?;
                 on_event(Event::Notice(format!(
                     "secret/{copy}: the platform's part made {}'s own (principals, host key, host certificate)",
                     request.target
@@ -359,8 +366,14 @@ async fn run_clone(
             )));
         }
     };
-    if let (false, Some(copy), Some(text)) = (rewritten, copied, new_text) {
-        identity::rewrite_secret(cluster, ns, copy, &request.target, text).await?;
+    if let (false, Some(copy), Some(text)) = (rewritten, copied, new_text)
+        && !identity::rewrite_secret(cluster, ns, copy, &request.target, text, op_uid).await?
+    {
+        return Err(Error::NotOurs(format!(
+            "secret {copy:?} in namespace {ns:?} was not made by {} {name:?}; the new VM {} refers to it: check it before starting the VM",
+            clone_kind.kind.to_ascii_lowercase(),
+            request.target
+        )));
     }
     let disks = match flavor {
         Flavor::KubeVirt => kubevirt::adopt(cluster, request).await?,
