@@ -420,3 +420,91 @@ pub fn owner_of(vm: &Value) -> Value {
 
 #[cfg(test)]
 mod tests;
+
+/// After `snapshot restore --new-vm` on KubeVirt: the VM `target`, restored halted from a
+/// snapshot of `source` (upstream `restore.go`), still names the source's cloud-init (its
+/// Secret, or the text inline). When that holds a platform part, `target` gets its own
+/// Secret (created with create semantics, owned by `target`) with its own identity, and its
+/// cloud-init volume is pointed at it (a merge patch carrying the resourceVersion read).
+/// Returns the Secret's name, or `None` when there was nothing of ours to regenerate.
+pub async fn kubevirt_restored_vm(
+    cluster: &Cluster,
+    platform: &crate::flavor::Platform,
+    ns: &str,
+    source: &str,
+    target: &str,
+    notice: &mut dyn FnMut(String),
+) -> Result<Option<String>> {
+    let kind = crate::api::KUBEVIRT_VM;
+    let api = kind.api(&cluster.client, Some(ns));
+    let vm = api
+        .get(target)
+        .await
+        .map_err(|e| cluster.error(e, &kind.action("get", Some(ns)).named(target)))?;
+    let vm = serde_json::to_value(vm).unwrap_or_default();
+    let Some((UserDataSource::Secret(_, Some(index)) | UserDataSource::Inline(Some(index)), text)) =
+        read_user_data(cluster, Flavor::KubeVirt, &vm).await?
+    else {
+        return Ok(None);
+    };
+    if !has_platform_ssh(&text) {
+        return Ok(None);
+    }
+    let name = secret_name(target);
+    if read_secret_object(cluster, ns, &name).await? {
+        return Err(Error::NotOurs(format!(
+            "secret {name:?} already exists in namespace {ns:?}; {target} still uses {source}'s cloud-init: give it its own before starting it"
+        )));
+    }
+    let host = crate::create::checks::vm_host_keys(
+        cluster,
+        platform,
+        crate::ca::DEFAULT_NAMESPACE,
+        target,
+        ns,
+        notice,
+    )
+    .await?;
+    let new_text = reissue(&text, source, target, ns, host.as_ref())
+        .map_err(Error::Platform)?
+        .unwrap_or(text);
+    let mut secret = secret_object(Flavor::KubeVirt, ns, target, &new_text);
+    secret["metadata"]["ownerReferences"] = json!([owner_of(&vm)]);
+    create_secret(cluster, &secret).await?;
+    let mut volumes = volumes(&vm);
+    let Some(patch) = kubevirt_volume_patch(&vm, index, &name) else {
+        return Ok(None);
+    };
+    let patch: Value = serde_json::from_str(&patch).unwrap_or_default();
+    volumes[index] = json!({ "name": volumes[index]["name"] });
+    let key = patch["path"]
+        .as_str()
+        .and_then(|p| p.rsplit('/').next())
+        .unwrap_or("cloudInitNoCloud")
+        .to_owned();
+    volumes[index][key] = patch["value"].clone();
+    api.patch(
+        target,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({
+            "metadata": {"resourceVersion": vm["metadata"]["resourceVersion"]},
+            "spec": {"template": {"spec": {"volumes": volumes}}},
+        })),
+    )
+    .await
+    .map_err(|e| cluster.error(e, &kind.action("patch", Some(ns)).named(target)))?;
+    Ok(Some(name))
+}
+
+/// Whether Secret `name` exists.
+async fn read_secret_object(cluster: &Cluster, ns: &str, name: &str) -> Result<bool> {
+    let api: Api<Secret> = Api::namespaced(cluster.client.clone(), ns);
+    api.get_opt(name).await.map(|s| s.is_some()).map_err(|e| {
+        cluster.error(
+            e,
+            &Action::new("get", "secrets", "secret")
+                .named(name)
+                .in_namespace(Some(ns)),
+        )
+    })
+}
