@@ -8,6 +8,14 @@
 //! them, and the copies no longer carry the source's `kubevm.io/vm` label (`delete SRC` leaves
 //! them alone).
 //!
+//! The new VM never carries the source's SSH identity ([`identity`]): when the source's
+//! cloud-init holds kubectl-vm's platform part, the new VM gets it made again for itself in
+//! the Secret `NEW-cloudinit`, which it owns. KubeVirt: the Secret is created before the clone
+//! and the clone's `spec.patches` points the new VM's cloud-init volume at it (on failure it is
+//! deleted with its uid as a precondition, unless the new VM exists). Deckhouse: the operation
+//! copies the source's Secret as `NEW-cloudinit` (a taken name is refused first); the copy is
+//! rewritten as soon as it appears, and only if the operation made it.
+//!
 //! What stays afterwards is what the platform keeps: KubeVirt deletes a succeeded clone object
 //! when its target VM is deleted (`pkg/virt-controller/watch/clone/clone.go`); Deckhouse keeps
 //! operations as records of what was done.
