@@ -176,12 +176,10 @@ pub async fn clone(
             _,
         )),
     ) = (flavor, &user_data)
+        && let Some(patch) = identity::kubevirt_volume_patch(&source, *i, &new_secret)
+        && let Some(patches) = object["spec"]["patches"].as_array_mut()
     {
-        if let Some(patch) = identity::kubevirt_volume_patch(&source, *i, &new_secret)
-            && let Some(patches) = object["spec"]["patches"].as_array_mut()
-        {
-            patches.push(Value::String(patch));
-        }
+        patches.push(Value::String(patch));
     }
     let name = object["metadata"]["name"]
         .as_str()
