@@ -1,4 +1,5 @@
-//! `kubectl vm ca init|show|rotate`, checked against the objects in the emulator's store.
+//! `kubectl vm ca init|show|rotate`, checked against the objects in the emulator's store; rotation
+//! renews only the certified host keys of VMs kubectl-vm made and that own their Secret.
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kubevm::ca::CaBundle;
@@ -288,4 +289,151 @@ fn init_says_configured_for_a_leftover_it_overwrote() {
         ],
         "{out}"
     );
+}
+
+/// The `userdata` of Secret `ns/name`, decoded.
+fn user_data_of(env: &Env, ns: &str, name: &str) -> (String, Value) {
+    use base64::Engine;
+    let secret = one(env, "", "secrets", ns, name).unwrap_or_else(|| panic!("Secret {ns}/{name}"));
+    let b64 = secret["data"]["userdata"].as_str().expect("userdata");
+    let text = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
+    (String::from_utf8(text).unwrap(), secret)
+}
+
+/// The one certificate line inside the heredoc that writes the host certificate.
+fn host_cert_line(text: &str) -> String {
+    let doc: Value = yaml_serde::from_str(text).unwrap();
+    let script = doc["bootcmd"][0].as_str().unwrap();
+    let mut lines = script.lines();
+    lines
+        .find(|l| l.starts_with("cat > /etc/ssh/kubevm_ssh_host_ed25519_key-cert.pub <<"))
+        .expect("host certificate heredoc");
+    lines.next().unwrap().to_owned()
+}
+
+/// A Secret that looks like one `create` makes (labels, name, a platform bootcmd with the CA
+/// keys heredoc) holding `key` as its host key, put straight into the store by someone else.
+fn hostile_secret(ns: &str, vm: &str, key: &str, cert: &str) -> Value {
+    use base64::Engine;
+    let text = format!(
+        "#cloud-config\nssh_keys:\n  ed25519_public: {key}\nbootcmd:\n- |\n  cat > /etc/ssh/kubevm_trusted_user_ca_keys <<'KUBEVM_EOF'\n  ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHcP1uPBmPUxGj6S+v8Wgfc1ckRtXQ4dx2ri8DPz8GLy\n  KUBEVM_EOF\n  cat > /etc/ssh/kubevm_ssh_host_ed25519_key-cert.pub <<'KUBEVM_EOF'\n  {cert}\n  KUBEVM_EOF\n"
+    );
+    serde_json::json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": format!("{vm}-cloudinit"), "namespace": ns,
+            "labels": {"app.kubernetes.io/managed-by": "kubectl-vm", "kubevm.io/vm": vm}},
+        "data": {"userdata": base64::engine::general_purpose::STANDARD.encode(text)}})
+}
+
+/// `ssh-keygen -L` of a certificate line: (its public key's fingerprint, the signing CA's).
+fn keygen_cert(line: &str) -> (String, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("host-cert.pub");
+    std::fs::write(&path, format!("{line}\n")).unwrap();
+    let text = ssh_keygen(&["-L".as_ref(), "-f".as_ref(), path.as_os_str()]);
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .unwrap_or_else(|| panic!("{name}: {text}"))
+            .trim()
+            .to_owned()
+    };
+    let public = field("Public key: ED25519-CERT ");
+    let signer = field("Signing CA: ED25519 ");
+    (
+        public,
+        signer.split_whitespace().next().unwrap().to_owned(),
+        text,
+    )
+}
+
+#[test]
+fn rotation_renews_only_certified_keys_of_vms_we_made_and_own() {
+    let env = Env::kubevirt();
+    ok(env.vm(&["ca", "init"]));
+    // Direct mode (no signer; the admin reads the CA): web gets a host certificate here.
+    let image = "quay.io/containerdisks/ubuntu:24.04";
+    ok(env.vm(&["create", "www", "--image", image]));
+    ok(env.vm(&["create", "idle", "--image", image, "--no-platform-ssh"]));
+    let (web_before, _) = user_data_of(&env, "default", "www-cloudinit");
+    let web_cert = host_cert_line(&web_before);
+    let (web_key_fp, old_ca, _) = keygen_cert(&web_cert);
+
+    // The attacker's key, made by ssh-keygen.
+    let dir = tempfile::tempdir().unwrap();
+    let key_path = dir.path().join("attacker");
+    ssh_keygen(&[
+        "-q".as_ref(),
+        "-t".as_ref(),
+        "ed25519".as_ref(),
+        "-N".as_ref(),
+        "".as_ref(),
+        "-f".as_ref(),
+        key_path.as_os_str(),
+    ]);
+    let attacker = std::fs::read_to_string(dir.path().join("attacker.pub")).unwrap();
+    let attacker = attacker.trim();
+    // 1. The fixture: `db.primary.prod-cloudinit` in namespace `vm`, no VM behind it.
+    env.emulator
+        .put_object(hostile_secret("vm", "db.primary.prod", attacker, &web_cert));
+    // 2. Named like ours for a real VM made by kubectl-vm that neither uses nor owns it.
+    env.emulator
+        .put_object(hostile_secret("default", "idle", attacker, &web_cert));
+    let rv = |ns: &str, name: &str| {
+        one(&env, "", "secrets", ns, name).unwrap()["metadata"]["resourceVersion"].clone()
+    };
+    let hostile_rv = (
+        rv("vm", "db.primary.prod-cloudinit"),
+        rv("default", "idle-cloudinit"),
+    );
+
+    let out = ok(env.vm(&["ca", "rotate"]));
+    assert!(
+        out.contains("Updated the SSH trust of 1 VMs (applied at their next boot): www.default\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Not updated: db.primary.prod.vm: no such VM; its Secret is not touched\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Not updated: idle.default: the VM does not use Secret \"idle-cloudinit\""),
+        "{out}"
+    );
+    assert_eq!(
+        (
+            rv("vm", "db.primary.prod-cloudinit"),
+            rv("default", "idle-cloudinit")
+        ),
+        hostile_rv,
+        "the strangers' Secrets are untouched"
+    );
+    // www: a new certificate for the same (its own) key, from the new signing key.
+    let (web_after, _) = user_data_of(&env, "default", "www-cloudinit");
+    let (key_fp, new_ca, listed) = keygen_cert(&host_cert_line(&web_after));
+    assert_eq!(key_fp, web_key_fp, "{listed}");
+    assert_ne!(new_ca, old_ca, "{listed}");
+    let json: Value = serde_json::from_str(&ok(env.vm(&["ca", "show", "-o", "json"]))).unwrap();
+    assert_eq!(json["keys"][1]["fingerprint"], new_ca.as_str());
+
+    // 3. web's Secret replaced by one that is not owned by www (same name, labels and VM
+    // reference) with the attacker's key: not certified at the next rotation's start.
+    ok(env.vm(&["ca", "rotate", "--finish"]));
+    let (_, stored) = user_data_of(&env, "default", "www-cloudinit");
+    ok(env.kubectl(&["delete", "secret", "www-cloudinit"]));
+    env.emulator
+        .put_object(hostile_secret("default", "www", attacker, &web_cert));
+    let replaced_rv = rv("default", "www-cloudinit");
+    assert!(stored["metadata"]["ownerReferences"][0]["uid"].is_string());
+    let out = ok(env.vm(&["ca", "rotate"]));
+    assert!(
+        out.contains("Updated the SSH trust of 0 VMs (applied at their next boot)\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Not updated: www.default: Secret \"www-cloudinit\" is not owned by the VM"),
+        "{out}"
+    );
+    assert_eq!(rv("default", "www-cloudinit"), replaced_rv);
 }

@@ -5,6 +5,11 @@
 //! name or an unknown source is one line with nothing created. The requests the clone sends
 //! are checked against FACTS (KubeVirt `clone.kubevirt.io/v1beta1` VirtualMachineClone,
 //! Deckhouse VirtualMachineOperation `type: Clone` with `clone.nameReplacement`).
+//!
+//! A clone of a VM made by `create` has its own identity: its Secret names only the clone's
+//! principals, its host certificate (read with `ssh-keygen -L`) names the clone and certifies
+//! a new key, the source's Secret and VM are unchanged, and the clone's real sshd refuses a
+//! certificate for the source and takes its own.
 
 use kubevm_emulator::ServeFlavor;
 use serde_json::Value;
@@ -356,4 +361,223 @@ fn phases_in_order(err: &str, all: &[&str]) {
             "{phase} out of order in:\n{err}"
         );
     }
+}
+
+/// The decoded user data of Secret `name` in `default` and the Secret itself.
+pub(crate) fn cloudinit_secret(env: &Env, name: &str) -> (String, Value) {
+    use base64::Engine;
+    let secret = get_json(env, &["get", "secret", name]);
+    let data = secret["data"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(k, _)| k.as_str() == "userdata" || k.as_str() == "userData")
+        .map(|(_, v)| v.as_str().unwrap().to_owned())
+        .expect("user data");
+    let text = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .unwrap();
+    (String::from_utf8(text).unwrap(), secret)
+}
+
+/// `(principals lines, host certificate line)` of the platform boot script in `text`.
+pub(crate) fn platform_identity(text: &str) -> (Vec<String>, String) {
+    let doc: Value = yaml_serde::from_str(text).unwrap();
+    let script = doc["bootcmd"][0].as_str().unwrap();
+    let mut principals = vec![];
+    let mut cert = String::new();
+    let mut lines = script.lines();
+    while let Some(line) = lines.next() {
+        if line.starts_with("cat > /etc/ssh/kubevm_principals/") {
+            principals.push(lines.next().unwrap().to_owned());
+        } else if line.starts_with("cat > /etc/ssh/kubevm_ssh_host_ed25519_key-cert.pub") {
+            cert = lines.next().unwrap().to_owned();
+        }
+    }
+    (principals, cert)
+}
+
+/// `ssh-keygen -L` of a certificate line: (the certified key, the principals, the whole text).
+pub(crate) fn keygen_list(env: &Env, cert: &str) -> (String, Vec<String>, String) {
+    let path = env.dir.path().join("listed-cert.pub");
+    std::fs::write(&path, format!("{cert}\n")).unwrap();
+    let out = std::process::Command::new("ssh-keygen")
+        .arg("-L")
+        .arg("-f")
+        .arg(&path)
+        .output()
+        .expect("ssh-keygen not found: install openssh-client");
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    let key = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Public key: "))
+        .unwrap()
+        .to_owned();
+    let principals = text
+        .split("Principals:")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with("                "))
+        .map(|l| l.trim().to_owned())
+        .collect();
+    (key, principals, text)
+}
+
+/// OpenSSH with the user certificate `cert` (and the tool's key) to `kubevm@VM.default`.
+pub(crate) fn ssh_with_cert(env: &Env, vm: &str, cert: &std::path::Path) -> std::process::Output {
+    let key = env.dir.path().join(".kube/kubectl-vm/ssh/id_ed25519");
+    env.command("ssh")
+        .args([
+            "-F",
+            "/dev/null",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+        ])
+        .args([
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+        ])
+        .arg("-o")
+        .arg(format!(
+            "ProxyCommand={} port-forward --stdio {vm}.default 22",
+            crate::common::BIN
+        ))
+        .arg("-i")
+        .arg(&key)
+        .arg("-o")
+        .arg(format!("CertificateFile={}", cert.display()))
+        .args([&format!("kubevm@{vm}.default"), "true"])
+        .output()
+        .unwrap()
+}
+
+/// A VM made by `create` (through the signer), cloned: the clone has an identity of its own.
+fn clone_has_its_own_identity(env: &Env, kind: &str) {
+    let _signer = crate::signer::start_signer(env, &[]);
+    crate::ssh::vm_with_ca(env, "orig", &[]);
+    let (orig_text, orig_secret) = cloudinit_secret(env, "orig-cloudinit");
+    let (orig_principals, orig_cert) = platform_identity(&orig_text);
+    assert_eq!(orig_principals, ["kubevm@orig.default"]);
+    let (orig_key, _, _) = keygen_list(env, &orig_cert);
+    let before = source_state(env, kind, "orig");
+    // A certificate for orig, which orig accepts.
+    ok(env.vm(&["ssh-cert", "orig.default.vm"]));
+    let orig_user_cert = env
+        .dir
+        .path()
+        .join(".kube/kubectl-vm/ssh/certs/kubevm@orig.default.vm-cert.pub");
+    let out = ssh_with_cert(env, "orig", &orig_user_cert);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    let out = env.vm(&["clone", "orig", "copy", "--start"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // The copy's Secret names the copy only, with a new host key certified for the copy.
+    let (text, secret) = cloudinit_secret(env, "copy-cloudinit");
+    assert!(!text.contains("orig"), "{text}");
+    let (principals, cert) = platform_identity(&text);
+    assert_eq!(principals, ["kubevm@copy.default"]);
+    let (key, cert_principals, listed) = keygen_list(env, &cert);
+    assert_ne!(key, orig_key, "{listed}");
+    assert_eq!(
+        cert_principals,
+        kubevm::ca::host_principals("copy", "default"),
+        "{listed}"
+    );
+    assert!(listed.contains("host certificate"), "{listed}");
+    let doc: Value = yaml_serde::from_str(&text).unwrap();
+    let public = doc["ssh_keys"]["ed25519_public"].as_str().unwrap();
+    // ssh-keygen prints the certified key as `ED25519-CERT SHA256:…`: the same key's fingerprint.
+    let pub_file = env.dir.path().join("copy_host.pub");
+    std::fs::write(&pub_file, format!("{public}\n")).unwrap();
+    let fp = stdout(
+        &std::process::Command::new("ssh-keygen")
+            .args(["-l", "-E", "sha256", "-f"])
+            .arg(&pub_file)
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        key.ends_with(fp.split_whitespace().nth(1).unwrap()),
+        "{key} vs {fp}"
+    );
+    // Owned by the copy, labelled for it; the source's Secret and VM are as they were.
+    let copy = get_json(env, &["get", kind, "copy"]);
+    assert!(
+        secret["metadata"]["ownerReferences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["uid"] == copy["metadata"]["uid"]),
+        "{secret}"
+    );
+    assert_eq!(secret["metadata"]["labels"]["kubevm.io/vm"], "copy");
+    let (_, orig_after) = cloudinit_secret(env, "orig-cloudinit");
+    assert_eq!(
+        orig_after["metadata"]["resourceVersion"],
+        orig_secret["metadata"]["resourceVersion"]
+    );
+    assert_eq!(source_state(env, kind, "orig"), before);
+
+    // The copy's real sshd refuses the certificate for orig, and takes its own (the tool
+    // verifies the copy's host certificate on the way).
+    let out = ssh_with_cert(env, "copy", &orig_user_cert);
+    assert_eq!(out.status.code(), Some(255), "{}", stderr(&out));
+    let out = env.vm(&["ssh", "copy", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The copy's host does not pass for orig's: OpenSSH reaches the copy while verifying the
+    // host as orig with the CA's known_hosts.
+    let trust = env.dir.path().join("ca_known_hosts");
+    std::fs::write(&trust, stdout(&env.vm(&["ssh-known-hosts"]))).unwrap();
+    let alias = |vm: &str| kubevm::ca::host_principals(vm, "default")[0].clone();
+    let verify_as = |alias: &str| {
+        env.command("ssh")
+            .args(["-F", "/dev/null", "-o", "BatchMode=yes"])
+            .arg("-o")
+            .arg(format!(
+                "ProxyCommand={} port-forward --stdio copy.default 22",
+                crate::common::BIN
+            ))
+            .arg("-o")
+            .arg(format!("UserKnownHostsFile={}", trust.display()))
+            .args(["-o", "StrictHostKeyChecking=yes", "-o"])
+            .arg(format!("HostKeyAlias={alias}"))
+            .arg("-i")
+            .arg(env.dir.path().join(".kube/kubectl-vm/ssh/id_ed25519"))
+            .args(["kubevm@copy", "true"])
+            .output()
+            .unwrap()
+    };
+    let out = verify_as(&alias("orig"));
+    assert!(
+        stderr(&out).contains("Host key verification failed"),
+        "{}",
+        stderr(&out)
+    );
+    let out = verify_as(&alias("copy"));
+    assert!(
+        !stderr(&out).contains("Host key verification failed"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn kubevirt_clone_has_its_own_identity() {
+    clone_has_its_own_identity(&Env::kubevirt(), "vm");
+}
+
+#[test]
+fn deckhouse_clone_has_its_own_identity() {
+    clone_has_its_own_identity(
+        &Env::deckhouse(),
+        "virtualmachine.virtualization.deckhouse.io",
+    );
 }

@@ -300,3 +300,58 @@ fn kubevirt_bad_input_and_unknown_names() {
     assert!(err.contains("nope"), "{err}");
     assert!(changes(&env).is_empty(), "{:?}", changes(&env));
 }
+
+/// `restore --new-vm` of a VM made by `create`: the restored VM used to name the source's
+/// Secret (its principals, host key and certificate); now it has a Secret of its own.
+#[test]
+fn kubevirt_restore_as_a_new_vm_of_a_created_vm_has_its_own_identity() {
+    use crate::clone::{cloudinit_secret, keygen_list, platform_identity, ssh_with_cert};
+    let env = Env::kubevirt();
+    let _signer = crate::signer::start_signer(&env, &[]);
+    crate::ssh::vm_with_ca(&env, "orig", &[]);
+    let (orig_text, orig_secret) = cloudinit_secret(&env, "orig-cloudinit");
+    let (orig_key, _, _) = keygen_list(&env, &platform_identity(&orig_text).1);
+    ok(env.vm(&["stop", "orig", "--wait"]));
+    ok(env.vm(&["snapshot", "create", "orig", "s1"]));
+    ok(env.vm(&["ssh-cert", "orig.default.vm"]));
+
+    let out = env.vm(&["snapshot", "restore", "s1", "--new-vm", "copy"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let copy = kubectl_json(&env, &["get", "vm", "copy"]);
+    let secret_ref = copy["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|v| v.pointer("/cloudInitNoCloud/secretRef/name"))
+        .cloned();
+    assert_eq!(secret_ref, Some(json!("copy-cloudinit")), "{copy}");
+    let (text, secret) = cloudinit_secret(&env, "copy-cloudinit");
+    assert!(!text.contains("orig"), "{text}");
+    let (principals, cert) = platform_identity(&text);
+    assert_eq!(principals, ["kubevm@copy.default"]);
+    let (key, cert_principals, listed) = keygen_list(&env, &cert);
+    assert_ne!(key, orig_key, "{listed}");
+    assert_eq!(
+        cert_principals,
+        kubevm::ca::host_principals("copy", "default"),
+        "{listed}"
+    );
+    assert_eq!(
+        secret["metadata"]["ownerReferences"][0]["uid"],
+        copy["metadata"]["uid"]
+    );
+    let (_, orig_after) = cloudinit_secret(&env, "orig-cloudinit");
+    assert_eq!(
+        orig_after["metadata"]["resourceVersion"],
+        orig_secret["metadata"]["resourceVersion"]
+    );
+    ok(env.vm(&["start", "copy", "--wait", "--timeout", "60s"]));
+    let orig_cert = env
+        .dir
+        .path()
+        .join(".kube/kubectl-vm/ssh/certs/kubevm@orig.default.vm-cert.pub");
+    let out = ssh_with_cert(&env, "copy", &orig_cert);
+    assert_eq!(out.status.code(), Some(255), "{}", stderr(&out));
+    let out = env.vm(&["ssh", "copy", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}

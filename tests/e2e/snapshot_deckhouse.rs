@@ -397,3 +397,127 @@ fn deckhouse_restore_as_a_new_vm_keeps_the_source() {
         "Ready"
     );
 }
+
+/// The case: `restore --new-vm` of a VM made by `create` (its user data in the Secret
+/// `orig-cloudinit`) used to fail with AlreadyExists and leave the operation behind. Now the
+/// copy of the Secret is `copy-cloudinit` with copy's own identity, owned by copy.
+#[test]
+fn deckhouse_restore_as_a_new_vm_of_a_created_vm_has_its_own_identity() {
+    use crate::clone::{cloudinit_secret, keygen_list, platform_identity, ssh_with_cert};
+    let env = Env::deckhouse();
+    let _signer = crate::signer::start_signer(&env, &[]);
+    crate::ssh::vm_with_ca(&env, "orig", &[]);
+    let (orig_text, orig_secret) = cloudinit_secret(&env, "orig-cloudinit");
+    let (orig_key, _, _) = keygen_list(&env, &platform_identity(&orig_text).1);
+    ok(env.vm(&["snapshot", "create", "orig", "s1"]));
+    ok(env.vm(&["ssh-cert", "orig.default.vm"]));
+
+    let out = env.vm(&["snapshot", "restore", "s1", "--new-vm", "copy"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let op = &env.emulator.objects(
+        "virtualization.deckhouse.io",
+        "virtualmachinesnapshotoperations",
+        Some("default"),
+    )[0];
+    assert_eq!(
+        op["spec"]["createVirtualMachine"]["nameReplacement"][2],
+        serde_json::json!({"from": {"kind": "Secret", "name": "orig-cloudinit"}, "to": "copy-cloudinit"})
+    );
+    let (text, secret) = cloudinit_secret(&env, "copy-cloudinit");
+    assert!(!text.contains("orig"), "{text}");
+    let (principals, cert) = platform_identity(&text);
+    assert_eq!(principals, ["kubevm@copy.default"]);
+    let (key, cert_principals, listed) = keygen_list(&env, &cert);
+    assert_ne!(key, orig_key, "{listed}");
+    assert_eq!(
+        cert_principals,
+        kubevm::ca::host_principals("copy", "default"),
+        "{listed}"
+    );
+    let copy = kubectl_json(
+        &env,
+        &["get", "virtualmachines.virtualization.deckhouse.io", "copy"],
+    );
+    assert_eq!(
+        copy["spec"]["provisioning"]["userDataRef"]["name"],
+        "copy-cloudinit"
+    );
+    assert!(
+        secret["metadata"]["ownerReferences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["uid"] == copy["metadata"]["uid"]),
+        "{secret}"
+    );
+    let (_, orig_after) = cloudinit_secret(&env, "orig-cloudinit");
+    assert_eq!(
+        orig_after["metadata"]["resourceVersion"],
+        orig_secret["metadata"]["resourceVersion"]
+    );
+    // It runs (the source's runPolicy): the sshd it booted refuses orig's certificate and
+    // takes its own.
+    eventually("the copy runs", || {
+        kubectl_json(
+            &env,
+            &["get", "virtualmachines.virtualization.deckhouse.io", "copy"],
+        )["status"]["phase"]
+            == "Running"
+    });
+    let orig_cert = env
+        .dir
+        .path()
+        .join(".kube/kubectl-vm/ssh/certs/kubevm@orig.default.vm-cert.pub");
+    let out = ssh_with_cert(&env, "copy", &orig_cert);
+    assert_eq!(out.status.code(), Some(255), "{}", stderr(&out));
+    let out = env.vm(&["ssh", "copy", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    // All or nothing: a name taken while the request is on its way fails the operation; it
+    // is deleted, and the stranger's Secret is left as it is.
+    env.emulator
+        .hold("create", "virtualmachinesnapshotoperations");
+    let child = env.spawn(&["snapshot", "restore", "s1", "--new-vm", "copy2"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while env.emulator.held() < 1 {
+        assert!(std::time::Instant::now() < deadline, "never held");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    env.emulator
+        .put_object(serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "copy2-cloudinit", "namespace": "default"},
+        "type": "Opaque", "data": {"userData": "c3RyYW5nZXI="}}));
+    let stranger_rv =
+        kubectl_json(&env, &["get", "secret", "copy2-cloudinit"])["metadata"]["resourceVersion"]
+            .clone();
+    env.emulator.release_held();
+    let output = child.wait_with_output().unwrap();
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("content of the secret copy2-cloudinit is different")
+            && err.contains("deleted virtualmachinesnapshotoperation/s1-new-vm-"),
+        "{err}"
+    );
+    let ops = env.emulator.objects(
+        "virtualization.deckhouse.io",
+        "virtualmachinesnapshotoperations",
+        Some("default"),
+    );
+    assert_eq!(ops.len(), 1, "only copy's operation stays: {ops:?}");
+    assert_eq!(ops[0]["metadata"]["ownerReferences"][0]["name"], "copy");
+    assert_eq!(
+        kubectl_json(&env, &["get", "secret", "copy2-cloudinit"])["metadata"]["resourceVersion"],
+        stranger_rv
+    );
+    assert!(
+        env.emulator
+            .objects(
+                "virtualization.deckhouse.io",
+                "virtualmachines",
+                Some("default")
+            )
+            .iter()
+            .all(|vm| vm["metadata"]["name"] != "copy2")
+    );
+}

@@ -18,7 +18,7 @@ use crate::render::OutputFormat;
 /// Arguments of `clone`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "KubeVirt: a clone.kubevirt.io VirtualMachineClone clone-NEW; the new VM is created stopped,\nwith new claims NEW-<volume>, no MAC address, SMBIOS serial or firmware UUID of the source.\nDeckhouse: a VirtualMachineOperation clone-NEW of type Clone (kept as the record); disks\nSRC-x become NEW-x, and the new VM starts as its runPolicy says. Either way the source is\nnot changed, the new VM and its disks are labelled as kubectl vm's (delete NEW removes them)\nand a taken name is refused before anything is created.\n\nExamples:\n  kubectl vm clone web web-2\n  kubectl vm clone web web-2 --start\n  kubectl vm clone web web-2 --dry-run -o yaml\n  kubectl vm clone linux-vm linux-vm-2 --timeout 10m -o name"
+    after_help = "KubeVirt: a clone.kubevirt.io VirtualMachineClone clone-NEW; the new VM is created stopped,\nwith new claims NEW-<volume>, no MAC address, SMBIOS serial or firmware UUID of the source.\nDeckhouse: a VirtualMachineOperation clone-NEW of type Clone (kept as the record); disks\nSRC-x become NEW-x, and the new VM starts as its runPolicy says. Either way the source is\nnot changed, the new VM and its disks are labelled as kubectl vm's (delete NEW removes them)\nand a taken name is refused before anything is created. The new VM gets its own SSH identity\n(principals, host key and host certificate naming it) in a Secret NEW-cloudinit it owns; the\nuser's own cloud-init data is carried over.\n\nExamples:\n  kubectl vm clone web web-2\n  kubectl vm clone web web-2 --start\n  kubectl vm clone web web-2 --dry-run -o yaml\n  kubectl vm clone linux-vm linux-vm-2 --timeout 10m -o name"
 )]
 pub struct CloneArgs {
     /// The source VM: NAME, NAME.NAMESPACE or vm/NAME[/NAMESPACE]
@@ -67,6 +67,7 @@ fn render_event(event: Event) {
         Event::Phase { phase, .. } => eprintln!("  {phase}"),
         Event::Labelled(disks) => eprintln!("  labelled as kubectl vm's, with {disks} disk(s)"),
         Event::Starting => eprintln!("  starting"),
+        Event::Notice(text) => eprintln!("  {text}"),
     }
 }
 

@@ -3,15 +3,28 @@
 //! published now and, when asked, a host certificate from the newest key for the host key it
 //! already has. The guest applies both at its next boot.
 //!
-//! Only Secrets labelled as kubectl-vm's and named `<vm>-cloudinit` are touched, with the
-//! resourceVersion that was read, so a concurrent change is not overwritten.
+//! Only what is ours is touched ([`check_ownership`]): a Secret labelled as kubectl-vm's and
+//! named `<vm>-cloudinit`, whose VM exists, carries kubectl-vm's label, refers to that Secret
+//! (KubeVirt `cloudInitNoCloud|cloudInitConfigDrive.secretRef`, Deckhouse
+//! `provisioning.userDataRef`) and owns it (an ownerReference with the VM's uid). A label or a
+//! name anyone can give a Secret is never enough.
+//!
+//! Only the host key already certified for that VM is renewed ([`certified_host_key`]): the
+//! `ssh_keys.ed25519_public` of the Secret must be the key of the host certificate the Secret
+//! holds, and that certificate must be a host certificate for this VM (key ID
+//! `kubevm-host:NAMESPACE/NAME` or this VM's host principals) signed by one of the CA keys
+//! published now. A Secret whose key does not match its certificate is left alone entirely.
+//! Writes carry the resourceVersion that was read, so a concurrent change is not overwritten.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use russh::keys::PublicKey;
-use russh::keys::ssh_key::Certificate;
+use russh::keys::ssh_key::certificate::CertType;
+use russh::keys::ssh_key::{Certificate, HashAlg};
+use serde_json::Value;
 
+use crate::api::{DECKHOUSE_VM, KUBEVIRT_VM};
 use crate::cluster::Cluster;
 use crate::create::cloudinit::platform::{CA_KEYS_PATH, HOST_CERT_PATH};
 use crate::create::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
@@ -48,6 +61,142 @@ pub fn replace_heredoc(text: &str, path: &str, lines: &[String]) -> Option<Strin
         }
     }
     found.then(|| out.concat())
+}
+
+/// The content lines of the heredoc that writes `path` (see [`replace_heredoc`]), without
+/// their indentation; `None` when the text has no such heredoc.
+pub fn heredoc_content(text: &str, path: &str) -> Option<Vec<String>> {
+    let opener = format!("cat > {path} <<'");
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.trim_start().strip_prefix(&opener) else {
+            continue;
+        };
+        let delimiter = rest.trim_end().strip_suffix('\'')?;
+        let mut body = Vec::new();
+        for l in lines.by_ref() {
+            if l.trim() == delimiter {
+                return Some(body);
+            }
+            body.push(l.trim().to_owned());
+        }
+        return None;
+    }
+    None
+}
+
+/// Whether `vm` (a KubeVirt or Deckhouse VirtualMachine as read) is one kubectl-vm made that
+/// refers to and owns `secret`; the reason when not.
+pub fn check_ownership(secret: &Secret, vm: &Value) -> std::result::Result<(), String> {
+    let name = secret.metadata.name.as_deref().unwrap_or_default();
+    if vm
+        .pointer("/metadata/labels")
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        != Some(&Value::from(MANAGED_BY))
+    {
+        return Err("the VM was not made by kubectl-vm; not touched".into());
+    }
+    let volumes = vm
+        .pointer("/spec/template/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
+    let kubevirt_ref = volumes
+        .filter_map(|v| {
+            v.get("cloudInitNoCloud")
+                .or_else(|| v.get("cloudInitConfigDrive"))
+        })
+        .any(|s| s.pointer("/secretRef/name").and_then(Value::as_str) == Some(name));
+    let deckhouse_ref = vm
+        .pointer("/spec/provisioning/userDataRef")
+        .is_some_and(|r| r["kind"] == "Secret" && r["name"].as_str() == Some(name));
+    if !kubevirt_ref && !deckhouse_ref {
+        return Err(format!(
+            "the VM does not use Secret {name:?} for its cloud-init; not touched"
+        ));
+    }
+    let uid = vm.pointer("/metadata/uid").and_then(Value::as_str);
+    let owned = secret
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|r| r.kind == "VirtualMachine" && Some(r.uid.as_str()) == uid);
+    if uid.is_none() || !owned {
+        return Err(format!(
+            "Secret {name:?} is not owned by the VM (no ownerReference with its uid); not touched"
+        ));
+    }
+    Ok(())
+}
+
+/// The host key of the cloud-config `text` when it is the one certified for VM `vm` in
+/// `namespace` (see the module documentation): `Ok(None)` when the text has no host key or no
+/// host certificate (nothing to renew), `Err` when the key is not the certified one.
+pub fn certified_host_key(
+    text: &str,
+    namespace: &str,
+    vm: &str,
+    ca_keys: &[String],
+) -> std::result::Result<Option<PublicKey>, String> {
+    let (Some(key), Some(cert_lines)) =
+        (host_public_key(text), heredoc_content(text, HOST_CERT_PATH))
+    else {
+        return Ok(None);
+    };
+    let cert = cert_lines
+        .iter()
+        .find(|l| !l.is_empty())
+        .and_then(|l| Certificate::from_openssh(l).ok())
+        .ok_or("its host certificate cannot be read; not touched")?;
+    if cert.cert_type() != CertType::Host || cert.public_key() != key.key_data() {
+        return Err(
+            "its host key is not the one its host certificate certifies; not touched".into(),
+        );
+    }
+    let names_vm = cert.key_id() == format!("kubevm-host:{namespace}/{vm}")
+        || cert.valid_principals() == crate::ca::host_principals(vm, namespace).as_slice();
+    if !names_vm {
+        return Err(format!(
+            "its host certificate was not issued for {vm}.{namespace}; not touched"
+        ));
+    }
+    let fingerprints: Vec<_> = ca_keys
+        .iter()
+        .filter_map(|k| PublicKey::from_openssh(k).ok())
+        .map(|k| k.fingerprint(HashAlg::Sha256))
+        .collect();
+    // Signed by a CA key published now; checked at its own start so an expired certificate can
+    // still be renewed.
+    cert.validate_at(cert.valid_after(), &fingerprints)
+        .map_err(|_| "its host certificate is not signed by the CA; not touched".to_string())?;
+    Ok(Some(key))
+}
+
+/// The VM `name` in `namespace` (KubeVirt first, then Deckhouse); `None` when neither exists
+/// (or the API is not served).
+async fn find_vm(
+    cluster: &Cluster,
+    namespace: &str,
+    name: &str,
+) -> std::result::Result<Option<Value>, String> {
+    for kind in [KUBEVIRT_VM, DECKHOUSE_VM] {
+        match kind
+            .api(&cluster.client, Some(namespace))
+            .get_opt(name)
+            .await
+        {
+            Ok(Some(vm)) => return Ok(Some(serde_json::to_value(vm).unwrap_or_default())),
+            Ok(None) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                return Err(cluster
+                    .error(e, &kind.action("get", Some(namespace)).named(name))
+                    .to_string());
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// The guest's host public key from the cloud-config (`ssh_keys.ed25519_public`).
@@ -117,6 +266,23 @@ pub async fn update_vm_trust<C: HostCertifier + Sync>(
             continue;
         }
         let target = format!("{vm}.{namespace}");
+        let owner = match find_vm(cluster, &namespace, &vm).await {
+            Ok(Some(owner)) => owner,
+            Ok(None) => {
+                result
+                    .skipped
+                    .push((target, "no such VM; its Secret is not touched".into()));
+                continue;
+            }
+            Err(why) => {
+                result.skipped.push((target, why));
+                continue;
+            }
+        };
+        if let Err(why) = check_ownership(&secret, &owner) {
+            result.skipped.push((target, why));
+            continue;
+        }
         match rewrite(&secret, &namespace, &vm, ca_keys, certifier).await {
             Ok(Some(updated)) => {
                 let api: Api<Secret> = Api::namespaced(cluster.client.clone(), &namespace);
@@ -154,10 +320,12 @@ async fn rewrite<C: HostCertifier + Sync>(
         return Ok(None);
     };
     let text = String::from_utf8(bytes).map_err(|_| "its user data is not text".to_string())?;
+    // Judged on the certificate as it is, before the trusted keys change.
+    let certified = certified_host_key(&text, namespace, vm, ca_keys)?;
     let Some(mut text) = replace_heredoc(&text, CA_KEYS_PATH, ca_keys) else {
         return Ok(None);
     };
-    if let (Some(certifier), Some(host_key)) = (certifier, host_public_key(&text)) {
+    if let (Some(certifier), Some(host_key)) = (certifier, certified) {
         let certificate = certifier.certify(namespace, vm, &host_key).await?;
         let line = certificate.to_openssh().map_err(|e| e.to_string())?;
         if let Some(with_cert) = replace_heredoc(&text, HOST_CERT_PATH, &[line]) {
@@ -235,6 +403,99 @@ mod tests {
         assert_eq!(
             host_public_key(USER_DATA).unwrap().to_openssh().unwrap(),
             "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHcP1uPBmPUxGj6S+v8Wgfc1ckRtXQ4dx2ri8DPz8GLy kubevm-host"
+        );
+    }
+
+    fn secret(name: &str, owner_uid: Option<&str>) -> Secret {
+        let mut s = Secret::default();
+        s.metadata.name = Some(name.into());
+        s.metadata.owner_references = owner_uid.map(|uid| {
+            vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    api_version: "kubevirt.io/v1".into(),
+                    kind: "VirtualMachine".into(),
+                    name: "web".into(),
+                    uid: uid.into(),
+                    ..Default::default()
+                },
+            ]
+        });
+        s
+    }
+
+    #[test]
+    fn only_a_vm_of_ours_that_uses_and_owns_the_secret_counts() {
+        let kubevirt = serde_json::json!({"metadata": {"uid": "u1", "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+            "spec": {"template": {"spec": {"volumes": [{"name": "cloudinitdisk",
+                "cloudInitNoCloud": {"secretRef": {"name": "web-cloudinit"}}}]}}}});
+        assert_eq!(
+            check_ownership(&secret("web-cloudinit", Some("u1")), &kubevirt),
+            Ok(())
+        );
+        let deckhouse = serde_json::json!({"metadata": {"uid": "u1", "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+            "spec": {"provisioning": {"type": "UserDataRef", "userDataRef": {"kind": "Secret", "name": "web-cloudinit"}}}});
+        assert_eq!(
+            check_ownership(&secret("web-cloudinit", Some("u1")), &deckhouse),
+            Ok(())
+        );
+        // Not owned, owned by another uid, not referenced, not made by us.
+        let e = check_ownership(&secret("web-cloudinit", None), &kubevirt).unwrap_err();
+        assert!(e.contains("not owned"), "{e}");
+        assert!(check_ownership(&secret("web-cloudinit", Some("u2")), &kubevirt).is_err());
+        let e = check_ownership(&secret("other-cloudinit", Some("u1")), &kubevirt).unwrap_err();
+        assert!(e.contains("does not use"), "{e}");
+        let mut foreign = kubevirt.clone();
+        foreign["metadata"]["labels"] = serde_json::json!({});
+        let e = check_ownership(&secret("web-cloudinit", Some("u1")), &foreign).unwrap_err();
+        assert!(e.contains("not made by kubectl-vm"), "{e}");
+    }
+
+    fn user_data(public_key: &str, certificate: &str) -> String {
+        format!(
+            "#cloud-config\nssh_keys:\n  ed25519_public: {public_key}\nbootcmd:\n- |\n  cat > {HOST_CERT_PATH} <<'KUBEVM_EOF'\n  {certificate}\n  KUBEVM_EOF\n"
+        )
+    }
+
+    #[test]
+    fn only_the_key_certified_for_the_vm_is_renewed() {
+        use crate::ca::{CaBundle, HostKeys};
+        use std::time::Duration;
+        let ca = CaBundle::generate().unwrap();
+        let keys = ca.public_keys_openssh().unwrap();
+        let hour = Duration::from_secs(3600);
+        let web = HostKeys::issue(&ca, "web", "prod", hour).unwrap();
+        let text = user_data(&web.public_key, &web.certificate);
+        let key = certified_host_key(&text, "prod", "web", &keys)
+            .unwrap()
+            .unwrap();
+        assert_eq!(key.to_openssh().unwrap(), web.public_key);
+        // An attacker's key next to web's certificate.
+        let other = HostKeys::issue(&ca, "web", "prod", hour).unwrap();
+        let swapped = user_data(&other.public_key, &web.certificate);
+        let e = certified_host_key(&swapped, "prod", "web", &keys).unwrap_err();
+        assert!(e.contains("not the one"), "{e}");
+        // The certificate of another VM, and one signed by another CA.
+        let e = certified_host_key(&text, "prod", "db", &keys).unwrap_err();
+        assert!(e.contains("not issued for db.prod"), "{e}");
+        let stranger = CaBundle::generate().unwrap();
+        let forged = HostKeys::issue(&stranger, "web", "prod", hour).unwrap();
+        let e = certified_host_key(
+            &user_data(&forged.public_key, &forged.certificate),
+            "prod",
+            "web",
+            &keys,
+        )
+        .unwrap_err();
+        assert!(e.contains("not signed by the CA"), "{e}");
+        // No certificate: nothing to renew.
+        let bare = format!(
+            "#cloud-config\nssh_keys:\n  ed25519_public: {}\n",
+            web.public_key
+        );
+        assert!(
+            certified_host_key(&bare, "prod", "web", &keys)
+                .unwrap()
+                .is_none()
         );
     }
 }

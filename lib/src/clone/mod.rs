@@ -8,11 +8,20 @@
 //! them, and the copies no longer carry the source's `kubevm.io/vm` label (`delete SRC` leaves
 //! them alone).
 //!
+//! The new VM never carries the source's SSH identity ([`identity`]): when the source's
+//! cloud-init holds kubectl-vm's platform part, the new VM gets it made again for itself in
+//! the Secret `NEW-cloudinit`, which it owns. KubeVirt: the Secret is created before the clone
+//! and the clone's `spec.patches` points the new VM's cloud-init volume at it (on failure it is
+//! deleted with its uid as a precondition, unless the new VM exists). Deckhouse: the operation
+//! copies the source's Secret as `NEW-cloudinit` (a taken name is refused first); the copy is
+//! rewritten as soon as it appears, and only if the operation made it.
+//!
 //! What stays afterwards is what the platform keeps: KubeVirt deletes a succeeded clone object
 //! when its target VM is deleted (`pkg/virt-controller/watch/clone/clone.go`); Deckhouse keeps
 //! operations as records of what was done.
 
 pub mod deckhouse;
+pub mod identity;
 pub mod kubevirt;
 
 use std::time::Duration;
@@ -90,6 +99,8 @@ pub enum Event {
     Labelled(usize),
     /// The new VM is starting (or already running).
     Starting,
+    /// Something worth telling (the new VM's own SSH identity, the direct mode).
+    Notice(String),
 }
 
 /// What `clone` did.
@@ -125,7 +136,7 @@ pub async fn clone(
     let vm_kind = Kind::vm(flavor);
     let ns = request.source.namespace.as_str();
     ensure_free(cluster, &vm_kind, ns, &request.target).await?;
-    let (clone_kind, object) = match flavor {
+    let (_, object) = match flavor {
         Flavor::KubeVirt => (kubevirt::CLONE, kubevirt::clone_object(request, &source)),
         Flavor::Deckhouse => {
             let plan = deckhouse::plan(request, &source);
@@ -135,6 +146,41 @@ pub async fn clone(
             (crate::lifecycle::deckhouse::VMOP, plan.operation)
         }
     };
+    let mut object = object;
+    // The new VM's own identity (see [`identity`]): what of the source's user data is ours.
+    let user_data = identity::read_user_data(cluster, flavor, &source)
+        .await?
+        .filter(|(_, text)| identity::has_platform_ssh(text));
+    let new_secret = identity::secret_name(&request.target);
+    // Deckhouse copies the source's Secret under this name (see deckhouse::plan): a taken one
+    // fails the operation only after it started.
+    let copied = match (&user_data, flavor) {
+        (Some((identity::UserDataSource::Secret(secret, _), _)), Flavor::Deckhouse) => Some(
+            deckhouse::new_name(&request.source.name, &request.target, secret),
+        ),
+        _ => None,
+    };
+    if let Some(copy) = &copied {
+        ensure_free(cluster, &crate::api::SECRET, ns, copy).await?;
+    }
+    // Otherwise the new VM gets a Secret of ours, made before the clone.
+    let own_secret = user_data.is_some() && copied.is_none();
+    if own_secret {
+        ensure_free(cluster, &crate::api::SECRET, ns, &new_secret).await?;
+    }
+    if let (
+        Flavor::KubeVirt,
+        Some((
+            identity::UserDataSource::Secret(_, Some(i))
+            | identity::UserDataSource::Inline(Some(i)),
+            _,
+        )),
+    ) = (flavor, &user_data)
+        && let Some(patch) = identity::kubevirt_volume_patch(&source, *i, &new_secret)
+        && let Some(patches) = object["spec"]["patches"].as_array_mut()
+    {
+        patches.push(Value::String(patch));
+    }
     let name = object["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -148,6 +194,97 @@ pub async fn clone(
             waited: false,
         });
     }
+    // The new identity: a fresh host key certified for the new VM, the platform part of the
+    // user data made again for it.
+    let mut new_text = None;
+    if let (Some((_, text)), DryRun::None) = (&user_data, request.dry_run) {
+        let host = crate::create::checks::vm_host_keys(
+            cluster,
+            platform,
+            crate::ca::DEFAULT_NAMESPACE,
+            &request.target,
+            ns,
+            &mut |w| on_event(Event::Notice(w)),
+        )
+        .await?;
+        new_text = identity::reissue(
+            text,
+            &request.source.name,
+            &request.target,
+            ns,
+            host.as_ref(),
+        )
+        .map_err(Error::Platform)?;
+    }
+    let mut made_secret: Option<String> = None;
+    if let (true, Some(text)) = (own_secret, &new_text) {
+        let secret = identity::secret_object(flavor, ns, &request.target, text);
+        made_secret = Some(identity::create_secret(cluster, &secret).await?);
+    }
+    let result = run_clone(
+        cluster,
+        platform,
+        request,
+        object,
+        &name,
+        new_text.as_deref(),
+        copied.as_deref(),
+        made_secret.is_some(),
+        on_event,
+    )
+    .await;
+    if result.is_err()
+        && let Some(uid) = &made_secret
+    {
+        // All or nothing: our Secret goes unless the new VM exists (then it owns it).
+        let vm_exists = vm_kind
+            .api(&cluster.client, Some(ns))
+            .get_opt(&request.target)
+            .await
+            .ok()
+            .flatten();
+        match vm_exists {
+            Some(vm) => {
+                let vm = serde_json::to_value(vm).unwrap_or_default();
+                let _ = deckhouse::add_owner(
+                    cluster,
+                    &crate::api::SECRET,
+                    ns,
+                    &new_secret,
+                    &identity::owner_of(&vm),
+                )
+                .await;
+            }
+            None => {
+                let _ = identity::delete_secret(cluster, ns, &new_secret, uid).await;
+            }
+        }
+    }
+    result
+}
+
+/// Create the clone object and follow it (see [`clone`]); `new_text` is the new VM's user
+/// data, to be written over the Secret `copied` (Deckhouse's copy of the source's) as soon as
+/// it appears, or (`own_secret`) already in the new VM's own Secret, which it then owns.
+#[allow(clippy::too_many_arguments)]
+async fn run_clone(
+    cluster: &Cluster,
+    platform: &Platform,
+    request: &CloneRequest,
+    object: Value,
+    name: &str,
+    new_text: Option<&str>,
+    copied: Option<&str>,
+    own_secret: bool,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<Outcome> {
+    let flavor = platform.flavor;
+    let vm_kind = Kind::vm(flavor);
+    let ns = request.source.namespace.as_str();
+    let (clone_kind, name) = match flavor {
+        Flavor::KubeVirt => (kubevirt::CLONE, name.to_owned()),
+        Flavor::Deckhouse => (crate::lifecycle::deckhouse::VMOP, name.to_owned()),
+    };
     let params = PostParams {
         dry_run: request.dry_run == DryRun::Server,
         ..Default::default()
@@ -162,7 +299,20 @@ pub async fn clone(
         )
     })?;
     let created = serde_json::to_value(created).unwrap_or_default();
-    if request.dry_run == DryRun::Server || !request.wait {
+    let op_uid = created
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let op_uid = op_uid.as_str();
+    let identity_pending = new_text.is_some();
+    if identity_pending && !request.wait {
+        on_event(Event::Notice(format!(
+            "waiting for the clone anyway: {} gets its own SSH identity once it exists",
+            request.target
+        )));
+    }
+    if request.dry_run == DryRun::Server || (!request.wait && !identity_pending) {
         return Ok(Outcome {
             vm_ref: vm_kind.object_ref(&request.target),
             request_object: created,
@@ -172,9 +322,23 @@ pub async fn clone(
         });
     }
     on_event(Event::Accepted(clone_kind.object_ref(&name)));
+    let mut rewritten = copied.is_none();
     let work = async {
         let mut last: Option<(String, Option<String>)> = None;
         loop {
+            // Deckhouse's copy of the source's Secret gets the new identity as soon as it
+            // exists: the new VM cannot boot before its disks are ready.
+            if let (false, Some(copy), Some(text)) = (rewritten, copied, new_text)
+                && identity::read_secret(cluster, ns, copy).await?.is_some()
+                && identity::rewrite_secret(cluster, ns, copy, &request.target, text, op_uid)
+                    .await?
+            {
+                on_event(Event::Notice(format!(
+                    "secret/{copy}: the platform's part made {}'s own (principals, host key, host certificate)",
+                    request.target
+                )));
+                rewritten = true;
+            }
             let current = api.get(&name).await.map_err(|e| {
                 cluster.error(e, &clone_kind.action("get", Some(ns)).named(name.as_str()))
             })?;
@@ -208,10 +372,47 @@ pub async fn clone(
             )));
         }
     };
+    if let (false, Some(copy), Some(text)) = (rewritten, copied, new_text)
+        && !identity::rewrite_secret(cluster, ns, copy, &request.target, text, op_uid).await?
+    {
+        return Err(Error::NotOurs(format!(
+            "secret {copy:?} in namespace {ns:?} was not made by {} {name:?}; the new VM {} refers to it: check it before starting the VM",
+            clone_kind.kind.to_ascii_lowercase(),
+            request.target
+        )));
+    }
     let disks = match flavor {
         Flavor::KubeVirt => kubevirt::adopt(cluster, request).await?,
         Flavor::Deckhouse => deckhouse::adopt(cluster, request).await?,
     };
+    let new_vm = crate::lifecycle::get_vm(cluster, flavor, &request.target_ref()).await?;
+    if own_secret {
+        let secret = identity::secret_name(&request.target);
+        deckhouse::add_owner(
+            cluster,
+            &crate::api::SECRET,
+            ns,
+            &secret,
+            &identity::owner_of(&new_vm),
+        )
+        .await?;
+        if flavor == Flavor::Deckhouse {
+            // The copied spec holds the source's text inline: point it at the new Secret.
+            vm_kind
+                .api(&cluster.client, Some(ns))
+                .patch(
+                    &request.target,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"spec": {"provisioning": {
+                        "type": "UserDataRef", "userData": null,
+                        "userDataRef": {"kind": "Secret", "name": secret}}}})),
+                )
+                .await
+                .map_err(|e| {
+                    cluster.error(e, &vm_kind.action("patch", Some(ns)).named(&request.target))
+                })?;
+        }
+    }
     on_event(Event::Labelled(disks.len()));
     if request.start {
         on_event(Event::Starting);

@@ -228,23 +228,42 @@ async fn host_keys(
     plan: &VmPlan,
     warn: &mut dyn FnMut(String),
 ) -> Result<Option<HostKeys>> {
+    vm_host_keys(
+        cluster,
+        platform,
+        ca_namespace,
+        &plan.name,
+        &plan.namespace,
+        warn,
+    )
+    .await
+}
+
+/// A fresh host key and its certificate for VM `name` in `namespace`, as `create` gets them:
+/// from the SSH signer when the cluster has one (a refusal is an error), else signed here with
+/// the CA of `ca_namespace` when it is readable (the direct mode, with its notice), else none,
+/// with a warning. `clone` and `snapshot restore --new-vm` use it for the new VM.
+pub async fn vm_host_keys(
+    cluster: &Cluster,
+    platform: &Platform,
+    ca_namespace: &str,
+    name: &str,
+    namespace: &str,
+    warn: &mut dyn FnMut(String),
+) -> Result<Option<HostKeys>> {
     let signing = |e: ssh_key::Error| Error::Internal(format!("the VM's host key: {e}"));
     match signer::client::mode(cluster, Some(platform)).await? {
         Mode::Signer => {
-            let key = HostKeys::generate_key(&plan.name, &plan.namespace)
+            let key = HostKeys::generate_key(name, namespace)
                 .map_err(|e| Error::Internal(e.to_string()))?;
-            let certificate = signer::client::host_certificate(
-                cluster,
-                &plan.namespace,
-                &plan.name,
-                key.public_key(),
-            )
-            .await
-            .map_err(|e| {
-                Error::Refused(format!(
-                    "cannot get the VM's host certificate from the SSH signer: {e}"
-                ))
-            })?;
+            let certificate =
+                signer::client::host_certificate(cluster, namespace, name, key.public_key())
+                    .await
+                    .map_err(|e| {
+                        Error::Refused(format!(
+                            "cannot get the VM's host certificate from the SSH signer: {e}"
+                        ))
+                    })?;
             let host = HostKeys::with_certificate(&key, &certificate)
                 .map_err(|e| Error::Internal(e.to_string()))?;
             Ok(Some(host))
@@ -252,17 +271,12 @@ async fn host_keys(
         Mode::Direct => match store::read_bundle(cluster, ca_namespace).await? {
             Some(bundle) => {
                 warn(signer::client::DIRECT_MODE_NOTICE.into());
-                HostKeys::issue(
-                    &bundle,
-                    &plan.name,
-                    &plan.namespace,
-                    DEFAULT_HOST_CERT_VALIDITY,
-                )
-                .map(Some)
-                .map_err(|e| match e {
-                    crate::ca::CaError::Key(k) => signing(k),
-                    other => Error::Internal(other.to_string()),
-                })
+                HostKeys::issue(&bundle, name, namespace, DEFAULT_HOST_CERT_VALIDITY)
+                    .map(Some)
+                    .map_err(|e| match e {
+                        crate::ca::CaError::Key(k) => signing(k),
+                        other => Error::Internal(other.to_string()),
+                    })
             }
             None => {
                 warn(format!(

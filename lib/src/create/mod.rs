@@ -21,7 +21,7 @@ pub mod secrets;
 pub mod sizing;
 
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 #[cfg(test)]
 mod schema_check;
 

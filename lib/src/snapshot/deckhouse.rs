@@ -285,6 +285,7 @@ pub async fn delete(
 /// Restore a snapshot into its VM, or as a new VM (see the module documentation).
 pub async fn restore(
     cluster: &Cluster,
+    platform: &crate::flavor::Platform,
     ns: &str,
     request: &RestoreRequest,
     options: &Options,
@@ -302,8 +303,10 @@ pub async fn restore(
         )));
     }
     if let Some(new_vm) = &request.new_vm {
-        return super::deckhouse_new_vm::restore(cluster, ns, &snap, new_vm, options, on_event)
-            .await;
+        return super::deckhouse_new_vm::restore(
+            cluster, platform, ns, &snap, new_vm, options, on_event,
+        )
+        .await;
     }
     let target = text(&snap, "/spec/virtualMachineName").to_owned();
     let vm = vm_of(cluster, ns, &target).await?;

@@ -7,13 +7,22 @@
 //! and owned by NEW. A taken name is refused here before anything is made (the platform would
 //! fail the operation too). Afterwards NEW and its disks are labelled as ours and the operation
 //! is owned by NEW, so `delete NEW` removes it; the source VM and the snapshot are not touched.
+//!
+//! The provisioning Secret is renamed too (`SRC-cloudinit` → `NEW-cloudinit`): the restorer
+//! creates it like a clone (`provisioner_restorer.go` `ProcessClone`: `Create`, so the source's
+//! own name fails with AlreadyExists). A VM made by `create` keeps its SSH identity there; the
+//! copy gets NEW's own as soon as it appears ([`crate::clone::identity`]: principals, a fresh
+//! host key and its certificate), labelled for NEW and owned by it. All or nothing: when the
+//! operation fails, what it made for NEW (marked with its uid in
+//! `virtualization.deckhouse.io/vmoprestore`) and the operation itself are deleted, each with
+//! its uid as a precondition.
 
 use serde_json::{Value, json};
 
 use super::kubevirt::{create_obj, get, get_opt};
 use super::{DryRun, Event, Options, Outcome, text};
-use crate::api::{DECKHOUSE_VM, Kind, VIRTUAL_DISK};
-use crate::clone::{deckhouse::new_name, label, our_labels};
+use crate::api::{DECKHOUSE_VM, Kind, SECRET, VIRTUAL_DISK};
+use crate::clone::{deckhouse::new_name, identity, label, our_labels};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::lifecycle::watch::{self, Watched};
@@ -27,19 +36,23 @@ pub const VMSOP: Kind = Kind {
     namespaced: true,
 };
 
-/// The operation making `target` from snapshot `snap` of VM `source` with `disks` renamed
-/// (`(old, new)`), labelled as ours for `target`.
+/// The operation making `target` from snapshot `snap` of VM `source` with `disks` and the
+/// provisioning `secret` renamed (`(old, new)`), labelled as ours for `target`.
 pub fn operation_object(
     ns: &str,
     snap: &str,
     source: &str,
     target: &str,
     disks: &[(String, String)],
+    secret: Option<(&str, &str)>,
     dry_run: bool,
 ) -> Value {
     let mut rules = vec![json!({"from": {"kind": "VirtualMachine", "name": source}, "to": target})];
     for (old, new) in disks {
         rules.push(json!({"from": {"kind": "VirtualDisk", "name": old}, "to": new}));
+    }
+    if let Some((old, new)) = secret {
+        rules.push(json!({"from": {"kind": "Secret", "name": old}, "to": new}));
     }
     json!({
         "apiVersion": VMSOP.api_version(), "kind": VMSOP.kind,
@@ -67,9 +80,36 @@ async fn ensure_free(cluster: &Cluster, kind: Kind, ns: &str, name: &str) -> Res
     Ok(())
 }
 
+/// The VM snapshot `snap` keeps (in its Secret `status.virtualMachineSnapshotSecretName`, key
+/// `vm`, JSON), else the live VM it was taken of; `None` when neither can be read.
+async fn kept_vm(cluster: &Cluster, ns: &str, snap: &Value) -> Result<Option<Value>> {
+    let secret = text(snap, "/status/virtualMachineSnapshotSecretName");
+    if !secret.is_empty()
+        && let Some(s) = get_opt(cluster, SECRET, ns, secret).await?
+        && let Some(vm) = s
+            .pointer("/data/vm")
+            .and_then(Value::as_str)
+            .and_then(|b| {
+                use base64::Engine;
+                base64::engine::general_purpose::STANDARD.decode(b).ok()
+            })
+            .and_then(|raw| serde_json::from_slice::<Value>(&raw).ok())
+    {
+        return Ok(Some(vm));
+    }
+    get_opt(
+        cluster,
+        DECKHOUSE_VM,
+        ns,
+        text(snap, "/spec/virtualMachineName"),
+    )
+    .await
+}
+
 /// Restore snapshot `snap` (Ready, already read) as a new VM `target`.
 pub async fn restore(
     cluster: &Cluster,
+    platform: &crate::flavor::Platform,
     ns: &str,
     snap: &Value,
     target: &str,
@@ -91,11 +131,27 @@ pub async fn restore(
         let new = new_name(&source, target, &disk);
         disks.push((disk, new));
     }
+    let secret = kept_vm(cluster, ns, snap)
+        .await?
+        .and_then(|vm| {
+            vm.pointer("/spec/provisioning/userDataRef")
+                .filter(|r| r["kind"] == "Secret")
+                .and_then(|r| r["name"].as_str())
+                .map(str::to_owned)
+        })
+        .map(|old| {
+            let new = new_name(&source, target, &old);
+            (old, new)
+        });
     ensure_free(cluster, DECKHOUSE_VM, ns, target).await?;
     for (_, new) in &disks {
         ensure_free(cluster, VIRTUAL_DISK, ns, new).await?;
     }
-    let obj = operation_object(ns, &snap_name, &source, target, &disks, false);
+    if let Some((_, new)) = &secret {
+        ensure_free(cluster, SECRET, ns, new).await?;
+    }
+    let secret_rule = secret.as_ref().map(|(o, n)| (o.as_str(), n.as_str()));
+    let obj = operation_object(ns, &snap_name, &source, target, &disks, secret_rule, false);
     let mut outcome = Outcome {
         snapshot: snap_name.clone(),
         vm: format!("{target}.{ns}"),
@@ -113,44 +169,204 @@ pub async fn restore(
         }
         DryRun::None => {}
     }
+    // The copy's new identity, made before the operation so it is written as soon as the copy
+    // exists (the source's user data only tells whether it has a platform part).
+    let mut new_text = None;
+    if let Some((old, _)) = &secret
+        && let Some(text) = identity::read_secret(cluster, ns, old).await?
+        && identity::has_platform_ssh(&text)
+    {
+        let host = crate::create::checks::vm_host_keys(
+            cluster,
+            platform,
+            crate::ca::DEFAULT_NAMESPACE,
+            target,
+            ns,
+            &mut |w| on_event(Event::Notice(w)),
+        )
+        .await?;
+        new_text = identity::reissue(&text, &source, target, ns, host.as_ref())
+            .map_err(Error::Platform)?;
+    }
     let made = create_obj(cluster, VMSOP, ns, &obj, false).await?;
     let op_name = text(&made, "/metadata/name").to_owned();
+    let op_uid = text(&made, "/metadata/uid").to_owned();
     outcome.object_ref = VMSOP.object_ref(&op_name);
     outcome.object = Some(made);
     on_event(Event::Created(format!(
         "virtualmachinesnapshotoperation/{op_name}"
     )));
-    if !options.wait {
+    if new_text.is_some() && !options.wait {
+        on_event(Event::Notice(format!(
+            "waiting anyway: {target} gets its own SSH identity once it exists"
+        )));
+    }
+    if !options.wait && new_text.is_none() {
         return Ok(outcome);
     }
-    let mut last = String::new();
-    let done = watch::until(cluster, &[Watched::new(VMSOP, ns, &op_name)], |objs| {
-        let Some(op) = &objs[0] else {
-            return Some(Err(Error::Platform(format!(
-                "virtualmachinesnapshotoperation {op_name} was deleted while restoring"
-            ))));
-        };
-        let (phase, reason, end) = crate::clone::deckhouse::progress(op);
-        let now = format!("{phase}\n{}", reason.clone().unwrap_or_default());
-        if !phase.is_empty() && now != last {
-            last = now;
-            on_event(Event::Phase {
-                phase,
-                message: reason.unwrap_or_default(),
-            });
+    let copy = secret.as_ref().map(|(_, n)| n.as_str());
+    let result = follow(
+        cluster,
+        ns,
+        &op_name,
+        &op_uid,
+        target,
+        copy,
+        new_text.as_deref(),
+        &snap_name,
+        on_event,
+    )
+    .await;
+    let done = match result {
+        Ok(done) => done,
+        Err(e) => {
+            undo(
+                cluster, ns, &op_name, &op_uid, target, &disks, copy, on_event,
+            )
+            .await;
+            return Err(e);
         }
-        match end? {
-            Ok(()) => Some(Ok(op.clone())),
-            Err(why) => Some(Err(Error::Stuck(format!(
-                "restore of {snap_name} as {target}.{ns} failed: {why}"
-            )))),
-        }
-    })
-    .await?;
-    adopt(cluster, ns, target, &op_name, &disks).await?;
+    };
+    adopt(cluster, ns, target, &op_name, &disks, copy).await?;
     outcome.object = Some(done);
     outcome.waited = true;
     Ok(outcome)
+}
+
+/// Follows the operation to its end; the copied Secret `copy` gets `new_text` as soon as it
+/// exists (the new VM cannot boot before its disks are ready).
+#[allow(clippy::too_many_arguments)]
+async fn follow(
+    cluster: &Cluster,
+    ns: &str,
+    op_name: &str,
+    op_uid: &str,
+    target: &str,
+    copy: Option<&str>,
+    new_text: Option<&str>,
+    snap_name: &str,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<Value> {
+    enum Step {
+        Copied,
+        Done(Value),
+    }
+    let mut pending = copy.zip(new_text);
+    let mut watched = vec![Watched::new(VMSOP, ns, op_name)];
+    if let Some((copy, _)) = pending {
+        watched.push(Watched::new(SECRET, ns, copy));
+    }
+    let mut last = String::new();
+    loop {
+        let waiting_for_copy = pending.is_some();
+        let step = watch::until(cluster, &watched, |objs| {
+            // Only the copy this operation made (a stranger's Secret of that name fails it).
+            if waiting_for_copy
+                && objs
+                    .get(1)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|s| identity::made_by(s, op_uid))
+            {
+                return Some(Ok(Step::Copied));
+            }
+            let Some(op) = &objs[0] else {
+                return Some(Err(Error::Platform(format!(
+                    "virtualmachinesnapshotoperation {op_name} was deleted while restoring"
+                ))));
+            };
+            let (phase, reason, end) = crate::clone::deckhouse::progress(op);
+            let now = format!("{phase}\n{}", reason.clone().unwrap_or_default());
+            if !phase.is_empty() && now != last {
+                last = now;
+                on_event(Event::Phase {
+                    phase,
+                    message: reason.unwrap_or_default(),
+                });
+            }
+            match end? {
+                Ok(()) => Some(Ok(Step::Done(op.clone()))),
+                Err(why) => Some(Err(Error::Stuck(format!(
+                    "restore of {snap_name} as {target}.{ns} failed: {why}"
+                )))),
+            }
+        })
+        .await?;
+        match step {
+            Step::Copied => {
+                if let Some((copy, text)) = pending.take()
+                    && identity::rewrite_secret(cluster, ns, copy, target, text, op_uid).await?
+                {
+                    on_event(Event::Notice(format!(
+                        "secret/{copy}: the platform's part made {target}'s own (principals, host key, host certificate)"
+                    )));
+                }
+                watched.truncate(1);
+            }
+            Step::Done(op) => {
+                if let Some((copy, text)) = pending.take()
+                    && !identity::rewrite_secret(cluster, ns, copy, target, text, op_uid).await?
+                {
+                    return Err(Error::NotOurs(format!(
+                        "secret {copy:?} in namespace {ns:?} was not made by virtualmachinesnapshotoperation {op_name:?}"
+                    )));
+                }
+                return Ok(op);
+            }
+        }
+    }
+}
+
+/// All or nothing: delete what the failed operation `op_uid` made for `target` (marked with
+/// its uid) and the operation itself, each with its uid as a precondition.
+#[allow(clippy::too_many_arguments)]
+async fn undo(
+    cluster: &Cluster,
+    ns: &str,
+    op_name: &str,
+    op_uid: &str,
+    target: &str,
+    disks: &[(String, String)],
+    copy: Option<&str>,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) {
+    let mut made: Vec<(Kind, String)> = vec![(DECKHOUSE_VM, target.to_owned())];
+    made.extend(disks.iter().map(|(_, d)| (VIRTUAL_DISK, d.clone())));
+    made.extend(copy.map(|c| (SECRET, c.to_owned())));
+    for (kind, name) in made {
+        let Ok(Some(obj)) = get_opt(cluster, kind, ns, &name).await else {
+            continue;
+        };
+        if !identity::made_by(&obj, op_uid) {
+            continue;
+        }
+        let uid = text(&obj, "/metadata/uid").to_owned();
+        if delete_with_uid(cluster, kind, ns, &name, &uid).await {
+            on_event(Event::Notice(format!(
+                "deleted {}/{name}, made by the failed operation",
+                kind.kind.to_ascii_lowercase()
+            )));
+        }
+    }
+    if delete_with_uid(cluster, VMSOP, ns, op_name, op_uid).await {
+        on_event(Event::Notice(format!(
+            "deleted virtualmachinesnapshotoperation/{op_name}"
+        )));
+    }
+}
+
+/// Delete `name` of `kind` if it still has `uid`; whether it was deleted.
+async fn delete_with_uid(cluster: &Cluster, kind: Kind, ns: &str, name: &str, uid: &str) -> bool {
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    kind.api(&cluster.client, Some(ns))
+        .delete(name, &params)
+        .await
+        .is_ok()
 }
 
 /// Labels the new VM and its disks as ours and makes it the owner of the operation.
@@ -160,6 +376,7 @@ async fn adopt(
     target: &str,
     op_name: &str,
     disks: &[(String, String)],
+    copy: Option<&str>,
 ) -> Result<()> {
     label(cluster, &DECKHOUSE_VM, ns, target, our_labels(target)).await?;
     for (_, disk) in disks {
@@ -170,7 +387,13 @@ async fn adopt(
         "apiVersion": DECKHOUSE_VM.api_version(), "kind": "VirtualMachine",
         "name": target, "uid": vm.pointer("/metadata/uid").cloned().unwrap_or_default(),
     });
-    crate::clone::deckhouse::add_owner(cluster, &VMSOP, ns, op_name, &owner).await
+    crate::clone::deckhouse::add_owner(cluster, &VMSOP, ns, op_name, &owner).await?;
+    if let Some(copy) = copy {
+        label(cluster, &SECRET, ns, copy, our_labels(target)).await?;
+        crate::clone::deckhouse::add_owner(cluster, &SECRET, ns, copy, &identity::owner_of(&vm))
+            .await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -180,7 +403,15 @@ mod tests {
     #[test]
     fn the_operation_renames_the_vm_and_its_disks_and_is_ours() {
         let disks = [("web-root".to_owned(), new_name("web", "copy", "web-root"))];
-        let op = operation_object("ns", "s1", "web", "copy", &disks, false);
+        let op = operation_object(
+            "ns",
+            "s1",
+            "web",
+            "copy",
+            &disks,
+            Some(("web-cloudinit", "copy-cloudinit")),
+            false,
+        );
         assert_eq!(op["spec"]["type"], "CreateVirtualMachine");
         assert_eq!(op["spec"]["virtualMachineSnapshotName"], "s1");
         let spec = &op["spec"]["createVirtualMachine"];
@@ -188,7 +419,8 @@ mod tests {
         assert_eq!(
             spec["nameReplacement"],
             json!([{"from": {"kind": "VirtualMachine", "name": "web"}, "to": "copy"},
-                {"from": {"kind": "VirtualDisk", "name": "web-root"}, "to": "copy-root"}])
+                {"from": {"kind": "VirtualDisk", "name": "web-root"}, "to": "copy-root"},
+                {"from": {"kind": "Secret", "name": "web-cloudinit"}, "to": "copy-cloudinit"}])
         );
         assert!(super::super::kubevirt::is_ours(&op));
     }

@@ -491,8 +491,14 @@ pub async fn restore(
     on_event(Event::Created(format!(
         "virtualmachinerestore/{restore_name}"
     )));
-    if !options.wait && !running {
+    // A new VM needs its own identity once it exists: wait for it.
+    if !options.wait && !running && request.new_vm.is_none() {
         return Ok(outcome);
+    }
+    if !options.wait && request.new_vm.is_some() {
+        on_event(Event::Notice(format!(
+            "waiting anyway: {target}.{ns} gets its own SSH identity once it exists"
+        )));
     }
     let mut last = String::new();
     let done = watch::until(
@@ -528,6 +534,21 @@ pub async fn restore(
     .await?;
     outcome.object = Some(done);
     outcome.waited = true;
+    if request.new_vm.is_some()
+        && let Some(secret) = crate::clone::identity::kubevirt_restored_vm(
+            cluster,
+            platform,
+            ns,
+            &source,
+            &target,
+            &mut |w| on_event(Event::Notice(w)),
+        )
+        .await?
+    {
+        on_event(Event::Notice(format!(
+            "secret/{secret}: {target}'s own cloud-init (principals, host key, host certificate)"
+        )));
+    }
     if running {
         on_event(Event::Notice(format!("starting {target}.{ns} again")));
         let start = Action::Start { paused: false };

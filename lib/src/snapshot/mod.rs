@@ -245,7 +245,7 @@ pub async fn restore(
                 kubevirt::restore(cluster, platform, namespace, request, options, on_event).await
             }
             Flavor::Deckhouse => {
-                deckhouse::restore(cluster, namespace, request, options, on_event).await
+                deckhouse::restore(cluster, platform, namespace, request, options, on_event).await
             }
         }
     };

@@ -154,7 +154,7 @@ fn unlock_snippet(users: &[&str]) -> String {
 }
 
 /// `cat > PATH <<'EOF'` with a delimiter that no content line equals.
-fn heredoc(out: &mut String, redirect: &str, path: &str, content: &str) {
+pub(crate) fn heredoc(out: &mut String, redirect: &str, path: &str, content: &str) {
     let mut delimiter = "KUBEVM_EOF".to_string();
     while content.lines().any(|l| l == delimiter) {
         delimiter.push('_');
