@@ -12,11 +12,8 @@ use super::{CaBundle, CaError};
 /// needs a reboot of the VM.
 pub const DEFAULT_HOST_CERT_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-/// The principals a VM's host certificate names: `NAME.NAMESPACE` and `NAME.NAMESPACE.vm`
-/// (see [`crate::signer::host_principals`]); never the bare name.
-pub fn host_principals(vm: &str, namespace: &str) -> Vec<String> {
-    crate::signer::host_principals(vm, namespace)
-}
+/// The principals a VM's host certificate names: the one function that decides them.
+pub use crate::signer::host_principals;
 
 /// A host key pair and its certificate, all in OpenSSH text form, ready for cloud-init.
 #[derive(Clone, PartialEq, Eq)]
@@ -96,7 +93,7 @@ mod tests {
         let host = HostKeys::issue(&ca, "web", "prod", DEFAULT_HOST_CERT_VALIDITY).unwrap();
         let cert = Certificate::from_openssh(&host.certificate).unwrap();
         assert_eq!(cert.cert_type(), CertType::Host);
-        assert_eq!(cert.valid_principals(), ["web.prod", "web.prod.vm"]);
+        assert_eq!(cert.valid_principals(), ["web.prod.vm"]);
         let ca_fp = ca.signing_key().public_key().fingerprint(HashAlg::Sha256);
         cert.validate([&ca_fp]).unwrap();
         let key = PrivateKey::from_openssh(&host.private_key).unwrap();
@@ -136,6 +133,6 @@ mod tests {
             text.contains(&format!("Signing CA: ED25519 {ca_fingerprint}")),
             "{text}"
         );
-        assert!(text.contains("db.team-a") && text.contains("Key ID: \"kubevm-host:team-a/db\""));
+        assert!(text.contains("db.team-a.vm") && text.contains("Key ID: \"kubevm-host:team-a/db\""));
     }
 }
