@@ -40,6 +40,29 @@ pub enum CaCommand {
     Show(ShowArgs),
     /// Start a key rotation (the old key stays trusted), or finish one with --finish
     Rotate(RotateArgs),
+    /// Give VMs made before VM-scoped trust the scoped form (at their next boot)
+    Migrate(MigrateArgs),
+}
+
+/// Arguments of `ca migrate`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "VMs kubectl vm created before VM-scoped trust accept any certificate of the CA whose principal is
+the login name. The signer issues only LOGIN@NAME.NAMESPACE, so no certificate opens them until
+they are migrated: migrate rewrites the trust section of each one's cloud-init Secret (a principals
+file per login, AuthorizedPrincipalsFile in the sshd drop-in), effective at the VM's next boot, and
+annotates the VM ssh.kubevm.io/trust=vm-scoped. VMs of ours without platform SSH are annotated
+none. Only VMs labelled as made by kubectl vm are read, and only a Secret labelled as ours that the
+VM references and owns (by uid) is written.
+
+Examples:
+  kubectl vm ca migrate --dry-run
+  kubectl vm ca migrate && kubectl vm restart web"
+)]
+pub struct MigrateArgs {
+    /// Say what would be done, change nothing
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// Arguments of `ca init`.
@@ -107,11 +130,15 @@ pub async fn cmd_ca(global: &GlobalArgs, args: CaArgs) -> CommandResult {
     {
         return init_signer(global, &ns, init_args).await;
     }
+    if let CaCommand::Migrate(migrate_args) = &args.command {
+        return migrate(global, migrate_args.dry_run).await;
+    }
     let cluster = Cluster::connect(&global.connect_options()).await?;
     match args.command {
         CaCommand::Init(_) => init(&cluster, &ns).await,
         CaCommand::Show(show_args) => show(&cluster, &ns, show_args.output).await,
         CaCommand::Rotate(rotate_args) => rotate(&cluster, &ns, rotate_args.finish).await,
+        CaCommand::Migrate(_) => unreachable!("handled above"),
     }
 }
 
@@ -341,6 +368,50 @@ async fn mode_line(cluster: &Cluster) -> CommandResult<(String, bool)> {
             false,
         )),
     }
+}
+
+/// `ca migrate`: one line per VM that had no trust annotation.
+async fn migrate(global: &GlobalArgs, dry_run: bool) -> CommandResult {
+    use kubevm::ca::migrate::Outcome;
+    let (cluster, platform) = super::connect(global).await?;
+    let results = kubevm::ca::migrate::migrate(&cluster, platform.flavor, dry_run).await?;
+    let mut out = std::io::stdout().lock();
+    if results.is_empty() {
+        writeln!(out, "Every VM kubectl vm made already has VM-scoped trust (or none): nothing to migrate.")?;
+        return Ok(());
+    }
+    let mut migrated = 0;
+    for vm in &results {
+        let target = format!("{}.{}", vm.name, vm.namespace);
+        match &vm.outcome {
+            Outcome::Migrated { logins } if dry_run => writeln!(
+                out,
+                "{target}: would write scoped trust for {} (dry run)",
+                logins.join(", ")
+            )?,
+            Outcome::Migrated { logins } => {
+                migrated += 1;
+                writeln!(
+                    out,
+                    "{target}: scoped trust written for {}, takes effect at next boot",
+                    logins.join(", ")
+                )?
+            }
+            Outcome::NoPlatformTrust => writeln!(
+                out,
+                "{target}: no platform SSH trust in its cloud-init; {}marked trust=none",
+                if dry_run { "would be " } else { "" }
+            )?,
+            Outcome::Skipped(why) => writeln!(out, "{target}: skipped: {why}")?,
+        }
+    }
+    if migrated > 0 {
+        writeln!(
+            out,
+            "Restart the migrated VMs (`kubectl vm restart NAME`) for their guests to apply it."
+        )?;
+    }
+    Ok(())
 }
 
 async fn show(cluster: &Cluster, ns: &str, format: Option<DataFormat>) -> CommandResult {

@@ -11,6 +11,7 @@
 
 mod bundle;
 mod host;
+pub mod migrate;
 pub mod objects;
 pub mod propagate;
 pub mod store;
