@@ -353,7 +353,7 @@ fn rbac_and_scoping(env: &Env, flavor: &str) {
             "-o",
             "StrictHostKeyChecking=yes",
             "-o",
-            "HostKeyAlias=web.prod",
+            "HostKeyAlias=web.prod.vm",
         ])
         .args(["kubevm@web.prod", "true"])
         .output()
