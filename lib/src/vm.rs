@@ -692,8 +692,12 @@ mod tests {
         assert!(super::TrustState::of(&scoped).platform_vouches());
         let older = serde_json::json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": "kubectl-vm"}}});
         assert!(super::ssh_trust(&older).unwrap().starts_with("legacy"));
-        let enrolled = serde_json::json!({"metadata": {"annotations": {"ssh.kubevm.io/trust": "vm-scoped"}}});
-        assert_eq!(super::TrustState::of(&enrolled), super::TrustState::Enrolled);
+        let enrolled =
+            serde_json::json!({"metadata": {"annotations": {"ssh.kubevm.io/trust": "vm-scoped"}}});
+        assert_eq!(
+            super::TrustState::of(&enrolled),
+            super::TrustState::Enrolled
+        );
         assert!(!super::TrustState::of(&enrolled).platform_vouches());
         let without = serde_json::json!({"metadata": {"annotations": {"ssh.kubevm.io/trust": "none"},
             "labels": {"app.kubernetes.io/managed-by": "kubectl-vm"}}});

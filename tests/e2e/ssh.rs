@@ -388,7 +388,10 @@ fn host_key_changes_and_strict_checking() {
     // The host is recorded; the login itself fails (the guest does not trust the CA).
     assert_eq!(out.status.code(), Some(255));
     let err = stderr(&out);
-    assert!(err.contains("Permanently added 'plain.default.vm'"), "{err}");
+    assert!(
+        err.contains("Permanently added 'plain.default.vm'"),
+        "{err}"
+    );
     assert!(err.contains("kubectl vm get plain.default"), "{err}");
     let recorded = std::fs::read_to_string(&known).unwrap();
     assert!(

@@ -44,7 +44,9 @@ fn make_legacy(env: &Env, group: &str, vm: &str) {
         if t == format!("rm -rf {PRINCIPALS_DIR}") {
             skipping = true;
         }
-        if t.starts_with("cat > /etc/ssh/kubevm_ssh_host") || t.starts_with("cat > /etc/ssh/sshd_config.d") {
+        if t.starts_with("cat > /etc/ssh/kubevm_ssh_host")
+            || t.starts_with("cat > /etc/ssh/sshd_config.d")
+        {
             skipping = false;
         }
         if skipping || t.starts_with("AuthorizedPrincipalsFile ") {
@@ -122,7 +124,11 @@ fn migrate(env: &Env, group: &str) {
         "shop.default: would write scoped trust for kubevm (dry run)\n\
          theirs.default: skipped: Secret theirs-cloudinit is not one kubectl-vm made for this VM (no label, or the VM does not own it): left alone\n"
     );
-    assert_eq!(user_data(env, "shop").1, legacy_text, "dry run wrote nothing");
+    assert_eq!(
+        user_data(env, "shop").1,
+        legacy_text,
+        "dry run wrote nothing"
+    );
 
     let out = ok(env.vm(&["ca", "migrate"]));
     assert_eq!(
@@ -131,7 +137,11 @@ fn migrate(env: &Env, group: &str) {
          theirs.default: skipped: Secret theirs-cloudinit is not one kubectl-vm made for this VM (no label, or the VM does not own it): left alone\n\
          Restart the migrated VMs (`kubectl vm restart NAME`) for their guests to apply it.\n"
     );
-    assert_eq!(user_data(env, "theirs"), before_theirs, "not ours: untouched");
+    assert_eq!(
+        user_data(env, "theirs"),
+        before_theirs,
+        "not ours: untouched"
+    );
     let (_, migrated) = user_data(env, "shop");
     assert!(
         migrated.contains(&format!("cat > {PRINCIPALS_DIR}/kubevm <<'KUBEVM_EOF'"))
@@ -140,8 +150,14 @@ fn migrate(env: &Env, group: &str) {
         "{migrated}"
     );
     let trust = trust_column(env);
-    assert!(trust.contains(&("shop".to_string(), "vm-scoped".to_string())), "{trust:?}");
-    assert!(trust.contains(&("theirs".to_string(), "legacy".to_string())), "{trust:?}");
+    assert!(
+        trust.contains(&("shop".to_string(), "vm-scoped".to_string())),
+        "{trust:?}"
+    );
+    assert!(
+        trust.contains(&("theirs".to_string(), "legacy".to_string())),
+        "{trust:?}"
+    );
     // Nothing left to do for web: a second run names only what it left alone.
     let again = ok(env.vm(&["ca", "migrate"]));
     assert!(!again.contains("shop.default"), "{again}");
@@ -166,7 +182,14 @@ fn deckhouse_migrate_gives_legacy_vms_scoped_trust() {
 fn openssh_to(env: &Env, vm: &str, alias: &str) -> std::process::Output {
     let kubeconfig = env.kubeconfig.to_str().unwrap().to_owned();
     env.command("ssh")
-        .args(["-F", "/dev/null", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"])
+        .args([
+            "-F",
+            "/dev/null",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+        ])
         .arg("-o")
         .arg(format!(
             "ProxyCommand={BIN} --kubeconfig {kubeconfig} port-forward --stdio {vm} 22"
@@ -225,7 +248,15 @@ fn a_host_certificate_for_db_primary_prod_in_vm_does_not_pass_for_db_primary_in_
     let signed = std::process::Command::new("ssh-keygen")
         .args(["-q", "-s"])
         .arg(dir.join("ca"))
-        .args(["-h", "-I", "hostile", "-V", "-5m:+1h", "-n", &principals.join(",")])
+        .args([
+            "-h",
+            "-I",
+            "hostile",
+            "-V",
+            "-5m:+1h",
+            "-n",
+            &principals.join(","),
+        ])
         .arg(dir.join("host.pub"))
         .output()
         .expect("ssh-keygen");
@@ -342,14 +373,22 @@ fn no_trust_on_first_use_where_the_platform_vouches() {
     // A VM without platform trust: trust on first use, said so.
     let out = ssh(
         &env,
-        &["--strict-host-key-checking", "accept-new", "plain", "--", "true"],
+        &[
+            "--strict-host-key-checking",
+            "accept-new",
+            "plain",
+            "--",
+            "true",
+        ],
     );
     assert!(
         stderr(&out).contains("plain.default.vm has no host certificate of the platform (an enrolled or foreign VM): trusting its key on first use."),
         "{}",
         stderr(&out)
     );
-    assert!(std::fs::read_to_string(&known)
-        .unwrap()
-        .starts_with("plain.default.vm ssh-ed25519 "));
+    assert!(
+        std::fs::read_to_string(&known)
+            .unwrap()
+            .starts_with("plain.default.vm ssh-ed25519 ")
+    );
 }

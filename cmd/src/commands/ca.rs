@@ -19,7 +19,7 @@ use crate::render::{self, OutputFormat};
 /// Arguments of `ca`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "The CA's private keys live in Secret kubevm-ssh-ca (administrators only), its public keys in\nConfigMap kubevm-ssh-ca, readable by every authenticated user.\n\nExamples:\n  kubectl vm ca init\n  kubectl vm ca show -o yaml\n  kubectl vm ca rotate\n  kubectl vm ca rotate --finish"
+    after_help = "The CA's private keys live in Secret kubevm-ssh-ca (administrators only), its public keys in\nConfigMap kubevm-ssh-ca, readable by every authenticated user.\n\nExamples:\n  kubectl vm ca init\n  kubectl vm ca show -o yaml\n  kubectl vm ca rotate\n  kubectl vm ca rotate --finish\n  kubectl vm ca migrate --dry-run"
 )]
 pub struct CaArgs {
     /// Namespace holding the CA
@@ -377,7 +377,10 @@ async fn migrate(global: &GlobalArgs, dry_run: bool) -> CommandResult {
     let results = kubevm::ca::migrate::migrate(&cluster, platform.flavor, dry_run).await?;
     let mut out = std::io::stdout().lock();
     if results.is_empty() {
-        writeln!(out, "Every VM kubectl vm made already has VM-scoped trust (or none): nothing to migrate.")?;
+        writeln!(
+            out,
+            "Every VM kubectl vm made already has VM-scoped trust (or none): nothing to migrate."
+        )?;
         return Ok(());
     }
     let mut migrated = 0;

@@ -133,6 +133,8 @@ mod tests {
             text.contains(&format!("Signing CA: ED25519 {ca_fingerprint}")),
             "{text}"
         );
-        assert!(text.contains("db.team-a.vm") && text.contains("Key ID: \"kubevm-host:team-a/db\""));
+        assert!(
+            text.contains("db.team-a.vm") && text.contains("Key ID: \"kubevm-host:team-a/db\"")
+        );
     }
 }

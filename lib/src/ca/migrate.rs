@@ -245,12 +245,13 @@ pub async fn migrate(cluster: &Cluster, flavor: Flavor, dry_run: bool) -> Result
     let params = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     let vms = match kind.api(&cluster.client, None).list(&params).await {
         Ok(list) => list.items,
-        Err(_) => kind
-            .api(&cluster.client, Some(&cluster.namespace))
-            .list(&params)
-            .await
-            .map_err(|e| cluster.error(e, &kind.action("list", Some(&cluster.namespace))))?
-            .items,
+        Err(_) => {
+            kind.api(&cluster.client, Some(&cluster.namespace))
+                .list(&params)
+                .await
+                .map_err(|e| cluster.error(e, &kind.action("list", Some(&cluster.namespace))))?
+                .items
+        }
     };
     let mut out = Vec::new();
     for vm in vms {
@@ -262,7 +263,10 @@ pub async fn migrate(cluster: &Cluster, flavor: Flavor, dry_run: bool) -> Result
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        let name = vm["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let name = vm["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let outcome = match migrate_one(cluster, flavor, &vm, dry_run).await {
             Ok(outcome) => outcome,
             Err(e) => Outcome::Skipped(e.to_string()),
@@ -277,7 +281,12 @@ pub async fn migrate(cluster: &Cluster, flavor: Flavor, dry_run: bool) -> Result
     Ok(out)
 }
 
-async fn migrate_one(cluster: &Cluster, flavor: Flavor, vm: &Value, dry_run: bool) -> Result<Outcome> {
+async fn migrate_one(
+    cluster: &Cluster,
+    flavor: Flavor,
+    vm: &Value,
+    dry_run: bool,
+) -> Result<Outcome> {
     let meta = &vm["metadata"];
     let namespace = meta["namespace"].as_str().unwrap_or_default();
     let name = meta["name"].as_str().unwrap_or_default();
@@ -320,9 +329,11 @@ async fn migrate_one(cluster: &Cluster, flavor: Flavor, vm: &Value, dry_run: boo
     let logins = logins_of(&text);
     let rewritten = match rewrite(&text, name, namespace, &logins) {
         Ok(r) => r,
-        Err(RewriteError::NoPlatformTrust) => return mark(cluster, flavor, vm, TRUST_NONE, dry_run)
-            .await
-            .map(|()| Outcome::NoPlatformTrust),
+        Err(RewriteError::NoPlatformTrust) => {
+            return mark(cluster, flavor, vm, TRUST_NONE, dry_run)
+                .await
+                .map(|()| Outcome::NoPlatformTrust);
+        }
         Err(RewriteError::Unexpected(why)) => return skip(format!("Secret {secret_name}: {why}")),
     };
     if let Some(text) = rewritten
@@ -364,7 +375,9 @@ async fn mark_none_or_skip(
                 v.iter()
                     .find_map(|v| v.pointer("/cloudInitNoCloud/userData")?.as_str())
             }),
-        Flavor::Deckhouse => vm.pointer("/spec/provisioning/userData").and_then(Value::as_str),
+        Flavor::Deckhouse => vm
+            .pointer("/spec/provisioning/userData")
+            .and_then(Value::as_str),
     };
     if inline.is_some_and(|text| text.contains(CA_KEYS_PATH)) {
         return Ok(Outcome::Skipped(
@@ -376,7 +389,13 @@ async fn mark_none_or_skip(
 }
 
 /// Set [`TRUST_ANNOTATION`] to `value`, with the VM's uid and resourceVersion as preconditions.
-async fn mark(cluster: &Cluster, flavor: Flavor, vm: &Value, value: &str, dry_run: bool) -> Result<()> {
+async fn mark(
+    cluster: &Cluster,
+    flavor: Flavor,
+    vm: &Value,
+    value: &str,
+    dry_run: bool,
+) -> Result<()> {
     if dry_run {
         return Ok(());
     }

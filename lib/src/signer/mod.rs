@@ -165,8 +165,14 @@ mod tests {
         // The collision of the former form (issue 32): db.primary.prod in `vm` and
         // db.primary in `prod` share no principal.
         assert_eq!(host_principals("web", "dev"), ["web.dev.vm"]);
-        assert_eq!(host_principals("db.primary", "prod"), ["db.primary.prod.vm"]);
-        assert_eq!(host_principals("db.primary.prod", "vm"), ["db.primary.prod.vm.vm"]);
+        assert_eq!(
+            host_principals("db.primary", "prod"),
+            ["db.primary.prod.vm"]
+        );
+        assert_eq!(
+            host_principals("db.primary.prod", "vm"),
+            ["db.primary.prod.vm.vm"]
+        );
         assert_eq!(
             vm_of_host_name("db.primary.prod.vm.vm"),
             Some(("db.primary.prod", "vm"))
@@ -189,7 +195,10 @@ mod tests {
 
     /// (VM name, namespace): a DNS subdomain with up to four labels, and a DNS label.
     fn pair() -> impl Strategy<Value = (String, String)> {
-        (prop::collection::vec(label(), 1..5).prop_map(|l| l.join(".")), label())
+        (
+            prop::collection::vec(label(), 1..5).prop_map(|l| l.join(".")),
+            label(),
+        )
     }
 
     proptest! {

@@ -160,9 +160,11 @@ pub const KNOWN_HOSTS_FILE: &str = "vm_known_hosts";
 
 /// The default known_hosts file: `~/.kube/kubectl-vm/vm_known_hosts`.
 pub fn default_known_hosts() -> Option<PathBuf> {
-    std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .map(|h| PathBuf::from(h).join(".kube/kubectl-vm").join(KNOWN_HOSTS_FILE))
+    std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| {
+        PathBuf::from(h)
+            .join(".kube/kubectl-vm")
+            .join(KNOWN_HOSTS_FILE)
+    })
 }
 
 /// Everything needed to decide whether to trust a host.
@@ -247,9 +249,7 @@ impl HostVerifier {
         let name = self.host_name();
         let legacy = format!("{}.{}", self.vm, self.namespace);
         let principals = cert.valid_principals();
-        if !principals.contains(&name)
-            || principals.iter().any(|p| *p != name && *p != legacy)
-        {
+        if !principals.contains(&name) || principals.iter().any(|p| *p != name && *p != legacy) {
             return Err(bad(format!(
                 "it is for {}, not {name} alone",
                 principals.join(", "),
@@ -475,9 +475,14 @@ mod tests {
             extensions: vec![],
             login: None,
         };
-        crate::signer::sign::sign(ca.signing_key(), key.public_key(), CertType::Host, &decision)
-            .unwrap()
-            .certificate
+        crate::signer::sign::sign(
+            ca.signing_key(),
+            key.public_key(),
+            CertType::Host,
+            &decision,
+        )
+        .unwrap()
+        .certificate
     }
 
     #[test]
@@ -494,11 +499,17 @@ mod tests {
         // db.primary.prod.vm too, and passed for db.primary in prod.
         let colliding = sign_host(&ca, &["db.primary.prod.vm", "db.primary.prod.vm.vm"]);
         let err = v.check_certificate(&colliding).unwrap_err();
-        assert!(err.to_string().contains("not db.primary.prod.vm alone"), "{err}");
+        assert!(
+            err.to_string().contains("not db.primary.prod.vm alone"),
+            "{err}"
+        );
         // The new form for that VM does not even name it.
         let new = host_cert(&ca, "db.primary.prod", "vm");
         assert!(v.check_certificate(&new).is_err());
-        assert!(v.check_certificate(&host_cert(&ca, "db.primary", "prod")).is_ok());
+        assert!(
+            v.check_certificate(&host_cert(&ca, "db.primary", "prod"))
+                .is_ok()
+        );
     }
 
     #[test]

@@ -80,7 +80,10 @@ impl Labels {
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 struct Annotations {
-    #[serde(rename = "ssh.kubevm.io/trust", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "ssh.kubevm.io/trust",
+        skip_serializing_if = "Option::is_none"
+    )]
     trust: Option<String>,
 }
 

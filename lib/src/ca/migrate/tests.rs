@@ -14,7 +14,9 @@ fn now_and_before(plan: &crate::create::plan::VmPlan) -> (String, String) {
         if t == format!("rm -rf {PRINCIPALS_DIR}") {
             skipping = true;
         }
-        if skipping && t.starts_with("cat > /etc/ssh/kubevm_ssh_host") || t.starts_with("cat > /etc/ssh/sshd_config.d") {
+        if skipping && t.starts_with("cat > /etc/ssh/kubevm_ssh_host")
+            || t.starts_with("cat > /etc/ssh/sshd_config.d")
+        {
             skipping = false;
         }
         if skipping || t.starts_with("AuthorizedPrincipalsFile ") {
@@ -58,7 +60,12 @@ fn a_legacy_cloud_config_becomes_what_create_writes_now() {
 #[test]
 fn without_platform_trust_or_in_another_form_nothing_is_written() {
     assert_eq!(
-        rewrite("#cloud-config\nusers: [default]\n", "w", "d", &["kubevm".into()]),
+        rewrite(
+            "#cloud-config\nusers: [default]\n",
+            "w",
+            "d",
+            &["kubevm".into()]
+        ),
         Err(RewriteError::NoPlatformTrust)
     );
     let plan = fixtures::plan(Flavor::KubeVirt, fixtures::image());
@@ -90,7 +97,8 @@ fn secret_references_and_ownership() {
         user_data_secret(Flavor::Deckhouse, &deckhouse).as_deref(),
         Some("web-cloudinit")
     );
-    let other_kind = json!({"spec": {"provisioning": {"userDataRef": {"kind": "ConfigMap", "name": "x"}}}});
+    let other_kind =
+        json!({"spec": {"provisioning": {"userDataRef": {"kind": "ConfigMap", "name": "x"}}}});
     assert_eq!(user_data_secret(Flavor::Deckhouse, &other_kind), None);
 
     let secret = |labelled: bool, uid: &str, controller: bool| -> Secret {
