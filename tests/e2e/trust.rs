@@ -392,3 +392,84 @@ fn no_trust_on_first_use_where_the_platform_vouches() {
             .starts_with("plain.default.vm ssh-ed25519 ")
     );
 }
+
+/// `ca revoke --key FILE` publishes the host key with the CA keys; `kubectl vm ssh` refuses it
+/// even with a valid host certificate, and so does OpenSSH through ssh-config (`@revoked`).
+#[test]
+fn a_revoked_host_key_is_refused_by_ssh_and_openssh() {
+    let env = Env::kubevirt();
+    vm_with_ca(&env, "gone", &[]);
+    let kubeconfig = env.kubeconfig.to_str().unwrap().to_owned();
+    let config = env.dir.path().join("printed_config");
+    std::fs::write(
+        &config,
+        ok(env.vm(&["--kubeconfig", &kubeconfig, "ssh-config"])),
+    )
+    .unwrap();
+    let openssh = || {
+        env.command("ssh")
+            .env_remove("KUBECONFIG")
+            .args(["-F", config.to_str().unwrap(), "-o", "BatchMode=yes"])
+            .args(["gone.default.vm", "true"])
+            .output()
+            .unwrap()
+    };
+    let out = openssh();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (_, text) = user_data(&env, "gone");
+    let host_pub = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("ed25519_public:"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let file = env.dir.path().join("gone.pub");
+    std::fs::write(&file, format!("{host_pub}\n")).unwrap();
+    // The fingerprint as ssh-keygen prints it.
+    let listed = std::process::Command::new("ssh-keygen")
+        .args(["-l", "-E", "sha256", "-f"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let fingerprint = stdout(&listed)
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .to_owned();
+    let out = ok(env.vm(&["ca", "revoke", "--key", file.to_str().unwrap()]));
+    assert!(
+        out.starts_with(&format!(
+            "revoked host key {fingerprint} (1 revoked in configmap/kubevm-ssh-ca"
+        )),
+        "{out}"
+    );
+    let again = ok(env.vm(&["ca", "revoke", "--key", file.to_str().unwrap()]));
+    assert_eq!(again, format!("{fingerprint} is already revoked\n"));
+    let out = ssh(&env, &["gone", "--", "true"]);
+    let err = one_line(&out);
+    assert!(
+        err.contains(&format!(
+            "the host key {fingerprint} is revoked by the platform"
+        )),
+        "{err}"
+    );
+    // Published without the key's comment.
+    let bare: Vec<&str> = host_pub.split_whitespace().take(2).collect();
+    let line = format!("@revoked * {}\n", bare.join(" "));
+    let known = ok(env.vm(&["ssh-known-hosts"]));
+    assert!(known.contains(&line), "{known}");
+    let out = openssh();
+    assert_eq!(out.status.code(), Some(255));
+    assert!(stderr(&out).contains("REVOKED"), "{}", stderr(&out));
+    // The list outlives a rotation.
+    ok(env.vm(&["ca", "rotate"]));
+    assert!(ok(env.vm(&["ssh-known-hosts"])).contains(&line));
+    // Bad input: one line, exit 2, before any request.
+    std::fs::write(&file, "not a key\n").unwrap();
+    let out = env
+        .command(BIN)
+        .args(["ca", "revoke", "--key", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}

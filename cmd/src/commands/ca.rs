@@ -42,6 +42,19 @@ pub enum CaCommand {
     Rotate(RotateArgs),
     /// Give VMs made before VM-scoped trust the scoped form (at their next boot)
     Migrate(MigrateArgs),
+    /// Revoke a host key: published with the CA keys, refused by ssh, scp and ssh-config
+    Revoke(RevokeArgs),
+}
+
+/// Arguments of `ca revoke`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "The key goes on the list in ConfigMap kubevm-ssh-ca (key revoked.pub). kubectl vm ssh and scp refuse a\nhost presenting it, with or without a certificate; ssh-known-hosts prints it as an @revoked line, so\nOpenSSH through ssh-config refuses it too.\n\nExamples:\n  kubectl vm ca revoke --key ssh_host_ed25519_key.pub\n  kubectl vm ca revoke --key web-host-cert.pub"
+)]
+pub struct RevokeArgs {
+    /// The host key to revoke: a public key or host certificate file (OpenSSH one-line form)
+    #[arg(long, value_name = "FILE")]
+    pub key: std::path::PathBuf,
 }
 
 /// Arguments of `ca migrate`.
@@ -130,6 +143,9 @@ pub async fn cmd_ca(global: &GlobalArgs, args: CaArgs) -> CommandResult {
     {
         return init_signer(global, &ns, init_args).await;
     }
+    if let CaCommand::Revoke(revoke_args) = &args.command {
+        return revoke(global, &ns, &revoke_args.key).await;
+    }
     if let CaCommand::Migrate(migrate_args) = &args.command {
         return migrate(global, migrate_args.dry_run).await;
     }
@@ -138,7 +154,7 @@ pub async fn cmd_ca(global: &GlobalArgs, args: CaArgs) -> CommandResult {
         CaCommand::Init(_) => init(&cluster, &ns).await,
         CaCommand::Show(show_args) => show(&cluster, &ns, show_args.output).await,
         CaCommand::Rotate(rotate_args) => rotate(&cluster, &ns, rotate_args.finish).await,
-        CaCommand::Migrate(_) => unreachable!("handled above"),
+        CaCommand::Migrate(_) | CaCommand::Revoke(_) => unreachable!("handled above"),
     }
 }
 
@@ -367,6 +383,29 @@ async fn mode_line(cluster: &Cluster) -> CommandResult<(String, bool)> {
             "direct (unsafe): no signer is installed, so users who can read the CA Secret sign their own certificates; install it with `kubectl vm ca init --signer --image IMAGE`".to_owned(),
             false,
         )),
+    }
+}
+
+/// `ca revoke --key FILE`: the file is read and checked before any request.
+async fn revoke(global: &GlobalArgs, ns: &str, file: &std::path::Path) -> CommandResult {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| CommandError::usage(format!("--key {}: {e}", file.display())))?;
+    let key = kubevm::ssh::cert::host_key_of(&text)
+        .map_err(|e| CommandError::usage(format!("--key {}: {e}", file.display())))?;
+    let cluster = Cluster::connect(&global.connect_options()).await?;
+    let fingerprint = key.fingerprint;
+    match store::revoke(&cluster, ns, &key.key).await? {
+        store::RevokeOutcome::NoCa => Err(no_ca(ns)),
+        store::RevokeOutcome::AlreadyRevoked => {
+            println!("{fingerprint} is already revoked");
+            Ok(())
+        }
+        store::RevokeOutcome::Added(n) => {
+            println!(
+                "revoked host key {fingerprint} ({n} revoked in configmap/{CONFIGMAP_NAME} in {ns:?}); ssh, scp and ssh-config refuse it from now on"
+            );
+            Ok(())
+        }
     }
 }
 

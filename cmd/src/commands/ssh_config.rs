@@ -166,7 +166,7 @@ pub async fn cmd_ssh_config(global: &GlobalArgs, args: SshConfigArgs) -> Command
 
 pub async fn cmd_ssh_known_hosts(global: &GlobalArgs, args: SshKnownHostsArgs) -> CommandResult {
     let cluster = kubevm::cluster::Cluster::connect(&global.connect_options()).await?;
-    let keys = store::read_public_keys(&cluster, &args.ca_namespace)
+    let config_map = store::read_configmap(&cluster, &args.ca_namespace)
         .await?
         .ok_or_else(|| {
             CommandError::Failed(format!(
@@ -174,7 +174,8 @@ pub async fn cmd_ssh_known_hosts(global: &GlobalArgs, args: SshKnownHostsArgs) -
                 args.ca_namespace
             ))
         })?;
-    print!("{}", config::known_hosts(&keys));
+    let (keys, revoked) = store::host_trust_lines(&config_map)?;
+    print!("{}", config::known_hosts(&keys, &revoked));
     Ok(())
 }
 

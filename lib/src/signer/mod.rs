@@ -215,6 +215,7 @@ mod tests {
                 strict: Default::default(),
                 prompt: None,
                 certificate_required: true,
+                revoked: Vec::new(),
             }
             .host_name();
             for p in [&a, &b] {

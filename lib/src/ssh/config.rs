@@ -178,12 +178,17 @@ pub fn render(inv: &Invocation, paths: &ConfigPaths, user: &str, tofu_vms: &[VmE
     out
 }
 
-/// `@cert-authority` lines trusting `ca_keys` (OpenSSH lines) for every VM host alias.
-pub fn known_hosts(ca_keys: &[String]) -> String {
-    ca_keys
+/// `@cert-authority` lines trusting `ca_keys` (OpenSSH lines) for every VM host alias, and
+/// `@revoked` lines for the `revoked` host keys (OpenSSH then refuses them, certified or not).
+pub fn known_hosts(ca_keys: &[String], revoked: &[String]) -> String {
+    let mut out: String = ca_keys
         .iter()
         .map(|k| format!("@cert-authority * {}\n", k.trim()))
-        .collect()
+        .collect();
+    for key in revoked {
+        out.push_str(&format!("@revoked * {}\n", key.trim()));
+    }
+    out
 }
 
 /// The `Include` line added to `~/.ssh/config`.

@@ -91,6 +91,11 @@ pub enum HostRejection {
         /// `SHA256:…` of the key presented.
         fingerprint: String,
     },
+    /// The host key is on the platform's revocation list (`kubectl vm ca revoke`).
+    Revoked {
+        /// `SHA256:…` of the revoked key.
+        fingerprint: String,
+    },
     /// The known_hosts file could not be read or written.
     File(String),
 }
@@ -130,6 +135,10 @@ impl std::fmt::Display for HostRejection {
             } => write!(
                 f,
                 "host key verification failed: {host} was set up by kubectl-vm, so only a host certificate of the platform CA proves it, and it presented a plain {algorithm} key {fingerprint}"
+            ),
+            HostRejection::Revoked { fingerprint } => write!(
+                f,
+                "host key verification failed: the host key {fingerprint} is revoked by the platform (`kubectl vm ca revoke`)"
             ),
             HostRejection::File(e) => write!(f, "known_hosts: {e}"),
         }
@@ -176,6 +185,8 @@ pub struct HostVerifier {
     pub namespace: String,
     /// Trusted platform CA keys (from the CA ConfigMap); empty without a CA.
     pub ca_keys: Vec<PublicKey>,
+    /// Revoked host keys (from the CA ConfigMap): refused plain or certified.
+    pub revoked: Vec<PublicKey>,
     /// The known_hosts file.
     pub known_hosts: PathBuf,
     /// Policy for unknown hosts.
@@ -327,6 +338,15 @@ impl HostVerifier {
         &self,
         presented: &russh::keys::PublicKeyOrCertificate,
     ) -> Result<HostTrust, HostRejection> {
+        let key_data = match presented {
+            russh::keys::PublicKeyOrCertificate::Certificate(cert) => cert.public_key().clone(),
+            russh::keys::PublicKeyOrCertificate::PublicKey { key, .. } => key.key_data().clone(),
+        };
+        if let Some(revoked) = self.revoked.iter().find(|k| *k.key_data() == key_data) {
+            return Err(HostRejection::Revoked {
+                fingerprint: revoked.fingerprint(HashAlg::Sha256).to_string(),
+            });
+        }
         match presented {
             russh::keys::PublicKeyOrCertificate::Certificate(cert) => self.check_certificate(cert),
             russh::keys::PublicKeyOrCertificate::PublicKey { key, .. } => self.check_key(key),
@@ -410,6 +430,7 @@ mod tests {
             strict,
             prompt: None,
             certificate_required: false,
+            revoked: Vec::new(),
         }
     }
 
@@ -539,6 +560,36 @@ mod tests {
         assert!(v.check_key(key.public_key()).is_ok());
         v.certificate_required = true;
         assert!(v.check_key(key.public_key()).is_err());
+    }
+
+    #[test]
+    fn revoked_host_keys_are_refused_with_or_without_a_certificate() {
+        use russh::keys::PublicKeyOrCertificate;
+        let dir = tempfile::tempdir().unwrap();
+        let ca = CaBundle::generate().unwrap();
+        let keys = HostKeys::issue(&ca, "web", "prod", Duration::from_secs(3600)).unwrap();
+        let cert = Certificate::from_openssh(&keys.certificate).unwrap();
+        let key = PublicKey::from_openssh(&keys.public_key).unwrap();
+        let mut v = verifier(dir.path(), &ca, StrictHostKeyChecking::AcceptNew);
+        assert!(
+            v.check(&PublicKeyOrCertificate::Certificate(cert.clone()))
+                .is_ok()
+        );
+        v.revoked = vec![key.clone()];
+        let expected = key.fingerprint(HashAlg::Sha256).to_string();
+        for presented in [
+            PublicKeyOrCertificate::Certificate(cert),
+            PublicKeyOrCertificate::PublicKey {
+                key: key.clone(),
+                hash_alg: None,
+            },
+        ] {
+            match v.check(&presented) {
+                Err(HostRejection::Revoked { fingerprint }) => assert_eq!(fingerprint, expected),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(!v.known_hosts.exists(), "a revoked key is not recorded");
     }
 
     #[test]

@@ -284,6 +284,21 @@ pub async fn issue_certificate(
     }))
 }
 
+/// The platform CA public keys and the revoked host keys, read from the CA ConfigMap once;
+/// both empty without a CA or for a user who may not read it.
+pub async fn host_trust(
+    cluster: &Cluster,
+    ca_namespace: &str,
+) -> Result<(Vec<PublicKey>, Vec<PublicKey>), Error> {
+    let config_map = match store::read_configmap(cluster, ca_namespace).await {
+        Ok(Some(cm)) => cm,
+        Ok(None) | Err(Error::Forbidden { .. }) => return Ok((Vec::new(), Vec::new())),
+        Err(e) => return Err(e),
+    };
+    let keys = crate::ca::trusted_keys_from_configmap(&config_map).unwrap_or_default();
+    Ok((keys, store::revoked_keys_from_configmap(&config_map)))
+}
+
 /// The platform CA public keys, for host certificates; empty without a CA.
 pub async fn ca_keys(cluster: &Cluster, ca_namespace: &str) -> Result<Vec<PublicKey>, Error> {
     let lines = match store::read_public_keys(cluster, ca_namespace).await {
@@ -352,10 +367,12 @@ pub async fn connect(
     events: &(dyn Fn(SshEvent) + Send + Sync),
 ) -> Result<Connection, ConnectError> {
     let auth = identity(cluster, options, events).await?;
+    let (ca_keys, revoked) = host_trust(cluster, &options.ca_namespace).await?;
     let verifier = HostVerifier {
         vm: options.vm.clone(),
         namespace: options.namespace.clone(),
-        ca_keys: ca_keys(cluster, &options.ca_namespace).await?,
+        ca_keys,
+        revoked,
         known_hosts: options.known_hosts.clone(),
         strict: options.strict,
         prompt,
