@@ -33,8 +33,10 @@ pub const HOST_CERTIFICATE: &str = "hostcertificate";
 pub const KIND: &str = "SSHCertificateRequest";
 
 /// Annotation `create` writes on VMs whose guests accept only VM-scoped principals
-/// (an `AuthorizedPrincipalsFile` per login). VMs without it were created before and trust
-/// every certificate of the CA whose principal is the login name.
+/// (an `AuthorizedPrincipalsFile` per login); `none` on VMs it made without platform SSH. VMs
+/// of kubectl-vm without it were created before and trust every certificate of the CA whose
+/// principal is the login name; the signer issues none such, and `kubectl vm ca migrate`
+/// ([`crate::ca::migrate`]) gives them the scoped form.
 pub const TRUST_ANNOTATION: &str = "ssh.kubevm.io/trust";
 /// Value of [`TRUST_ANNOTATION`] for VM-scoped trust.
 pub const TRUST_VM_SCOPED: &str = "vm-scoped";
@@ -205,7 +207,17 @@ mod tests {
         /// Issue 32: no two distinct (name, namespace) pairs share a host principal, a
         /// known_hosts key or an ssh-config host, and each gives its pair back.
         #[test]
-        fn host_names_are_injective(a in pair(), b in pair()) {
+        fn host_names_are_injective(a in pair(), other in pair(), pick in 0u8..3) {
+            // Besides an independent pair, the hostile neighbours of `a`: its whole name moved
+            // into namespace `vm`, and its name split at its last dot.
+            let b = match pick {
+                0 => (format!("{}.{}", a.0, a.1), "vm".to_string()),
+                1 => match a.0.rsplit_once('.') {
+                    Some((n, ns)) => (n.to_string(), ns.to_string()),
+                    None => other,
+                },
+                _ => other,
+            };
             let host = |(n, ns): &(String, String)| host_name(n, ns);
             let known_hosts_key = |(n, ns): &(String, String)| crate::ssh::hostkey::HostVerifier {
                 vm: n.clone(),
