@@ -69,6 +69,8 @@ pub struct VmSummary {
     /// The pool the VM is a replica of: the VirtualMachinePool controlling it (KubeVirt) or
     /// its [`crate::create::pool::POOL_LABEL`] label (Deckhouse pools made by `create`).
     pub pool: Option<String>,
+    /// How its guest trusts SSH.
+    pub trust: TrustState,
     /// The VM object as the server returned it; with [`Detail::Row`] only the fields a row
     /// needs.
     pub object: Value,
@@ -183,16 +185,70 @@ pub fn kubevirt_launcher_host_label(vm: &Value) -> String {
         .collect()
 }
 
-/// `VM-scoped` for VMs whose guests accept only certificates naming them; for VMs kubectl-vm
-/// created before that, a warning that any certificate of the CA for the login opens them.
-pub fn ssh_trust(vm: &Value) -> Option<String> {
-    let meta = &vm["metadata"];
-    if meta["annotations"][crate::signer::TRUST_ANNOTATION] == crate::signer::TRUST_VM_SCOPED {
-        return Some("VM-scoped (certificates for LOGIN@NAME.NAMESPACE only)".into());
+/// How a VM's guest trusts SSH, from the VM's label and annotation (the TRUST column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrustState {
+    /// Made by kubectl-vm with VM-scoped trust: its guest accepts only certificates naming it
+    /// (`LOGIN@NAME.NAMESPACE`), and the platform vouches for its host (a host certificate of
+    /// the CA is the only proof `ssh`, `scp` and `ssh-config` accept).
+    VmScoped,
+    /// Made by kubectl-vm before VM-scoped trust: its guest would accept any certificate of the
+    /// CA for the login, but the signer issues only VM-scoped ones, so no certificate opens it
+    /// until `kubectl vm ca migrate` and a restart.
+    Legacy,
+    /// Not made by kubectl-vm, enrolled (`kubectl vm enroll`): certificates naming it, host key
+    /// trusted on first use.
+    Enrolled,
+    /// No platform SSH trust.
+    None,
+}
+
+impl TrustState {
+    /// Read it from a VM object of either platform.
+    pub fn of(vm: &Value) -> TrustState {
+        let meta = &vm["metadata"];
+        let ours = meta["labels"][crate::create::MANAGED_BY_LABEL] == crate::create::MANAGED_BY;
+        let trust = &meta["annotations"][crate::signer::TRUST_ANNOTATION];
+        let scoped = *trust == crate::signer::TRUST_VM_SCOPED;
+        match (ours, scoped) {
+            (true, true) => TrustState::VmScoped,
+            (true, false) if trust.is_null() => TrustState::Legacy,
+            (false, true) => TrustState::Enrolled,
+            _ => TrustState::None,
+        }
     }
-    (meta["labels"][crate::create::MANAGED_BY_LABEL] == crate::create::MANAGED_BY).then(|| {
-        "unscoped: any certificate of the CA for the login opens it (created before VM-scoped trust; recreate it)".into()
-    })
+
+    /// The TRUST column: `vm-scoped`, `legacy`, `enrolled` or `none`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrustState::VmScoped => "vm-scoped",
+            TrustState::Legacy => "legacy",
+            TrustState::Enrolled => "enrolled",
+            TrustState::None => "none",
+        }
+    }
+
+    /// Whether the platform vouches for the VM's host: only a host certificate of the CA
+    /// proves it (no known_hosts, no trust on first use).
+    pub fn platform_vouches(self) -> bool {
+        self == TrustState::VmScoped
+    }
+}
+
+/// What `get` says of the VM's SSH trust (see [`TrustState`]); `None` when it has none.
+pub fn ssh_trust(vm: &Value) -> Option<String> {
+    match TrustState::of(vm) {
+        TrustState::VmScoped => Some(
+            "vm-scoped: certificates for LOGIN@NAME.NAMESPACE only; host proven by its host certificate".into(),
+        ),
+        TrustState::Legacy => Some(
+            "legacy: made before VM-scoped trust; no certificate opens it until `kubectl vm ca migrate` and a restart".into(),
+        ),
+        TrustState::Enrolled => Some(
+            "enrolled: certificates for LOGIN@NAME.NAMESPACE only; host key trusted on first use".into(),
+        ),
+        TrustState::None => None,
+    }
 }
 
 fn text(value: &Value, pointer: &str) -> Option<String> {
@@ -291,6 +347,7 @@ pub fn summarize_kubevirt(vm: &Value, vmi: Option<&Value>) -> VmSummary {
         migratable: vmi.map(|i| condition_status(i, "LiveMigratable").unwrap_or(false)),
         run_strategy,
         pool: pool_of(vm),
+        trust: TrustState::of(vm),
         object: vm.clone(),
     }
 }
@@ -316,6 +373,7 @@ pub fn summarize_deckhouse(vm: &Value) -> VmSummary {
         migratable: running.then(|| condition_status(vm, "Migratable").unwrap_or(false)),
         run_strategy: text(vm, "/spec/runPolicy"),
         pool: pool_of(vm),
+        trust: TrustState::of(vm),
         object: vm.clone(),
     }
 }
@@ -630,9 +688,20 @@ mod tests {
     fn ssh_trust_tells_scoped_from_older_vms() {
         let scoped = serde_json::json!({"metadata": {"annotations": {"ssh.kubevm.io/trust": "vm-scoped"},
             "labels": {"app.kubernetes.io/managed-by": "kubectl-vm"}}});
-        assert!(super::ssh_trust(&scoped).unwrap().starts_with("VM-scoped"));
+        assert!(super::ssh_trust(&scoped).unwrap().starts_with("vm-scoped"));
+        assert!(super::TrustState::of(&scoped).platform_vouches());
         let older = serde_json::json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": "kubectl-vm"}}});
-        assert!(super::ssh_trust(&older).unwrap().starts_with("unscoped"));
+        assert!(super::ssh_trust(&older).unwrap().starts_with("legacy"));
+        let enrolled =
+            serde_json::json!({"metadata": {"annotations": {"ssh.kubevm.io/trust": "vm-scoped"}}});
+        assert_eq!(
+            super::TrustState::of(&enrolled),
+            super::TrustState::Enrolled
+        );
+        assert!(!super::TrustState::of(&enrolled).platform_vouches());
+        let without = serde_json::json!({"metadata": {"annotations": {"ssh.kubevm.io/trust": "none"},
+            "labels": {"app.kubernetes.io/managed-by": "kubectl-vm"}}});
+        assert_eq!(super::TrustState::of(&without).as_str(), "none");
         let foreign = serde_json::json!({"metadata": {"name": "x"}});
         assert_eq!(super::ssh_trust(&foreign), None);
     }

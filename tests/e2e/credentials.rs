@@ -240,7 +240,7 @@ fn kubevirt_credentials_keys_and_password() {
     ok(env.vm(&["restart", "keys"]));
     // The emulator's sshd guest makes a new host key at every boot (a real cloud-init keeps
     // the instance's): forget the one recorded.
-    std::fs::remove_file(env.dir.path().join(".kube/kubectl-vm/known_hosts")).unwrap();
+    std::fs::remove_file(env.dir.path().join(".kube/kubectl-vm/vm_known_hosts")).unwrap();
     until("the password is set", || {
         password_is(&env, &two, "c0rrect horse")
     });

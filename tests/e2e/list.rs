@@ -38,7 +38,8 @@ fn kubevirt_wide_list_through_kubectl_plugin_discovery() {
             "AGENT",
             "MIGRATABLE",
             "RUN-STRATEGY",
-            "POOL"
+            "POOL",
+            "TRUST"
         ]
     );
     // Columns line up: every header starts where its cells start.
@@ -60,7 +61,8 @@ fn kubevirt_wide_list_through_kubectl_plugin_discovery() {
                 "AGENT",
                 "MIGRATABLE",
                 "RUN-STRATEGY",
-                "POOL"
+                "POOL",
+                "TRUST"
             ],
             &[
                 "default",
@@ -73,7 +75,8 @@ fn kubevirt_wide_list_through_kubectl_plugin_discovery() {
                 "<none>",
                 "<none>",
                 "Always",
-                "<none>"
+                "<none>",
+                "none"
             ],
             &[
                 "default",
@@ -86,7 +89,8 @@ fn kubevirt_wide_list_through_kubectl_plugin_discovery() {
                 "true",
                 "true",
                 "Always",
-                "<none>"
+                "<none>",
+                "none"
             ],
             &[
                 "dev",
@@ -99,11 +103,12 @@ fn kubevirt_wide_list_through_kubectl_plugin_discovery() {
                 "false",
                 "true",
                 "Always",
-                "<none>"
+                "<none>",
+                "none"
             ],
             &[
                 "dev", "batch", "Stopped", "<none>", "<none>", "<none>", "1Gi", "<none>", "<none>",
-                "Halted", "<none>"
+                "Halted", "<none>", "none"
             ],
             &[
                 "prod",
@@ -116,7 +121,8 @@ fn kubevirt_wide_list_through_kubectl_plugin_discovery() {
                 "true",
                 "false",
                 "Always",
-                "<none>"
+                "<none>",
+                "none"
             ],
         ])
     );
@@ -147,7 +153,8 @@ fn deckhouse_wide_list_through_kubectl_plugin_discovery() {
                 "MIGRATABLE",
                 "RUN-STRATEGY",
                 "CORE-FRACTION",
-                "POOL"
+                "POOL",
+                "TRUST"
             ],
             &[
                 "default",
@@ -161,11 +168,12 @@ fn deckhouse_wide_list_through_kubectl_plugin_discovery() {
                 "true",
                 "AlwaysOnUnlessStoppedManually",
                 "10%",
-                "<none>"
+                "<none>",
+                "none"
             ],
             &[
                 "dev", "builder", "Stopped", "<none>", "<none>", "2", "2Gi", "<none>", "<none>",
-                "Manual", "50%", "<none>"
+                "Manual", "50%", "<none>", "none"
             ],
             &[
                 "dev",
@@ -179,7 +187,8 @@ fn deckhouse_wide_list_through_kubectl_plugin_discovery() {
                 "<none>",
                 "AlwaysOnUnlessStoppedManually",
                 "<none>",
-                "<none>"
+                "<none>",
+                "none"
             ],
             &[
                 "prod",
@@ -193,7 +202,8 @@ fn deckhouse_wide_list_through_kubectl_plugin_discovery() {
                 "false",
                 "AlwaysOn",
                 "100%",
-                "<none>"
+                "<none>",
+                "none"
             ],
         ])
     );

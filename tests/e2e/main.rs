@@ -44,6 +44,7 @@ mod snapshot;
 mod snapshot_deckhouse;
 mod ssh;
 mod ssh_tools;
+mod trust;
 mod upload;
 mod upload_deckhouse;
 mod upload_interrupt;

@@ -107,7 +107,7 @@ pub(crate) fn keygen(path: &Path) {
 }
 
 fn known_hosts_entries(env: &Env) -> usize {
-    let path = env.dir.path().join(".kube/kubectl-vm/known_hosts");
+    let path = env.dir.path().join(".kube/kubectl-vm/vm_known_hosts");
     std::fs::read_to_string(path)
         .map(|t| t.lines().filter(|l| !l.trim().is_empty()).count())
         .unwrap_or(0)

@@ -353,7 +353,7 @@ fn rbac_and_scoping(env: &Env, flavor: &str) {
             "-o",
             "StrictHostKeyChecking=yes",
             "-o",
-            "HostKeyAlias=web.prod",
+            "HostKeyAlias=web.prod.vm",
         ])
         .args(["kubevm@web.prod", "true"])
         .output()
@@ -627,5 +627,8 @@ fn direct_mode_says_it_is_unsafe() {
     let show = ok(env.vm(&["ca", "show"]));
     assert!(show.contains("Mode:       direct (unsafe)"), "{show}");
     let get = ok(env.vm(&["get", "www"]));
-    assert!(get.contains("SSH trust:    VM-scoped"), "{get}");
+    assert!(
+        get.contains("SSH trust:    vm-scoped: certificates for LOGIN@NAME.NAMESPACE only"),
+        "{get}"
+    );
 }

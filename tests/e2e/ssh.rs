@@ -367,7 +367,7 @@ fn host_key_changes_and_strict_checking() {
     std::fs::write(env.dir.path().join(".ca-done"), "").unwrap();
     // A guest without the platform setup: no host certificate, so known_hosts applies.
     vm_with_ca(&env, "plain", &["--no-platform-ssh"]);
-    let known = env.dir.path().join(".kube/kubectl-vm/known_hosts");
+    let known = env.dir.path().join(".kube/kubectl-vm/vm_known_hosts");
     let out = ssh(
         &env,
         &["--strict-host-key-checking", "yes", "plain", "--", "true"],
@@ -391,11 +391,14 @@ fn host_key_changes_and_strict_checking() {
     // The host is recorded; the login itself fails (the guest does not trust the CA).
     assert_eq!(out.status.code(), Some(255));
     let err = stderr(&out);
-    assert!(err.contains("Permanently added 'plain.default'"), "{err}");
+    assert!(
+        err.contains("Permanently added 'plain.default.vm'"),
+        "{err}"
+    );
     assert!(err.contains("kubectl vm get plain.default"), "{err}");
     let recorded = std::fs::read_to_string(&known).unwrap();
     assert!(
-        recorded.starts_with("plain.default ssh-ed25519 "),
+        recorded.starts_with("plain.default.vm ssh-ed25519 "),
         "{recorded}"
     );
     use std::os::unix::fs::PermissionsExt;

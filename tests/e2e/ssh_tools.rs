@@ -263,7 +263,7 @@ fn openssh_through_ssh_config_and_stdio() {
                 crate::common::BIN
             ),
             "-o",
-            "HostKeyAlias=sshvm.default",
+            "HostKeyAlias=sshvm.default.vm",
             "-o",
             &format!(
                 "KnownHostsCommand={} --kubeconfig {kubeconfig} ssh-known-hosts",

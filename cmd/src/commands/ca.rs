@@ -19,7 +19,7 @@ use crate::render::{self, OutputFormat};
 /// Arguments of `ca`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "The CA's private keys live in Secret kubevm-ssh-ca (administrators only), its public keys in\nConfigMap kubevm-ssh-ca, readable by every authenticated user.\n\nExamples:\n  kubectl vm ca init\n  kubectl vm ca show -o yaml\n  kubectl vm ca rotate\n  kubectl vm ca rotate --finish"
+    after_help = "The CA's private keys live in Secret kubevm-ssh-ca (administrators only), its public keys in\nConfigMap kubevm-ssh-ca, readable by every authenticated user.\n\nExamples:\n  kubectl vm ca init\n  kubectl vm ca show -o yaml\n  kubectl vm ca rotate\n  kubectl vm ca rotate --finish\n  kubectl vm ca migrate --dry-run"
 )]
 pub struct CaArgs {
     /// Namespace holding the CA
@@ -40,6 +40,42 @@ pub enum CaCommand {
     Show(ShowArgs),
     /// Start a key rotation (the old key stays trusted), or finish one with --finish
     Rotate(RotateArgs),
+    /// Give VMs made before VM-scoped trust the scoped form (at their next boot)
+    Migrate(MigrateArgs),
+    /// Revoke a host key: published with the CA keys, refused by ssh, scp and ssh-config
+    Revoke(RevokeArgs),
+}
+
+/// Arguments of `ca revoke`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "The key goes on the list in ConfigMap kubevm-ssh-ca (key revoked.pub). kubectl vm ssh and scp refuse a\nhost presenting it, with or without a certificate; ssh-known-hosts prints it as an @revoked line, so\nOpenSSH through ssh-config refuses it too.\n\nExamples:\n  kubectl vm ca revoke --key ssh_host_ed25519_key.pub\n  kubectl vm ca revoke --key web-host-cert.pub"
+)]
+pub struct RevokeArgs {
+    /// The host key to revoke: a public key or host certificate file (OpenSSH one-line form)
+    #[arg(long, value_name = "FILE")]
+    pub key: std::path::PathBuf,
+}
+
+/// Arguments of `ca migrate`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "VMs kubectl vm created before VM-scoped trust accept any certificate of the CA whose principal is
+the login name. The signer issues only LOGIN@NAME.NAMESPACE, so no certificate opens them until
+they are migrated: migrate rewrites the trust section of each one's cloud-init Secret (a principals
+file per login, AuthorizedPrincipalsFile in the sshd drop-in), effective at the VM's next boot, and
+annotates the VM ssh.kubevm.io/trust=vm-scoped. VMs of ours without platform SSH are annotated
+none. Only VMs labelled as made by kubectl vm are read, and only a Secret labelled as ours that the
+VM references and owns (by uid) is written.
+
+Examples:
+  kubectl vm ca migrate --dry-run
+  kubectl vm ca migrate && kubectl vm restart web"
+)]
+pub struct MigrateArgs {
+    /// Say what would be done, change nothing
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// Arguments of `ca init`.
@@ -107,11 +143,18 @@ pub async fn cmd_ca(global: &GlobalArgs, args: CaArgs) -> CommandResult {
     {
         return init_signer(global, &ns, init_args).await;
     }
+    if let CaCommand::Revoke(revoke_args) = &args.command {
+        return revoke(global, &ns, &revoke_args.key).await;
+    }
+    if let CaCommand::Migrate(migrate_args) = &args.command {
+        return migrate(global, migrate_args.dry_run).await;
+    }
     let cluster = Cluster::connect(&global.connect_options()).await?;
     match args.command {
         CaCommand::Init(_) => init(&cluster, &ns).await,
         CaCommand::Show(show_args) => show(&cluster, &ns, show_args.output).await,
         CaCommand::Rotate(rotate_args) => rotate(&cluster, &ns, rotate_args.finish).await,
+        CaCommand::Migrate(_) | CaCommand::Revoke(_) => unreachable!("handled above"),
     }
 }
 
@@ -341,6 +384,76 @@ async fn mode_line(cluster: &Cluster) -> CommandResult<(String, bool)> {
             false,
         )),
     }
+}
+
+/// `ca revoke --key FILE`: the file is read and checked before any request.
+async fn revoke(global: &GlobalArgs, ns: &str, file: &std::path::Path) -> CommandResult {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| CommandError::usage(format!("--key {}: {e}", file.display())))?;
+    let key = kubevm::ssh::cert::host_key_of(&text)
+        .map_err(|e| CommandError::usage(format!("--key {}: {e}", file.display())))?;
+    let cluster = Cluster::connect(&global.connect_options()).await?;
+    let fingerprint = key.fingerprint;
+    match store::revoke(&cluster, ns, &key.key).await? {
+        store::RevokeOutcome::NoCa => Err(no_ca(ns)),
+        store::RevokeOutcome::AlreadyRevoked => {
+            println!("{fingerprint} is already revoked");
+            Ok(())
+        }
+        store::RevokeOutcome::Added(n) => {
+            println!(
+                "revoked host key {fingerprint} ({n} revoked in configmap/{CONFIGMAP_NAME} in {ns:?}); ssh, scp and ssh-config refuse it from now on"
+            );
+            Ok(())
+        }
+    }
+}
+
+/// `ca migrate`: one line per VM that had no trust annotation.
+async fn migrate(global: &GlobalArgs, dry_run: bool) -> CommandResult {
+    use kubevm::ca::migrate::Outcome;
+    let (cluster, platform) = super::connect(global).await?;
+    let results = kubevm::ca::migrate::migrate(&cluster, platform.flavor, dry_run).await?;
+    let mut out = std::io::stdout().lock();
+    if results.is_empty() {
+        writeln!(
+            out,
+            "Every VM kubectl vm made already has VM-scoped trust (or none): nothing to migrate."
+        )?;
+        return Ok(());
+    }
+    let mut migrated = 0;
+    for vm in &results {
+        let target = format!("{}.{}", vm.name, vm.namespace);
+        match &vm.outcome {
+            Outcome::Migrated { logins } if dry_run => writeln!(
+                out,
+                "{target}: would write scoped trust for {} (dry run)",
+                logins.join(", ")
+            )?,
+            Outcome::Migrated { logins } => {
+                migrated += 1;
+                writeln!(
+                    out,
+                    "{target}: scoped trust written for {}, takes effect at next boot",
+                    logins.join(", ")
+                )?
+            }
+            Outcome::NoPlatformTrust => writeln!(
+                out,
+                "{target}: no platform SSH trust in its cloud-init; {}marked trust=none",
+                if dry_run { "would be " } else { "" }
+            )?,
+            Outcome::Skipped(why) => writeln!(out, "{target}: skipped: {why}")?,
+        }
+    }
+    if migrated > 0 {
+        writeln!(
+            out,
+            "Restart the migrated VMs (`kubectl vm restart NAME`) for their guests to apply it."
+        )?;
+    }
+    Ok(())
 }
 
 async fn show(cluster: &Cluster, ns: &str, format: Option<DataFormat>) -> CommandResult {

@@ -169,7 +169,7 @@ impl Printer {
             if self.kind.group == kubevm::flavor::DECKHOUSE_GROUP {
                 headers.push("CORE-FRACTION");
             }
-            headers.push("POOL");
+            headers.extend(["POOL", "TRUST"]);
         }
         headers
     }
@@ -199,6 +199,7 @@ impl Printer {
                 row.push(cell(vm.core_fraction.as_ref()));
             }
             row.push(cell(vm.pool.as_ref()));
+            row.push(vm.trust.as_str().to_owned());
         }
         row
     }

@@ -171,7 +171,7 @@ pub fn print_event(event: SshEvent) {
     match event {
         SshEvent::Fallback(notice) | SshEvent::Notice(notice) => eprintln!("Notice: {notice}"),
         SshEvent::HostRecorded { host, file, .. } => eprintln!(
-            "Warning: Permanently added '{host}' (ED25519) to the list of known hosts ({}).",
+            "Warning: {host} has no host certificate of the platform (an enrolled or foreign VM): trusting its key on first use. Permanently added '{host}' (ED25519) to the list of known hosts ({}).",
             file.display()
         ),
     }

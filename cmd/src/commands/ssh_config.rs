@@ -113,8 +113,9 @@ pub async fn cmd_ssh_config(global: &GlobalArgs, args: SshConfigArgs) -> Command
                 args.ca_namespace
             ))
         })?;
-    // VMs the user can list get their own block (HostKeyAlias NAME.NAMESPACE, the host
-    // certificate's principal); all namespaces if allowed, else the current one.
+    // VMs whose host the platform does not vouch for (enrolled, foreign) get their own block
+    // that lets a key recorded on first use count; all namespaces if allowed, else the current
+    // one. Every other `*.vm` host must show a host certificate of the CA.
     let list = match kubevm::vm::list(&cluster, &platform, &Scope::AllNamespaces, None).await {
         Ok(list) => list,
         Err(kubevm::Error::Forbidden { .. }) => {
@@ -131,6 +132,7 @@ pub async fn cmd_ssh_config(global: &GlobalArgs, args: SshConfigArgs) -> Command
     let vms: Vec<VmEntry> = list
         .items
         .iter()
+        .filter(|v| !v.trust.platform_vouches())
         .map(|v| VmEntry {
             name: v.name.clone(),
             namespace: v.namespace.clone(),
@@ -144,7 +146,11 @@ pub async fn cmd_ssh_config(global: &GlobalArgs, args: SshConfigArgs) -> Command
     let user_config = home()?.join(".ssh/config");
     let changed = config::install(&paths, &text, Some(&user_config))
         .map_err(|e| CommandError::Failed(e.to_string()))?;
-    println!("wrote {} ({} VMs)", paths.config.display(), vms.len());
+    println!(
+        "wrote {} ({} VMs trusted on first use, all others by host certificate)",
+        paths.config.display(),
+        vms.len()
+    );
     if changed {
         println!(
             "added `{}` to {}",
@@ -160,7 +166,7 @@ pub async fn cmd_ssh_config(global: &GlobalArgs, args: SshConfigArgs) -> Command
 
 pub async fn cmd_ssh_known_hosts(global: &GlobalArgs, args: SshKnownHostsArgs) -> CommandResult {
     let cluster = kubevm::cluster::Cluster::connect(&global.connect_options()).await?;
-    let keys = store::read_public_keys(&cluster, &args.ca_namespace)
+    let config_map = store::read_configmap(&cluster, &args.ca_namespace)
         .await?
         .ok_or_else(|| {
             CommandError::Failed(format!(
@@ -168,7 +174,8 @@ pub async fn cmd_ssh_known_hosts(global: &GlobalArgs, args: SshKnownHostsArgs) -
                 args.ca_namespace
             ))
         })?;
-    print!("{}", config::known_hosts(&keys));
+    let (keys, revoked) = store::host_trust_lines(&config_map)?;
+    print!("{}", config::known_hosts(&keys, &revoked));
     Ok(())
 }
 

@@ -8,15 +8,16 @@ use ssh_key::{Algorithm, Certificate, LineEnding, PrivateKey};
 
 use super::{CaBundle, CaError};
 
-/// How long a host certificate is valid unless told otherwise: 10 years, since renewing it
-/// needs a reboot of the VM.
-pub const DEFAULT_HOST_CERT_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+/// How long a host certificate is valid unless told otherwise: one year. Bounded, so a host key
+/// that leaked (a copied disk, an old snapshot) stops being vouched for by itself; not shorter,
+/// because a renewed certificate (`kubectl vm ca rotate` re-certifies each VM's key) reaches
+/// the guest only at its next boot, and a year spans the usual patch-and-reboot cycle, while a
+/// VM whose certificate expired can no longer be reached by `ssh` at all (the platform vouches
+/// for it, so there is no fall-back to trust on first use).
+pub const DEFAULT_HOST_CERT_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// The principals a VM's host certificate names: `NAME.NAMESPACE` and `NAME.NAMESPACE.vm`
-/// (see [`crate::signer::host_principals`]); never the bare name.
-pub fn host_principals(vm: &str, namespace: &str) -> Vec<String> {
-    crate::signer::host_principals(vm, namespace)
-}
+/// The principals a VM's host certificate names: the one function that decides them.
+pub use crate::signer::host_principals;
 
 /// A host key pair and its certificate, all in OpenSSH text form, ready for cloud-init.
 #[derive(Clone, PartialEq, Eq)]
@@ -96,12 +97,16 @@ mod tests {
         let host = HostKeys::issue(&ca, "web", "prod", DEFAULT_HOST_CERT_VALIDITY).unwrap();
         let cert = Certificate::from_openssh(&host.certificate).unwrap();
         assert_eq!(cert.cert_type(), CertType::Host);
-        assert_eq!(cert.valid_principals(), ["web.prod", "web.prod.vm"]);
+        assert_eq!(cert.valid_principals(), ["web.prod.vm"]);
         let ca_fp = ca.signing_key().public_key().fingerprint(HashAlg::Sha256);
         cert.validate([&ca_fp]).unwrap();
         let key = PrivateKey::from_openssh(&host.private_key).unwrap();
         assert_eq!(cert.public_key(), key.public_key().key_data());
         assert!(host.public_key.starts_with("ssh-ed25519 "));
+        // Bounded validity: a year (plus the minute of clock skew allowed before now).
+        let span = cert.valid_before() - cert.valid_after();
+        assert!(span <= 365 * 24 * 3600 + 120, "{span}");
+        assert!(span >= 365 * 24 * 3600, "{span}");
         assert!(!format!("{host:?}").contains("PRIVATE KEY"));
     }
 
@@ -136,6 +141,8 @@ mod tests {
             text.contains(&format!("Signing CA: ED25519 {ca_fingerprint}")),
             "{text}"
         );
-        assert!(text.contains("db.team-a") && text.contains("Key ID: \"kubevm-host:team-a/db\""));
+        assert!(
+            text.contains("db.team-a.vm") && text.contains("Key ID: \"kubevm-host:team-a/db\"")
+        );
     }
 }

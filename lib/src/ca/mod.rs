@@ -11,6 +11,7 @@
 
 mod bundle;
 mod host;
+pub mod migrate;
 pub mod objects;
 pub mod propagate;
 pub mod store;
@@ -30,6 +31,10 @@ pub const CONFIGMAP_NAME: &str = "kubevm-ssh-ca";
 pub const PRIVATE_KEYS_KEY: &str = "ca.keys";
 /// ConfigMap key holding the public keys, one OpenSSH line each, oldest first.
 pub const PUBLIC_KEYS_KEY: &str = "ca.pub";
+/// ConfigMap key holding revoked host keys, one OpenSSH public key line each (`ca revoke`):
+/// published with the CA keys, honoured by `kubectl vm ssh`/`scp` and printed as `@revoked`
+/// lines by `ssh-known-hosts` for OpenSSH.
+pub const REVOKED_KEYS_KEY: &str = "revoked.pub";
 
 /// A CA operation that failed.
 #[derive(Debug, Error)]

@@ -51,6 +51,84 @@ pub async fn read_public_keys(
         .map(Some)
 }
 
+/// The revoked host keys published in the CA ConfigMap ([`super::REVOKED_KEYS_KEY`]); lines
+/// that do not parse are skipped. Empty without a CA or a list.
+pub fn revoked_keys_from_configmap(config_map: &ConfigMap) -> Vec<russh::keys::PublicKey> {
+    config_map
+        .data
+        .as_ref()
+        .and_then(|d| d.get(super::REVOKED_KEYS_KEY))
+        .map(|text| {
+            text.lines()
+                .filter_map(|l| russh::keys::PublicKey::from_openssh(l.trim()).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The CA keys and the revoked host keys of the CA ConfigMap, as OpenSSH lines.
+pub fn host_trust_lines(config_map: &ConfigMap) -> Result<(Vec<String>, Vec<String>)> {
+    let openssh = |keys: Vec<russh::keys::PublicKey>| {
+        keys.iter()
+            .map(|k| k.to_openssh().map_err(|e| ca_error(CaError::Key(e))))
+            .collect::<Result<Vec<_>>>()
+    };
+    let keys = super::trusted_keys_from_configmap(config_map).map_err(ca_error)?;
+    Ok((
+        openssh(keys)?,
+        openssh(revoked_keys_from_configmap(config_map))?,
+    ))
+}
+
+/// What [`revoke`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RevokeOutcome {
+    /// There is no CA ConfigMap to publish the list in.
+    NoCa,
+    /// The key was added; the list now has this many keys.
+    Added(usize),
+    /// The key was on the list already.
+    AlreadyRevoked,
+}
+
+/// Add `key` (a host key) to the revocation list in the CA ConfigMap, written with the
+/// resourceVersion read (a Conflict says to run it again).
+pub async fn revoke(
+    cluster: &Cluster,
+    ca_namespace: &str,
+    key: &russh::keys::PublicKey,
+) -> Result<RevokeOutcome> {
+    let Some(mut config_map) = read_configmap(cluster, ca_namespace).await? else {
+        return Ok(RevokeOutcome::NoCa);
+    };
+    let mut revoked = revoked_keys_from_configmap(&config_map);
+    if revoked.iter().any(|k| k.key_data() == key.key_data()) {
+        return Ok(RevokeOutcome::AlreadyRevoked);
+    }
+    let mut key = key.clone();
+    key.set_comment("");
+    revoked.push(key);
+    let lines: Vec<String> = revoked
+        .iter()
+        .map(|k| k.to_openssh().map_err(|e| ca_error(CaError::Key(e))))
+        .collect::<Result<_>>()?;
+    config_map.metadata.managed_fields = None;
+    config_map
+        .data
+        .get_or_insert_with(Default::default)
+        .insert(super::REVOKED_KEYS_KEY.into(), lines.join("\n") + "\n");
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), ca_namespace);
+    api.replace(CONFIGMAP_NAME, &PostParams::default(), &config_map)
+        .await
+        .map_err(|e| match cluster.error(e, &configmap_action("update", ca_namespace)) {
+            Error::Conflict(_) => Error::Conflict(format!(
+                "the SSH CA ConfigMap in namespace {ca_namespace:?} was changed meanwhile; run the command again"
+            )),
+            other => other,
+        })?;
+    Ok(RevokeOutcome::Added(lines.len()))
+}
+
 /// The CA with its private keys, from its Secret. `None` when there is no Secret, or when the
 /// user may not read it (such a user simply gets no host certificate).
 pub async fn read_bundle(cluster: &Cluster, ca_namespace: &str) -> Result<Option<CaBundle>> {
@@ -308,6 +386,17 @@ pub async fn rotate(cluster: &Cluster, ca_namespace: &str, finish: bool) -> Resu
     match read_configmap(cluster, ca_namespace).await? {
         Some(current) => {
             config_map.metadata.resource_version = current.metadata.resource_version;
+            // The revocation list outlives a rotation.
+            if let Some(revoked) = current
+                .data
+                .as_ref()
+                .and_then(|d| d.get(super::REVOKED_KEYS_KEY))
+            {
+                config_map
+                    .data
+                    .get_or_insert_with(Default::default)
+                    .insert(super::REVOKED_KEYS_KEY.into(), revoked.clone());
+            }
             config_maps
                 .replace(CONFIGMAP_NAME, &PostParams::default(), &config_map)
                 .await

@@ -211,10 +211,15 @@ fn metadata(plan: &VmPlan, name: &str) -> Value {
 }
 
 /// `metadata` of the VM itself: the common labels, and when it trusts the platform CA the
-/// annotations the SSH signer reads (VM-scoped trust, the logins besides the platform user).
+/// annotations the SSH signer reads (VM-scoped trust, the logins besides the platform user);
+/// otherwise trust `none`, so it is not taken for a VM made before VM-scoped trust.
 fn vm_metadata(plan: &VmPlan) -> Value {
     let mut meta = metadata(plan, &plan.name);
-    if plan.platform_ssh.enabled && plan.os != plan::OsType::Windows {
+    if !plan.platform_ssh.enabled || plan.os == plan::OsType::Windows {
+        meta["annotations"] = json!({
+            crate::signer::TRUST_ANNOTATION: crate::ca::migrate::TRUST_NONE,
+        });
+    } else {
         let mut annotations = serde_json::Map::new();
         annotations.insert(
             crate::signer::TRUST_ANNOTATION.into(),

@@ -33,8 +33,10 @@ pub const HOST_CERTIFICATE: &str = "hostcertificate";
 pub const KIND: &str = "SSHCertificateRequest";
 
 /// Annotation `create` writes on VMs whose guests accept only VM-scoped principals
-/// (an `AuthorizedPrincipalsFile` per login). VMs without it were created before and trust
-/// every certificate of the CA whose principal is the login name.
+/// (an `AuthorizedPrincipalsFile` per login); `none` on VMs it made without platform SSH. VMs
+/// of kubectl-vm without it were created before and trust every certificate of the CA whose
+/// principal is the login name; the signer issues none such, and `kubectl vm ca migrate`
+/// ([`crate::ca::migrate`]) gives them the scoped form.
 pub const TRUST_ANNOTATION: &str = "ssh.kubevm.io/trust";
 /// Value of [`TRUST_ANNOTATION`] for VM-scoped trust.
 pub const TRUST_VM_SCOPED: &str = "vm-scoped";
@@ -55,14 +57,35 @@ pub fn scoped_principal(login: &str, name: &str, namespace: &str) -> String {
     format!("{login}@{name}.{namespace}")
 }
 
-/// The principals of a VM's host certificate: `NAME.NAMESPACE` (what `ssh` verifies) and
-/// `NAME.NAMESPACE.vm` (the host name of the ssh-config alias). Never the bare name, which
-/// would let `web` in one namespace pass for `web` in another.
+/// Suffix of the one name a VM host goes by (see [`host_name`]).
+pub const HOST_SUFFIX: &str = ".vm";
+
+/// The one name of VM `name` in `namespace` as an SSH host: `NAME.NAMESPACE.vm`. It is the
+/// host certificate's only principal, the ssh-config host name and the known_hosts key, so
+/// host trust has one spelling everywhere.
+///
+/// Injective: namespaces are DNS labels (no dots), so stripping [`HOST_SUFFIX`] and splitting
+/// at the last dot gives the pair back ([`vm_of_host_name`]). The former two-principal form
+/// (`NAME.NAMESPACE` and `NAME.NAMESPACE.vm`) was not: VM `db.primary.prod` in namespace `vm`
+/// got `db.primary.prod.vm`, the name of VM `db.primary` in `prod`.
+pub fn host_name(name: &str, namespace: &str) -> String {
+    format!("{name}.{namespace}{HOST_SUFFIX}")
+}
+
+/// The `(NAME, NAMESPACE)` a [`host_name`] stands for; `None` for anything that is not of that
+/// form with a non-empty name and namespace (no check of the characters: callers that use the
+/// parts validate them).
+pub fn vm_of_host_name(host: &str) -> Option<(&str, &str)> {
+    let inner = host.strip_suffix(HOST_SUFFIX)?;
+    let (name, namespace) = inner.rsplit_once('.')?;
+    (!name.is_empty() && !namespace.is_empty()).then_some((name, namespace))
+}
+
+/// The principals of a VM's host certificate: its [`host_name`] only. Never the bare name
+/// (which would let `web` in one namespace pass for `web` in another) and never
+/// `NAME.NAMESPACE` (which collides with the host name of another VM, see [`host_name`]).
 pub fn host_principals(name: &str, namespace: &str) -> Vec<String> {
-    vec![
-        format!("{name}.{namespace}"),
-        format!("{name}.{namespace}.vm"),
-    ]
+    vec![host_name(name, namespace)]
 }
 
 /// A certificate request, and the signer's answer in `status` (like a TokenRequest).
@@ -141,8 +164,87 @@ mod tests {
             scoped_principal("kubevm", "db.primary", "prod"),
             "kubevm@db.primary.prod"
         );
-        assert_eq!(host_principals("web", "dev"), ["web.dev", "web.dev.vm"]);
-        assert!(!host_principals("web", "dev").contains(&"web".to_string()));
+        // The collision of the former form (issue 32): db.primary.prod in `vm` and
+        // db.primary in `prod` share no principal.
+        assert_eq!(host_principals("web", "dev"), ["web.dev.vm"]);
+        assert_eq!(
+            host_principals("db.primary", "prod"),
+            ["db.primary.prod.vm"]
+        );
+        assert_eq!(
+            host_principals("db.primary.prod", "vm"),
+            ["db.primary.prod.vm.vm"]
+        );
+        assert_eq!(
+            vm_of_host_name("db.primary.prod.vm.vm"),
+            Some(("db.primary.prod", "vm"))
+        );
+        assert_eq!(vm_of_host_name("web.vm"), None);
+        assert_eq!(vm_of_host_name(".dev.vm"), None);
+        assert_eq!(vm_of_host_name("web.dev"), None);
+    }
+
+    use proptest::prelude::*;
+
+    /// DNS labels, mostly from a few words so that generated pairs overlap as hostile ones do
+    /// (`db.primary.prod` in `vm` against `db.primary` in `prod`).
+    fn label() -> impl Strategy<Value = String> {
+        prop_oneof![
+            3 => prop::sample::select(vec!["vm", "db", "primary", "prod", "a", "x-1"]).prop_map(str::to_owned),
+            1 => "[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?",
+        ]
+    }
+
+    /// (VM name, namespace): a DNS subdomain with up to four labels, and a DNS label.
+    fn pair() -> impl Strategy<Value = (String, String)> {
+        (
+            prop::collection::vec(label(), 1..5).prop_map(|l| l.join(".")),
+            label(),
+        )
+    }
+
+    proptest! {
+        /// Issue 32: no two distinct (name, namespace) pairs share a host principal, a
+        /// known_hosts key or an ssh-config host, and each gives its pair back.
+        #[test]
+        fn host_names_are_injective(a in pair(), other in pair(), pick in 0u8..3) {
+            // Besides an independent pair, the hostile neighbours of `a`: its whole name moved
+            // into namespace `vm`, and its name split at its last dot.
+            let b = match pick {
+                0 => (format!("{}.{}", a.0, a.1), "vm".to_string()),
+                1 => match a.0.rsplit_once('.') {
+                    Some((n, ns)) => (n.to_string(), ns.to_string()),
+                    None => other,
+                },
+                _ => other,
+            };
+            let host = |(n, ns): &(String, String)| host_name(n, ns);
+            let known_hosts_key = |(n, ns): &(String, String)| crate::ssh::hostkey::HostVerifier {
+                vm: n.clone(),
+                namespace: ns.clone(),
+                ca_keys: Vec::new(),
+                known_hosts: Default::default(),
+                strict: Default::default(),
+                prompt: None,
+                certificate_required: true,
+                revoked: Vec::new(),
+            }
+            .host_name();
+            for p in [&a, &b] {
+                let h = host(p);
+                prop_assert_eq!(vm_of_host_name(&h), Some((p.0.as_str(), p.1.as_str())));
+                let target = crate::ssh::config::vm_of_host(&host(p)).unwrap();
+                prop_assert_eq!(&target.name, &p.0);
+                prop_assert_eq!(target.namespace.as_deref(), Some(p.1.as_str()));
+                prop_assert_eq!(known_hosts_key(p), host(p));
+            }
+            if a != b {
+                let pa = host_principals(&a.0, &a.1);
+                prop_assert!(host_principals(&b.0, &b.1).iter().all(|p| !pa.contains(p)));
+                prop_assert_ne!(known_hosts_key(&a), known_hosts_key(&b));
+                prop_assert_ne!(host(&a), host(&b));
+            }
+        }
     }
 
     #[test]

@@ -132,7 +132,14 @@ pub fn key_id(caller: &Caller, namespace: &str, vm: &str) -> String {
     format!("kubectl-vm:{user}:{namespace}/{vm}")
 }
 
-/// Decide a user certificate for `caller` on `vm`.
+/// Decide a user certificate for `caller` on `vm`. The certificate names exactly one
+/// principal, `LOGIN@NAME.NAMESPACE`, for every VM (never the bare login).
+///
+/// A login other than [`Limits::platform_user`] must be one the VM lists
+/// ([`VmFacts::logins`], which says the guest has it). That annotation is written by whoever may
+/// edit the VM, so it is not the permission: the signer server also asks the API server whether
+/// the caller may `use` the login (`logins.ssh.kubevm.io`, resourceName = login, in the VM's
+/// namespace) before it signs.
 pub fn user_certificate(
     limits: &Limits,
     caller: &Caller,
@@ -179,11 +186,10 @@ pub fn user_certificate(
         }
         Some(s) => Duration::from_secs(s),
     };
-    let mut principals = vec![scoped_principal(&login, &vm.name, &vm.namespace)];
-    if !vm.scoped {
-        // Created before VM-scoped trust: its guest matches the principal to the login name.
-        principals.push(login.clone());
-    }
+    // One principal naming the login on this VM, whatever the VM says of itself: a guest made
+    // before VM-scoped trust (no `AuthorizedPrincipalsFile`) matches the principal to the login
+    // name and so accepts none of these; `kubectl vm ca migrate` gives it the scoped form.
+    let principals = vec![scoped_principal(&login, &vm.name, &vm.namespace)];
     let mut extensions = Vec::new();
     if spec.pty {
         extensions.push("permit-pty");
@@ -267,13 +273,55 @@ mod tests {
     }
 
     #[test]
-    fn older_vms_also_get_the_bare_login() {
+    fn older_vms_get_no_bare_login() {
+        // Issue 32: a VM without the trust annotation got the bare login too (`root`), which
+        // every guest trusting the CA without a principals file accepted.
         let vm = VmFacts {
             scoped: false,
+            logins: vec!["root".into()],
             ..web()
         };
         let d = user_certificate(&Limits::default(), &alice(), &vm, &spec()).unwrap();
-        assert_eq!(d.principals, ["kubevm@web.dev", "kubevm"]);
+        assert_eq!(d.principals, ["kubevm@web.dev"]);
+        let mut s = spec();
+        s.login = Some("root".into());
+        let d = user_certificate(&Limits::default(), &alice(), &vm, &s).unwrap();
+        assert_eq!(d.principals, ["root@web.dev"]);
+    }
+
+    fn name_strategy() -> impl proptest::strategy::Strategy<Value = String> {
+        // DNS subdomains (with dots) and the names that collided before (`vm`, `prod.vm`).
+        proptest::prop_oneof![
+            "[a-z0-9]([a-z0-9-]{0,6}[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]{0,6}[a-z0-9])?){0,3}",
+            proptest::strategy::Just("vm".to_string()),
+            proptest::strategy::Just("db.primary.prod".to_string()),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever the VM's facts, every principal names the login on exactly this VM.
+        #[test]
+        fn no_bare_principal_for_any_vm_facts(
+            name in name_strategy(),
+            namespace in "[a-z0-9]([a-z0-9-]{0,6}[a-z0-9])?|vm",
+            scoped: bool,
+            agent: bool,
+            login in "(kubevm|root|ubuntu|[a-z_][a-z0-9_-]{0,8})",
+            listed in proptest::collection::vec("[a-z_][a-z0-9_-]{0,8}|root", 0..3),
+        ) {
+            let vm = VmFacts {
+                name: name.clone(),
+                namespace: namespace.clone(),
+                scoped,
+                agent_forwarding: agent,
+                logins: listed.into_iter().chain([login.clone()]).collect(),
+                ..Default::default()
+            };
+            let mut s = spec();
+            s.login = Some(login.clone());
+            let d = user_certificate(&Limits::default(), &alice(), &vm, &s).unwrap();
+            proptest::prop_assert_eq!(d.principals, vec![format!("{login}@{name}.{namespace}")]);
+        }
     }
 
     #[test]
@@ -364,6 +412,6 @@ mod tests {
         assert!(facts.scoped && !facts.deleting);
         assert_eq!(facts.logins, ["alice", "ops"]);
         let host = host_certificate(&Limits::default(), "web", "dev");
-        assert_eq!(host.principals, ["web.dev", "web.dev.vm"]);
+        assert_eq!(host.principals, ["web.dev.vm"]);
     }
 }

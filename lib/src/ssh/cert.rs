@@ -18,6 +18,35 @@ pub const MAX_TTL: Duration = Duration::from_secs(3600);
 /// How far in the past a certificate becomes valid, for clock skew between us and the guest.
 pub const BACKDATE: Duration = Duration::from_secs(60);
 
+/// A host key named on the command line (`ca revoke --key`), with its SHA256 fingerprint.
+#[derive(Debug, Clone)]
+pub struct NamedHostKey {
+    /// The key.
+    pub key: PublicKey,
+    /// `SHA256:…`.
+    pub fingerprint: String,
+}
+
+/// The host key in `text`: an OpenSSH public key line, or a host certificate line (its key).
+pub fn host_key_of(text: &str) -> Result<NamedHostKey, String> {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('#'))
+        .ok_or("no key in it")?;
+    let key = if let Ok(cert) = Certificate::from_openssh(line) {
+        if cert.cert_type() != CertType::Host {
+            return Err("it is a user certificate, not a host key".into());
+        }
+        PublicKey::from(cert.public_key().clone())
+    } else {
+        PublicKey::from_openssh(line)
+            .map_err(|e| format!("not an OpenSSH public key or certificate: {e}"))?
+    };
+    let fingerprint = key.fingerprint(ssh_key::HashAlg::Sha256).to_string();
+    Ok(NamedHostKey { key, fingerprint })
+}
+
 /// Check a `--ttl` value: more than zero and at most [`MAX_TTL`].
 pub fn check_ttl(ttl: Duration) -> Result<(), String> {
     if ttl.is_zero() {

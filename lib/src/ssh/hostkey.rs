@@ -1,6 +1,7 @@
-//! Host verification: a host certificate signed by the platform CA for `NAME.NAMESPACE` or
-//! `NAME`, else the key recorded in kubectl-vm's own known_hosts file, keyed `NAME.NAMESPACE`,
-//! with OpenSSH's `StrictHostKeyChecking` choices.
+//! Host verification: a host certificate signed by the platform CA naming this VM only
+//! (`NAME.NAMESPACE.vm`, [`crate::signer::host_name`]), else, for VMs whose trust the platform
+//! did not set up, the key recorded in kubectl-vm's own known_hosts file, keyed
+//! `NAME.NAMESPACE.vm`, with OpenSSH's `StrictHostKeyChecking` choices.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -80,6 +81,21 @@ pub enum HostRejection {
         /// Whether the user was asked and said no.
         declined: bool,
     },
+    /// A plain host key from a VM whose trust the platform set up: only a host certificate
+    /// of the platform CA proves such a VM, never a key on first use.
+    CertificateRequired {
+        /// `NAME.NAMESPACE.vm`.
+        host: String,
+        /// Algorithm, e.g. `ED25519`.
+        algorithm: String,
+        /// `SHA256:…` of the key presented.
+        fingerprint: String,
+    },
+    /// The host key is on the platform's revocation list (`kubectl vm ca revoke`).
+    Revoked {
+        /// `SHA256:…` of the revoked key.
+        fingerprint: String,
+    },
     /// The known_hosts file could not be read or written.
     File(String),
 }
@@ -112,6 +128,18 @@ impl std::fmt::Display for HostRejection {
                     )
                 }
             }
+            HostRejection::CertificateRequired {
+                host,
+                algorithm,
+                fingerprint,
+            } => write!(
+                f,
+                "host key verification failed: {host} was set up by kubectl-vm, so only a host certificate of the platform CA proves it, and it presented a plain {algorithm} key {fingerprint}"
+            ),
+            HostRejection::Revoked { fingerprint } => write!(
+                f,
+                "host key verification failed: the host key {fingerprint} is revoked by the platform (`kubectl vm ca revoke`)"
+            ),
             HostRejection::File(e) => write!(f, "known_hosts: {e}"),
         }
     }
@@ -134,11 +162,18 @@ pub enum HostTrust {
     },
 }
 
-/// The default known_hosts file: `~/.kube/kubectl-vm/known_hosts`.
+/// The known_hosts file under `~/.kube/kubectl-vm/`, keyed `NAME.NAMESPACE.vm`. The former
+/// `known_hosts` (keyed `NAME.NAMESPACE`: its entry `db.primary.prod.vm` for VM `db.primary.prod` in
+/// namespace `vm` would read as the new key of VM `db.primary` in `prod`) is no longer read.
+pub const KNOWN_HOSTS_FILE: &str = "vm_known_hosts";
+
+/// The default known_hosts file: `~/.kube/kubectl-vm/vm_known_hosts`.
 pub fn default_known_hosts() -> Option<PathBuf> {
-    std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .map(|h| PathBuf::from(h).join(".kube/kubectl-vm/known_hosts"))
+    std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| {
+        PathBuf::from(h)
+            .join(".kube/kubectl-vm")
+            .join(KNOWN_HOSTS_FILE)
+    })
 }
 
 /// Everything needed to decide whether to trust a host.
@@ -150,12 +185,17 @@ pub struct HostVerifier {
     pub namespace: String,
     /// Trusted platform CA keys (from the CA ConfigMap); empty without a CA.
     pub ca_keys: Vec<PublicKey>,
+    /// Revoked host keys (from the CA ConfigMap): refused plain or certified.
+    pub revoked: Vec<PublicKey>,
     /// The known_hosts file.
     pub known_hosts: PathBuf,
     /// Policy for unknown hosts.
     pub strict: StrictHostKeyChecking,
     /// Asks about unknown hosts when `strict` is [`StrictHostKeyChecking::Ask`].
     pub prompt: Option<Prompt>,
+    /// The platform vouches for this VM ([`crate::vm::TrustState::VmScoped`]): only a host
+    /// certificate of the platform CA is accepted, a plain key never (no known_hosts, no TOFU).
+    pub certificate_required: bool,
 }
 
 impl std::fmt::Debug for HostVerifier {
@@ -165,6 +205,7 @@ impl std::fmt::Debug for HostVerifier {
             .field("namespace", &self.namespace)
             .field("known_hosts", &self.known_hosts)
             .field("strict", &self.strict)
+            .field("certificate_required", &self.certificate_required)
             .finish_non_exhaustive()
     }
 }
@@ -177,9 +218,10 @@ fn algorithm_name(key: &PublicKey) -> String {
 }
 
 impl HostVerifier {
-    /// The known_hosts key: `NAME.NAMESPACE`.
+    /// The host's one name, the known_hosts key and certificate principal:
+    /// `NAME.NAMESPACE.vm` ([`crate::signer::host_name`]).
     pub fn host_name(&self) -> String {
-        format!("{}.{}", self.vm, self.namespace)
+        crate::signer::host_name(&self.vm, &self.namespace)
     }
 
     /// Check a host certificate against the platform CA.
@@ -210,12 +252,18 @@ impl HostVerifier {
         if !cert.critical_options().is_empty() {
             return Err(bad("it has critical options".into()));
         }
-        // Only the namespace-qualified name: a bare `web` would let web.dev pass for web.prod.
+        // It must name this VM, and nothing but this VM: a bare `web` would let web.dev pass
+        // for web.prod, and a certificate of the former two-principal form issued for
+        // `db.primary.prod` in namespace `vm` also names `db.primary.prod.vm`, this host name
+        // of `db.primary` in `prod`. Its other principal gives it away; the legacy
+        // `NAME.NAMESPACE` of this very VM is the only other name allowed.
         let name = self.host_name();
-        if !cert.valid_principals().contains(&name) {
+        let legacy = format!("{}.{}", self.vm, self.namespace);
+        let principals = cert.valid_principals();
+        if !principals.contains(&name) || principals.iter().any(|p| *p != name && *p != legacy) {
             return Err(bad(format!(
-                "it is for {}, not {name}",
-                cert.valid_principals().join(", "),
+                "it is for {}, not {name} alone",
+                principals.join(", "),
             )));
         }
         Ok(HostTrust::Certificate {
@@ -227,6 +275,13 @@ impl HostVerifier {
     pub fn check_key(&self, key: &PublicKey) -> Result<HostTrust, HostRejection> {
         let host = self.host_name();
         let presented = key.fingerprint(HashAlg::Sha256).to_string();
+        if self.certificate_required {
+            return Err(HostRejection::CertificateRequired {
+                host,
+                algorithm: algorithm_name(key),
+                fingerprint: presented,
+            });
+        }
         let entries = read_known_hosts(&self.known_hosts).map_err(HostRejection::File)?;
         let mut changed = None;
         for entry in entries
@@ -283,6 +338,15 @@ impl HostVerifier {
         &self,
         presented: &russh::keys::PublicKeyOrCertificate,
     ) -> Result<HostTrust, HostRejection> {
+        let key_data = match presented {
+            russh::keys::PublicKeyOrCertificate::Certificate(cert) => cert.public_key().clone(),
+            russh::keys::PublicKeyOrCertificate::PublicKey { key, .. } => key.key_data().clone(),
+        };
+        if let Some(revoked) = self.revoked.iter().find(|k| *k.key_data() == key_data) {
+            return Err(HostRejection::Revoked {
+                fingerprint: revoked.fingerprint(HashAlg::Sha256).to_string(),
+            });
+        }
         match presented {
             russh::keys::PublicKeyOrCertificate::Certificate(cert) => self.check_certificate(cert),
             russh::keys::PublicKeyOrCertificate::PublicKey { key, .. } => self.check_key(key),
@@ -365,6 +429,8 @@ mod tests {
             known_hosts: dir.join("sub/known_hosts"),
             strict,
             prompt: None,
+            certificate_required: false,
+            revoked: Vec::new(),
         }
     }
 
@@ -390,7 +456,7 @@ mod tests {
         let err = v
             .check_certificate(&host_cert(&ca, "db", "prod"))
             .unwrap_err();
-        assert!(err.to_string().contains("not web.prod"), "{err}");
+        assert!(err.to_string().contains("not web.prod.vm"), "{err}");
         // web in another namespace, with a certificate of the old form that also named the
         // bare `web`: refused (this passed before host verification required NAME.NAMESPACE).
         let key = HostKeys::generate_key("web", "dev").unwrap();
@@ -411,7 +477,7 @@ mod tests {
         let err = v.check_certificate(&signed.certificate).unwrap_err();
         assert!(
             err.to_string()
-                .contains("it is for web.dev, web, not web.prod"),
+                .contains("it is for web.dev, web, not web.prod.vm alone"),
             "{err}"
         );
         // Still trusted during a CA rotation: the older key signed it.
@@ -419,6 +485,111 @@ mod tests {
         rotated.rotate().unwrap();
         let v2 = verifier(dir.path(), &rotated, StrictHostKeyChecking::Yes);
         assert!(v2.check_certificate(&host_cert(&ca, "web", "prod")).is_ok());
+    }
+
+    fn sign_host(ca: &CaBundle, principals: &[&str]) -> Certificate {
+        let key = HostKeys::generate_key("x", "y").unwrap();
+        let decision = crate::signer::policy::Decision {
+            principals: principals.iter().map(|p| p.to_string()).collect(),
+            key_id: "kubevm-host:test".into(),
+            ttl: Duration::from_secs(3600),
+            extensions: vec![],
+            login: None,
+        };
+        crate::signer::sign::sign(
+            ca.signing_key(),
+            key.public_key(),
+            CertType::Host,
+            &decision,
+        )
+        .unwrap()
+        .certificate
+    }
+
+    #[test]
+    fn certificates_of_the_former_form_name_only_their_own_vm() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = CaBundle::generate().unwrap();
+        let mut v = verifier(dir.path(), &ca, StrictHostKeyChecking::Yes);
+        v.vm = "db.primary".into();
+        v.namespace = "prod".into();
+        // This VM's own certificate of the former form keeps working.
+        let own = sign_host(&ca, &["db.primary.prod", "db.primary.prod.vm"]);
+        assert!(v.check_certificate(&own).is_ok());
+        // Issue 32: the former form for db.primary.prod in namespace `vm` named
+        // db.primary.prod.vm too, and passed for db.primary in prod.
+        let colliding = sign_host(&ca, &["db.primary.prod.vm", "db.primary.prod.vm.vm"]);
+        let err = v.check_certificate(&colliding).unwrap_err();
+        assert!(
+            err.to_string().contains("not db.primary.prod.vm alone"),
+            "{err}"
+        );
+        // The new form for that VM does not even name it.
+        let new = host_cert(&ca, "db.primary.prod", "vm");
+        assert!(v.check_certificate(&new).is_err());
+        assert!(
+            v.check_certificate(&host_cert(&ca, "db.primary", "prod"))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_vm_the_platform_vouches_for_needs_a_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = CaBundle::generate().unwrap();
+        let key = crate::ssh::cert::fresh_key().unwrap();
+        for strict in [
+            StrictHostKeyChecking::AcceptNew,
+            StrictHostKeyChecking::No,
+            StrictHostKeyChecking::Ask,
+        ] {
+            let mut v = verifier(dir.path(), &ca, strict);
+            v.certificate_required = true;
+            v.prompt = Some(Arc::new(|_| Some(true)));
+            let err = v.check_key(key.public_key()).unwrap_err();
+            assert!(
+                matches!(&err, HostRejection::CertificateRequired { host, .. } if host == "web.prod.vm"),
+                "{err:?}"
+            );
+            assert!(err.to_string().contains("only a host certificate"), "{err}");
+            assert!(!v.known_hosts.exists(), "nothing recorded");
+            assert!(v.check_certificate(&host_cert(&ca, "web", "prod")).is_ok());
+        }
+        // A key recorded earlier does not help either.
+        let mut v = verifier(dir.path(), &ca, StrictHostKeyChecking::AcceptNew);
+        assert!(v.check_key(key.public_key()).is_ok());
+        v.certificate_required = true;
+        assert!(v.check_key(key.public_key()).is_err());
+    }
+
+    #[test]
+    fn revoked_host_keys_are_refused_with_or_without_a_certificate() {
+        use russh::keys::PublicKeyOrCertificate;
+        let dir = tempfile::tempdir().unwrap();
+        let ca = CaBundle::generate().unwrap();
+        let keys = HostKeys::issue(&ca, "web", "prod", Duration::from_secs(3600)).unwrap();
+        let cert = Certificate::from_openssh(&keys.certificate).unwrap();
+        let key = PublicKey::from_openssh(&keys.public_key).unwrap();
+        let mut v = verifier(dir.path(), &ca, StrictHostKeyChecking::AcceptNew);
+        assert!(
+            v.check(&PublicKeyOrCertificate::Certificate(cert.clone()))
+                .is_ok()
+        );
+        v.revoked = vec![key.clone()];
+        let expected = key.fingerprint(HashAlg::Sha256).to_string();
+        for presented in [
+            PublicKeyOrCertificate::Certificate(cert),
+            PublicKeyOrCertificate::PublicKey {
+                key: key.clone(),
+                hash_alg: None,
+            },
+        ] {
+            match v.check(&presented) {
+                Err(HostRejection::Revoked { fingerprint }) => assert_eq!(fingerprint, expected),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(!v.known_hosts.exists(), "a revoked key is not recorded");
     }
 
     #[test]
@@ -440,7 +611,7 @@ mod tests {
             Ok(HostTrust::Recorded { .. })
         ));
         let text = std::fs::read_to_string(&accept.known_hosts).unwrap();
-        assert!(text.starts_with("web.prod ssh-ed25519 "), "{text}");
+        assert!(text.starts_with("web.prod.vm ssh-ed25519 "), "{text}");
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&accept.known_hosts)
             .unwrap()
@@ -502,7 +673,7 @@ mod tests {
             v.check_key(key.public_key()),
             Err(HostRejection::Unknown { declined: true, .. })
         ));
-        v.prompt = Some(Arc::new(|h| Some(h.host == "web.prod")));
+        v.prompt = Some(Arc::new(|h| Some(h.host == "web.prod.vm")));
         assert!(matches!(
             v.check_key(key.public_key()),
             Ok(HostTrust::Recorded { .. })

@@ -123,6 +123,8 @@ fn verifier(ca: &CaBundle, known_hosts: &Path, strict: StrictHostKeyChecking) ->
         known_hosts: known_hosts.to_path_buf(),
         strict,
         prompt: None,
+        certificate_required: false,
+        revoked: Vec::new(),
     }
 }
 
@@ -349,7 +351,10 @@ async fn known_hosts_accept_new_then_changed_key() {
         .unwrap();
     assert!(matches!(conn.trust, HostTrust::Recorded { .. }));
     let recorded = std::fs::read_to_string(&s.known_hosts).unwrap();
-    assert!(recorded.starts_with("web.prod ssh-ed25519 "), "{recorded}");
+    assert!(
+        recorded.starts_with("web.prod.vm ssh-ed25519 "),
+        "{recorded}"
+    );
     conn.close().await;
     // The same host again: known.
     let conn = s.connect(StrictHostKeyChecking::Yes, &auth).await.unwrap();

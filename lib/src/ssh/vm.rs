@@ -68,9 +68,10 @@ pub enum SshEvent {
     Fallback(String),
     /// Something the user should know about how the certificate was made (one line).
     Notice(String),
-    /// A new host key was recorded in known_hosts.
+    /// A new host key was recorded in known_hosts (trust on first use: a VM whose host the
+    /// platform does not vouch for).
     HostRecorded {
-        /// `NAME.NAMESPACE`.
+        /// `NAME.NAMESPACE.vm`.
         host: String,
         /// `SHA256:…`.
         fingerprint: String,
@@ -113,6 +114,30 @@ pub async fn default_login(cluster: &Cluster, flavor: Flavor, namespace: &str, v
         })
         .filter(|l| policy::valid_login(l));
     annotated.unwrap_or_else(|| DEFAULT_USER.to_owned())
+}
+
+/// Whether only a host certificate of the platform CA may prove VM `vm`'s host: the VM says the
+/// platform set up its trust ([`crate::vm::TrustState::platform_vouches`]). A VM the user may
+/// not read counts as vouched for (fail closed: no trust on first use on a guess); one that does
+/// not exist is left to the connection to report.
+pub async fn certificate_required(
+    cluster: &Cluster,
+    flavor: Flavor,
+    namespace: &str,
+    vm: &str,
+) -> Result<bool, Error> {
+    let kind = Kind::vm(flavor);
+    match kind.api(&cluster.client, Some(namespace)).get(vm).await {
+        Ok(object) => {
+            let value = serde_json::to_value(object).unwrap_or_default();
+            Ok(crate::vm::TrustState::of(&value).platform_vouches())
+        }
+        Err(e) => match cluster.error(e, &kind.action("get", Some(namespace)).named(vm)) {
+            Error::Forbidden { .. } => Ok(true),
+            Error::NotFound { .. } => Ok(false),
+            other => Err(other),
+        },
+    }
 }
 
 /// The Kubernetes user name from a SelfSubjectReview, `unknown` if the server cannot say.
@@ -259,6 +284,21 @@ pub async fn issue_certificate(
     }))
 }
 
+/// The platform CA public keys and the revoked host keys, read from the CA ConfigMap once;
+/// both empty without a CA or for a user who may not read it.
+pub async fn host_trust(
+    cluster: &Cluster,
+    ca_namespace: &str,
+) -> Result<(Vec<PublicKey>, Vec<PublicKey>), Error> {
+    let config_map = match store::read_configmap(cluster, ca_namespace).await {
+        Ok(Some(cm)) => cm,
+        Ok(None) | Err(Error::Forbidden { .. }) => return Ok((Vec::new(), Vec::new())),
+        Err(e) => return Err(e),
+    };
+    let keys = crate::ca::trusted_keys_from_configmap(&config_map).unwrap_or_default();
+    Ok((keys, store::revoked_keys_from_configmap(&config_map)))
+}
+
 /// The platform CA public keys, for host certificates; empty without a CA.
 pub async fn ca_keys(cluster: &Cluster, ca_namespace: &str) -> Result<Vec<PublicKey>, Error> {
     let lines = match store::read_public_keys(cluster, ca_namespace).await {
@@ -327,13 +367,22 @@ pub async fn connect(
     events: &(dyn Fn(SshEvent) + Send + Sync),
 ) -> Result<Connection, ConnectError> {
     let auth = identity(cluster, options, events).await?;
+    let (ca_keys, revoked) = host_trust(cluster, &options.ca_namespace).await?;
     let verifier = HostVerifier {
         vm: options.vm.clone(),
         namespace: options.namespace.clone(),
-        ca_keys: ca_keys(cluster, &options.ca_namespace).await?,
+        ca_keys,
+        revoked,
         known_hosts: options.known_hosts.clone(),
         strict: options.strict,
         prompt,
+        certificate_required: certificate_required(
+            cluster,
+            options.flavor,
+            &options.namespace,
+            &options.vm,
+        )
+        .await?,
     };
     let stream = open_port(
         cluster,
@@ -370,6 +419,9 @@ pub async fn connect(
 /// The default known_hosts path, or an error when `HOME` is unset.
 pub fn known_hosts_path() -> Result<PathBuf, SshError> {
     hostkey::default_known_hosts().ok_or_else(|| {
-        SshError::Usage("HOME is not set: cannot find ~/.kube/kubectl-vm/known_hosts".into())
+        SshError::Usage(format!(
+            "HOME is not set: cannot find ~/.kube/kubectl-vm/{}",
+            hostkey::KNOWN_HOSTS_FILE
+        ))
     })
 }

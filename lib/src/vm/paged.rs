@@ -51,21 +51,45 @@ struct Meta {
     creation_timestamp: Option<String>,
     #[serde(skip_serializing_if = "Labels::is_empty")]
     labels: Labels,
+    #[serde(skip_serializing_if = "Annotations::is_empty")]
+    annotations: Annotations,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     owner_references: Vec<OwnerRef>,
 }
 
-/// The one label a row reads: the pool a VM was created for.
+/// The labels a row reads: the pool a VM was created for, and who made it (the TRUST column).
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default)]
 struct Labels {
     #[serde(rename = "kubevm.io/pool", skip_serializing_if = "Option::is_none")]
     pool: Option<String>,
+    #[serde(
+        rename = "app.kubernetes.io/managed-by",
+        skip_serializing_if = "Option::is_none"
+    )]
+    managed_by: Option<String>,
 }
 
 impl Labels {
     fn is_empty(&self) -> bool {
-        self.pool.is_none()
+        self.pool.is_none() && self.managed_by.is_none()
+    }
+}
+
+/// The annotation a row reads: how the guest trusts SSH certificates (the TRUST column).
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
+struct Annotations {
+    #[serde(
+        rename = "ssh.kubevm.io/trust",
+        skip_serializing_if = "Option::is_none"
+    )]
+    trust: Option<String>,
+}
+
+impl Annotations {
+    fn is_empty(&self) -> bool {
+        self.trust.is_none()
     }
 }
 
