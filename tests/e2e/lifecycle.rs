@@ -387,13 +387,15 @@ fn cancel_stops_a_running_migration_and_no_wait_returns_before() {
             )
             .is_empty()
     );
-    // This sleep holds time, it synchronises nothing: two of the emulator's 700 ms migration
-    // steps pass, in which a migration that still ran would have moved the VMI.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Starting the stopped VM dev/batch takes the controllers several ticks (Pending,
+    // Scheduling, Scheduled, Running); a migration that still ran would have moved on in them.
     assert_eq!(
-        vmi(&env, "default", "web").unwrap()["status"]["nodeName"],
-        "node-1"
+        ok(env.vm(&["start", "batch", "-n", "dev"])),
+        "virtualmachine.kubevirt.io/batch started\n"
     );
+    let web = vmi(&env, "default", "web").unwrap();
+    assert_eq!(web["status"]["nodeName"], "node-1");
+    assert_ne!(web["status"]["migrationState"]["completed"], true, "{web}");
     let err = fails(&env, &["migrate", "web", "--cancel"], 1);
     assert!(err.contains("web has no migration in progress"), "{err}");
 
