@@ -98,6 +98,8 @@ fn watch_age_is_the_age_at_each_event() {
     assert!(watch.next().starts_with("NAME"));
     let first = watch.next();
     assert!(first.starts_with("old "), "{first}");
+    // Not synchronisation: time has to pass for the age at the event to differ from the age
+    // at the first row, which is what this test tells apart.
     std::thread::sleep(Duration::from_secs(4));
     let before = (jiff::Timestamp::now() - created).get_seconds();
     set_status(&env, "aged", "old", "Starting");
