@@ -183,7 +183,15 @@ fn bad_input_is_refused_before_any_request() {
         &["ansible-inventory", "--group-by-label", " "],
         &["ansible-inventory", "--list", "--host", "a.b"],
     ] {
+        env.emulator.clear_requests();
         crate::common::fails(&env, args, 2);
+        let sent: Vec<String> = env
+            .emulator
+            .requests()
+            .iter()
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect();
+        assert!(sent.is_empty(), "{args:?} sent {sent:?}");
     }
 }
 

@@ -52,7 +52,7 @@ fn kubevirt_without_external_link_uses_the_internal_link() {
     let env = kubevirt(size, MIB);
     internal_only(&env, false);
     let file = env.dir.path().join("root.img");
-    let want = reference_sha256(&env, "exp-root", size);
+    let want = reference_sha256("exp-root", size);
     let err = succeeded(&export(
         &env,
         &["pvc/exp-root", "-o", file.to_str().unwrap()],
@@ -157,7 +157,7 @@ fn kubevirt_vmsnapshot_exports_every_volume() {
     );
     for (pvc, size) in [("exp-root", 6 * MIB), ("exp-data", 3 * MIB)] {
         let file = dir.join(format!("{pvc}.img"));
-        assert_eq!(sha256_of(&file), reference_sha256(&env, pvc, size), "{pvc}");
+        assert_eq!(sha256_of(&file), reference_sha256(pvc, size), "{pvc}");
     }
     // The export asked for the snapshot (not the VM).
     let created = env
@@ -254,10 +254,7 @@ fn deckhouse_vds_exports_the_snapshot() {
         &["vds/big-snap", "-o", file.to_str().unwrap()],
     ));
     assert!(err.contains("created DataExport de-vds-big-snap-"), "{err}");
-    assert_eq!(
-        sha256_of(&file),
-        reference_sha256(&env, "vd-big-0001", size)
-    );
+    assert_eq!(sha256_of(&file), reference_sha256("vd-big-0001", size));
     let created = env
         .emulator
         .requests()
@@ -287,10 +284,7 @@ fn deckhouse_without_public_url_uses_the_exporter_pod() {
             && route[0].contains(":8085 through a port-forward to pod de-vd-big-"),
         "{err}"
     );
-    assert_eq!(
-        sha256_of(&file),
-        reference_sha256(&env, "vd-big-0001", size)
-    );
+    assert_eq!(sha256_of(&file), reference_sha256("vd-big-0001", size));
     let forwards = port_forwards(&env);
     assert!(
         !forwards.is_empty() && forwards.iter().all(|(_, s)| *s == 101),
@@ -334,7 +328,7 @@ fn deckhouse_checksum_mismatch_and_cleanup() {
     assert!(!env.dir.path().join("disk.img.sha256").exists());
     assert_eq!(objects(&env, DATA_EXPORTS).len(), 2);
 
-    let right = format!("sha256:{}", reference_sha256(&env, "vd-big-0001", 4 * MIB));
+    let right = format!("sha256:{}", reference_sha256("vd-big-0001", 4 * MIB));
     let other = env.dir.path().join("other.img");
     succeeded(&export(
         &env,
@@ -441,7 +435,7 @@ fn cluster_credentials_go_only_to_the_api_server_host() {
         hosts.iter().all(|h| h != "localhost"),
         "credentials went to the public host: {hosts:?}"
     );
-    assert_eq!(sha256_of(&file), reference_sha256(&env, "vd-big-0001", MIB));
+    assert_eq!(sha256_of(&file), reference_sha256("vd-big-0001", MIB));
     std::fs::remove_file(&file).unwrap();
 
     // Under the API server's host name the public URL is used, with the credentials.
@@ -454,7 +448,7 @@ fn cluster_credentials_go_only_to_the_api_server_host() {
         hosts[before..].iter().all(|h| h == "127.0.0.1"),
         "{hosts:?}"
     );
-    assert_eq!(sha256_of(&file), reference_sha256(&env, "vd-big-0001", MIB));
+    assert_eq!(sha256_of(&file), reference_sha256("vd-big-0001", MIB));
 }
 
 /// A server that answers every download with 416 or 204 (nothing to start over from) makes
@@ -501,7 +495,7 @@ fn one_volume_into_an_existing_directory() {
     ));
     assert_eq!(
         sha256_of(&dir.join("exp-root.img")),
-        reference_sha256(&env, "exp-root", 2 * MIB)
+        reference_sha256("exp-root", 2 * MIB)
     );
     assert!(!dir.join(".partial").exists());
 }

@@ -307,3 +307,38 @@ fn bad_input_is_refused_before_any_request() {
     assert!(yaml.contains("kind: Service"), "{yaml}");
     assert!(env.emulator.requests().iter().all(|r| r.method == "GET"));
 }
+
+/// `--protocol`, `--port-name` and `--external-ip` reach the Service as the Kubernetes API
+/// defines them (core/v1 ServicePort `name`/`protocol`, ServiceSpec `externalIPs`), read back
+/// by real kubectl.
+#[test]
+fn protocol_port_name_and_external_ips_reach_the_service() {
+    let env = Env::kubevirt();
+    create(&env, "dns", "default");
+    let out = env.vm(&[
+        "expose",
+        "dns",
+        "--port",
+        "53",
+        "--target-port",
+        "5353",
+        "--protocol",
+        "udp",
+        "--port-name",
+        "dns-udp",
+        "--external-ip",
+        "192.0.2.10",
+        "--external-ip",
+        "192.0.2.11",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let svc = kubectl_json(&env, &["get", "service", "dns"]);
+    assert_eq!(
+        svc["spec"]["ports"],
+        json!([{"name": "dns-udp", "port": 53, "protocol": "UDP", "targetPort": 5353}])
+    );
+    assert_eq!(
+        svc["spec"]["externalIPs"],
+        json!(["192.0.2.10", "192.0.2.11"])
+    );
+}

@@ -253,3 +253,91 @@ fn both_platforms_served_says_which_one_is_used() {
     let output = env.vm(&["list", "-A", "--flavor", "kubevirt"]);
     assert_eq!(stderr(&output), "No virtual machines found.\n");
 }
+
+/// The global `--cluster` and `--insecure-skip-tls-verify` pick the server and its TLS check
+/// as they do for real kubectl, which is run the same way as the reference; `--request-timeout`
+/// ends a request the server holds.
+#[test]
+fn cluster_insecure_skip_tls_verify_and_request_timeout_like_kubectl() {
+    let env = Env::kubevirt();
+    let text = std::fs::read_to_string(&env.kubeconfig).unwrap();
+    let (head, rest) = text.split_once("clusters:\n").unwrap();
+    let (entry, tail) = rest.split_once("users:\n").unwrap();
+    let server = entry
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .unwrap();
+    // The context's cluster points nowhere; "real" is the emulator; "noca" is the emulator
+    // without its CA.
+    let nowhere = entry.replace(server, "https://127.0.0.1:1");
+    let real = entry.replace("- name: emulator", "- name: real");
+    let noca: String = entry
+        .replace("- name: emulator", "- name: noca")
+        .lines()
+        .filter(|l| !l.contains("certificate-authority-data"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(
+        &env.kubeconfig,
+        format!("{head}clusters:\n{nowhere}{real}{noca}users:\n{tail}"),
+    )
+    .unwrap();
+    let cases: [(&[&str], bool); 4] = [
+        (&[], false),
+        (&["--cluster", "real"], true),
+        (&["--cluster", "noca"], false),
+        (&["--cluster", "noca", "--insecure-skip-tls-verify"], true),
+    ];
+    for (flags, works) in cases {
+        let theirs = env.kubectl(&[&["get", "virtualmachines.kubevirt.io", "web"], flags].concat());
+        assert_eq!(
+            theirs.status.success(),
+            works,
+            "kubectl {flags:?}: {}",
+            stderr(&theirs)
+        );
+        let ours = env.vm(&[&["list"], flags].concat());
+        assert_eq!(ours.status.success(), works, "{flags:?}: {}", stderr(&ours));
+        if works {
+            assert!(
+                stdout(&ours).lines().any(|l| l.starts_with("web ")),
+                "{flags:?}: {}",
+                stdout(&ours)
+            );
+        } else {
+            assert_eq!(ours.status.code(), Some(1), "{flags:?}");
+            assert_eq!(
+                stderr(&ours).lines().count(),
+                1,
+                "{flags:?}: {}",
+                stderr(&ours)
+            );
+        }
+    }
+    // A held list ends at --request-timeout, in one line.
+    env.emulator.hold("list", "virtualmachines");
+    let mut child = env.spawn(&["list", "--cluster", "real", "--request-timeout", "1s"]);
+    // The server never answers: only the timeout can end it (60 s is the test's patience).
+    let patience = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > patience {
+            child.kill().unwrap();
+            env.emulator.release_held();
+            panic!("--request-timeout 1s did not end a request the server holds");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    env.emulator.release_held();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(": timed out"), "{err}");
+    assert!(
+        env.emulator
+            .requests()
+            .iter()
+            .any(|r| r.path == "/apis/kubevirt.io/v1/namespaces/default/virtualmachines"),
+        "the list reached the server and was held"
+    );
+}

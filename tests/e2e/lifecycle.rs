@@ -328,6 +328,8 @@ fn cancel_stops_a_running_migration_and_no_wait_returns_before() {
         "kubevirt.yaml",
         Duration::from_millis(700),
     );
+    // dev/batch starts meanwhile: its migration is the measure of time below.
+    ok(env.vm(&["start", "batch.dev", "--no-wait"]));
     let out = env.vm(&["migrate", "web", "--no-wait"]);
     assert_eq!(
         stdout(&out),
@@ -387,13 +389,19 @@ fn cancel_stops_a_running_migration_and_no_wait_returns_before() {
             )
             .is_empty()
     );
-    // This sleep holds time, it synchronises nothing: two of the emulator's 700 ms migration
-    // steps pass, in which a migration that still ran would have moved the VMI.
-    std::thread::sleep(Duration::from_millis(1500));
+    // A whole migration of another VM, started after the cancel, runs to its end: the
+    // cancelled one, further along in the same controller ticks, would have ended in that
+    // time too and moved web.
+    eventually("batch running", || {
+        printable(&env, "dev", "batch") == "Running"
+    });
     assert_eq!(
-        vmi(&env, "default", "web").unwrap()["status"]["nodeName"],
-        "node-1"
+        ok(env.vm(&["migrate", "batch.dev"])),
+        "virtualmachine.kubevirt.io/batch migrated\n"
     );
+    let web = vmi(&env, "default", "web").unwrap();
+    assert_eq!(web["status"]["nodeName"], "node-1");
+    assert_ne!(web["status"]["migrationState"]["completed"], true, "{web}");
     let err = fails(&env, &["migrate", "web", "--cancel"], 1);
     assert!(err.contains("web has no migration in progress"), "{err}");
 

@@ -98,6 +98,8 @@ fn watch_age_is_the_age_at_each_event() {
     assert!(watch.next().starts_with("NAME"));
     let first = watch.next();
     assert!(first.starts_with("old "), "{first}");
+    // Not synchronisation: time has to pass for the age at the event to differ from the age
+    // at the first row, which is what this test tells apart.
     std::thread::sleep(Duration::from_secs(4));
     let before = (jiff::Timestamp::now() - created).get_seconds();
     set_status(&env, "aged", "old", "Starting");
@@ -173,7 +175,27 @@ fn watch_relists_after_410_gone_and_goes_on() {
         "no re-list after 410: {:?}",
         env.emulator.requests()
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // The change is made once the watch that follows the re-list is open.
+    let rewatched = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        let requests = env.emulator.requests();
+        let relist = requests.iter().position(|r| {
+            r.path == "/apis/kubevirt.io/v1/namespaces/dev/virtualmachines"
+                && !r.query.contains("watch=")
+        });
+        relist.is_some_and(|i| {
+            requests[i..].iter().any(|r| {
+                r.path == "/apis/kubevirt.io/v1/namespaces/dev/virtualmachines"
+                    && r.query.contains("watch=")
+                    && r.status == 200
+            })
+        })
+    });
+    assert!(
+        rewatched,
+        "no watch after the re-list: {:?}",
+        env.emulator.requests()
+    );
     set_status(&env, "dev", "batch", "Starting");
     let line = watch.next();
     let cells: Vec<&str> = line.split_whitespace().collect();

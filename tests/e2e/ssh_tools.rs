@@ -318,3 +318,42 @@ fn stdio_gets_the_reply_after_stdin_ends() {
     assert!(read.is_ok(), "no reply: {read:?}; {}", stderr(&output));
     assert_eq!(got, b"req-4711");
 }
+
+/// `port-forward --address` listens on that address only: the guest's echo answers there,
+/// and the default 127.0.0.1 refuses the same port.
+#[test]
+fn port_forward_listens_on_the_given_address_only() {
+    let env = Env::kubevirt();
+    vm_with_ca(&env, "sshvm", &[]);
+    let port = free_port();
+    let mut child = env
+        .command(crate::common::BIN)
+        .args(["port-forward", "sshvm", &format!("{port}:7")])
+        .args(["--address", "127.0.0.2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut seen = String::new();
+    let mut b = [0u8; 256];
+    while !seen.contains('\n') {
+        let n = out.read(&mut b).unwrap();
+        assert!(n > 0, "{seen}");
+        seen.push_str(&String::from_utf8_lossy(&b[..n]));
+    }
+    assert_eq!(seen, format!("Forwarding from 127.0.0.2:{port} -> 7\n"));
+    let mut e = std::net::TcpStream::connect(("127.0.0.2", port)).unwrap();
+    e.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    e.write_all(b"there").unwrap();
+    let mut got = [0u8; 5];
+    e.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"there");
+    let refused = std::net::TcpStream::connect(("127.0.0.1", port));
+    assert_eq!(
+        refused.map(|_| ()).unwrap_err().kind(),
+        std::io::ErrorKind::ConnectionRefused
+    );
+    child.kill().unwrap();
+    let _ = child.wait();
+}

@@ -66,21 +66,29 @@ fn vm_gets_one_entry_per_login_and_the_logins_annotation() {
         .as_array()
         .unwrap();
     assert_eq!(creds.len(), 2);
+    // KubeVirt's AccessCredential (kubevirt.io/api/core/v1 types.go: SSHPublicKeyAccessCredential
+    // with a Secret source and qemuGuestAgent propagation), written out.
     assert_eq!(
         creds[0],
-        credential_entry("web-kubevm-trust-debian", "debian")
+        json!({"sshPublicKey": {
+            "source": {"secret": {"secretName": "web-kubevm-trust-debian"}},
+            "propagationMethod": {"qemuGuestAgent": {"users": ["debian"]}}}})
     );
     assert_eq!(
-        creds[1]["sshPublicKey"]["propagationMethod"]["qemuGuestAgent"]["users"],
-        json!(["ops"])
+        creds[1],
+        json!({"sshPublicKey": {
+            "source": {"secret": {"secretName": "web-kubevm-trust-ops"}},
+            "propagationMethod": {"qemuGuestAgent": {"users": ["ops"]}}}})
     );
-    let ann = &v["metadata"]["annotations"];
-    assert_eq!(ann[LOGINS_ANNOTATION], "debian,ops");
-    assert_eq!(ann[TRUST_ANNOTATION], TRUST_VM_SCOPED);
-    assert_eq!(ann[crate::signer::DEFAULT_LOGIN_ANNOTATION], "debian");
-    // The signer reads the same annotations.
-    let facts = crate::signer::policy::VmFacts::from_object(&v);
-    assert!(facts.scoped && facts.logins == ["debian", "ops"]);
+    // The annotations the signer reads (README "SSH trust: the platform signs"), written out.
+    assert_eq!(
+        v["metadata"]["annotations"],
+        json!({
+            "ssh.kubevm.io/logins": "debian,ops",
+            "ssh.kubevm.io/trust": "vm-scoped",
+            "ssh.kubevm.io/default-login": "debian"
+        })
+    );
     assert!(remove_entry(&mut v, "debian"));
     assert!(!remove_entry(&mut v, "debian"));
     assert!(remove_login(&mut v, "debian"));

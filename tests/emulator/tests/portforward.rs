@@ -31,6 +31,20 @@ async fn read_n(ws: &mut Ws, n: usize) -> (Vec<u8>, usize) {
     (data, pings)
 }
 
+/// Reads frames until `n` pings arrived (no data expected meanwhile); returns how many came.
+async fn read_pings(ws: &mut Ws, n: usize) -> usize {
+    let mut pings = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while pings < n {
+        match tokio::time::timeout_at(deadline, ws.next()).await {
+            Ok(Some(Ok(Message::Ping(_)))) => pings += 1,
+            Ok(Some(Ok(Message::Pong(_)))) => {}
+            other => panic!("waiting for {n} pings after {pings}: {other:?}"),
+        }
+    }
+    pings
+}
+
 #[tokio::test]
 async fn portforward_echo_sshd_ping_and_errors_kubevirt() {
     assert!(
@@ -48,13 +62,15 @@ async fn portforward_echo_sshd_ping_and_errors_kubevirt() {
         .unwrap();
     let (data, _) = read_n(&mut ws, 5).await;
     assert_eq!(data, b"hello");
-    // virt-api pings every second.
-    tokio::time::sleep(Duration::from_millis(2200)).await;
+    // virt-api pings every second: two pings arrive on an idle stream.
+    let pings = read_pings(&mut ws, 2).await;
+    assert_eq!(pings, 2);
+    // The stream still carries data after them.
     ws.send(Message::Binary(b"x".to_vec().into()))
         .await
         .unwrap();
-    let (_, pings) = read_n(&mut ws, 1).await;
-    assert!(pings >= 2, "{pings} pings");
+    let (data, _) = read_n(&mut ws, 1).await;
+    assert_eq!(data, b"x");
     // Port 22 is the guest's sshd.
     let (mut ssh, _) = dial(&client, &format!("{KV_PF}/22/tcp"), "plain.kubevirt.io")
         .await

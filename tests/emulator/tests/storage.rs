@@ -72,6 +72,11 @@ fn data_volumes(client: &kube::Client) -> Api<DynamicObject> {
 
 /// Creates KubeVirt VM `vm` that is to run with DataVolume `dv` as its root disk (its consumer).
 async fn run_kubevirt_vm_on(client: &kube::Client, dv: &str) {
+    run_kubevirt_vm_named(client, "vm", dv).await
+}
+
+/// Creates a running KubeVirt VM `name` whose root disk is DataVolume `dv`.
+async fn run_kubevirt_vm_named(client: &kube::Client, name: &str, dv: &str) {
     let vms = api(
         client,
         "kubevirt.io",
@@ -82,7 +87,7 @@ async fn run_kubevirt_vm_on(client: &kube::Client, dv: &str) {
     create(
         &vms,
         json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
-        "metadata": {"name": "vm"},
+        "metadata": {"name": name},
         "spec": {"runStrategy": "Always", "template": {"spec": {
             "domain": {"devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}},
             "volumes": [{"name": "root", "dataVolume": {"name": dv}}]}}}}),
@@ -116,7 +121,11 @@ async fn cdi_waits_for_a_consumer_on_wait_for_first_consumer_storage() {
     let phase = |v: &Value| v["status"]["phase"].as_str().unwrap_or("").to_owned();
     let dv = until(&dvs, "disk", |v| !phase(v).is_empty()).await;
     assert_eq!(phase(&dv), "PendingPopulation");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Meanwhile a DataVolume with a consumer is imported to the end, over several controller
+    // ticks: each of them left the one without a consumer alone.
+    create(&dvs, http_dv("other", json!({}))).await;
+    run_kubevirt_vm_named(&client, "other-vm", "other").await;
+    until(&dvs, "other", |v| phase(v) == "Succeeded").await;
     assert_eq!(
         phase(&serde_json::to_value(dvs.get("disk").await.unwrap()).unwrap()),
         "PendingPopulation",

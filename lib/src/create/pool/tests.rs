@@ -57,22 +57,19 @@ fn kubevirt_pool_template_is_the_vm_with_indexed_secret_refs() {
         t["spec"]["dataVolumeTemplates"][0]["metadata"]["name"],
         "web-root"
     );
-    // Each Secret holds its replica's VM-scoped trust: principals name that replica.
+    // Each Secret holds its replica's VM-scoped trust: the platform user's principals file
+    // names that replica (`LOGIN@NAME.NAMESPACE`, the principal the signer puts in
+    // certificates; README "SSH trust: the platform signs"), never another one.
     for i in 0..3 {
         let text = m.objects[1 + i].object["stringData"]["userdata"]
             .as_str()
             .unwrap();
-        let own = crate::signer::scoped_principal(
-            crate::ssh::vm::DEFAULT_USER,
-            &format!("web-{i}"),
-            "default",
+        let own = format!("kubevm@web-{i}.default");
+        assert!(
+            text.lines().any(|l| l.trim() == own),
+            "replica {i}: {own}\n{text}"
         );
-        assert!(text.contains(&own), "replica {i}: {own}");
-        let other = crate::signer::scoped_principal(
-            crate::ssh::vm::DEFAULT_USER,
-            &format!("web-{}", (i + 1) % 3),
-            "default",
-        );
+        let other = format!("kubevm@web-{}.default", (i + 1) % 3);
         assert!(!text.contains(&other), "replica {i} must not trust {other}");
         let labels = &m.objects[1 + i].object["metadata"]["labels"];
         assert_eq!(labels[VM_LABEL], format!("web-{i}").as_str());
