@@ -6,6 +6,7 @@
 #   ssh, ssh-keygen, ssh-agent, ssh-add (openssh-client); sshd (openssh-server): the client's
 #                       tests, certificate checks, and the emulator's sshd guests
 #   unshare, nsenter, setpriv, setsid (util-linux): the emulator's sshd guests
+#   hostname            the emulator's login and sshd guests take the VM's name as host name
 #   fincore (util-linux-extra): the export test checks what stays in the page cache
 #   ansible-inventory (ansible-core): reads the generated inventory
 #   curl, openssl       the signer test calls the signer with forged headers; certificates
@@ -33,6 +34,7 @@ unshare util-linux
 nsenter util-linux
 setpriv util-linux
 setsid util-linux
+hostname hostname
 fincore util-linux-extra
 ansible-inventory ansible-core
 curl curl
