@@ -319,6 +319,58 @@ fn stdio_gets_the_reply_after_stdin_ends() {
     assert_eq!(got, b"req-4711");
 }
 
+/// `--stdio` ends on SIGHUP, as OpenSSH sends it to its ProxyCommand when it exits, even when
+/// whoever started it ignores SIGHUP (nohup): the tunnel must not outlive ssh (before, it held
+/// the guest's connection, and ssh's inherited output pipes, until the guest gave up).
+#[test]
+fn stdio_ends_on_sighup_even_when_ignored() {
+    let env = Env::kubevirt();
+    vm_with_ca(&env, "sshvm", &[]);
+    let mut child = env
+        .command("sh")
+        .arg("-c")
+        .arg(format!(
+            "trap '' HUP; exec {} port-forward --stdio sshvm 7",
+            crate::common::BIN
+        ))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The tunnel is up once the echo answers.
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"ping").unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut got = [0u8; 4];
+    out.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"ping");
+    let kill = std::process::Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    // A bound, not a wait: if SIGHUP is not handled the tunnel lives on (the echo never
+    // closes), and this ends it so that the test fails instead of hanging.
+    let pid = child.id().to_string();
+    let (ended, watchdog) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if watchdog.recv_timeout(Duration::from_secs(60)).is_err() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid])
+                .status();
+        }
+    });
+    // Ends by itself: its stdout reaches EOF and it exits (stdin is still open).
+    let mut rest = Vec::new();
+    out.read_to_end(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    let _ = ended.send(());
+    drop(stdin);
+    assert!(rest.is_empty(), "{rest:?}");
+    assert!(status.success(), "{status:?}");
+}
+
 /// `port-forward --address` listens on that address only: the guest's echo answers there,
 /// and the default 127.0.0.1 refuses the same port.
 #[test]

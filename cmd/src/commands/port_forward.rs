@@ -63,9 +63,20 @@ pub async fn cmd_port_forward(global: &GlobalArgs, args: PortForwardArgs) -> Com
         vm: target.name.clone(),
     };
     if args.stdio {
-        return port_forward::stdio(&cluster, &forward, specs[0].remote)
-            .await
-            .map_err(|e| CommandError::Failed(e.to_string()));
+        // OpenSSH ends its ProxyCommand with SIGHUP when it exits (sshconnect.c,
+        // ssh_kill_proxy_command). A handler of our own, rather than the default action, so
+        // that a SIGHUP ignored by whoever started ssh (nohup, some CI runners) cannot keep
+        // the tunnel, and the guest's sshd waiting on it, alive after ssh is gone.
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangup = signal(SignalKind::hangup())?;
+        let mut term = signal(SignalKind::terminate())?;
+        return tokio::select! {
+            done = port_forward::stdio(&cluster, &forward, specs[0].remote) => {
+                done.map_err(|e| CommandError::Failed(e.to_string()))
+            }
+            _ = hangup.recv() => Ok(()),
+            _ = term.recv() => Ok(()),
+        };
     }
     let events: port_forward::Events = Arc::new(|event| match event {
         ForwardEvent::Listening { local, spec } => {
