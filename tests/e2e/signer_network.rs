@@ -422,6 +422,61 @@ fn front_proxy_settings_are_reloaded_and_fail_closed() {
         err.contains("is not one of the API server's requestheader-allowed-names"),
         "{err}"
     );
+    set_authentication_data(&env, key, r#"["front-proxy-client"]"#);
+    // Another CA: the API server's certificate no longer chains to it. A certificate that is
+    // presented and does not verify fails the TLS handshake (as Go's VerifyClientCertIfGiven
+    // does), which the API server reports as the signer unavailable.
+    let ca_key = "requestheader-client-ca-file";
+    let original_ca = find_object(
+        &env,
+        "",
+        "configmaps",
+        Some("kube-system"),
+        "extension-apiserver-authentication",
+    )
+    .unwrap()["data"][ca_key]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let other_ca = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args([
+            "-nodes",
+            "-subj",
+            "/CN=another-front-proxy-ca",
+            "-days",
+            "1",
+        ])
+        .args(["-keyout", "/dev/null", "-out", "-"])
+        .output()
+        .unwrap();
+    assert!(other_ca.status.success(), "{}", stderr(&other_ca));
+    let seen = signer.audit().len();
+    set_authentication_data(&env, ca_key, &stdout(&other_ca));
+    wait_audit(&signer, "requestheader-reloaded", seen);
+    let issued = |signer: &SignerProcess| {
+        signer
+            .audit()
+            .iter()
+            .filter(|r| r["event"] == "issued")
+            .count()
+    };
+    let before = issued(&signer);
+    let err = one_line_255(&ssh_as(&env, &[], &["www", "--", "true"]));
+    assert!(err.contains("is unavailable"), "{err}");
+    assert_eq!(issued(&signer), before);
+    let seen = signer.audit().len();
+    set_authentication_data(&env, ca_key, &original_ca);
+    wait_audit(&signer, "requestheader-reloaded", seen);
+    let out = ssh_as(&env, &[], &["www", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // Malformed: refused, where it used to mean "any name".
     let seen = signer.audit().len();
     set_authentication_data(&env, key, "front-proxy-client");
@@ -612,7 +667,13 @@ fn the_readme_grant_works_with_real_kubectl() {
             "logins"
         ]
     );
-    let out = ok(env.kubectl(&["api-resources", "--api-group", "ssh.kubevm.io", "-o", "name"]));
+    let out = ok(env.kubectl(&[
+        "api-resources",
+        "--api-group",
+        "ssh.kubevm.io",
+        "-o",
+        "name",
+    ]));
     assert_eq!(out, "", "{out}");
 }
 
