@@ -564,6 +564,22 @@ fn the_signer_authorizes_for_itself_and_logins_are_an_rbac_decision() {
         );
     }
     assert!(proxied_as(&proxy, "alice", "web", None).starts_with("HTTP/1.1 201"));
+    // kubectl resolves the resource (the signer's discovery lists it) and asks the same.
+    let can = env.kubectl(&[
+        "auth",
+        "can-i",
+        "use",
+        "logins.ssh.kubevm.io/ops",
+        "-n",
+        "dev",
+        "--as",
+        "alice",
+    ]);
+    assert!(
+        !stderr(&can).contains("doesn't have a resource type"),
+        "{}",
+        stderr(&can)
+    );
     // ops: listed by the VM, but alice may not use it.
     let answer = proxied_as(&proxy, "alice", "web", Some("ops"));
     assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
@@ -571,18 +587,29 @@ fn the_signer_authorizes_for_itself_and_logins_are_an_rbac_decision() {
         answer.contains("login \\\"ops\\\" needs permission to use resource \\\"logins\\\" named \\\"ops\\\" in API group \\\"ssh.kubevm.io\\\" in the namespace \\\"dev\\\""),
         "{answer}"
     );
-    // An admin grants it; the cached denial expires within 10 s.
+    // An admin grants it with a Role manifest (`kubectl create role --verb use` refuses every
+    // resource but podsecuritypolicies: kubectl's create_role.go specialVerbs); the cached
+    // denial expires within 10 s.
+    let manifest = env.dir.path().join("ops-login.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: ops-login, namespace: dev}\n\
+         rules:\n- apiGroups: [ssh.kubevm.io]\n  resources: [logins]\n  resourceNames: [ops]\n  verbs: [use]\n",
+    )
+    .unwrap();
+    ok(env.kubectl(&["apply", "-f", manifest.to_str().unwrap()]));
+    ok(env.kubectl(&[
+        "create",
+        "rolebinding",
+        "alice-ops-login",
+        "-n",
+        "dev",
+        "--role",
+        "ops-login",
+        "--user",
+        "alice",
+    ]));
     let rbac = "rbac.authorization.k8s.io";
-    env.emulator.put_object(json!({
-        "apiVersion": format!("{rbac}/v1"), "kind": "Role",
-        "metadata": {"name": "ops-login", "namespace": "dev"},
-        "rules": [{"apiGroups": ["ssh.kubevm.io"], "resources": ["logins"],
-            "resourceNames": ["ops"], "verbs": ["use"]}]}));
-    env.emulator.put_object(json!({
-        "apiVersion": format!("{rbac}/v1"), "kind": "RoleBinding",
-        "metadata": {"name": "alice-ops-login", "namespace": "dev"},
-        "roleRef": {"apiGroup": rbac, "kind": "Role", "name": "ops-login"},
-        "subjects": [{"apiGroup": rbac, "kind": "User", "name": "alice"}]}));
     let start = Instant::now();
     let answer = loop {
         let answer = proxied_as(&proxy, "alice", "web", Some("ops"));
