@@ -512,6 +512,16 @@ fn front_proxy_settings_are_reloaded_and_fail_closed() {
 /// the identity headers for `user`: what a proxy that skipped authorization would send.
 fn proxied_as(dialer: &Dialer, user: &str, vm: &str, login: Option<&str>) -> String {
     let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHcP1uPBmPUxGj6S+v8Wgfc1ckRtXQ4dx2ri8DPz8GLy";
+    proxied_with_key(dialer, user, vm, login, key)
+}
+
+fn proxied_with_key(
+    dialer: &Dialer,
+    user: &str,
+    vm: &str,
+    login: Option<&str>,
+    key: &str,
+) -> String {
     let mut spec = json!({"publicKey": key});
     if let Some(login) = login {
         spec["login"] = json!(login);
@@ -564,6 +574,21 @@ fn the_signer_authorizes_for_itself_and_logins_are_an_rbac_decision() {
         );
     }
     assert!(proxied_as(&proxy, "alice", "web", None).starts_with("HTTP/1.1 201"));
+    // Issue 32 item 6: a 2048-bit RSA key from ssh-keygen is refused in one line (422).
+    let rsa = env.dir.path().join("rsa2048");
+    let out = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-N", "", "-t", "rsa", "-b", "2048", "-f"])
+        .arg(&rsa)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let public = std::fs::read_to_string(rsa.with_extension("pub")).unwrap();
+    let answer = proxied_with_key(&proxy, "alice", "web", None, public.trim());
+    assert!(answer.starts_with("HTTP/1.1 422"), "{answer}");
+    assert!(
+        answer.contains("spec.publicKey: an RSA key of 2048 bits is too short: at least 3072 bits"),
+        "{answer}"
+    );
     // kubectl resolves the resource (the signer's discovery lists it) and asks the same.
     let can = env.kubectl(&[
         "auth",
