@@ -302,6 +302,10 @@ impl Signer {
                     continue;
                 }
             };
+            // Answers are small and written in more than one piece (TLS records, headers and
+            // body): without TCP_NODELAY, Nagle's algorithm holds the last piece for the
+            // peer's delayed ACK (40 ms on Linux).
+            let _ = tcp.set_nodelay(true);
             // Over the cap: closed at once (the API server's transport retries elsewhere).
             let Ok(slot) = slots.clone().try_acquire_owned() else {
                 drop(tcp);
