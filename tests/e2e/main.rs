@@ -40,6 +40,7 @@ mod real_guest_snapshot;
 mod scripts;
 mod server_errors;
 mod signer;
+mod signer_network;
 mod snapshot;
 mod snapshot_deckhouse;
 mod ssh;

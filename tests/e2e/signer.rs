@@ -34,6 +34,11 @@ impl SignerProcess {
             .collect()
     }
 
+    /// The signer's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Stop the signer (the Service's endpoint then refuses connections).
     pub fn stop(&mut self) {
         let _ = self.child.kill();
@@ -72,6 +77,12 @@ pub fn start_signer(env: &Env, extra: &[&str]) -> SignerProcess {
     );
     // The CA exists now: crate::ssh::vm_with_ca must not init it again.
     std::fs::write(env.dir.path().join(".ca-done"), "").unwrap();
+    launch(env, signer_args(env, extra))
+}
+
+/// The command line of `signer serve` as the signer's ServiceAccount, with the serving
+/// certificate `ca init --signer` made.
+fn signer_args(env: &Env, extra: &[&str]) -> Vec<String> {
     let secret = find_object(env, "", "secrets", Some(CA_NS), "kubevm-ssh-signer-tls")
         .expect("ca init --signer made the serving certificate");
     let cert = secret_file(env, &secret, "tls.crt");
@@ -105,7 +116,18 @@ pub fn start_signer(env: &Env, extra: &[&str]) -> SignerProcess {
     .map(|s| s.to_string())
     .collect();
     args.extend(extra.iter().map(|s| s.to_string()));
-    launch(env, args)
+    args
+}
+
+/// `signer serve` started once more (after [`start_signer`]), its output piped.
+pub fn start_signer_process(env: &Env, extra: &[&str]) -> Child {
+    Command::new(BIN)
+        .args(signer_args(env, extra))
+        .env("HOME", env.dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 fn launch(env: &Env, args: Vec<String>) -> SignerProcess {
@@ -162,7 +184,7 @@ pub fn create_vm(env: &Env, name: &str, ns: &str) {
 
 /// alice: may read `dev` (the emulator's rule) and, through this Role, create the user
 /// certificate of VM `web` in `dev` only.
-fn grant_alice_web(env: &Env) {
+pub fn grant_alice_web(env: &Env) {
     let rbac = "rbac.authorization.k8s.io";
     env.emulator.put_object(json!({
         "apiVersion": format!("{rbac}/v1"), "kind": "Role",
@@ -176,7 +198,7 @@ fn grant_alice_web(env: &Env) {
         "subjects": [{"apiGroup": rbac, "kind": "User", "name": "alice"}]}));
 }
 
-fn ssh_as(env: &Env, who: &[&str], args: &[&str]) -> Output {
+pub fn ssh_as(env: &Env, who: &[&str], args: &[&str]) -> Output {
     env.command(BIN)
         .args(who)
         .arg("ssh")
@@ -187,7 +209,7 @@ fn ssh_as(env: &Env, who: &[&str], args: &[&str]) -> Output {
         .unwrap()
 }
 
-const ALICE: &[&str] = &["--context", "emulator-restricted"];
+pub const ALICE: &[&str] = &["--context", "emulator-restricted"];
 const BOB: &[&str] = &["--as", "bob"];
 
 fn sshd_log(env: &Env, ns: &str, vm: &str) -> String {
@@ -199,7 +221,7 @@ fn sshd_log(env: &Env, ns: &str, vm: &str) -> String {
 }
 
 #[track_caller]
-fn one_line_255(out: &Output) -> String {
+pub fn one_line_255(out: &Output) -> String {
     let err = stderr(out);
     assert_eq!(out.status.code(), Some(255), "{err}");
     assert_eq!(err.lines().count(), 1, "one line: {err}");

@@ -10,10 +10,13 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use kubevm::ca::store::DEFAULT_CA_NAMESPACE;
 use kubevm::signer::policy::Limits;
-use kubevm::signer::server::{self, RequestHeaderConfig, ServeOptions, Signer};
+use kubevm::signer::server::{self, ConnectionLimits, RequestHeaderConfig, ServeOptions, Signer};
 
 use crate::cli::GlobalArgs;
 use crate::error::{CommandError, CommandResult};
+
+/// How often the signer re-reads ConfigMap kube-system/extension-apiserver-authentication.
+const REQUESTHEADER_RESYNC: Duration = Duration::from_secs(5);
 
 /// Arguments of `signer`.
 #[derive(Debug, Args)]
@@ -58,6 +61,11 @@ pub struct ServeArgs {
     /// Longest user certificate lifetime issued; longer requests are refused
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = kubevm::cluster::parse_duration)]
     pub max_ttl: Duration,
+
+    /// Smallest RSA key certified, in bits (ed25519, ECDSA and sk-* keys are always accepted)
+    #[arg(long, value_name = "BITS", default_value_t = kubevm::signer::sign::DEFAULT_MIN_RSA_BITS,
+        value_parser = clap::value_parser!(u32).range(2048..=16384))]
+    pub min_rsa_bits: u32,
 }
 
 pub async fn cmd_signer(global: &GlobalArgs, args: SignerArgs) -> CommandResult {
@@ -78,9 +86,11 @@ pub async fn cmd_signer(global: &GlobalArgs, args: SignerArgs) -> CommandResult 
         }
     }
     let (cluster, platform) = super::connect(global).await?;
-    let requestheader = RequestHeaderConfig::load(&cluster)
+    // Unusable front-proxy settings stop the signer here (fail closed); later changes are
+    // picked up while it runs.
+    let (requestheader, version) = RequestHeaderConfig::load(&cluster)
         .await
-        .map_err(CommandError::Failed)?;
+        .map_err(|e| CommandError::Failed(format!("front-proxy settings: {e}")))?;
     let options = ServeOptions {
         listen: args.listen,
         tls_cert_file: args.tls_cert_file,
@@ -91,28 +101,33 @@ pub async fn cmd_signer(global: &GlobalArgs, args: SignerArgs) -> CommandResult 
             max_ttl: args.max_ttl,
             ..Default::default()
         },
+        connections: ConnectionLimits::default(),
+        min_rsa_bits: args.min_rsa_bits,
+        requestheader_resync: REQUESTHEADER_RESYNC,
     };
     let listener = server::bind(&options)
         .await
         .map_err(|e| CommandError::Failed(e.to_string()))?;
     let address = listener.local_addr()?;
-    let signer = Arc::new(Signer {
+    let ca_namespace = options.ca_namespace.clone();
+    let signer = Signer::new(
         cluster,
-        flavor: platform.flavor,
+        platform.flavor,
         requestheader,
-        ca_namespace: options.ca_namespace.clone(),
-        limits: options.limits.clone(),
+        version,
+        options,
         // One JSON line per record; stdout is the container log.
-        audit: Arc::new(|record| println!("{record}")),
-    });
+        Arc::new(|record| println!("{record}")),
+    )
+    .map_err(|e| CommandError::Failed(e.to_string()))?;
     println!(
         "{}",
         serde_json::json!({"event": "listening", "address": address.to_string(),
-            "flavor": platform.flavor.as_str(), "caNamespace": options.ca_namespace})
+            "flavor": platform.flavor.as_str(), "caNamespace": ca_namespace})
     );
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
-        served = signer.serve(listener, &options) => served.map_err(|e| CommandError::Failed(e.to_string())),
+        served = Arc::new(signer).serve(listener) => served.map_err(|e| CommandError::Failed(e.to_string())),
         _ = terminate.recv() => Ok(()),
     }
 }

@@ -201,8 +201,12 @@ pub fn manifests(options: &InstallOptions, tls: &ServingCert) -> Vec<Value> {
                         "volumes": [{"name": "tls", "secret": {"secretName": TLS_SECRET}}]}}}}),
         json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(NAME, Some(ns)),
             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}}}}),
+        // Priority 100, under the 1000 of CRD groups: the discovery lists `virtualmachines`
+        // (for kubectl create role), and kubectl's RESTMapper resolves a bare
+        // `kubectl get virtualmachines` to the first group in discovery order (priority, then
+        // name), which must stay kubevirt.io or virtualization.deckhouse.io.
         json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": meta(APISERVICE_NAME, None),
-            "spec": {"group": GROUP, "version": VERSION, "groupPriorityMinimum": 1000, "versionPriority": 15,
+            "spec": {"group": GROUP, "version": VERSION, "groupPriorityMinimum": 100, "versionPriority": 15,
                 "service": {"namespace": ns, "name": NAME, "port": 443},
                 "caBundle": b64(&tls.ca_pem)}}),
     ]

@@ -480,6 +480,8 @@ async fn serve(
             _ = shutdown.changed() => break,
             accepted = listener.accept() => {
                 let Ok((tcp, _)) = accepted else { continue };
+                // As Go's net package does for every TCP connection kube-apiserver accepts.
+                let _ = tcp.set_nodelay(true);
                 let acceptor = acceptor.clone();
                 let router = router.clone();
                 conns.spawn(async move {

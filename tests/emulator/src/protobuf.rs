@@ -1,11 +1,12 @@
 //! Protobuf request bodies of the built-in kinds kubectl creates through its typed client
-//! (`kubectl create secret|configmap|namespace` send `application/vnd.kubernetes.protobuf`, as
+//! (`kubectl create secret|configmap|namespace|role|rolebinding|clusterrole|clusterrolebinding`
+//! send `application/vnd.kubernetes.protobuf`, as
 //! every client-go clientset does, and a real API server accepts it).
 //!
 //! The wire format is k8s.io/apimachinery/pkg/runtime/serializer/protobuf: the magic
 //! `k8s\0`, then a `runtime.Unknown` {1: typeMeta {1: apiVersion, 2: kind}, 2: raw, 3:
 //! contentEncoding, 4: contentType} whose `raw` is the object's message from
-//! k8s.io/api/core/v1/generated.proto. Only the fields those commands can set are decoded;
+//! k8s.io/api/core/v1/generated.proto (rbac/v1 for the RBAC kinds). Only the fields those commands can set are decoded;
 //! anything else is refused (415) rather than silently dropped.
 
 use serde_json::{Map, Value, json};
@@ -14,8 +15,15 @@ const MAGIC: &[u8] = b"k8s\0";
 
 /// Kinds whose protobuf bodies are understood.
 pub fn supported(group: &str, plural: &str) -> bool {
-    group.is_empty() && matches!(plural, "secrets" | "configmaps" | "namespaces")
+    (group.is_empty() && matches!(plural, "secrets" | "configmaps" | "namespaces"))
+        || (group == RBAC
+            && matches!(
+                plural,
+                "roles" | "rolebindings" | "clusterroles" | "clusterrolebindings"
+            ))
 }
+
+const RBAC: &str = "rbac.authorization.k8s.io";
 
 /// One protobuf field: number and value.
 enum Field<'a> {
@@ -223,6 +231,92 @@ fn token_request(raw: &[u8]) -> Result<Value, String> {
     Ok(json!({"spec": spec}))
 }
 
+/// Repeated strings of a message, by field number, as JSON lists under `names`.
+fn string_lists(raw: &[u8], names: &[(u64, &str)]) -> Result<Value, String> {
+    let mut out = Map::new();
+    for (n, f) in fields(raw)? {
+        let Some((_, name)) = names.iter().find(|(m, _)| *m == n) else {
+            return Err(format!("field {n} is not supported"));
+        };
+        out.entry(*name)
+            .or_insert_with(|| json!([]))
+            .as_array_mut()
+            .expect("list")
+            .push(json!(string(&f)?));
+    }
+    Ok(Value::Object(out))
+}
+
+/// Optional strings of a message, by field number (proto2 empty strings left out).
+fn strings(raw: &[u8], names: &[(u64, &str)]) -> Result<Value, String> {
+    let mut out = Map::new();
+    for (n, f) in fields(raw)? {
+        let Some((_, name)) = names.iter().find(|(m, _)| *m == n) else {
+            return Err(format!("field {n} is not supported"));
+        };
+        let value = string(&f)?;
+        if !value.is_empty() {
+            out.insert((*name).into(), json!(value));
+        }
+    }
+    Ok(Value::Object(out))
+}
+
+/// Role and ClusterRole (k8s.io/api/rbac/v1/generated.proto: {1: metadata, 2: rules
+/// PolicyRule {1: verbs, 2: apiGroups, 3: resources, 4: resourceNames, 5: nonResourceURLs},
+/// 3: aggregationRule (ClusterRole; refused)}), what `kubectl create role|clusterrole` sends.
+fn role(raw: &[u8]) -> Result<Value, String> {
+    let mut obj = json!({"metadata": {}, "rules": []});
+    for (n, f) in fields(raw)? {
+        match n {
+            1 => obj["metadata"] = object_meta(bytes(&f)?)?,
+            2 => obj["rules"]
+                .as_array_mut()
+                .expect("list")
+                .push(string_lists(
+                    bytes(&f)?,
+                    &[
+                        (1, "verbs"),
+                        (2, "apiGroups"),
+                        (3, "resources"),
+                        (4, "resourceNames"),
+                        (5, "nonResourceURLs"),
+                    ],
+                )?),
+            other => return Err(format!("field {other} is not supported")),
+        }
+    }
+    Ok(obj)
+}
+
+/// RoleBinding and ClusterRoleBinding ({1: metadata, 2: subjects Subject {1: kind, 2:
+/// apiGroup, 3: name, 4: namespace}, 3: roleRef RoleRef {1: apiGroup, 2: kind, 3: name}}),
+/// what `kubectl create rolebinding|clusterrolebinding` sends.
+fn role_binding(raw: &[u8]) -> Result<Value, String> {
+    let mut obj = json!({"metadata": {}});
+    for (n, f) in fields(raw)? {
+        match n {
+            1 => obj["metadata"] = object_meta(bytes(&f)?)?,
+            2 => obj
+                .as_object_mut()
+                .expect("object")
+                .entry("subjects")
+                .or_insert_with(|| json!([]))
+                .as_array_mut()
+                .expect("list")
+                .push(strings(
+                    bytes(&f)?,
+                    &[(1, "kind"), (2, "apiGroup"), (3, "name"), (4, "namespace")],
+                )?),
+            3 => {
+                obj["roleRef"] = strings(bytes(&f)?, &[(1, "apiGroup"), (2, "kind"), (3, "name")])?
+            }
+            other => return Err(format!("field {other} is not supported")),
+        }
+    }
+    Ok(obj)
+}
+
 /// Decodes a protobuf body of `kind` into the JSON form of the object.
 pub fn decode(kind: &str, body: &[u8]) -> Result<Value, String> {
     let rest = body
@@ -253,10 +347,16 @@ pub fn decode(kind: &str, body: &[u8]) -> Result<Value, String> {
         "ConfigMap" => secret_or_configmap(raw, false)?,
         "Namespace" => namespace(raw)?,
         "TokenRequest" => token_request(raw)?,
+        "Role" | "ClusterRole" => role(raw)?,
+        "RoleBinding" | "ClusterRoleBinding" => role_binding(raw)?,
         other => return Err(format!("protobuf bodies of {other} are not supported")),
     };
     obj["apiVersion"] = json!(if api_version.is_empty() {
-        "v1".into()
+        if kind.starts_with("Role") || kind.starts_with("Cluster") {
+            format!("{RBAC}/v1")
+        } else {
+            "v1".into()
+        }
     } else {
         api_version
     });
@@ -291,5 +391,56 @@ mod tests {
                 "metadata": {"name": "s1", "namespace": "dev"}, "data": {"a": "Yg=="}})
         );
         assert!(decode("Secret", b"{}").is_err());
+    }
+
+    /// The body `kubectl create role web-ssh -n dev --verb create --resource
+    /// virtualmachines.ssh.kubevm.io/sshcertificate --resource-name web` sends, field numbers
+    /// from k8s.io/api/rbac/v1/generated.proto.
+    #[test]
+    fn decodes_a_role_and_a_role_binding() {
+        let meta = [field(1, b"web-ssh"), field(3, b"dev")].concat();
+        let rule = [
+            field(1, b"create"),
+            field(2, b"ssh.kubevm.io"),
+            field(3, b"virtualmachines/sshcertificate"),
+            field(4, b"web"),
+        ]
+        .concat();
+        let type_meta = [field(1, b"rbac.authorization.k8s.io/v1"), field(2, b"Role")].concat();
+        let role = [field(1, &meta), field(2, &rule)].concat();
+        let body = [MAGIC.to_vec(), field(1, &type_meta), field(2, &role)].concat();
+        assert_eq!(
+            decode("Role", &body).unwrap(),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": {"name": "web-ssh", "namespace": "dev"},
+                "rules": [{"verbs": ["create"], "apiGroups": ["ssh.kubevm.io"],
+                    "resources": ["virtualmachines/sshcertificate"], "resourceNames": ["web"]}]})
+        );
+        let subject = [
+            field(1, b"User"),
+            field(2, b"rbac.authorization.k8s.io"),
+            field(3, b"alice"),
+        ]
+        .concat();
+        let role_ref = [
+            field(1, b"rbac.authorization.k8s.io"),
+            field(2, b"Role"),
+            field(3, b"web-ssh"),
+        ]
+        .concat();
+        let binding = [
+            field(1, &[field(1, b"alice-web"), field(3, b"dev")].concat()),
+            field(2, &subject),
+            field(3, &role_ref),
+        ]
+        .concat();
+        let body = [MAGIC.to_vec(), field(2, &binding)].concat();
+        assert_eq!(
+            decode("RoleBinding", &body).unwrap(),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": {"name": "alice-web", "namespace": "dev"},
+                "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"}],
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "web-ssh"}})
+        );
     }
 }

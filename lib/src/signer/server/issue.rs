@@ -4,9 +4,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{Method, StatusCode};
 use http_body_util::Full;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
+use k8s_openapi::api::authorization::v1::ResourceAttributes;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::Api;
@@ -16,11 +14,16 @@ use russh::keys::ssh_key::certificate::CertType;
 use serde_json::{Value, json};
 
 use super::Signer;
+use super::requestheader::Authenticated;
 use crate::api::Kind;
 use crate::ca::CaBundle;
 use crate::signer::policy::{self, Caller, Refusal, VmFacts};
-use crate::signer::sign::{Signed, sign};
+use crate::signer::sign::{Signed, check_key, sign};
 use crate::signer::{CertificateRequest, GROUP, HOST_CERTIFICATE, KIND, USER_CERTIFICATE, VERSION};
+
+/// The resource whose verb `use`, per login name, allows certificates for a login other than
+/// the platform user (`kubectl auth can-i use logins.ssh.kubevm.io/root -n NS`).
+pub const LOGINS_RESOURCE: &str = "logins";
 
 /// Component name in Events and audit records.
 pub const COMPONENT: &str = "kubevm-ssh-signer";
@@ -84,13 +87,24 @@ fn parse_path(path: &str) -> Option<(&str, &str, &str)> {
         .then_some((ns, name, sub))
 }
 
+/// The APIResourceList of `ssh.kubevm.io/v1alpha1`. Besides the two subresources it lists
+/// their parent `virtualmachines` and `logins`, with no verbs (nothing is served on them):
+/// kubectl resolves `--resource virtualmachines.ssh.kubevm.io/sshcertificate` (`create role`)
+/// and `logins.ssh.kubevm.io` (`auth can-i`) through discovery, whose RESTMapper
+/// (client-go restmapper.NewDiscoveryRESTMapper) skips names with a slash, so without a parent
+/// entry kubectl says the server has no resource type "virtualmachines" (issue 32 item 10).
 fn resource_list() -> Value {
-    let resource = |sub: &str| {
+    let sub = |sub: &str| {
         json!({"name": format!("virtualmachines/{sub}"), "singularName": "", "namespaced": true,
                "group": GROUP, "version": VERSION, "kind": KIND, "verbs": ["create"]})
     };
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{GROUP}/{VERSION}"),
-           "resources": [resource(USER_CERTIFICATE), resource(HOST_CERTIFICATE)]})
+           "resources": [
+               {"name": "virtualmachines", "singularName": "virtualmachine", "namespaced": true,
+                "kind": "VirtualMachine", "verbs": []},
+               sub(USER_CERTIFICATE), sub(HOST_CERTIFICATE),
+               {"name": LOGINS_RESOURCE, "singularName": "login", "namespaced": true,
+                "kind": "Login", "verbs": []}]})
 }
 
 fn group() -> Value {
@@ -100,24 +114,15 @@ fn group() -> Value {
 }
 
 impl Signer {
-    /// Answer one request. `client_cn` is the common name of the verified client certificate.
+    /// Answer one request from `who`, authenticated by the front proxy.
     pub async fn handle(
         &self,
-        client_cn: Option<&str>,
+        who: &Authenticated,
         parts: &Parts,
         body: &[u8],
     ) -> http::Response<Full<Bytes>> {
+        let caller = &who.caller;
         let path = parts.uri.path();
-        if matches!(path, "/healthz" | "/readyz" | "/livez") {
-            return http::Response::new(Full::new(Bytes::from_static(b"ok")));
-        }
-        let caller = match self.requestheader.authenticate(client_cn, &parts.headers) {
-            Ok(caller) => caller,
-            Err(why) => {
-                (self.audit)(json!({"event": "unauthenticated", "path": path, "reason": why}));
-                return status_response(401, "Unauthorized", &format!("Unauthorized: {why}"));
-            }
-        };
         let trimmed = path.trim_end_matches('/');
         if parts.method == Method::GET {
             match trimmed {
@@ -168,7 +173,7 @@ impl Signer {
                 &format!("invalid virtual machine {name:?} in {namespace:?}: {why}"),
             );
         }
-        let outcome = self.issue(&caller, namespace, name, sub, body).await;
+        let outcome = self.issue(who, namespace, name, sub, body).await;
         let mut record = json!({
             "time": crate::signer::rfc3339(jiff::Timestamp::now().as_second().max(0) as u64),
             "user": caller.user, "groups": caller.groups,
@@ -201,12 +206,34 @@ impl Signer {
 
     async fn issue(
         &self,
-        caller: &Caller,
+        who: &Authenticated,
         namespace: &str,
         name: &str,
         sub: &str,
         body: &[u8],
     ) -> Result<(CertificateRequest, Signed), Failure> {
+        let caller = &who.caller;
+        // The signer's own authorization of what the API server authorized before proxying
+        // (issue 32 item 8): a proxy that lets too much through widens nothing.
+        let subresource = ResourceAttributes {
+            verb: Some("create".into()),
+            group: Some(GROUP.into()),
+            resource: Some("virtualmachines".into()),
+            subresource: Some(sub.into()),
+            namespace: Some(namespace.into()),
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        if !self.allowed(who, subresource).await? {
+            return Err(Failure::new(
+                403,
+                "Forbidden",
+                format!(
+                    "User {:?} cannot create resource \"virtualmachines/{sub}\" in API group \"{GROUP}\" in the namespace \"{namespace}\" (the signer's own access review)",
+                    caller.user
+                ),
+            ));
+        }
         let mut request: CertificateRequest = serde_json::from_slice(body)
             .map_err(|e| Failure::new(400, "BadRequest", format!("invalid {KIND}: {e}")))?;
         let public_key = PublicKey::from_openssh(request.spec.public_key.trim()).map_err(|e| {
@@ -216,6 +243,8 @@ impl Signer {
                 format!("spec.publicKey is not an OpenSSH public key: {e}"),
             )
         })?;
+        check_key(&public_key, self.min_rsa_bits)
+            .map_err(|why| Failure::new(422, "Invalid", format!("spec.publicKey: {why}")))?;
         let vm_kind = Kind::vm(self.flavor);
         let vm = vm_kind
             .api(&self.cluster.client, Some(namespace))
@@ -233,6 +262,9 @@ impl Signer {
             };
             let facts = VmFacts::from_object(vm);
             let decision = policy::user_certificate(&self.limits, caller, &facts, &request.spec)?;
+            if let Some(login) = &decision.login {
+                self.review_login(who, namespace, login).await?;
+            }
             (decision, CertType::User)
         } else {
             if vm
@@ -247,7 +279,7 @@ impl Signer {
             // A host certificate asserts "this is NAME.NAMESPACE": only for those who may
             // create that VM (or change it, when it exists).
             let verb = if vm.is_some() { "update" } else { "create" };
-            self.review(caller, verb, &vm_kind, namespace, name).await?;
+            self.review(who, verb, &vm_kind, namespace, name).await?;
             (
                 policy::host_certificate(&self.limits, name, namespace),
                 CertType::Host,
@@ -289,38 +321,67 @@ impl Signer {
         CaBundle::from_secret(&secret).map_err(|e| Failure::internal(e.to_string()))
     }
 
-    /// Ask the API server whether `caller` may `verb` the VM (SubjectAccessReview).
+    async fn allowed(
+        &self,
+        who: &Authenticated,
+        attributes: ResourceAttributes,
+    ) -> Result<bool, Failure> {
+        self.access_review(who, attributes)
+            .await
+            .map_err(Failure::internal)
+    }
+
+    /// A login other than the platform user needs verb `use` on `logins/LOGIN` in the VM's
+    /// namespace, an RBAC decision (the VM's logins annotation, which any VM editor writes,
+    /// only says which users the guest has).
+    async fn review_login(
+        &self,
+        who: &Authenticated,
+        namespace: &str,
+        login: &str,
+    ) -> Result<(), Failure> {
+        if login == self.limits.platform_user {
+            return Ok(());
+        }
+        let attributes = ResourceAttributes {
+            verb: Some("use".into()),
+            group: Some(GROUP.into()),
+            resource: Some(LOGINS_RESOURCE.into()),
+            namespace: Some(namespace.into()),
+            name: Some(login.into()),
+            ..Default::default()
+        };
+        if self.allowed(who, attributes).await? {
+            return Ok(());
+        }
+        Err(Failure::new(
+            403,
+            "Forbidden",
+            format!(
+                "login {login:?} needs permission to use resource \"{LOGINS_RESOURCE}\" named {login:?} in API group \"{GROUP}\" in the namespace \"{namespace}\", which user {:?} lacks",
+                who.caller.user
+            ),
+        ))
+    }
+
+    /// Ask the API server whether `who` may `verb` the VM (SubjectAccessReview).
     async fn review(
         &self,
-        caller: &Caller,
+        who: &Authenticated,
         verb: &str,
         kind: &Kind,
         namespace: &str,
         name: &str,
     ) -> Result<(), Failure> {
-        let review = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: Some(caller.user.clone()),
-                groups: Some(caller.groups.clone()),
-                extra: (!caller.extra.is_empty()).then(|| caller.extra.clone()),
-                resource_attributes: Some(ResourceAttributes {
-                    verb: Some(verb.into()),
-                    group: Some(kind.group.into()),
-                    resource: Some(kind.plural.into()),
-                    namespace: Some(namespace.into()),
-                    name: (verb != "create").then(|| name.to_owned()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
+        let attributes = ResourceAttributes {
+            verb: Some(verb.into()),
+            group: Some(kind.group.into()),
+            resource: Some(kind.plural.into()),
+            namespace: Some(namespace.into()),
+            name: (verb != "create").then(|| name.to_owned()),
             ..Default::default()
         };
-        let api: Api<SubjectAccessReview> = Api::all(self.cluster.client.clone());
-        let answer = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|e| Failure::internal(format!("SubjectAccessReview: {e}")))?;
-        if answer.status.is_some_and(|s| s.allowed) {
+        if self.allowed(who, attributes).await? {
             Ok(())
         } else {
             Err(Failure::new(
@@ -329,7 +390,7 @@ impl Signer {
                 format!(
                     "a host certificate for {name}.{namespace} needs permission to {verb} {} in namespace {namespace:?}, which user {:?} lacks",
                     kind.resource_name(),
-                    caller.user
+                    who.caller.user
                 ),
             ))
         }

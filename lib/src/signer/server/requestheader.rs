@@ -27,21 +27,44 @@ pub struct RequestHeaderConfig {
     pub allowed_names: Vec<String>,
     /// Headers carrying the user name, first non-empty wins.
     pub username_headers: Vec<String>,
+    /// Headers carrying the user's UID, first non-empty wins (kube 1.32+).
+    pub uid_headers: Vec<String>,
     /// Headers carrying groups, every value one group.
     pub group_headers: Vec<String>,
     /// Prefixes of headers carrying extra attributes.
     pub extra_prefixes: Vec<String>,
 }
 
-fn json_list(data: &BTreeMap<String, String>, key: &str, default: &[&str]) -> Vec<String> {
-    match data.get(key) {
-        Some(text) => serde_json::from_str(text).unwrap_or_default(),
-        None => default.iter().map(|s| s.to_string()).collect(),
+/// Who a proxied request is for, as the front proxy asserted it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Authenticated {
+    /// User name, groups and extra attributes.
+    pub caller: Caller,
+    /// The user's UID, when the API server sends one.
+    pub uid: Option<String>,
+}
+
+/// A JSON list of non-empty strings under `key`, `default` when the key is absent. Anything
+/// else is an error: a list that does not parse must not turn into "no restriction".
+fn json_list(
+    data: &BTreeMap<String, String>,
+    key: &str,
+    default: &[&str],
+) -> Result<Vec<String>, String> {
+    let Some(text) = data.get(key) else {
+        return Ok(default.iter().map(|s| s.to_string()).collect());
+    };
+    let list: Vec<String> = serde_json::from_str(text)
+        .map_err(|e| format!("{key} is not a JSON list of strings ({e}): {text:?}"))?;
+    if list.iter().any(|s| s.trim().is_empty()) {
+        return Err(format!("{key} has an empty entry: {text:?}"));
     }
+    Ok(list)
 }
 
 impl RequestHeaderConfig {
-    /// Parse the ConfigMap's data.
+    /// Parse the ConfigMap's data. Malformed lists, a missing or empty CA and an empty list of
+    /// user name headers are errors (the signer then refuses to serve).
     pub fn from_data(data: &BTreeMap<String, String>) -> Result<Self, String> {
         let pem = data.get("requestheader-client-ca-file").ok_or_else(|| {
             "the API server publishes no requestheader-client-ca-file: is the aggregation layer enabled (--requestheader-client-ca-file)?".to_string()
@@ -52,28 +75,56 @@ impl RequestHeaderConfig {
         if client_ca.is_empty() {
             return Err("requestheader-client-ca-file holds no certificate".into());
         }
-        Ok(RequestHeaderConfig {
+        let username_headers =
+            json_list(data, "requestheader-username-headers", &["X-Remote-User"])?;
+        if username_headers.is_empty() {
+            return Err("requestheader-username-headers is empty".into());
+        }
+        let mut config = RequestHeaderConfig {
             client_ca,
-            allowed_names: json_list(data, "requestheader-allowed-names", &[]),
-            username_headers: json_list(data, "requestheader-username-headers", &["X-Remote-User"]),
-            group_headers: json_list(data, "requestheader-group-headers", &["X-Remote-Group"]),
+            allowed_names: json_list(data, "requestheader-allowed-names", &[])?,
+            username_headers,
+            uid_headers: json_list(data, "requestheader-uid-headers", &[])?,
+            group_headers: json_list(data, "requestheader-group-headers", &["X-Remote-Group"])?,
             extra_prefixes: json_list(
                 data,
                 "requestheader-extra-headers-prefix",
                 &["X-Remote-Extra-"],
-            ),
-        })
+            )?,
+        };
+        // Header names are matched lower-case.
+        for list in [
+            &mut config.username_headers,
+            &mut config.uid_headers,
+            &mut config.group_headers,
+            &mut config.extra_prefixes,
+        ] {
+            for name in list.iter_mut() {
+                *name = name.to_ascii_lowercase();
+            }
+        }
+        Ok(config)
     }
 
-    /// Read the settings from the cluster.
-    pub async fn load(cluster: &Cluster) -> Result<Self, String> {
+    /// Read the settings from the cluster (at start: an error stops the signer).
+    pub async fn load(cluster: &Cluster) -> Result<(Self, Option<String>), String> {
+        let (settings, version) = Self::read(cluster).await?;
+        Ok((settings?, version))
+    }
+
+    /// Read the ConfigMap: the outer error is a failed read, the inner one unusable settings;
+    /// with the ConfigMap's resourceVersion.
+    pub async fn read(cluster: &Cluster) -> Result<(Result<Self, String>, Option<String>), String> {
         let (namespace, name) = AUTHENTICATION_CONFIGMAP;
         let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), namespace);
         let config_map = api
             .get(name)
             .await
             .map_err(|e| format!("reading ConfigMap {namespace}/{name}: {e}"))?;
-        Self::from_data(&config_map.data.unwrap_or_default())
+        Ok((
+            Self::from_data(&config_map.data.unwrap_or_default()),
+            config_map.metadata.resource_version,
+        ))
     }
 
     /// The caller a request asserts, given the common name of its verified client certificate
@@ -82,7 +133,7 @@ impl RequestHeaderConfig {
         &self,
         client_cn: Option<&str>,
         headers: &HeaderMap,
-    ) -> Result<Caller, String> {
+    ) -> Result<Authenticated, String> {
         let Some(cn) = client_cn else {
             return Err("requests must come through the Kubernetes API server (no verified front-proxy client certificate)".into());
         };
@@ -105,12 +156,17 @@ impl RequestHeaderConfig {
             .flat_map(|h| values(h))
             .find(|u| !u.is_empty())
             .ok_or("the API server sent no user name")?;
+        let uid = self
+            .uid_headers
+            .iter()
+            .flat_map(|h| values(h))
+            .find(|u| !u.is_empty());
         let groups = self.group_headers.iter().flat_map(|h| values(h)).collect();
         let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (name, value) in headers {
             let name = name.as_str();
             for prefix in &self.extra_prefixes {
-                if let Some(key) = name.strip_prefix(&prefix.to_ascii_lowercase())
+                if let Some(key) = name.strip_prefix(prefix.as_str())
                     && let Ok(value) = value.to_str()
                 {
                     extra
@@ -120,10 +176,13 @@ impl RequestHeaderConfig {
                 }
             }
         }
-        Ok(Caller {
-            user,
-            groups,
-            extra,
+        Ok(Authenticated {
+            caller: Caller {
+                user,
+                groups,
+                extra,
+            },
+            uid,
         })
     }
 }
@@ -204,9 +263,10 @@ mod tests {
         RequestHeaderConfig {
             client_ca: Vec::new(),
             allowed_names: allowed.iter().map(|s| s.to_string()).collect(),
-            username_headers: vec!["X-Remote-User".into()],
-            group_headers: vec!["X-Remote-Group".into()],
-            extra_prefixes: vec!["X-Remote-Extra-".into()],
+            username_headers: vec!["x-remote-user".into()],
+            uid_headers: vec!["x-remote-uid".into()],
+            group_headers: vec!["x-remote-group".into()],
+            extra_prefixes: vec!["x-remote-extra-".into()],
         }
     }
 
@@ -230,7 +290,9 @@ mod tests {
             ("x-remote-extra-scopes%2fa", "x"),
         ]);
         let c = config(&["front-proxy-client"]);
-        let caller = c.authenticate(Some("front-proxy-client"), &h).unwrap();
+        let who = c.authenticate(Some("front-proxy-client"), &h).unwrap();
+        assert_eq!(who.uid, None);
+        let caller = who.caller;
         assert_eq!(caller.user, "alice");
         assert_eq!(caller.groups, ["dev", "system:authenticated"]);
         assert_eq!(caller.extra["scopes/a"], ["x"]);
@@ -259,11 +321,90 @@ mod tests {
         data.insert("requestheader-client-ca-file".into(), ca.cert.pem());
         let c = RequestHeaderConfig::from_data(&data).unwrap();
         assert_eq!(c.allowed_names, ["front-proxy-client"]);
-        assert_eq!(c.group_headers, ["X-Remote-Group"]);
+        assert_eq!(c.group_headers, ["x-remote-group"]);
         assert_eq!(c.client_ca.len(), 1);
         assert_eq!(
             common_name(&c.client_ca[0]).as_deref(),
             Some("rcgen self signed cert")
+        );
+    }
+
+    fn valid_data() -> BTreeMap<String, String> {
+        let ca = rcgen::generate_simple_self_signed(vec!["ca".into()]).unwrap();
+        let mut data = BTreeMap::new();
+        data.insert("requestheader-client-ca-file".into(), ca.cert.pem());
+        data.insert(
+            "requestheader-allowed-names".into(),
+            r#"["front-proxy-client"]"#.into(),
+        );
+        data
+    }
+
+    /// Issue 32 item 7: a malformed list used to become "no restriction" (any CN of the CA).
+    #[test]
+    fn malformed_settings_fail_closed() {
+        assert!(RequestHeaderConfig::from_data(&valid_data()).is_ok());
+        for (key, value, expected) in [
+            (
+                "requestheader-allowed-names",
+                "front-proxy-client",
+                "not a JSON list",
+            ),
+            (
+                "requestheader-allowed-names",
+                r#"["front-proxy-client""#,
+                "not a JSON list",
+            ),
+            (
+                "requestheader-allowed-names",
+                r#"{"a":1}"#,
+                "not a JSON list",
+            ),
+            ("requestheader-allowed-names", "[1]", "not a JSON list"),
+            ("requestheader-allowed-names", r#"[""]"#, "empty entry"),
+            (
+                "requestheader-group-headers",
+                "X-Remote-Group",
+                "not a JSON list",
+            ),
+            (
+                "requestheader-extra-headers-prefix",
+                "null",
+                "not a JSON list",
+            ),
+            ("requestheader-uid-headers", "[\"\"]", "empty entry"),
+            (
+                "requestheader-username-headers",
+                "[]",
+                "username-headers is empty",
+            ),
+            ("requestheader-client-ca-file", "", "holds no certificate"),
+            (
+                "requestheader-client-ca-file",
+                "-----BEGIN CERTIFICATE-----\nAAAA",
+                "client-ca-file",
+            ),
+        ] {
+            let mut data = valid_data();
+            data.insert(key.into(), value.into());
+            let err = RequestHeaderConfig::from_data(&data).unwrap_err();
+            assert!(err.contains(expected), "{key}={value:?}: {err}");
+        }
+        // Absent lists take kube's defaults; an explicit [] allowed-names means any CN.
+        let mut data = valid_data();
+        data.insert("requestheader-allowed-names".into(), "[]".into());
+        data.insert(
+            "requestheader-uid-headers".into(),
+            r#"["X-Remote-Uid"]"#.into(),
+        );
+        let c = RequestHeaderConfig::from_data(&data).unwrap();
+        assert!(c.allowed_names.is_empty());
+        assert_eq!(c.username_headers, ["x-remote-user"]);
+        let h = headers(&[("X-Remote-User", "alice"), ("X-Remote-Uid", "u-1")]);
+        let who = c.authenticate(Some("any"), &h).unwrap();
+        assert_eq!(
+            (who.caller.user.as_str(), who.uid.as_deref()),
+            ("alice", Some("u-1"))
         );
     }
 

@@ -239,6 +239,10 @@ pub async fn round_trip(
         let tcp = tokio::net::TcpStream::connect(&target.addr)
             .await
             .map_err(|e| dial_error(&target.addr, &e))?;
+        // Go's net package sets TCP_NODELAY on every TCP connection (net/tcpsock.go
+        // newTCPConn → setNoDelay(fd, true)), so kube-aggregator's proxy never waits on
+        // Nagle's algorithm.
+        let _ = tcp.set_nodelay(true);
         let name = ServerName::try_from(target.server_name.clone()).map_err(|e| e.to_string())?;
         let tls = tokio_rustls::TlsConnector::from(target.tls.clone())
             .connect(name, tcp)
