@@ -27,7 +27,16 @@ fn running_db() -> (Env, String) {
         "deckhouse.yaml",
         std::time::Duration::from_millis(100),
     );
-    ok(env.vm(&["create", "db", "--blank", "1Mi", "--no-platform-ssh"]));
+    // --wait: without it the phase below was read before the controller had started the VM
+    // (it failed when the machine was busy).
+    ok(env.vm(&[
+        "create",
+        "db",
+        "--blank",
+        "1Mi",
+        "--no-platform-ssh",
+        "--wait",
+    ]));
     let vm = kubectl_json(
         &env,
         &["get", "virtualmachines.virtualization.deckhouse.io", "db"],
