@@ -33,6 +33,7 @@ mod list;
 mod list_watch;
 mod pools;
 mod real_guest;
+mod real_guest_copy;
 mod real_guest_disks;
 mod real_guest_enroll;
 mod real_guest_extras;

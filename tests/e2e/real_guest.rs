@@ -7,7 +7,8 @@
 //! known_hosts entry) → `ssh -i` as the guest user → a disk hotplugged and unplugged → the
 //! trust files broken from inside, a file written → `snapshot create`, the file changed,
 //! `snapshot restore --stop` (the second boot), the file as it was → CA-signed ssh again → `cloud-init status --long` done without errors → `stop --wait` (qemu has exited) →
-//! `delete`. KubeVirt runs with the guest's network
+//! a copy (`clone` on KubeVirt, `snapshot restore --new-vm` on Deckhouse) boots with an SSH
+//! identity of its own (the third boot; real_guest_copy.rs) → `delete`. KubeVirt runs with the guest's network
 //! restricted (no package mirror), Deckhouse with user-mode networking open.
 //!
 //! `cargo test -p kubectl-vm --test e2e real_guest -- --ignored` (both flavors = 2 guests).
@@ -400,6 +401,8 @@ fn scenario(env: Env, restricted: bool) {
         "[{flavor}] stop --wait: {:.1}s",
         stop.elapsed().as_secs_f64()
     );
+    // A copy of the stopped guest boots with an SSH identity of its own (the third boot).
+    crate::real_guest_copy::copy_has_its_own_identity(&env, flavor, vm, restricted);
     ok(env.vm(&["delete", vm]));
     eprintln!(
         "[{flavor}] whole scenario: {:.1}s",
