@@ -375,14 +375,14 @@ fn real_guest_pool_kubevirt() {
         "quay.io/containerdisks/debian:12",
         "--wait",
         "--timeout",
-        "600s",
+        "300s",
     ]));
     for i in 0..2 {
         let vm = format!("rg-{i}");
         let out = crate::real_guest::ssh_until_ok(
             &env,
             &[&vm, "--", "hostname"],
-            Duration::from_secs(900),
+            Duration::from_secs(300),
         );
         assert_eq!(stdout(&out).trim(), vm, "{}", stderr(&out));
         eprintln!(

@@ -220,7 +220,7 @@ fn scenario(env: Env, restricted: bool) {
     let out = ssh_until_ok(
         &env,
         &[vm, "--", "cat", "/etc/kubevm/environment"],
-        Duration::from_secs(420),
+        Duration::from_secs(300),
     );
     let boot_to_ssh = running.elapsed();
     eprintln!(
@@ -317,7 +317,7 @@ fn scenario(env: Env, restricted: bool) {
     let restored = crate::real_guest_snapshot::snapshot_change_restore(&env, flavor, vm);
     assert!(!pid_alive(first_pid), "the first boot's qemu has exited");
     crate::real_guest_snapshot::check_restored(&env, flavor, &login, restored);
-    let out = ssh_until_ok(&env, &[vm, "--", "id", "-un"], Duration::from_secs(420));
+    let out = ssh_until_ok(&env, &[vm, "--", "id", "-un"], Duration::from_secs(300));
     eprintln!(
         "[{flavor}] second boot to ssh: {:.1}s from snapshot create",
         restart.elapsed().as_secs_f64()

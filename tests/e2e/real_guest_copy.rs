@@ -23,7 +23,10 @@ fn host_key_of(env: &Env, vm: &str) -> String {
 }
 
 fn key_words(line: &str) -> String {
-    line.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
+    line.split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Copies the stopped VM `src` to `SRC-copy`, boots the copy and checks its identity; deletes
@@ -33,10 +36,9 @@ pub(crate) fn copy_has_its_own_identity(env: &Env, flavor: &str, src: &str, kube
     let copy = format!("{src}-copy");
     // A user certificate for the source (which the source accepted while it ran).
     ok(env.vm(&["ssh-cert", &format!("{src}.default.vm")]));
-    let src_cert = env
-        .dir
-        .path()
-        .join(format!(".kube/kubectl-vm/ssh/certs/kubevm@{src}.default.vm-cert.pub"));
+    let src_cert = env.dir.path().join(format!(
+        ".kube/kubectl-vm/ssh/certs/kubevm@{src}.default.vm-cert.pub"
+    ));
     assert!(src_cert.exists(), "{}", src_cert.display());
     if kubevirt {
         ok(env.vm(&["clone", src, &copy, "--start", "--timeout", "300s"]));

@@ -114,7 +114,7 @@ pub(crate) fn snapshot_change_restore(env: &Env, flavor: &str, vm: &str) -> Inst
         "before-change",
         "--stop",
         "--timeout",
-        "420s",
+        "300s",
     ]));
     eprintln!(
         "[{flavor}] snapshot restore --stop: {:.1}s: {out}",
@@ -128,7 +128,7 @@ pub(crate) fn snapshot_change_restore(env: &Env, flavor: &str, vm: &str) -> Inst
 pub(crate) fn check_restored(env: &Env, flavor: &str, login: &[&str], restored: Instant) {
     let mut args = login.to_vec();
     args.extend(["--", "true"]);
-    ssh_until_ok(env, &args, Duration::from_secs(420));
+    ssh_until_ok(env, &args, Duration::from_secs(300));
     eprintln!(
         "[{flavor}] restored VM: boot to ssh {:.1}s after the restore returned",
         restored.elapsed().as_secs_f64()
