@@ -45,9 +45,12 @@ pub(crate) fn copy_has_its_own_identity(env: &Env, flavor: &str, src: &str, kube
     } else {
         ok(env.vm(&["snapshot", "create", src, "for-copy"]));
         ok(env.vm(&["snapshot", "restore", "for-copy", "--new-vm", &copy]));
-        // The new VM has the source's runPolicy: it may be running already.
+        // The new VM has the source's runPolicy: under AlwaysOn (what `create` sets by
+        // default) the platform starts it, and a Start operation would be refused for a VM
+        // that is Running by then.
         let vm: Value = serde_json::from_str(&ok(env.vm(&["get", &copy, "-o", "json"]))).unwrap();
-        if vm["status"]["phase"] != "Running" {
+        let policy = vm["spec"]["runPolicy"].as_str().unwrap_or_default();
+        if !policy.starts_with("AlwaysOn") {
             ok(env.vm(&["start", &copy]));
         }
     }
@@ -57,23 +60,31 @@ pub(crate) fn copy_has_its_own_identity(env: &Env, flavor: &str, src: &str, kube
     );
 
     // Reached with the copy's host certificate as the only host trust; the host key it serves
-    // is the one certified for the copy, not the source's that its disk came with.
-    let served = ssh_until_ok(
+    // is the one certified for the copy, not the source's that its disk came with (cloud-init
+    // writes the .pub file 0600 too, hence sudo).
+    ssh_until_ok(
         env,
-        &[
-            "--strict-host-key-checking",
-            "yes",
-            &copy,
-            "--",
-            "cat",
-            "/etc/ssh/ssh_host_ed25519_key.pub",
-        ],
+        &["--strict-host-key-checking", "yes", &copy, "--", "true"],
         Duration::from_secs(300),
     );
     eprintln!(
         "[{flavor}] copy: boot to ssh {:.1}s after the copy was asked for",
         t0.elapsed().as_secs_f64()
     );
+    let served = ssh(
+        env,
+        &[
+            "--strict-host-key-checking",
+            "yes",
+            &copy,
+            "--",
+            "sudo",
+            "-n",
+            "cat",
+            "/etc/ssh/ssh_host_ed25519_key.pub",
+        ],
+    );
+    assert!(served.status.success(), "{}", stderr(&served));
     let served = key_words(&stdout(&served));
     assert_eq!(served, host_key_of(env, &copy), "the copy's own host key");
     assert_ne!(served, host_key_of(env, src), "not the source's host key");
