@@ -7,6 +7,17 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use crate::error::Action;
 use crate::flavor::Flavor;
 
+/// `--dry-run`, as kubectl names the strategies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DryRun {
+    /// Really act.
+    None,
+    /// Send nothing that changes anything.
+    Client,
+    /// Send the request marked dry run: checked by the server, not persisted.
+    Server,
+}
+
 /// One API kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Kind {

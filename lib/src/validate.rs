@@ -9,7 +9,7 @@ use std::str::FromStr;
 
 use thiserror::Error;
 
-use crate::quantity::Quantity;
+use crate::quantity::{Quantity, QuantityError};
 
 /// A value given on the command line that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -25,13 +25,8 @@ pub enum ValidationError {
         reason: String,
     },
     /// A size that is not a usable quantity.
-    #[error("invalid size {value:?}: {reason} (examples: 2Gi, 512Mi, 1.5Gi, 1G)")]
-    Quantity {
-        /// The value as given.
-        value: String,
-        /// What is wrong.
-        reason: String,
-    },
+    #[error(transparent)]
+    Quantity(#[from] QuantityError),
     /// A CPU count that is not a whole number of cores.
     #[error("invalid CPU count {value:?}: use a whole number of cores, at least 1 (e.g. 2)")]
     Cpu {

@@ -67,7 +67,7 @@ pub struct VmSummary {
     /// KubeVirt run strategy or Deckhouse run policy.
     pub run_strategy: Option<String>,
     /// The pool the VM is a replica of: the VirtualMachinePool controlling it (KubeVirt) or
-    /// its [`crate::create::pool::POOL_LABEL`] label (Deckhouse pools made by `create`).
+    /// its [`crate::names::POOL_LABEL`] label (Deckhouse pools made by `create`).
     pub pool: Option<String>,
     /// How its guest trusts SSH.
     pub trust: TrustState,
@@ -207,9 +207,9 @@ impl TrustState {
     /// Read it from a VM object of either platform.
     pub fn of(vm: &Value) -> TrustState {
         let meta = &vm["metadata"];
-        let ours = meta["labels"][crate::create::MANAGED_BY_LABEL] == crate::create::MANAGED_BY;
-        let trust = &meta["annotations"][crate::signer::TRUST_ANNOTATION];
-        let scoped = *trust == crate::signer::TRUST_VM_SCOPED;
+        let ours = meta["labels"][crate::names::MANAGED_BY_LABEL] == crate::names::MANAGED_BY;
+        let trust = &meta["annotations"][crate::names::TRUST_ANNOTATION];
+        let scoped = *trust == crate::names::TRUST_VM_SCOPED;
         match (ours, scoped) {
             (true, true) => TrustState::VmScoped,
             (true, false) if trust.is_null() => TrustState::Legacy,
@@ -299,7 +299,7 @@ fn pool_of(vm: &Value) -> Option<String> {
         .flatten()
         .find(|r| r["controller"] == true && r["kind"] == "VirtualMachinePool")
         .and_then(|r| r["name"].as_str())
-        .or_else(|| vm["metadata"]["labels"][crate::create::pool::POOL_LABEL].as_str())
+        .or_else(|| vm["metadata"]["labels"][crate::names::POOL_LABEL].as_str())
         .map(str::to_owned)
 }
 

@@ -8,9 +8,9 @@ use serde_json::Value;
 
 use crate::api::{DATA_VOLUME, Kind, VIRTUAL_DISK};
 use crate::cluster::Cluster;
-use crate::create::companion_selector;
 use crate::error::{Error, Result};
 use crate::flavor::Flavor;
+use crate::names::companion_selector;
 
 /// How often the state is read.
 const POLL: Duration = Duration::from_millis(500);

@@ -227,7 +227,7 @@ pub fn build(vms: &[VmSummary], options: &Options, on_event: &mut dyn FnMut(Even
         );
         // The login `kubectl vm ssh` uses for this VM (an enrolled VM's own user).
         if let Some(login) = annotations
-            .get(crate::signer::DEFAULT_LOGIN_ANNOTATION)
+            .get(crate::names::DEFAULT_LOGIN_ANNOTATION)
             .filter(|l| crate::signer::policy::valid_login(l))
         {
             vars.insert("ansible_user".into(), HostVar::Ours((*login).to_owned()));

@@ -6,7 +6,7 @@
 //! cloud-init Secret `create` made (re-applied by `bootcmd` on every boot) to what `create`
 //! writes now: a principals file per login naming `LOGIN@NAME.NAMESPACE` and
 //! `AuthorizedPrincipalsFile` in the sshd drop-in; then it sets the VM's
-//! [`crate::signer::TRUST_ANNOTATION`]. The guest applies it at its next boot.
+//! [`crate::names::TRUST_ANNOTATION`]. The guest applies it at its next boot.
 //!
 //! Only what is ours is touched: VMs labelled as made by kubectl-vm whose spec references the
 //! Secret, a Secret labelled as ours that the VM owns (controller reference with the VM's uid),
@@ -19,15 +19,13 @@ use serde_json::{Value, json};
 
 use crate::api::Kind;
 use crate::cluster::Cluster;
-use crate::create::cloudinit::platform::{CA_KEYS_PATH, PRINCIPALS_DIR, SSHD_DROP_IN_PATH};
-use crate::create::{MANAGED_BY, MANAGED_BY_LABEL};
 use crate::error::{Action, Result};
 use crate::flavor::Flavor;
-use crate::signer::{TRUST_ANNOTATION, TRUST_VM_SCOPED, scoped_principal};
-
-/// Value of [`TRUST_ANNOTATION`] that `migrate` writes on a VM of ours whose cloud-init has no
-/// platform SSH trust (made with `--no-platform-ssh`, or a Windows guest): nothing to migrate.
-pub const TRUST_NONE: &str = "none";
+pub use crate::names::TRUST_NONE;
+use crate::names::{CA_KEYS_PATH, PRINCIPALS_DIR, SSHD_DROP_IN_PATH};
+use crate::names::{MANAGED_BY, MANAGED_BY_LABEL};
+use crate::names::{TRUST_ANNOTATION, TRUST_VM_SCOPED};
+use crate::signer::scoped_principal;
 
 /// Data keys of the user-data Secret (KubeVirt `userdata`, Deckhouse `userData`).
 const USER_DATA_KEYS: [&str; 2] = ["userdata", "userData"];

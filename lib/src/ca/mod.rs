@@ -22,7 +22,7 @@ pub use host::{DEFAULT_HOST_CERT_VALIDITY, HostKeys, host_principals};
 use thiserror::Error;
 
 /// Namespace that holds the CA unless configured otherwise.
-pub const DEFAULT_NAMESPACE: &str = "kubevm-system";
+pub const DEFAULT_NAMESPACE: &str = crate::names::CA_NAMESPACE;
 /// Name of the Secret with the CA private keys.
 pub const SECRET_NAME: &str = "kubevm-ssh-ca";
 /// Name of the ConfigMap with the CA public keys.

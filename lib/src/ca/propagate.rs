@@ -26,9 +26,9 @@ use serde_json::Value;
 
 use crate::api::{DECKHOUSE_VM, KUBEVIRT_VM};
 use crate::cluster::Cluster;
-use crate::create::cloudinit::platform::{CA_KEYS_PATH, HOST_CERT_PATH};
-use crate::create::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 use crate::error::{Action, Result};
+use crate::names::{CA_KEYS_PATH, HOST_CERT_PATH};
+use crate::names::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 
 /// Data keys of the user-data Secret (KubeVirt `userdata`, Deckhouse `userData`).
 const USER_DATA_KEYS: [&str; 2] = ["userdata", "userData"];

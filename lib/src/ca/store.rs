@@ -16,8 +16,7 @@ use crate::error::{Action, Error, Result};
 /// Namespace that holds the CA unless `--ca-namespace` says otherwise.
 pub const DEFAULT_CA_NAMESPACE: &str = super::DEFAULT_NAMESPACE;
 
-/// Field manager of the server-side applies below.
-const FIELD_MANAGER: &str = "kubectl-vm";
+use crate::names::FIELD_MANAGER;
 
 fn secret_action(verb: &'static str, namespace: &str) -> Action {
     Action::new(verb, "secrets", "secret")

@@ -25,11 +25,10 @@ use yaml_serde::{Mapping, Value as Yaml};
 
 use crate::ca::HostKeys;
 use crate::cluster::Cluster;
-use crate::create::cloudinit::platform::{
-    HOST_CERT_PATH, PRINCIPALS_DIR, SSHD_DROP_IN_PATH, heredoc,
-};
+use crate::create::cloudinit::platform::heredoc;
 use crate::error::{Action, Error, Result};
 use crate::flavor::Flavor;
+use crate::names::{HOST_CERT_PATH, PRINCIPALS_DIR, SSHD_DROP_IN_PATH};
 
 /// The file name of the platform part in a MIME multipart user data (see
 /// `create::cloudinit::merge::multipart`).
@@ -377,10 +376,10 @@ pub async fn rewrite_secret(
     secret.metadata.managed_fields = None;
     let labels = secret.metadata.labels.get_or_insert_default();
     labels.insert(
-        crate::create::MANAGED_BY_LABEL.into(),
-        crate::create::MANAGED_BY.into(),
+        crate::names::MANAGED_BY_LABEL.into(),
+        crate::names::MANAGED_BY.into(),
     );
-    labels.insert(crate::create::VM_LABEL.into(), target.into());
+    labels.insert(crate::names::VM_LABEL.into(), target.into());
     api.replace(name, &Default::default(), &secret)
         .await
         .map_err(|e| cluster.error(e, &action("update")))?;

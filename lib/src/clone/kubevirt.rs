@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use super::{CloneRequest, our_labels};
 use crate::api::Kind;
 use crate::cluster::Cluster;
-use crate::create::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 use crate::error::Result;
+use crate::names::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 
 /// KubeVirt's VirtualMachineClone.
 pub const CLONE: Kind = Kind {

@@ -4,7 +4,7 @@
 //!
 //! Refused before anything is created: a bad or equal name, a source that does not exist, a
 //! target name (or a new disk's name) that is taken. The new VM is labelled as ours
-//! ([`crate::create::companion_selector`] finds its disks), so `delete NEW` removes it with
+//! ([`crate::names::companion_selector`] finds its disks), so `delete NEW` removes it with
 //! them, and the copies no longer carry the source's `kubevm.io/vm` label (`delete SRC` leaves
 //! them alone).
 //!
@@ -29,13 +29,13 @@ use std::time::Duration;
 use kube::api::{DynamicObject, PostParams};
 use serde_json::{Value, json};
 
+pub use crate::api::DryRun;
 use crate::api::Kind;
 use crate::cluster::Cluster;
-use crate::create::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 use crate::error::{Error, Result};
 use crate::flavor::{Flavor, Platform};
-pub use crate::lifecycle::DryRun;
 use crate::lifecycle::VmRef;
+use crate::names::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 
 /// How often the clone object is read while waiting.
 const POLL: Duration = Duration::from_millis(200);

@@ -11,7 +11,9 @@
 //!    first, with a uid precondition, so an object that replaced ours meanwhile is never
 //!    removed. What could not be removed is named with the command that removes it.
 //!
-//! [`companion_selector`]: crate::create::companion_selector
+//! [`companion_selector`]: crate::names::companion_selector
+
+pub use crate::names::FIELD_MANAGER;
 
 use kube::api::{DeleteParams, DynamicObject, PostParams, Preconditions};
 use serde_json::Value;
@@ -20,11 +22,9 @@ use tokio::sync::watch;
 use crate::api::{DATA_VOLUME, DECKHOUSE_VM, KUBEVIRT_POOL, KUBEVIRT_VM, Kind, VIRTUAL_DISK};
 use crate::cluster::Cluster;
 use crate::create::pool::planned_replicas;
-use crate::create::{MANAGED_BY, MANAGED_BY_LABEL, Manifests, Owner, VM_LABEL, VmOwner};
+use crate::create::{Manifests, Owner, VmOwner};
 use crate::error::{Error, Result};
-
-/// Field manager of every write kubectl-vm makes.
-pub const FIELD_MANAGER: &str = "kubectl-vm";
+use crate::names::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 
 /// One object after creating (or reusing) it.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,6 +7,8 @@
 //! whose [`PlannedObject::owner`] is [`Owner::Vm`] it calls [`PlannedObject::set_owner`] with
 //! the VM it has just created, so Kubernetes deletes that object with the VM.
 
+pub use crate::names::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL, companion_selector};
+
 pub mod checks;
 pub mod cloudinit;
 pub mod deckhouse;
@@ -35,21 +37,8 @@ pub use plan::{BootFlags, BootSource, PlanError, VmPlan};
 
 use crate::flavor::Flavor;
 
-/// Label on everything kubectl-vm creates.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// Value of [`MANAGED_BY_LABEL`].
-pub const MANAGED_BY: &str = "kubectl-vm";
-/// Label naming the VM an object was created for (disks, Secrets); `kubectl vm delete` finds
-/// a VM's companions with [`companion_selector`].
-pub const VM_LABEL: &str = "kubevm.io/vm";
-
 /// Volume names kubectl-vm uses itself, so data disks cannot take them.
 pub(crate) const RESERVED_VOLUME_NAMES: [&str; 2] = ["rootdisk", "cloudinitdisk"];
-
-/// Label selector matching the objects created together with VM `name`.
-pub fn companion_selector(name: &str) -> String {
-    format!("{VM_LABEL}={name},{MANAGED_BY_LABEL}={MANAGED_BY}")
-}
 
 /// A plan that cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -217,16 +206,16 @@ fn vm_metadata(plan: &VmPlan) -> Value {
     let mut meta = metadata(plan, &plan.name);
     if !plan.platform_ssh.enabled || plan.os == plan::OsType::Windows {
         meta["annotations"] = json!({
-            crate::signer::TRUST_ANNOTATION: crate::ca::migrate::TRUST_NONE,
+            crate::names::TRUST_ANNOTATION: crate::names::TRUST_NONE,
         });
     } else {
         let mut annotations = serde_json::Map::new();
         annotations.insert(
-            crate::signer::TRUST_ANNOTATION.into(),
-            json!(crate::signer::TRUST_VM_SCOPED),
+            crate::names::TRUST_ANNOTATION.into(),
+            json!(crate::names::TRUST_VM_SCOPED),
         );
         if let Some(user) = &plan.guest.user {
-            annotations.insert(crate::signer::LOGINS_ANNOTATION.into(), json!(user));
+            annotations.insert(crate::names::LOGINS_ANNOTATION.into(), json!(user));
         }
         meta["annotations"] = Value::Object(annotations);
     }

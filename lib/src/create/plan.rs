@@ -2,6 +2,8 @@
 //! built. The command fills a plan from its flags; [`VmPlan::validate`] says, in one line, which
 //! flags cannot go together on the target platform.
 
+pub use crate::names::DEFAULT_PLATFORM_USER;
+
 use thiserror::Error;
 
 use crate::ca::HostKeys;
@@ -171,9 +173,6 @@ impl Default for GuestConfig {
         }
     }
 }
-
-/// The platform user that kubectl-vm logs in as with CA-signed certificates.
-pub const DEFAULT_PLATFORM_USER: &str = "kubevm";
 
 /// Certificate-based SSH access that kubectl-vm sets up in Linux guests.
 #[derive(Debug, Clone, PartialEq, Eq)]

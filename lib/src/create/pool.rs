@@ -12,6 +12,8 @@
 //! - Deckhouse has no pool kind: N VirtualMachines `NAME-i` (the same names), each made exactly
 //!   as `create NAME-i` would, all labelled [`POOL_LABEL`]`=NAME`.
 
+pub use crate::names::POOL_LABEL;
+
 use serde_json::{Value, json};
 
 use super::cloudinit::{self, UserData};
@@ -19,8 +21,6 @@ use super::plan::{BootSource, PlanError, VmPlan};
 use super::{CreateError, Owner, PlannedObject, labels, metadata, vm_metadata};
 use crate::flavor::Flavor;
 
-/// Label naming the pool a VM (and its disks and Secrets) was created for.
-pub const POOL_LABEL: &str = "kubevm.io/pool";
 /// The most replicas one `create` makes: each needs its own signed host certificate and
 /// Secret (or VM and disks), created one request at a time, and a pool this large is already
 /// past what one command line manages comfortably.

@@ -22,9 +22,9 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
 
-use crate::create::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 use crate::enroll::{Activation, owned_by_vm};
 use crate::error::{Error, Result};
+use crate::names::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 
 /// Label naming what a credential Secret holds: `keys` or `password`.
 pub const KIND_LABEL: &str = "kubevm.io/credential";

@@ -21,9 +21,9 @@ use serde_json::Value;
 
 use crate::api::{DATA_VOLUME, KUBEVIRT_VMI, Kind, SECRET, VIRTUAL_DISK};
 use crate::cluster::Cluster;
-use crate::create::companion_selector;
 use crate::error::{Error, Result};
 use crate::flavor::{Flavor, Platform};
+use crate::names::companion_selector;
 
 /// An object that goes (or stays) with the VM.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,10 +18,10 @@ use serde_json::Value;
 use super::{Companion, DeletePlan, guarded, owned_by, owned_secrets, quoted_ref, to_value};
 use crate::api::{KUBEVIRT_POOL, Kind, SECRET};
 use crate::cluster::Cluster;
-use crate::create::pool::POOL_LABEL;
-use crate::create::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 use crate::error::{Error, Result};
 use crate::flavor::{Flavor, Platform};
+use crate::names::POOL_LABEL;
+use crate::names::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 
 /// What deleting a pool involves.
 #[derive(Debug, Clone)]

@@ -16,11 +16,11 @@ use super::{
 };
 use crate::api::{DECKHOUSE_VM, Kind, VIRTUAL_DISK};
 use crate::cluster::Cluster;
-use crate::create::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 use crate::error::{Error, Result};
 use crate::flavor::Flavor;
 use crate::lifecycle::VmRef;
 use crate::lifecycle::watch::{self, Watched};
+use crate::names::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 use crate::quantity::Quantity;
 
 /// Deckhouse's VirtualMachineBlockDeviceAttachment.

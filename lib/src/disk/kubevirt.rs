@@ -16,11 +16,11 @@ use super::{
 };
 use crate::api::{DATA_VOLUME, KUBEVIRT_VM, KUBEVIRT_VMI, PVC};
 use crate::cluster::Cluster;
-use crate::create::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 use crate::error::{Error, Result};
 use crate::flavor::Flavor;
 use crate::lifecycle::VmRef;
 use crate::lifecycle::watch::{self, Watched};
+use crate::names::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 use crate::quantity::Quantity;
 
 async fn get_opt(

@@ -23,10 +23,10 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
+pub use crate::api::DryRun;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::flavor::Flavor;
-pub use crate::lifecycle::DryRun;
 use crate::quantity::Quantity;
 
 /// What a disk comes from, as the user names it (`pvc/NAME`, `dv/NAME`, `vd/NAME`, `vi/NAME`,

@@ -15,9 +15,9 @@ use crate::api::{KUBEVIRT_VM, KUBEVIRT_VMI};
 use crate::ca::propagate::TrustUpdate;
 use crate::ca::store;
 use crate::cluster::Cluster;
-use crate::create::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 use crate::error::{Action, Error, Result};
 use crate::flavor::Flavor;
+use crate::names::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 
 /// Why Deckhouse VMs cannot be enrolled, and what works there.
 pub const DECKHOUSE_UNSUPPORTED: &str = "enrolling needs KubeVirt: Deckhouse virtualization has no accessCredentials to put the CA trust into the guest; VMs made with `kubectl vm create` trust the CA through cloud-init, others take `kubectl vm ssh -i KEY`";

@@ -13,7 +13,7 @@
 //!   an accessCredentials entry gives all its lines to all its users, and a line naming `L`'s
 //!   principal in another user's file would let `L`'s certificate log in as that user.
 //! - an accessCredentials entry with that Secret for user `L`, and `L` in the VM's
-//!   [`crate::signer::LOGINS_ANNOTATION`] so the signer issues certificates for it.
+//!   [`crate::names::LOGINS_ANNOTATION`] so the signer issues certificates for it.
 //!
 //! A new accessCredentials entry reaches a running VM only when it restarts (KubeVirt sets the
 //! VM condition `RestartRequired`: accessCredentials are not live-updatable,
@@ -31,12 +31,12 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::{Value, json};
 
-use crate::create::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 use crate::error::{Error, Result};
-use crate::signer::{
+use crate::names::{
     DEFAULT_LOGIN_ANNOTATION, LOGINS_ANNOTATION, TRUST_ANNOTATION, TRUST_VM_SCOPED,
-    scoped_principal,
 };
+use crate::names::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
+use crate::signer::scoped_principal;
 
 /// Label on an enrollment Secret naming the login it is for.
 pub const LOGIN_LABEL: &str = "ssh.kubevm.io/enrolled-login";

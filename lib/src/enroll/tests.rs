@@ -95,7 +95,7 @@ fn vm_gets_one_entry_per_login_and_the_logins_annotation() {
     assert_eq!(v["metadata"]["annotations"][LOGINS_ANNOTATION], "ops");
     assert!(
         v["metadata"]["annotations"]
-            .get(crate::signer::DEFAULT_LOGIN_ANNOTATION)
+            .get(crate::names::DEFAULT_LOGIN_ANNOTATION)
             .is_none()
     );
     assert!(remove_entry(&mut v, "ops") && remove_login(&mut v, "ops"));
@@ -125,7 +125,7 @@ fn existing_entries_and_trust_of_our_vms_are_kept() {
     assert!(v["metadata"]["annotations"].get(TRUST_ANNOTATION).is_none());
     assert!(
         v["metadata"]["annotations"]
-            .get(crate::signer::DEFAULT_LOGIN_ANNOTATION)
+            .get(crate::names::DEFAULT_LOGIN_ANNOTATION)
             .is_none()
     );
     assert_eq!(v["metadata"]["annotations"][LOGINS_ANNOTATION], "ops");

@@ -13,13 +13,13 @@ pub mod kubevirt;
 use kube::api::PostParams;
 use serde_json::{Value, json};
 
+pub use crate::api::DryRun;
 use crate::api::Kind;
 use crate::cluster::Cluster;
-use crate::create::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 use crate::error::{Error, Result};
 use crate::flavor::Flavor;
-pub use crate::lifecycle::DryRun;
 use crate::lifecycle::VmRef;
+use crate::names::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 
 /// The core Service kind.
 pub const SERVICE: Kind = Kind {

@@ -10,6 +10,7 @@ pub mod deckhouse;
 pub mod kubevirt;
 pub(crate) mod watch;
 
+pub use crate::api::DryRun;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -137,17 +138,6 @@ impl Action {
             _ => Ok(()),
         }
     }
-}
-
-/// `--dry-run`, as kubectl names the strategies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DryRun {
-    /// Really act.
-    None,
-    /// Send nothing that changes anything.
-    Client,
-    /// Send the request marked dry run: checked by the server, not persisted.
-    Server,
 }
 
 /// How to run an action.

@@ -11,6 +11,11 @@
 //! This module holds the wire types and the client side ([`client`]); [`server`] is the
 //! service (`kubectl vm signer serve`) and [`install`] the manifests `ca init --signer` applies.
 
+pub use crate::names::{
+    AGENT_FORWARDING_ANNOTATION, DEFAULT_LOGIN_ANNOTATION, LOGINS_ANNOTATION, TRUST_ANNOTATION,
+    TRUST_VM_SCOPED, X11_FORWARDING_ANNOTATION,
+};
+
 pub mod client;
 pub mod install;
 pub mod policy;
@@ -20,7 +25,7 @@ pub mod sign;
 use serde::{Deserialize, Serialize};
 
 /// API group the signer serves.
-pub const GROUP: &str = "ssh.kubevm.io";
+pub const GROUP: &str = crate::names::SSH_API_GROUP;
 /// API version the signer serves.
 pub const VERSION: &str = "v1alpha1";
 /// Name of the APIService that registers the signer with the API server.
@@ -31,25 +36,6 @@ pub const USER_CERTIFICATE: &str = "sshcertificate";
 pub const HOST_CERTIFICATE: &str = "hostcertificate";
 /// Kind of the request and answer objects.
 pub const KIND: &str = "SSHCertificateRequest";
-
-/// Annotation `create` writes on VMs whose guests accept only VM-scoped principals
-/// (an `AuthorizedPrincipalsFile` per login); `none` on VMs it made without platform SSH. VMs
-/// of kubectl-vm without it were created before and trust every certificate of the CA whose
-/// principal is the login name; the signer issues none such, and `kubectl vm ca migrate`
-/// ([`crate::ca::migrate`]) gives them the scoped form.
-pub const TRUST_ANNOTATION: &str = "ssh.kubevm.io/trust";
-/// Value of [`TRUST_ANNOTATION`] for VM-scoped trust.
-pub const TRUST_VM_SCOPED: &str = "vm-scoped";
-/// Annotation listing logins besides the platform user that may get certificates for the VM
-/// (comma-separated; `create --guest-user` writes it).
-pub const LOGINS_ANNOTATION: &str = "ssh.kubevm.io/logins";
-/// Annotation naming the login `ssh`/`scp` use on the VM when none is given (written by
-/// `enroll` on VMs that have no platform user).
-pub const DEFAULT_LOGIN_ANNOTATION: &str = "ssh.kubevm.io/default-login";
-/// Annotation that allows agent forwarding in certificates for the VM (`"true"`).
-pub const AGENT_FORWARDING_ANNOTATION: &str = "ssh.kubevm.io/allow-agent-forwarding";
-/// Annotation that allows X11 forwarding in certificates for the VM (`"true"`).
-pub const X11_FORWARDING_ANNOTATION: &str = "ssh.kubevm.io/allow-x11-forwarding";
 
 /// The principal a VM-scoped guest accepts for `login` on VM `name` in `namespace`:
 /// `LOGIN@NAME.NAMESPACE` (unambiguous: namespaces have no dots, logins no `@`).

@@ -35,7 +35,7 @@ impl Default for Limits {
             default_ttl: Duration::from_secs(300),
             max_ttl: Duration::from_secs(3600),
             host_validity: crate::ca::DEFAULT_HOST_CERT_VALIDITY,
-            platform_user: crate::ssh::vm::DEFAULT_USER.to_owned(),
+            platform_user: crate::names::DEFAULT_PLATFORM_USER.to_owned(),
         }
     }
 }

@@ -19,11 +19,11 @@ use serde_json::{Value, json};
 use super::{Deleted, DryRun, Event, Options, Outcome, RestoreRequest, Snapshot, text};
 use crate::api::{KUBEVIRT_VM, KUBEVIRT_VMI, Kind};
 use crate::cluster::Cluster;
-use crate::create::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 use crate::error::{Error, Result};
 use crate::flavor::{Flavor, Platform};
 use crate::lifecycle::watch::{self, Watched};
 use crate::lifecycle::{self, Action, VmRef};
+use crate::names::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 use crate::quantity::Quantity;
 
 /// VirtualMachineSnapshot.

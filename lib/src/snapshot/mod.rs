@@ -27,10 +27,10 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
+pub use crate::api::DryRun;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::flavor::{Flavor, Platform};
-pub use crate::lifecycle::DryRun;
 
 /// How to run a change.
 #[derive(Debug, Clone)]

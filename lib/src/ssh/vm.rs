@@ -28,7 +28,7 @@ use crate::stream::{self, StreamKind, StreamTarget};
 use russh::keys::ssh_key::certificate::CertType;
 
 /// The platform user `create` provisions: the login when none is given.
-pub const DEFAULT_USER: &str = crate::create::plan::DEFAULT_PLATFORM_USER;
+pub const DEFAULT_USER: &str = crate::names::DEFAULT_PLATFORM_USER;
 
 /// Where and how to log in.
 #[derive(Debug, Clone)]
@@ -97,7 +97,7 @@ pub enum ConnectError {
     Signer(#[from] SignerError),
 }
 
-/// The login when none is given: the VM's [`crate::signer::DEFAULT_LOGIN_ANNOTATION`] (an
+/// The login when none is given: the VM's [`crate::names::DEFAULT_LOGIN_ANNOTATION`] (an
 /// enrolled VM without the platform user), else [`DEFAULT_USER`]. A VM that cannot be read
 /// (not found, not allowed) gives [`DEFAULT_USER`]: connecting reports the real error.
 pub async fn default_login(cluster: &Cluster, flavor: Flavor, namespace: &str, vm: &str) -> String {
@@ -110,7 +110,7 @@ pub async fn default_login(cluster: &Cluster, flavor: Flavor, namespace: &str, v
         .and_then(|o| {
             o.metadata
                 .annotations
-                .and_then(|a| a.get(crate::signer::DEFAULT_LOGIN_ANNOTATION).cloned())
+                .and_then(|a| a.get(crate::names::DEFAULT_LOGIN_ANNOTATION).cloned())
         })
         .filter(|l| policy::valid_login(l));
     annotated.unwrap_or_else(|| DEFAULT_USER.to_owned())

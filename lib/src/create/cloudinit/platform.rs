@@ -5,24 +5,16 @@
 //! Whatever must survive a CA rotation or a host-certificate renewal is written by `bootcmd`,
 //! which cloud-init runs on every boot (the per-instance modules run only once per instance).
 
+pub use crate::names::{
+    CA_KEYS_PATH, ENV_FILE_PATH, HOST_CERT_PATH, PRINCIPALS_DIR, PROFILE_PATH, SSHD_DROP_IN_PATH,
+};
+
 use yaml_serde::{Mapping, Value};
 
 use crate::create::plan::VmPlan;
 use crate::flavor::Flavor;
 use crate::validate::EnvVar;
 
-/// Trusted user CA keys file in the guest.
-pub const CA_KEYS_PATH: &str = "/etc/ssh/kubevm_trusted_user_ca_keys";
-/// sshd drop-in written by kubectl-vm.
-pub const SSHD_DROP_IN_PATH: &str = "/etc/ssh/sshd_config.d/50-kubevm.conf";
-/// Directory of the per-login principal files (`AuthorizedPrincipalsFile …/%u`).
-pub const PRINCIPALS_DIR: &str = "/etc/ssh/kubevm_principals";
-/// Host certificate file. Not named `ssh_host_*key*`: cloud-init deletes those on first boot.
-pub const HOST_CERT_PATH: &str = "/etc/ssh/kubevm_ssh_host_ed25519_key-cert.pub";
-/// Environment file for systemd units (`EnvironmentFile=`).
-pub const ENV_FILE_PATH: &str = "/etc/kubevm/environment";
-/// Login-shell environment script.
-pub const PROFILE_PATH: &str = "/etc/profile.d/kubevm-env.sh";
 /// sudoers drop-in for the platform user.
 const SUDOERS_PATH: &str = "/etc/sudoers.d/90-kubevm";
 

@@ -1,6 +1,6 @@
 use super::*;
 use crate::create::fixtures;
-use crate::create::{MANAGED_BY_LABEL, VM_LABEL};
+use crate::names::{MANAGED_BY_LABEL, VM_LABEL};
 
 fn pool(flavor: Flavor, n: u32) -> VmPlan {
     let mut plan = fixtures::plan(flavor, fixtures::image());
@@ -44,8 +44,8 @@ fn kubevirt_pool_template_is_the_vm_with_indexed_secret_refs() {
     assert_eq!(t["metadata"]["labels"][POOL_LABEL], "web");
     assert_eq!(t["metadata"]["labels"][MANAGED_BY_LABEL], "kubectl-vm");
     assert_eq!(
-        t["metadata"]["annotations"][crate::signer::TRUST_ANNOTATION],
-        crate::signer::TRUST_VM_SCOPED
+        t["metadata"]["annotations"][crate::names::TRUST_ANNOTATION],
+        crate::names::TRUST_VM_SCOPED
     );
     let volumes = t["spec"]["template"]["spec"]["volumes"].as_array().unwrap();
     let ci = volumes
