@@ -505,6 +505,15 @@ pub fn reconcile(app: &App, obj: &Value, plural: &'static str, tick: bool) {
                 "Import is in the process of provisioning to DVCR.",
                 None,
             ),
+            // The uploader failed mid-upload (a cut connection) and its successor waits for
+            // the next try: the phase follows the uploader, as it did before the first one.
+            (None, false) if phase == "Provisioning" => set(
+                "WaitForUserUpload",
+                false,
+                "WaitForUserUpload",
+                "Waiting for the user upload.",
+                None,
+            ),
             _ => {}
         },
         _ => {}
