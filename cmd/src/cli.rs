@@ -1,16 +1,10 @@
 //! The command line: global connection flags (accepted before or after any subcommand, as
 //! kubectl does not pass its own to plugins) and one variant per command.
 
-use std::path::PathBuf;
-use std::time::Duration;
-
-use clap::{Args, Parser, Subcommand};
-use clap_complete::engine::ArgValueCompleter;
-use kubevm::cluster::ConnectOptions;
-use kubevm::flavor::FlavorChoice;
+use clap::{Parser, Subcommand};
 
 use crate::commands;
-use crate::complete;
+use crate::flags::GlobalArgs;
 
 /// Manage virtual machines on KubeVirt and Deckhouse virtualization.
 #[derive(Debug, Parser)]
@@ -27,88 +21,6 @@ pub struct Cli {
     pub global: GlobalArgs,
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// Connection flags shared by every command, named and behaving like kubectl's.
-#[derive(Debug, Clone, Args)]
-#[command(next_help_heading = "Global options")]
-pub struct GlobalArgs {
-    /// Path to the kubeconfig file (instead of KUBECONFIG or ~/.kube/config)
-    #[arg(long, global = true, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
-    pub kubeconfig: Option<PathBuf>,
-
-    /// The kubeconfig context to use
-    #[arg(long, global = true, value_name = "NAME", add = ArgValueCompleter::new(complete::contexts))]
-    pub context: Option<String>,
-
-    /// The kubeconfig cluster to use
-    #[arg(long, global = true, value_name = "NAME")]
-    pub cluster: Option<String>,
-
-    /// The kubeconfig user to use
-    #[arg(long, global = true, value_name = "NAME")]
-    pub user: Option<String>,
-
-    /// Namespace to work in (default: the context's namespace)
-    #[arg(short = 'n', long, global = true, value_name = "NAMESPACE", add = ArgValueCompleter::new(complete::namespaces))]
-    pub namespace: Option<String>,
-
-    /// User to impersonate
-    #[arg(long = "as", global = true, value_name = "USER")]
-    pub impersonate: Option<String>,
-
-    /// Group to impersonate (repeatable)
-    #[arg(long = "as-group", global = true, value_name = "GROUP")]
-    pub impersonate_groups: Vec<String>,
-
-    /// Time limit for a single API request, e.g. 30s or 1m (0: none)
-    #[arg(long, global = true, value_name = "DURATION", value_parser = kubevm::cluster::parse_duration)]
-    pub request_timeout: Option<Duration>,
-
-    /// Do not verify the API server's TLS certificate (insecure)
-    #[arg(long, global = true)]
-    pub insecure_skip_tls_verify: bool,
-
-    /// Virtualization platform: auto (detect), kubevirt or deckhouse
-    #[arg(long, global = true, value_name = "FLAVOR", default_value = "auto", value_parser = ["auto", "kubevirt", "deckhouse"])]
-    pub flavor: String,
-
-    /// Log API requests on stderr, as kubectl's -v: 6 method, URL, status and latency; 7 also
-    /// headers; 8 also bodies (cut at 1024 chars); 9 whole bodies. Secrets are masked
-    #[arg(
-        short = 'v',
-        long = "v",
-        global = true,
-        value_name = "N",
-        default_value_t = 0
-    )]
-    pub verbosity: u8,
-}
-
-impl GlobalArgs {
-    /// The connection options these flags describe.
-    pub fn connect_options(&self) -> ConnectOptions {
-        ConnectOptions {
-            kubeconfig: self.kubeconfig.clone(),
-            context: self.context.clone(),
-            cluster: self.cluster.clone(),
-            user: self.user.clone(),
-            namespace: self.namespace.clone(),
-            impersonate: self.impersonate.clone(),
-            impersonate_groups: self.impersonate_groups.clone(),
-            request_timeout: self.request_timeout,
-            insecure_skip_tls_verify: self.insecure_skip_tls_verify,
-            http_log: (self.verbosity >= 6).then(|| kubevm::http_log::HttpLog {
-                level: self.verbosity,
-                sink: std::sync::Arc::new(|line: &str| eprintln!("{line}")),
-            }),
-        }
-    }
-
-    /// The `--flavor` choice.
-    pub fn flavor_choice(&self) -> FlavorChoice {
-        self.flavor.parse().unwrap_or_default()
-    }
 }
 
 /// Every command.
@@ -215,9 +127,113 @@ pub enum Command {
     GenerateDocs(commands::generate_docs::GenerateDocsArgs),
 }
 
-/// The clap command, built from the derive definitions.
+/// The root help's commands, grouped by task as kubectl groups its own. Every visible command
+/// is in exactly one group (a test checks it), in the order the help lists them.
+pub const COMMAND_GROUPS: &[(&str, &[&str])] = &[
+    (
+        "Basic commands",
+        &["list", "get", "create", "delete", "clone", "expose"],
+    ),
+    (
+        "Lifecycle",
+        &[
+            "start",
+            "stop",
+            "restart",
+            "pause",
+            "unpause",
+            "soft-reboot",
+            "reset",
+            "evict",
+            "migrate",
+        ],
+    ),
+    (
+        "Access",
+        &[
+            "ssh",
+            "scp",
+            "console",
+            "vnc",
+            "port-forward",
+            "ssh-config",
+            "ssh-cert",
+            "ssh-known-hosts",
+            "ansible-inventory",
+            "credentials",
+        ],
+    ),
+    ("Storage", &["disk", "snapshot", "export", "upload"]),
+    ("Platform SSH trust", &["ca", "signer", "enroll"]),
+    (
+        "Troubleshooting",
+        &["collect-debug-info", "guestosinfo", "userlist", "fslist"],
+    ),
+    ("Other", &["version", "completion", "help"]),
+];
+
+/// Widest line of the root help, as `max_term_width` sets it for clap's own sections.
+const HELP_WIDTH: usize = 100;
+
+/// The clap command, built from the derive definitions, with the root help's commands
+/// listed by [`COMMAND_GROUPS`].
 pub fn command() -> clap::Command {
-    <Cli as clap::CommandFactory>::command()
+    let mut command = <Cli as clap::CommandFactory>::command();
+    command.build();
+    let groups = grouped_commands(&command);
+    command.help_template(format!(
+        "{{about-with-newline}}\n{{usage-heading}} {{usage}}\n\n{groups}Options (global: they may follow any command):\n{{options}}{{after-help}}"
+    ))
+}
+
+/// The visible subcommands of `command` under the headings of [`COMMAND_GROUPS`], each with
+/// the first sentence of its help wrapped to [`HELP_WIDTH`].
+fn grouped_commands(command: &clap::Command) -> String {
+    let label = |sub: &clap::Command| {
+        let aliases: Vec<&str> = sub.get_visible_aliases().collect();
+        if aliases.is_empty() {
+            sub.get_name().to_owned()
+        } else {
+            format!("{} ({})", sub.get_name(), aliases.join(", "))
+        }
+    };
+    let width = command
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .map(|s| label(s).len())
+        .max()
+        .unwrap_or(0);
+    let mut out = String::new();
+    for (heading, names) in COMMAND_GROUPS {
+        out.push_str(heading);
+        out.push_str(":\n");
+        for name in *names {
+            let Some(sub) = command.find_subcommand(name) else {
+                continue;
+            };
+            let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
+            let about = about.split_whitespace().collect::<Vec<_>>().join(" ");
+            let indent = 2 + width + 2;
+            let mut line = format!("  {:<width$}  ", label(sub));
+            let mut column = indent;
+            for (i, word) in about.split(' ').enumerate() {
+                if i > 0 && column + 1 + word.len() > HELP_WIDTH {
+                    line.push('\n');
+                    line.push_str(&" ".repeat(indent));
+                    column = indent;
+                } else if i > 0 {
+                    line.push(' ');
+                    column += 1;
+                }
+                line.push_str(word);
+                column += word.len();
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -225,6 +241,40 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         super::command().debug_assert();
+    }
+
+    /// The root help lists every visible command once, under one task heading.
+    #[test]
+    fn every_command_is_in_exactly_one_group() {
+        let command = super::command();
+        let visible: Vec<&str> = command
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set())
+            .map(|s| s.get_name())
+            .collect();
+        let grouped: Vec<&str> = super::COMMAND_GROUPS
+            .iter()
+            .flat_map(|(_, names)| names.iter().copied())
+            .collect();
+        for name in &visible {
+            let times = grouped.iter().filter(|g| *g == name).count();
+            assert_eq!(times, 1, "{name} is in {times} groups");
+        }
+        for name in &grouped {
+            assert!(
+                visible.contains(name),
+                "{name} is grouped but not a command"
+            );
+        }
+        let help = super::command().render_help().to_string();
+        for (heading, _) in super::COMMAND_GROUPS {
+            assert!(help.contains(&format!("{heading}:\n")), "{help}");
+        }
+        assert!(
+            help.lines().all(|l| l.chars().count() <= super::HELP_WIDTH),
+            "{help}"
+        );
+        assert!(help.contains("  list (ls) "), "{help}");
     }
 
     /// Every (long, short) spelling of a flag of `cmd` that is not inherited from the root.

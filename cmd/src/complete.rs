@@ -17,8 +17,6 @@ use kubevm::cluster::{Cluster, ConnectOptions};
 use kubevm::flavor::{self, FlavorChoice};
 use kubevm::vm::{self, Scope};
 
-use crate::cli;
-
 /// Environment variable that switches `kubectl-vm` into completion mode.
 pub const COMPLETE_VAR: &str = "COMPLETE";
 /// The program kubectl runs to complete `kubectl vm …`.
@@ -48,7 +46,8 @@ pub fn invoked_as_kubectl_completer() -> bool {
 }
 
 /// Answer kubectl: one candidate per line (`value<TAB>description`), then `:<directive>`.
-pub fn run_kubectl_completer() -> ExitCode {
+/// `command` builds the command line definition to complete against.
+pub fn run_kubectl_completer(command: fn() -> clap::Command) -> ExitCode {
     let mut words = vec![binary_name().to_owned()];
     words.extend(std::env::args().skip(1));
     if words.len() == 1 {
@@ -66,9 +65,8 @@ pub fn run_kubectl_completer() -> ExitCode {
     let offer_flags = words[index].starts_with('-');
     let args: Vec<OsString> = words.into_iter().map(OsString::from).collect();
     let cwd = std::env::current_dir().ok();
-    let candidates =
-        clap_complete::engine::complete(&mut cli::command(), args, index, cwd.as_deref())
-            .unwrap_or_default();
+    let candidates = clap_complete::engine::complete(&mut command(), args, index, cwd.as_deref())
+        .unwrap_or_default();
     let mut out = String::new();
     let visible = candidates
         .iter()
@@ -92,14 +90,15 @@ pub fn run_kubectl_completer() -> ExitCode {
 }
 
 /// If the shell asked for completions (`COMPLETE=SHELL kubectl-vm -- WORDS…`), answer and
-/// exit; otherwise return and let the program run normally.
-pub fn handle_shell_request() {
+/// exit; otherwise return and let the program run normally. `command` builds the command
+/// line definition to complete against.
+pub fn handle_shell_request(command: fn() -> clap::Command) {
     if std::env::var_os(COMPLETE_VAR).is_none_or(|v| v.is_empty() || v == "0") {
         return;
     }
     let words: Vec<String> = std::env::args().skip_while(|a| a != "--").skip(1).collect();
     let _ = WORDS.set(words);
-    CompleteEnv::with_factory(cli::command)
+    CompleteEnv::with_factory(command)
         .var(COMPLETE_VAR)
         .bin(binary_name())
         .completer(binary_name())

@@ -41,7 +41,7 @@ impl CommandError {
                 ExitCode::from(1)
             }
             CommandError::Interrupted => {
-                crate::prompt::restore_terminal();
+                crate::terminal::restore_after_prompt();
                 ExitCode::from(130)
             }
             CommandError::BrokenPipe => ExitCode::SUCCESS,

@@ -6,7 +6,10 @@
 mod cli;
 mod commands;
 mod complete;
+mod connect;
+mod dispatch;
 mod error;
+mod flags;
 mod interrupt;
 mod progress;
 mod prompt;
@@ -17,8 +20,8 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     if complete::invoked_as_kubectl_completer() {
-        return complete::run_kubectl_completer();
+        return complete::run_kubectl_completer(cli::command);
     }
-    complete::handle_shell_request();
-    commands::run()
+    complete::handle_shell_request(cli::command);
+    dispatch::run()
 }

@@ -10,25 +10,6 @@ pub fn interactive() -> bool {
     std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
 }
 
-/// Undo what an interrupted prompt may have left on the terminal: a hidden cursor (menus
-/// hide it) and an unfinished line. Raw mode needs no undo here: prompts only hold it while
-/// reading a key, and in raw mode Ctrl-C arrives as a key, not as a signal.
-pub fn restore_terminal() {
-    // A hidden read interrupted by Ctrl-C: echo back on.
-    if let Some(saved) = HIDDEN_READ.lock().unwrap_or_else(|e| e.into_inner()).take() {
-        let _ = rustix::termios::tcsetattr(
-            std::io::stdin(),
-            rustix::termios::OptionalActions::Now,
-            &saved,
-        );
-    }
-    let mut err = std::io::stderr();
-    if err.is_terminal() {
-        let _ = err.write_all(b"\x1b[?25h\n");
-        let _ = err.flush();
-    }
-}
-
 /// Whether an answer means yes (`y` or `yes`, any case); anything else, an empty line
 /// included, means no.
 pub fn is_yes(answer: &str) -> bool {
@@ -63,33 +44,10 @@ fn ask(question: &str) -> std::io::Result<bool> {
 /// back however the read ends. Only call when [`interactive`].
 pub async fn secret(question: &str) -> CommandResult<String> {
     let question = question.to_owned();
-    tokio::task::spawn_blocking(move || read_hidden(&question))
+    tokio::task::spawn_blocking(move || crate::terminal::read_hidden(&question))
         .await
         .map_err(|e| CommandError::Failed(format!("cannot read the answer: {e}")))?
         .map_err(CommandError::from)
-}
-
-/// The terminal settings to restore while a hidden read runs.
-static HIDDEN_READ: std::sync::Mutex<Option<rustix::termios::Termios>> =
-    std::sync::Mutex::new(None);
-
-fn read_hidden(question: &str) -> std::io::Result<String> {
-    use rustix::termios::{LocalModes, OptionalActions, tcgetattr, tcsetattr};
-    let stdin = std::io::stdin();
-    let saved = tcgetattr(&stdin)?;
-    let mut quiet = saved.clone();
-    quiet.local_modes.remove(LocalModes::ECHO);
-    quiet.local_modes.insert(LocalModes::ECHONL);
-    eprint!("{question}");
-    std::io::stderr().flush()?;
-    *HIDDEN_READ.lock().unwrap_or_else(|e| e.into_inner()) = Some(saved.clone());
-    tcsetattr(&stdin, OptionalActions::Flush, &quiet)?;
-    let mut line = String::new();
-    let read = stdin.lock().read_line(&mut line);
-    HIDDEN_READ.lock().unwrap_or_else(|e| e.into_inner()).take();
-    tcsetattr(&stdin, OptionalActions::Now, &saved)?;
-    read?;
-    Ok(line.trim_end_matches(['\n', '\r']).to_owned())
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Raw mode for interactive streams (`console`, `ssh`), restored on every way out: the guard's drop,
 //! and a panic hook (release builds abort on panic, so drops would not run).
 
-use std::io::IsTerminal;
+use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Mutex;
 
 use rustix::termios::{self, OptionalActions, Termios};
@@ -82,4 +82,47 @@ pub fn size() -> (u32, u32) {
         Ok(ws) if ws.ws_col > 0 && ws.ws_row > 0 => (u32::from(ws.ws_col), u32::from(ws.ws_row)),
         _ => (80, 24),
     }
+}
+
+/// Undo what an interrupted prompt may have left on the terminal: a hidden cursor (menus
+/// hide it) and an unfinished line. Raw mode needs no undo here: prompts only hold it while
+/// reading a key, and in raw mode Ctrl-C arrives as a key, not as a signal.
+pub fn restore_after_prompt() {
+    // A hidden read interrupted by Ctrl-C: echo back on.
+    if let Some(saved) = HIDDEN_READ.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let _ = rustix::termios::tcsetattr(
+            std::io::stdin(),
+            rustix::termios::OptionalActions::Now,
+            &saved,
+        );
+    }
+    let mut err = std::io::stderr();
+    if err.is_terminal() {
+        let _ = err.write_all(b"\x1b[?25h\n");
+        let _ = err.flush();
+    }
+}
+
+/// The terminal settings to restore while a hidden read runs.
+static HIDDEN_READ: std::sync::Mutex<Option<rustix::termios::Termios>> =
+    std::sync::Mutex::new(None);
+
+/// Read a line with echo off (a password), restoring the terminal after.
+pub fn read_hidden(question: &str) -> std::io::Result<String> {
+    use rustix::termios::{LocalModes, OptionalActions, tcgetattr, tcsetattr};
+    let stdin = std::io::stdin();
+    let saved = tcgetattr(&stdin)?;
+    let mut quiet = saved.clone();
+    quiet.local_modes.remove(LocalModes::ECHO);
+    quiet.local_modes.insert(LocalModes::ECHONL);
+    eprint!("{question}");
+    std::io::stderr().flush()?;
+    *HIDDEN_READ.lock().unwrap_or_else(|e| e.into_inner()) = Some(saved.clone());
+    tcsetattr(&stdin, OptionalActions::Flush, &quiet)?;
+    let mut line = String::new();
+    let read = stdin.lock().read_line(&mut line);
+    HIDDEN_READ.lock().unwrap_or_else(|e| e.into_inner()).take();
+    tcsetattr(&stdin, OptionalActions::Now, &saved)?;
+    read?;
+    Ok(line.trim_end_matches(['\n', '\r']).to_owned())
 }

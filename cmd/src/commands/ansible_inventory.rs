@@ -11,8 +11,8 @@ use kubevm::ssh::config::{self, ConfigPaths, Invocation};
 use kubevm::ssh::{files, vm as sshvm};
 use kubevm::vm::Scope;
 
-use crate::cli::GlobalArgs;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 
 /// Formats of the inventory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -116,7 +116,7 @@ pub async fn cmd_ansible_inventory(
     };
     // The generated ssh_config carries these words: checked before any request.
     inv.check().map_err(CommandError::Usage)?;
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let scope = if args.all_namespaces {
         Scope::AllNamespaces
     } else {

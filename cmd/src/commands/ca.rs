@@ -11,9 +11,9 @@ use kubevm::cluster::Cluster;
 use kubevm::signer::install;
 use serde_json::json;
 
-use crate::cli::GlobalArgs;
 use crate::complete;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 use crate::render::{self, OutputFormat};
 
 /// Arguments of `ca`.
@@ -412,7 +412,7 @@ async fn revoke(global: &GlobalArgs, ns: &str, file: &std::path::Path) -> Comman
 /// `ca migrate`: one line per VM that had no trust annotation.
 async fn migrate(global: &GlobalArgs, dry_run: bool) -> CommandResult {
     use kubevm::ca::migrate::Outcome;
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let results = kubevm::ca::migrate::migrate(&cluster, platform.flavor, dry_run).await?;
     let mut out = std::io::stdout().lock();
     if results.is_empty() {

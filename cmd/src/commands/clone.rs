@@ -9,10 +9,10 @@ use kubevm::clone::{self, CloneRequest, DryRun as LibDryRun, Event};
 use kubevm::lifecycle::VmRef;
 use kubevm::target::{Target, TargetKind};
 
-use super::lifecycle::{DryRun, WaitArgs};
-use crate::cli::GlobalArgs;
 use crate::complete;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
+use crate::flags::{DryRun, WaitArgs};
 use crate::render::OutputFormat;
 
 /// Arguments of `clone`.
@@ -106,7 +106,7 @@ pub async fn cmd_clone(global: &GlobalArgs, args: CloneArgs) -> CommandResult {
     }
     // Everything checkable before connecting.
     request(String::new()).validate()?;
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = source.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let request = request(namespace);
     let outcome = clone::clone(&cluster, &platform, &request, &render_event).await?;

@@ -12,9 +12,9 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use kubevm::debug_info::{self, Options, Progress};
 use kubevm::target::{Target, TargetKind};
 
-use crate::cli::GlobalArgs;
 use crate::complete;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 
 /// Arguments of `collect-debug-info`.
 #[derive(Debug, Args)]
@@ -102,7 +102,7 @@ pub async fn cmd_collect_debug_info(
             args.target
         )));
     }
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     if args.include_secrets {
         eprintln!(

@@ -10,10 +10,10 @@ use kubevm::console::{self, ConsoleEnd, ConsoleEvent, ConsolePlan};
 use kubevm::target::Target;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::cli::GlobalArgs;
 use crate::commands::arbitrate::{self, SPINNER};
 use crate::complete;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 use crate::terminal::RawMode;
 
 /// Arguments of `console`.
@@ -45,7 +45,7 @@ pub async fn cmd_console(global: &GlobalArgs, args: ConsoleArgs) -> CommandResul
         Some(path) => Some(open_log(path)?),
         None => None,
     };
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let mut plan = ConsolePlan::new(platform.flavor, &namespace, &target.name, args.timeout);
     plan.me = kubevm::session::whoami(&cluster).await;

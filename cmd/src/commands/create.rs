@@ -23,10 +23,10 @@ use kubevm::validate::{self, Checksum, DataDisk, DiskBus, EnvVar, Label};
 use kubevm::wait::{self, Snapshot};
 use serde_json::Value;
 
-use crate::cli::GlobalArgs;
 use crate::commands::create_interactive;
 use crate::complete;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 use crate::render::{self, OutputFormat};
 
 /// Arguments of `create`.
@@ -276,7 +276,7 @@ pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandRes
             .await
             .map_err(|e| hint_guest_user(global, e))?;
         let platform = flavor::discover(&cluster, choice).await?;
-        super::note_other_platform(global, &platform);
+        crate::connect::note_other_platform(global, &platform);
         (Some(cluster), Some(platform))
     };
     let flavor = match (&platform, choice) {

@@ -10,9 +10,9 @@ use kubevm::credentials::{self, CredentialOutcome, Operation};
 use kubevm::enroll::{Activation, SecretChange};
 use kubevm::target::{Target, TargetKind};
 
-use crate::cli::GlobalArgs;
 use crate::complete;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 use crate::prompt;
 
 /// Arguments of `credentials`.
@@ -146,7 +146,7 @@ pub async fn cmd_credentials(global: &GlobalArgs, args: CredentialsArgs) -> Comm
         }
     };
     credentials::validate(&user, &operation)?;
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let outcome = credentials::apply(
         &cluster,

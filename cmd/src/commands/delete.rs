@@ -3,15 +3,15 @@
 use std::io::Write;
 use std::time::Duration;
 
-use clap::{ArgAction, Args, ValueEnum};
+use clap::{ArgAction, Args};
 use clap_complete::engine::ArgValueCompleter;
 use kubevm::delete::pool::PoolDeletePlan;
 use kubevm::delete::{self, DeletePlan};
 use kubevm::target::{Target, TargetKind};
 
-use crate::cli::GlobalArgs;
 use crate::complete;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::{DryRun, GlobalArgs};
 use crate::prompt;
 
 /// Arguments of `delete`.
@@ -46,27 +46,16 @@ pub struct DeleteArgs {
     pub dry_run: Option<DryRun>,
 }
 
-/// `--dry-run` strategies, as kubectl names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DryRun {
-    /// Really delete
-    None,
-    /// Print what would be deleted, without sending a change
-    Client,
-    /// Send the requests with dryRun=All: validated, not persisted
-    Server,
-}
-
 pub async fn cmd_delete(global: &GlobalArgs, args: DeleteArgs) -> CommandResult {
     if let Some(pool) = kubevm::target::parse_pool(&args.target)? {
         if let Some(flag) = global.namespace.as_deref() {
             pool.namespace_in(flag, true)?;
         }
-        let (cluster, platform) = super::connect(global).await?;
+        let (cluster, platform) = crate::connect::connect(global).await?;
         let namespace = pool.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
         let plan = delete::pool::plan(&cluster, &platform, &pool.name, &namespace)
             .await?
-            .ok_or_else(|| super::pool_not_found(&pool.name, &namespace))?;
+            .ok_or_else(|| crate::connect::pool_not_found(&pool.name, &namespace))?;
         return delete_pool(&cluster, &platform, &args, plan).await;
     }
     let target = Target::parse(&args.target, false)?;
@@ -80,7 +69,7 @@ pub async fn cmd_delete(global: &GlobalArgs, args: DeleteArgs) -> CommandResult 
     if let Some(flag) = global.namespace.as_deref() {
         target.namespace_in(flag, true)?;
     }
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let plan = match delete::plan(
         &cluster,

@@ -11,10 +11,10 @@ use kubevm::disk::{
 use kubevm::quantity::Quantity;
 use kubevm::target::{Target, TargetKind};
 
-use super::lifecycle::{DryRun, WaitArgs};
-use crate::cli::GlobalArgs;
 use crate::complete;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
+use crate::flags::{ChangeFormat, DryRun, WaitArgs};
 use crate::render::{OutputFormat, Table, cell};
 
 /// Arguments of `disk`.
@@ -77,17 +77,6 @@ pub struct ListArgs {
     /// Output format: yaml or json instead of the table
     #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
     pub output: Option<OutputFormat>,
-}
-
-/// `-o` of attach and detach.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ChangeFormat {
-    /// kind.group/name of the object that holds the attachment
-    Name,
-    /// That object as JSON
-    Json,
-    /// That object as YAML
-    Yaml,
 }
 
 /// Bus of a hotplugged KubeVirt disk.
@@ -221,7 +210,7 @@ async fn list(global: &GlobalArgs, args: ListArgs) -> CommandResult {
         return Err(CommandError::usage("-o takes yaml or json here"));
     }
     let target = target_of(&args.target, global)?;
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let disks = disk::list(&cluster, platform.flavor, &namespace, &target.name).await?;
     let mut out = std::io::stdout().lock();
@@ -289,7 +278,7 @@ async fn attach(global: &GlobalArgs, args: AttachArgs) -> CommandResult {
         .as_deref()
         .map(|s| Quantity::parse(s).map_err(|e| CommandError::usage(format!("--size: {e}"))))
         .transpose()?;
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let (kind, name) = disk::parse_source(&args.disk, platform.flavor)?;
     let request = AttachRequest {
         kind,
@@ -337,7 +326,7 @@ async fn attach(global: &GlobalArgs, args: AttachArgs) -> CommandResult {
 
 async fn detach(global: &GlobalArgs, args: DetachArgs) -> CommandResult {
     let target = target_of(&args.target, global)?;
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let options = options(&args.wait, args.dry_run);
     let outcome = disk::detach(
@@ -366,7 +355,7 @@ async fn resize(global: &GlobalArgs, args: ResizeArgs) -> CommandResult {
     if size.bytes() == 0 {
         return Err(CommandError::usage("--size must be more than 0"));
     }
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let options = options(&args.wait, args.dry_run);
     let outcome = disk::resize(

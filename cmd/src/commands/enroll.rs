@@ -9,9 +9,9 @@ use kubevm::ca::store::DEFAULT_CA_NAMESPACE;
 use kubevm::enroll::{self, Activation, EnrollEvent, EnrollOutcome, SecretChange};
 use kubevm::target::{Target, TargetKind};
 
-use crate::cli::GlobalArgs;
 use crate::complete;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 
 /// Arguments of `enroll`.
 #[derive(Debug, Args)]
@@ -55,7 +55,7 @@ pub async fn cmd_enroll(global: &GlobalArgs, args: EnrollArgs) -> CommandResult 
     }
     let users: Vec<String> = args.users.iter().map(|u| u.trim().to_owned()).collect();
     enroll::validate_logins(&users)?;
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let mut lines = Vec::new();
     let mut on_event = |e: EnrollEvent| lines.push(event_line(&e));

@@ -11,8 +11,8 @@ use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use kubevm::export::{self, Algo, Event, Expected, ExportOptions, Format, Output, Source};
 use kubevm::flavor::FlavorChoice;
 
-use crate::cli::GlobalArgs;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 
 /// Arguments of `export`.
 #[derive(Debug, Args)]
@@ -173,7 +173,7 @@ pub async fn cmd_export(global: &GlobalArgs, args: ExportArgs) -> CommandResult 
     if let FlavorChoice::Fixed(flavor) = global.flavor_choice() {
         Source::for_flavor(prefix, &name, flavor)?;
     }
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     options.source = Source::for_flavor(prefix, &name, platform.flavor)?;
     options.namespace = cluster.namespace.clone();
     if options.output == Output::Manifest && !matches!(options.source, Source::Vm(_)) {

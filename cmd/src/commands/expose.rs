@@ -8,10 +8,10 @@ use kubevm::expose::{self, DryRun as LibDryRun, ExposeRequest, PortSpec, Protoco
 use kubevm::lifecycle::VmRef;
 use kubevm::target::{Target, TargetKind};
 
-use super::lifecycle::DryRun;
-use crate::cli::GlobalArgs;
 use crate::complete;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::DryRun;
+use crate::flags::GlobalArgs;
 use crate::render::OutputFormat;
 
 /// Arguments of `expose`.
@@ -186,7 +186,7 @@ pub async fn cmd_expose(global: &GlobalArgs, args: ExposeArgs) -> CommandResult 
             name: target.name.clone(),
         },
     )?;
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let request = request(
         &args,

@@ -17,14 +17,16 @@ pub struct GenerateDocsArgs {
     pub dir: PathBuf,
 }
 
-pub fn cmd_generate_docs(args: GenerateDocsArgs) -> CommandResult {
-    write_all(&args.dir).map_err(|e| CommandError::Failed(format!("writing docs: {e}")))
+/// Write the generated files for the command line `command` builds.
+pub fn cmd_generate_docs(args: GenerateDocsArgs, command: fn() -> clap::Command) -> CommandResult {
+    write_all(&args.dir, command).map_err(|e| CommandError::Failed(format!("writing docs: {e}")))
 }
 
-/// Every generated file: path relative to the root, and content.
-pub fn files() -> Vec<(PathBuf, Vec<u8>)> {
+/// Every generated file for the command line `command` builds: path relative to the root,
+/// and content.
+pub fn files(command: fn() -> clap::Command) -> Vec<(PathBuf, Vec<u8>)> {
     let mut files = Vec::new();
-    let mut command = crate::cli::command();
+    let mut command = command();
     // Building propagates the version and global flags into every subcommand's page.
     command.build();
     man_pages(&command, "kubectl-vm", "kubectl vm", &mut files);
@@ -74,8 +76,8 @@ fn man_pages(
     }
 }
 
-fn write_all(root: &Path) -> std::io::Result<()> {
-    for (path, content) in files() {
+fn write_all(root: &Path, command: fn() -> clap::Command) -> std::io::Result<()> {
+    for (path, content) in files(command) {
         let path = root.join(path);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;

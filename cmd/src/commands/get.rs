@@ -8,9 +8,9 @@ use kubevm::api::Kind;
 use kubevm::target::Target;
 use kubevm::vm::{self, VmDetails};
 
-use crate::cli::GlobalArgs;
 use crate::complete;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 use crate::render::{self, NONE, OutputFormat, Table, cell};
 
 /// Arguments of `get`.

@@ -8,9 +8,9 @@ use clap_complete::engine::ArgValueCompleter;
 use kubevm::guest_info::{self, Fact};
 use kubevm::target::Target;
 
-use crate::cli::GlobalArgs;
 use crate::complete;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 use crate::render::{OutputFormat, Table, cell};
 
 /// Arguments of `guestosinfo`, `userlist` and `fslist`.
@@ -36,7 +36,7 @@ pub async fn cmd_guest_info(global: &GlobalArgs, fact: Fact, args: GuestInfoArgs
     if let Some(flag) = global.namespace.as_deref() {
         target.namespace_in(flag, true)?;
     }
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let value = guest_info::read(&cluster, platform.flavor, &namespace, &target.name, fact).await?;
     let mut out = std::io::stdout().lock();

@@ -4,7 +4,6 @@
 
 use std::io::Write;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use clap_complete::engine::ArgValueCompleter;
@@ -15,9 +14,9 @@ use kubevm::target::Target;
 use serde_json::{Value, json};
 
 use super::lifecycle_render::Renderer;
-use crate::cli::GlobalArgs;
 use crate::complete;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::{DryRun, GlobalArgs, WaitArgs};
 use crate::prompt;
 
 /// How many VMs a bulk action works on at once.
@@ -57,22 +56,6 @@ pub struct BulkArgs {
     /// Output format of the result: name or json (default: a sentence per VM)
     #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
     pub output: Option<ResultFormat>,
-}
-
-/// `--wait`, `--no-wait` and `--timeout`.
-#[derive(Debug, Args)]
-pub struct WaitArgs {
-    /// Wait for the end state (the default for one VM)
-    #[arg(long, conflicts_with = "no_wait")]
-    pub wait: bool,
-
-    /// Return once the platform accepted the request (the default for several VMs)
-    #[arg(long)]
-    pub no_wait: bool,
-
-    /// How long to wait, e.g. 90s, 5m
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = kubevm::cluster::parse_duration)]
-    pub timeout: Duration,
 }
 
 /// `-o` formats of an action's result.
@@ -264,8 +247,8 @@ pub async fn cmd_power(global: &GlobalArgs, command: Power) -> CommandResult {
             "-l needs a label selector, e.g. -l app=web",
         ));
     }
-    let (cluster, platform) = super::connect(global).await?;
-    let dry_run = lib_dry_run(bulk.dry_run);
+    let (cluster, platform) = crate::connect::connect(global).await?;
+    let dry_run = DryRun::lib(bulk.dry_run);
     action.check(platform.flavor, dry_run)?;
     let namespace = (!bulk.all_namespaces).then(|| cluster.namespace.clone());
     let selection = if let Some(selector) = &bulk.selector {
@@ -290,7 +273,7 @@ pub async fn cmd_power(global: &GlobalArgs, command: Power) -> CommandResult {
             let members =
                 kubevm::delete::pool::members(&cluster, &platform, &pool.name, &namespace)
                     .await?
-                    .ok_or_else(|| super::pool_not_found(&pool.name, &namespace))?;
+                    .ok_or_else(|| crate::connect::pool_not_found(&pool.name, &namespace))?;
             refs.extend(members.1.into_iter().map(|name| VmRef {
                 namespace: namespace.clone(),
                 name,
@@ -351,8 +334,8 @@ pub async fn cmd_migrate(global: &GlobalArgs, args: MigrateArgs) -> CommandResul
             force: args.force,
         }
     };
-    let (cluster, platform) = super::connect(global).await?;
-    let dry_run = lib_dry_run(args.dry_run);
+    let (cluster, platform) = crate::connect::connect(global).await?;
+    let dry_run = DryRun::lib(args.dry_run);
     action.check(platform.flavor, dry_run)?;
     let vm = VmRef {
         namespace: target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?,
@@ -374,25 +357,6 @@ pub async fn cmd_migrate(global: &GlobalArgs, args: MigrateArgs) -> CommandResul
         false,
     )
     .await
-}
-
-/// `--dry-run` strategies of the lifecycle commands, as kubectl names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum DryRun {
-    /// Really send the request
-    None,
-    /// Print what would be requested, without sending a change
-    Client,
-    /// Send the request with dryRun=All: checked by the server, nothing changes
-    Server,
-}
-
-fn lib_dry_run(d: Option<DryRun>) -> LibDryRun {
-    match d.unwrap_or(DryRun::None) {
-        DryRun::None => LibDryRun::None,
-        DryRun::Client => LibDryRun::Client,
-        DryRun::Server => LibDryRun::Server,
-    }
 }
 
 /// Ask once for a bulk action on a terminal; off a terminal, refuse without `-y`.
@@ -563,6 +527,7 @@ fn summary(action: &Action, ok: usize, failed: usize, finished: bool) -> String 
 mod tests {
     use super::*;
     use kubevm::api::KUBEVIRT_VM;
+    use std::time::Duration;
 
     #[test]
     fn summary_and_result_lines() {

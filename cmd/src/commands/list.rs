@@ -8,8 +8,8 @@ use std::cell::RefCell;
 
 use kubevm::vm::{self, Detail, Scope, VmChange, VmList, VmSummary};
 
-use crate::cli::GlobalArgs;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 use crate::render::{self, OutputFormat, Table, cell, flag};
 
 /// Arguments of `list`.
@@ -52,7 +52,7 @@ pub async fn cmd_list(global: &GlobalArgs, args: ListArgs) -> CommandResult {
     if let Some(selector) = &args.selector {
         kubevm::selector::check_length(selector)?;
     }
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let scope = if args.all_namespaces {
         Scope::AllNamespaces
     } else {

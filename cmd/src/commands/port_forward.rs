@@ -7,9 +7,9 @@ use clap_complete::engine::ArgValueCompleter;
 use kubevm::port_forward::{self, ForwardEvent, ForwardTarget, PortSpec};
 use kubevm::target::Target;
 
-use crate::cli::GlobalArgs;
 use crate::complete;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 
 /// Arguments of `port-forward`.
 #[derive(Debug, Args)]
@@ -55,7 +55,7 @@ pub async fn cmd_port_forward(global: &GlobalArgs, args: PortForwardArgs) -> Com
             "--stdio forwards exactly one TCP port: kubectl vm port-forward --stdio VM PORT",
         ));
     }
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let forward = ForwardTarget {
         flavor: platform.flavor,

@@ -11,8 +11,8 @@ use kubevm::ca::store::DEFAULT_CA_NAMESPACE;
 use kubevm::scp::{self, ScpEvent};
 use kubevm::ssh::vm::{self as sshvm, SshOptions};
 
-use crate::cli::GlobalArgs;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 
 use super::ssh::{connect_error, print_event, terminal_prompt};
 

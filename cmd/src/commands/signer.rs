@@ -12,8 +12,8 @@ use kubevm::ca::store::DEFAULT_CA_NAMESPACE;
 use kubevm::signer::policy::Limits;
 use kubevm::signer::server::{self, ConnectionLimits, RequestHeaderConfig, ServeOptions, Signer};
 
-use crate::cli::GlobalArgs;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 
 /// How often the signer re-reads ConfigMap kube-system/extension-apiserver-authentication.
 const REQUESTHEADER_RESYNC: Duration = Duration::from_secs(5);
@@ -85,7 +85,7 @@ pub async fn cmd_signer(global: &GlobalArgs, args: SignerArgs) -> CommandResult 
             )));
         }
     }
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     // Unusable front-proxy settings stop the signer here (fail closed); later changes are
     // picked up while it runs.
     let (requestheader, version) = RequestHeaderConfig::load(&cluster)

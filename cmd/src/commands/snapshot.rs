@@ -9,11 +9,11 @@ use clap_complete::engine::ArgValueCompleter;
 use kubevm::snapshot::{self, DryRun as LibDryRun, Event, Options, Outcome, RestoreRequest};
 use kubevm::target::{Target, TargetKind};
 
-use super::disk::ChangeFormat;
-use super::lifecycle::{DryRun, WaitArgs};
-use crate::cli::GlobalArgs;
 use crate::complete;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::ChangeFormat;
+use crate::flags::GlobalArgs;
+use crate::flags::{DryRun, WaitArgs};
 use crate::render::{OutputFormat, Table, age, cell};
 
 /// Arguments of `snapshot`.
@@ -166,7 +166,7 @@ fn render_event(event: Event) {
 async fn namespace_of(
     global: &GlobalArgs,
 ) -> CommandResult<(kubevm::cluster::Cluster, kubevm::flavor::Platform, String)> {
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let ns = cluster.namespace.clone();
     Ok((cluster, platform, ns))
 }
@@ -216,7 +216,7 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> CommandResult {
         snapshot::default_name(&target.name, jiff::Timestamp::now().as_second())
     });
     snapshot::check_name("snapshot", &name)?;
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let options = options(&args.wait, args.dry_run);
     let outcome = snapshot::create(

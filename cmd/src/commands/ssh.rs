@@ -19,9 +19,9 @@ use kubevm::target::Target;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::cli::GlobalArgs;
 use crate::complete;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 use crate::terminal;
 
 /// Arguments of `ssh`.
@@ -191,7 +191,7 @@ pub async fn resolve(
     global: &GlobalArgs,
     target: &Target,
 ) -> CommandResult<(Cluster, kubevm::flavor::Platform, String)> {
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     Ok((cluster, platform, namespace))
 }

@@ -13,8 +13,8 @@ use kubevm::ssh::files;
 use kubevm::ssh::vm as sshvm;
 use kubevm::vm::Scope;
 
-use crate::cli::GlobalArgs;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 
 /// Arguments of `ssh-config`.
 #[derive(Debug, Args)]
@@ -103,7 +103,7 @@ pub async fn cmd_ssh_config(global: &GlobalArgs, args: SshConfigArgs) -> Command
     };
     // Checked before any request: the config must carry these words unchanged.
     inv.check().map_err(CommandError::Usage)?;
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     // Without a CA there is nothing to trust hosts by (ssh-known-hosts reads it each time).
     store::read_public_keys(&cluster, &args.ca_namespace)
         .await?
@@ -190,7 +190,7 @@ pub async fn cmd_ssh_cert(global: &GlobalArgs, args: SshCertArgs) -> CommandResu
         )));
     }
     let paths = ConfigPaths::under(&home()?);
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let cert_target = sshvm::CertTarget {
         mode: kubevm::signer::client::mode(&cluster, Some(&platform)).await?,

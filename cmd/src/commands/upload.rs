@@ -13,8 +13,8 @@ use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use kubevm::flavor::Flavor;
 use kubevm::upload::{self, Event, Target, UploadOptions};
 
-use crate::cli::GlobalArgs;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 
 /// Arguments of `upload`.
 #[derive(Debug, Args)]
@@ -135,7 +135,7 @@ fn plan(args: &UploadArgs, namespace: String) -> CommandResult<upload::Plan> {
 pub async fn cmd_upload(global: &GlobalArgs, args: UploadArgs) -> CommandResult {
     // The file and flags first: a bad input never reaches the cluster.
     let mut plan = plan(&args, String::new())?;
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let deckhouse = plan.options.target.is_deckhouse();
     if deckhouse != (platform.flavor == Flavor::Deckhouse) {
         return Err(CommandError::usage(format!(

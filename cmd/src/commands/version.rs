@@ -7,8 +7,8 @@ use clap::Args;
 use kubevm::version::server_versions;
 use serde_json::json;
 
-use crate::cli::GlobalArgs;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 
 /// Arguments of `version`.
 #[derive(Debug, Args)]
@@ -30,7 +30,7 @@ pub async fn cmd_version(global: &GlobalArgs, args: VersionArgs) -> CommandResul
     let mut report = json!({"clientVersion": CLIENT_VERSION});
     let mut failure = None;
     if !args.client {
-        match super::connect(global).await {
+        match crate::connect::connect(global).await {
             Ok((cluster, platform)) => match server_versions(&cluster, &platform).await {
                 Ok(versions) => {
                     report["serverVersion"] = json!(versions.kubernetes);

@@ -11,10 +11,10 @@ use clap_complete::engine::ArgValueCompleter;
 use kubevm::target::Target;
 use kubevm::vnc::{self, VncEvent, VncPlan, viewer};
 
-use crate::cli::GlobalArgs;
 use crate::commands::arbitrate;
 use crate::complete;
 use crate::error::{CommandError, CommandResult};
+use crate::flags::GlobalArgs;
 
 /// How long a launched viewer has to connect (virtctl's and d8's `LISTEN_TIMEOUT`).
 const VIEWER_DEADLINE: Duration = Duration::from_secs(60);
@@ -106,7 +106,7 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
         }
         (None, false) => viewer::discover(&places),
     };
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let address = if args.proxy_only {
         args.address
@@ -209,7 +209,7 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
 async fn cmd_screenshot(global: &GlobalArgs, args: ScreenshotArgs) -> CommandResult {
     use std::os::unix::fs::OpenOptionsExt;
     let target = Target::parse(&args.target, false)?;
-    let (cluster, platform) = super::connect(global).await?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let png = vnc::screenshot(
         &cluster,
