@@ -25,6 +25,7 @@ pub mod guest_info;
 pub mod http_log;
 pub mod lifecycle;
 pub mod names;
+pub mod platform;
 pub mod port_forward;
 pub mod quantity;
 pub mod scp;

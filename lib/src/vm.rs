@@ -421,7 +421,7 @@ pub async fn get(
 ) -> Result<VmDetails> {
     let name = target.name.as_str();
     let vm_kind = Kind::vm(platform.flavor);
-    if target.kind == TargetKind::Vmi && platform.flavor == Flavor::Deckhouse {
+    if target.kind == TargetKind::Vmi && crate::platform::of(platform.flavor).instance.is_none() {
         return Err(Error::InvalidTarget(format!(
             "target {target}: Deckhouse virtualization has no VirtualMachineInstance; use vm/{name}"
         )));
@@ -471,14 +471,12 @@ pub async fn get(
 /// Reads the import state of the disks the platform provisions (DataVolumes, VirtualDisks),
 /// the way `create --wait` follows them. Best effort: a disk that cannot be read keeps none.
 async fn disk_imports(cluster: &Cluster, flavor: Flavor, namespace: &str, disks: &mut [Disk]) {
-    let (kind, prefix) = match flavor {
-        Flavor::KubeVirt => (crate::api::DATA_VOLUME, "DataVolume "),
-        Flavor::Deckhouse => (crate::api::VIRTUAL_DISK, "VirtualDisk "),
-    };
+    let kind = crate::platform::of(flavor).disk;
+    let prefix = format!("{} ", kind.kind);
     let api = kind.api(&cluster.client, Some(namespace));
     let reads = disks.iter().map(|disk| {
         let api = api.clone();
-        let name = disk.source.strip_prefix(prefix).map(str::to_owned);
+        let name = disk.source.strip_prefix(prefix.as_str()).map(str::to_owned);
         async move {
             let name = name?;
             let object = api.get_opt(&name).await.ok()??;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use kube::api::ListParams;
 use serde_json::Value;
 
-use crate::api::{DATA_VOLUME, Kind, VIRTUAL_DISK};
+use crate::api::Kind;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::flavor::Flavor;
@@ -198,20 +198,14 @@ pub async fn read(
         .await
         .map_err(|e| cluster.error(e, &vm_kind.action("get", Some(namespace)).named(name)))?;
     let vm = serde_json::to_value(vm).unwrap_or(Value::Null);
-    let status_pointer = match flavor {
-        Flavor::KubeVirt => "/status/printableStatus",
-        Flavor::Deckhouse => "/status/phase",
-    };
+    let caps = crate::platform::of(flavor);
     let vm_status = vm
-        .pointer(status_pointer)
+        .pointer(&caps.vm_state_pointer())
         .and_then(Value::as_str)
         .unwrap_or("Pending")
         .to_owned();
     let vm_error = vm_error(flavor, &vm);
-    let disk_kind = match flavor {
-        Flavor::KubeVirt => DATA_VOLUME,
-        Flavor::Deckhouse => VIRTUAL_DISK,
-    };
+    let disk_kind = caps.disk;
     let params = ListParams::default().labels(&companion_selector(name));
     let disks = disk_kind
         .api(&cluster.client, Some(namespace))

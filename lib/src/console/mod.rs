@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
+use crate::platform::{self, SessionArbitration};
 use crate::session::kubevirt::HeldLease;
 use crate::stream::{self, PlatformStream, StreamKind, StreamTarget};
 use crate::{Flavor, session};
@@ -147,15 +148,16 @@ where
         };
         // Deckhouse: the start time the server recorded for this session tells it apart
         // from a successor's.
-        let my_session = if plan.target.flavor == Flavor::Deckhouse {
-            session::deckhouse::probe(cluster, &plan.target)
-                .await
-                .ok()
-                .flatten()
-                .map(|h| h.session)
-        } else {
-            None
-        };
+        let my_session =
+            if platform::of(plan.target.flavor).sessions == SessionArbitration::ServerProbe {
+                session::deckhouse::probe(cluster, &plan.target)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|h| h.session)
+            } else {
+                None
+            };
         let boot = boot_of(cluster, plan).await;
         on_event(ConsoleEvent::Connected { again });
         again = true;
@@ -342,7 +344,7 @@ async fn connect(
             Ok(stream) => return Ok(Ok(stream)),
             Err(Error::NotRunning(_)) => {}
             // KubeVirt: no VMI yet (the VM is stopped or starting) is a 404 on the VMI.
-            Err(Error::NotFound { .. }) if plan.target.flavor == Flavor::KubeVirt => {}
+            Err(Error::NotFound { .. }) if platform::of(plan.target.flavor).instance.is_some() => {}
             Err(e) => return Err(e),
         }
         // A missing VM ends the wait with its own NotFound.
@@ -388,10 +390,7 @@ async fn vm_phase(cluster: &Cluster, plan: &ConsolePlan) -> Result<String> {
                 .named(&plan.target.name),
         )
     })?;
-    let field = match plan.target.flavor {
-        Flavor::KubeVirt => "printableStatus",
-        Flavor::Deckhouse => "phase",
-    };
+    let field = platform::of(plan.target.flavor).vm_state_field;
     Ok(vm
         .data
         .pointer(&format!("/status/{field}"))
@@ -407,7 +406,7 @@ async fn hold_lease(
     warned: &mut bool,
     on_event: &mut (dyn FnMut(ConsoleEvent) + Send),
 ) -> Option<HeldLease> {
-    if plan.target.flavor != Flavor::KubeVirt {
+    if platform::of(plan.target.flavor).sessions != SessionArbitration::Lease {
         return None;
     }
     let me = plan.me.as_deref().unwrap_or("unknown");

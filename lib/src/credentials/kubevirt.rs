@@ -14,9 +14,6 @@ use crate::enroll::{Activation, SecretChange};
 use crate::error::{Error, Result};
 use crate::flavor::Flavor;
 
-/// Why Deckhouse VMs have no such credentials, and what works there.
-pub const DECKHOUSE_UNSUPPORTED: &str = "credentials need KubeVirt: Deckhouse virtualization has no accessCredentials; give keys at creation (`kubectl vm create --ssh-key`, `--access-credential` is written into cloud-init there)";
-
 /// Change `login`'s credentials on VM `name` in `namespace`.
 pub async fn apply(
     cluster: &Cluster,
@@ -27,9 +24,7 @@ pub async fn apply(
     operation: &Operation,
 ) -> Result<CredentialOutcome> {
     super::validate(login, operation)?;
-    if flavor != Flavor::KubeVirt {
-        return Err(Error::Platform(DECKHOUSE_UNSUPPORTED.into()));
-    }
+    crate::platform::of(flavor).access_credentials.check()?;
     let kind = operation.kind();
     let vm = get_vm(cluster, namespace, name).await?;
     let uid = vm["metadata"]["uid"]

@@ -352,8 +352,8 @@ pub async fn wait_gone(
 ) -> Result<()> {
     let ns = plan.namespace.as_str();
     let mut watched: Vec<(Kind, String)> = vec![(plan.vm_kind, plan.name.clone())];
-    if platform.flavor == Flavor::KubeVirt {
-        watched.push((KUBEVIRT_VMI, plan.name.clone()));
+    if let Some(instance) = crate::platform::of(platform.flavor).instance {
+        watched.push((instance, plan.name.clone()));
     }
     if !plan.keep_disks {
         watched.extend(plan.disks.iter().map(|d| (d.kind, d.name.clone())));

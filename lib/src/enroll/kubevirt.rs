@@ -19,9 +19,6 @@ use crate::error::{Action, Error, Result};
 use crate::flavor::Flavor;
 use crate::names::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 
-/// Why Deckhouse VMs cannot be enrolled, and what works there.
-pub const DECKHOUSE_UNSUPPORTED: &str = "enrolling needs KubeVirt: Deckhouse virtualization has no accessCredentials to put the CA trust into the guest; VMs made with `kubectl vm create` trust the CA through cloud-init, others take `kubectl vm ssh -i KEY`";
-
 /// Tries of a VM update that lost a race with another writer.
 const UPDATE_TRIES: usize = 4;
 
@@ -163,9 +160,7 @@ pub async fn enroll(
     events: &mut (dyn FnMut(EnrollEvent) + Send),
 ) -> Result<EnrollOutcome> {
     super::validate_logins(logins)?;
-    if flavor != Flavor::KubeVirt {
-        return Err(Error::Platform(DECKHOUSE_UNSUPPORTED.into()));
-    }
+    crate::platform::of(flavor).enroll.check()?;
     let vm = get_vm(cluster, namespace, name).await?;
     let ca_keys = store::read_public_keys(cluster, ca_namespace)
         .await?
@@ -248,9 +243,7 @@ pub async fn unenroll(
     events: &mut (dyn FnMut(EnrollEvent) + Send),
 ) -> Result<EnrollOutcome> {
     super::validate_logins(logins)?;
-    if flavor != Flavor::KubeVirt {
-        return Err(Error::Platform(DECKHOUSE_UNSUPPORTED.into()));
-    }
+    crate::platform::of(flavor).enroll.check()?;
     let vm = get_vm(cluster, namespace, name).await?;
     let existing = our_secrets(cluster, &vm, namespace, logins).await?;
     let vmi = get_vmi(cluster, namespace, name).await?;

@@ -14,7 +14,7 @@ use super::{Scope, VmSummary, summarize_deckhouse, summarize_kubevirt};
 use crate::api::{KUBEVIRT_VMI, Kind};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::flavor::{Flavor, Platform};
+use crate::flavor::Platform;
 
 /// Items per list request, as kubectl (`--chunk-size` default 500).
 pub const PAGE_SIZE: u32 = 500;
@@ -390,7 +390,7 @@ pub async fn list_pages<E: From<Error>>(
 ) -> std::result::Result<Versions, E> {
     let vm_kind = Kind::vm(platform.flavor);
     let ns = scope.namespace();
-    let kubevirt = platform.flavor == Flavor::KubeVirt;
+    let kubevirt = crate::platform::of(platform.flavor).instance.is_some();
     let fetch = |token: Option<String>| async move {
         match detail {
             Detail::Row => row_page(cluster, &vm_kind, ns, selector, token.as_deref())

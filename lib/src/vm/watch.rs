@@ -145,8 +145,8 @@ async fn watch_round<E: From<Error>>(
     let vm_api = vm_kind.api(&cluster.client, ns);
     let vm_feed = restartable_watch(vm_api, vm_params, version.to_owned()).map_ok(Feed::Vm);
     let mut feeds: futures::stream::BoxStream<'_, kube::Result<Feed>> = Box::pin(vm_feed);
-    if platform.flavor == Flavor::KubeVirt {
-        let vmi_api = KUBEVIRT_VMI.api(&cluster.client, ns);
+    if let Some(instance) = crate::platform::of(platform.flavor).instance {
+        let vmi_api = instance.api(&cluster.client, ns);
         // Watching instances from "now" would miss ones created before; start by listing them.
         let current = match vmi_api.list(&ListParams::default()).await {
             Ok(list) => list,

@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use crate::Flavor;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
+use crate::platform::{self, SessionArbitration};
 use crate::session::kubevirt::HeldLease;
 use crate::stream::{self, PlatformStream, StreamKind, StreamTarget};
 
@@ -82,7 +83,7 @@ pub async fn open(
     plan: &VncPlan,
     on_event: &mut (dyn FnMut(VncEvent) + Send),
 ) -> Result<VncProxy> {
-    let lease = if plan.target.flavor == Flavor::KubeVirt {
+    let lease = if platform::of(plan.target.flavor).sessions == SessionArbitration::Lease {
         match HeldLease::acquire(
             cluster,
             &plan.target,
@@ -181,12 +182,7 @@ pub async fn screenshot(
     name: &str,
     move_cursor: bool,
 ) -> Result<Vec<u8>> {
-    if flavor != Flavor::KubeVirt {
-        return Err(Error::Config(
-            "vnc screenshot needs KubeVirt: Deckhouse virtualization has no screenshot subresource"
-                .into(),
-        ));
-    }
+    platform::of(flavor).vnc_screenshot.check()?;
     let target = StreamTarget::new(flavor, namespace, name, StreamKind::Vnc);
     let mut uri = format!("{}/screenshot", target.path());
     if move_cursor {

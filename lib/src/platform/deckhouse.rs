@@ -1,0 +1,25 @@
+//! Deckhouse virtualization (`virtualization.deckhouse.io/v1alpha2`) as data.
+
+use super::{Capabilities, SessionArbitration, Support};
+use crate::api::{DECKHOUSE_VM, VIRTUAL_DISK};
+use crate::flavor::Flavor;
+
+/// What Deckhouse virtualization serves and supports.
+pub const CAPABILITIES: Capabilities = Capabilities {
+    flavor: Flavor::Deckhouse,
+    vm: DECKHOUSE_VM,
+    // The VirtualMachine carries its running state; there is no instance object to read.
+    instance: None,
+    disk: VIRTUAL_DISK,
+    vm_state_field: "phase",
+    sessions: SessionArbitration::ServerProbe,
+    vnc_screenshot: Support::No(
+        "vnc screenshot needs KubeVirt: Deckhouse virtualization has no screenshot subresource",
+    ),
+    access_credentials: Support::No(
+        "credentials need KubeVirt: Deckhouse virtualization has no accessCredentials; give keys at creation (`kubectl vm create --ssh-key`, `--access-credential` is written into cloud-init there)",
+    ),
+    enroll: Support::No(
+        "enrolling needs KubeVirt: Deckhouse virtualization has no accessCredentials to put the CA trust into the guest; VMs made with `kubectl vm create` trust the CA through cloud-init, others take `kubectl vm ssh -i KEY`",
+    ),
+};

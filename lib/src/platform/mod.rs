@@ -1,0 +1,128 @@
+//! The data half of the platform seam: what each platform serves, supports and calls things,
+//! as one table per platform ([`kubevirt::CAPABILITIES`], [`deckhouse::CAPABILITIES`]).
+//!
+//! Code asks the table a question ("does this platform have a separate instance object?",
+//! "does it take credentials through the guest agent?") instead of comparing flavors, so a
+//! new platform answers every question in its own file and no `else` branch adopts it by
+//! accident. Behaviour that differs as code, not data, lives in each command's
+//! `kubevirt.rs`/`deckhouse.rs` behind the command's own dispatch.
+
+pub mod deckhouse;
+pub mod kubevirt;
+
+use crate::api::Kind;
+use crate::error::{Error, Result};
+use crate::flavor::Flavor;
+
+/// Whether a platform offers a feature, and if not, why (said to the user as is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Support {
+    /// The platform offers it.
+    Yes,
+    /// It does not: the reason and what to do instead, one line.
+    No(&'static str),
+}
+
+impl Support {
+    /// `Ok` when supported, else the platform's reason as [`Error::Platform`].
+    pub fn check(self) -> Result<()> {
+        match self {
+            Support::Yes => Ok(()),
+            Support::No(why) => Err(Error::Platform(why.to_owned())),
+        }
+    }
+
+    /// Whether the platform offers it.
+    pub fn is_yes(self) -> bool {
+        self == Support::Yes
+    }
+}
+
+/// How a console or VNC session is kept to one client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionArbitration {
+    /// The server lets a new connection replace the old one silently, so kubectl-vm holds a
+    /// Lease per VM and stream to say who is connected (KubeVirt).
+    Lease,
+    /// The server refuses a second connection and reports the holder; kubectl-vm probes
+    /// it (Deckhouse).
+    ServerProbe,
+}
+
+/// Everything kubectl-vm needs to know about one platform as data.
+#[derive(Debug, Clone, Copy)]
+pub struct Capabilities {
+    /// The platform these answers are for.
+    pub flavor: Flavor,
+    /// The VirtualMachine kind.
+    pub vm: Kind,
+    /// The kind of a running VM's instance, when the platform has one apart from the VM
+    /// (KubeVirt's VirtualMachineInstance); `None` when the VM object is all there is.
+    pub instance: Option<Kind>,
+    /// The kind of the disks `create` provisions (and `create --wait` follows).
+    pub disk: Kind,
+    /// The VM status field (under `.status`) that holds its one-word state.
+    pub vm_state_field: &'static str,
+    /// How console and VNC sessions are kept to one client.
+    pub sessions: SessionArbitration,
+    /// A screenshot of the VNC display served by the platform.
+    pub vnc_screenshot: Support,
+    /// Guest users' keys and passwords changed through the guest agent (`credentials`).
+    pub access_credentials: Support,
+    /// CA trust put into a guest not made by kubectl-vm (`enroll`).
+    pub enroll: Support,
+}
+
+impl Capabilities {
+    /// JSON pointer of the VM's one-word state.
+    pub fn vm_state_pointer(&self) -> String {
+        format!("/status/{}", self.vm_state_field)
+    }
+}
+
+/// The table of `flavor`.
+pub fn of(flavor: Flavor) -> &'static Capabilities {
+    match flavor {
+        Flavor::KubeVirt => &kubevirt::CAPABILITIES,
+        Flavor::Deckhouse => &deckhouse::CAPABILITIES,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each table answers for its own flavor with that flavor's kinds.
+    #[test]
+    fn tables_describe_their_own_platform() {
+        for flavor in [Flavor::KubeVirt, Flavor::Deckhouse] {
+            let caps = of(flavor);
+            assert_eq!(caps.flavor, flavor);
+            assert_eq!(caps.vm, Kind::vm(flavor));
+            assert_eq!(caps.vm.api_version(), flavor.vm_api_version());
+        }
+        assert_eq!(of(Flavor::KubeVirt).disk.kind, "DataVolume");
+        assert_eq!(of(Flavor::Deckhouse).disk.kind, "VirtualDisk");
+        assert_eq!(
+            of(Flavor::KubeVirt).instance.map(|k| k.kind),
+            Some("VirtualMachineInstance")
+        );
+        assert_eq!(of(Flavor::Deckhouse).instance, None);
+        assert_eq!(
+            of(Flavor::KubeVirt).vm_state_pointer(),
+            "/status/printableStatus"
+        );
+        assert_eq!(of(Flavor::Deckhouse).vm_state_pointer(), "/status/phase");
+    }
+
+    /// What a platform lacks is refused with its reason, as a platform error.
+    #[test]
+    fn unsupported_features_say_why() {
+        let err = of(Flavor::Deckhouse).enroll.check().unwrap_err();
+        assert!(
+            matches!(err, Error::Platform(ref m) if m.contains("Deckhouse")),
+            "{err}"
+        );
+        assert!(of(Flavor::KubeVirt).enroll.check().is_ok());
+    }
+}
