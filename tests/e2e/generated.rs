@@ -55,10 +55,23 @@ fn visible_commands(path: &[String]) -> Vec<Vec<String>> {
         .output()
         .unwrap());
     let mut found = Vec::new();
-    let Some(section) = help.split("\nCommands:\n").nth(1) else {
-        return found;
-    };
-    for line in section.lines().take_while(|l| !l.trim().is_empty()) {
+    // Commands are listed under `Commands:` in a subcommand's help and under task headings
+    // (`Basic commands:`, `Lifecycle:`, ...) in the root's; argument and option sections
+    // are not commands.
+    let mut in_commands = false;
+    for line in help.lines() {
+        if !line.starts_with(' ') && line.ends_with(':') {
+            let heading = line.to_ascii_lowercase();
+            in_commands = heading == "commands:"
+                || (path.is_empty()
+                    && !heading.contains("options")
+                    && !heading.starts_with("arguments")
+                    && !heading.starts_with("examples"));
+            continue;
+        }
+        if !in_commands || line.trim().is_empty() {
+            continue;
+        }
         // A command's line is indented two spaces; a wrapped description line more.
         if line.starts_with("   ") {
             continue;
