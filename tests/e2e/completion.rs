@@ -219,3 +219,103 @@ fn kubectl_completes_snapshot_names() {
     let (values, _) = kubectl_complete(&env, &["snapshot", "delete", ""]);
     assert_eq!(values, ["other", "web-before"]);
 }
+
+/// `completion install` links `kubectl_complete-vm` beside the binary, after which real
+/// kubectl completes `kubectl vm` through it (and not before); a second run says so and
+/// changes nothing; a file of that name that is not a link is left alone; a missing directory
+/// is bad input.
+#[test]
+fn completion_install_makes_kubectl_complete_the_plugin() {
+    let env = Env::kubevirt();
+    let plugins = env.dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let exe = plugins.join("kubectl-vm");
+    std::fs::copy(crate::common::BIN, &exe).unwrap();
+    let exe = exe.canonicalize().unwrap();
+    let path = format!("{}:/usr/bin:/bin", plugins.display());
+    let run = |program: &std::path::Path, args: &[&str], path: &str| {
+        std::process::Command::new(program)
+            .args(args)
+            .env("HOME", env.dir.path())
+            .env("KUBECONFIG", &env.kubeconfig)
+            .env("PATH", path)
+            .env_remove("COMPLETE")
+            .output()
+            .unwrap()
+    };
+    let kubectl = crate::common::kubectl();
+    let complete = |path: &str| {
+        let text = ok(run(&kubectl, &["__complete", "vm", "li"], path));
+        // Candidates, then kubectl's `:DIRECTIVE` line.
+        text.lines()
+            .filter(|l| !l.starts_with(':'))
+            .map(|l| l.split('\t').next().unwrap_or_default().to_owned())
+            .collect::<Vec<_>>()
+    };
+    // Before: kubectl finds the plugin but no completer for it.
+    assert!(!complete(&path).contains(&"list".to_owned()));
+
+    let link = plugins.join("kubectl_complete-vm");
+    let out = ok(run(&exe, &["completion", "install"], &path));
+    assert_eq!(
+        out,
+        format!("linked {} -> {}\n", link.display(), exe.display())
+    );
+    assert_eq!(std::fs::read_link(&link).unwrap(), exe);
+    assert_eq!(complete(&path), ["list"]);
+
+    let again = ok(run(&exe, &["completion", "install"], &path));
+    assert_eq!(
+        again,
+        format!("{} already points to {}\n", link.display(), exe.display())
+    );
+
+    // Another directory, not on PATH: linked, with a note saying kubectl will not find it.
+    let elsewhere = env.dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let dir_arg = elsewhere.to_str().unwrap();
+    let out = ok(run(
+        &exe,
+        &["completion", "install", "--dir", dir_arg],
+        &path,
+    ));
+    assert!(
+        out.ends_with(&format!(
+            "note: {dir_arg} is not on PATH; kubectl only finds completers on PATH\n"
+        )),
+        "{out}"
+    );
+
+    // A regular file of that name is someone else's: refused, untouched.
+    let taken = env.dir.path().join("taken");
+    std::fs::create_dir(&taken).unwrap();
+    std::fs::write(taken.join("kubectl_complete-vm"), "#!/bin/sh\necho mine\n").unwrap();
+    let refused = run(
+        &exe,
+        &["completion", "install", "--dir", taken.to_str().unwrap()],
+        &path,
+    );
+    assert_eq!(refused.status.code(), Some(1));
+    assert_eq!(
+        stderr(&refused).trim_end(),
+        format!(
+            "Error: {} exists and is not a link; remove it first",
+            taken.join("kubectl_complete-vm").display()
+        )
+    );
+    assert_eq!(
+        std::fs::read_to_string(taken.join("kubectl_complete-vm")).unwrap(),
+        "#!/bin/sh\necho mine\n"
+    );
+
+    let missing = run(
+        &exe,
+        &["completion", "install", "--dir", "/nonexistent/dir"],
+        &path,
+    );
+    assert_eq!(missing.status.code(), Some(2), "{}", stderr(&missing));
+    assert_eq!(
+        stderr(&missing).trim_end(),
+        "Error: /nonexistent/dir is not a directory"
+    );
+}
