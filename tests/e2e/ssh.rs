@@ -616,3 +616,77 @@ fn without_the_ca_key_the_agent_is_used() {
         "{err}"
     );
 }
+
+/// `-L LPORT:HOST:RPORT` carries a local connection through the VM to HOST:RPORT as the
+/// guest sees it (the emulator's guests share this machine's network, so a server of the
+/// test's own on 127.0.0.1 stands for a service next to the VM), both ways, while the
+/// session runs a command.
+#[test]
+fn local_forward_reaches_a_service_through_the_vm() {
+    use std::io::{BufRead, BufReader, Write};
+    let env = Env::kubevirt();
+    let _signer = crate::signer::start_signer(&env, &[]);
+    vm_with_ca(&env, "fwd", &[]);
+    let service = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let service_port = service.local_addr().unwrap().port();
+    let served = std::thread::spawn(move || {
+        let (conn, _) = service.accept().unwrap();
+        let mut line = String::new();
+        BufReader::new(&conn).read_line(&mut line).unwrap();
+        (&conn)
+            .write_all(format!("echo:{line}").as_bytes())
+            .unwrap();
+        line
+    });
+    let local_port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let forward = format!("{local_port}:127.0.0.1:{service_port}");
+    let mut session = env
+        .command(BIN)
+        .args(["ssh", "fwd", "-L", &forward, "--", "sleep", "120"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The listener exists once the session is up: wait for it, not for a time.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let conn = loop {
+        match std::net::TcpStream::connect(("127.0.0.1", local_port)) {
+            Ok(conn) => break conn,
+            Err(_) if std::time::Instant::now() < deadline => {
+                if let Some(status) = session.try_wait().unwrap() {
+                    let out = session.wait_with_output().unwrap();
+                    panic!("ssh ended ({status}) before forwarding: {}", stderr(&out));
+                }
+                std::thread::park_timeout(Duration::from_millis(50));
+            }
+            Err(e) => panic!("the forward never listened: {e}"),
+        }
+    };
+    (&conn).write_all(b"through the vm\n").unwrap();
+    let mut answer = String::new();
+    BufReader::new(&conn).read_line(&mut answer).unwrap();
+    assert_eq!(answer, "echo:through the vm\n");
+    assert_eq!(served.join().unwrap(), "through the vm\n");
+    session.kill().unwrap();
+    session.wait().unwrap();
+}
+
+/// `-T` gives no pseudo-terminal even when kubectl-vm has one (OpenSSH's `-T`): the remote
+/// command sees no tty, and the local terminal is left as it was.
+#[test]
+fn no_tty_flag_runs_without_a_pseudo_terminal() {
+    let env = Env::kubevirt();
+    vm_with_ca(&env, "notty", &[]);
+    let mut p = ssh_on_tty(&env, "-T notty -- tty");
+    p.exp_string("not a tty").unwrap();
+    p.exp_string("rc=1").unwrap();
+    assert_modes_restored(&env);
+    // Without -T, the same command on a terminal gets one.
+    let mut p = ssh_on_tty(&env, "-t notty -- tty");
+    p.exp_regex("/dev/pts/[0-9]+").unwrap();
+    p.exp_string("rc=0").unwrap();
+}
