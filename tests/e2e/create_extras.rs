@@ -239,3 +239,147 @@ fn a_missing_secret_fails_before_anything_is_written() {
         assert!(find_object(&env, "kubevirt.io", "virtualmachines", Some("dev"), "app").is_none());
     }
 }
+
+/// `--os windows`: KubeVirt gets what its Windows example VM carries (docs "Windows virtio
+/// drivers": a SATA boot disk and an `e1000e` NIC for a stock image; Hyper-V enlightenments
+/// `relaxed`, `vapic`, `spinlocks` with ACPI/APIC, and a clock in local time); Deckhouse gets
+/// `spec.osType: Windows` (API reference: `osType` enum `Windows`, `Generic`). Linux-only
+/// cloud-init flags are refused before any request.
+#[test]
+fn windows_guests_get_the_platforms_windows_settings() {
+    let env = Env::kubevirt();
+    let out = env.vm(&[
+        "create",
+        "win",
+        "--image",
+        IMAGE,
+        "--os",
+        "windows",
+        "--timezone",
+        "Europe/Berlin",
+        "--no-platform-ssh",
+    ]);
+    ok(out);
+    let vm = find_object(
+        &env,
+        "kubevirt.io",
+        "virtualmachines",
+        Some("default"),
+        "win",
+    )
+    .unwrap();
+    let domain = &vm["spec"]["template"]["spec"]["domain"];
+    let boot = domain["devices"]["disks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "rootdisk")
+        .unwrap();
+    assert_eq!(boot["disk"]["bus"], "sata", "{domain}");
+    assert_eq!(domain["devices"]["interfaces"][0]["model"], "e1000e");
+    assert_eq!(
+        domain["features"]["hyperv"],
+        serde_json::json!({"relaxed": {}, "vapic": {}, "spinlocks": {"spinlocks": 8191}})
+    );
+    assert_eq!(domain["clock"]["timezone"], "Europe/Berlin", "{domain}");
+    let linux = find_object(
+        &env,
+        "kubevirt.io",
+        "virtualmachines",
+        Some("default"),
+        "web",
+    );
+    assert!(
+        linux.is_some(),
+        "the fixture's Linux VM is there to compare"
+    );
+
+    let env = Env::deckhouse();
+    ok(env.vm(&[
+        "create",
+        "win",
+        "--image",
+        IMAGE,
+        "--os",
+        "windows",
+        "--no-platform-ssh",
+    ]));
+    let vm = find_object(
+        &env,
+        "virtualization.deckhouse.io",
+        "virtualmachines",
+        Some("default"),
+        "win",
+    )
+    .unwrap();
+    assert_eq!(vm["spec"]["osType"], "Windows");
+    ok(env.vm(&["create", "lin", "--image", IMAGE, "--no-platform-ssh"]));
+    let vm = find_object(
+        &env,
+        "virtualization.deckhouse.io",
+        "virtualmachines",
+        Some("default"),
+        "lin",
+    )
+    .unwrap();
+    assert_eq!(vm["spec"]["osType"], "Generic");
+
+    let before = env.emulator.requests().len();
+    let refused = env.vm(&[
+        "create", "w2", "--image", IMAGE, "--os", "windows", "--env", "A=1",
+    ]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert_eq!(stderr(&refused).lines().count(), 1, "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("--os windows"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(
+        env.emulator.requests().len(),
+        before,
+        "refused before any request"
+    );
+}
+
+/// `--no-guest-agent` leaves the agent alone: the guest's user data neither installs nor
+/// starts qemu-guest-agent, which it does by default (both platforms).
+#[test]
+fn no_guest_agent_leaves_the_agent_out_of_the_user_data() {
+    for (env, group) in [
+        (Env::kubevirt(), "kubevirt.io"),
+        (Env::deckhouse(), "virtualization.deckhouse.io"),
+    ] {
+        ok(env.vm(&["ca", "init"]));
+        ok(env.vm(&["create", "with", "--image", IMAGE]));
+        ok(env.vm(&["create", "without", "--image", IMAGE, "--no-guest-agent"]));
+        for name in ["with", "without"] {
+            assert!(find_object(&env, group, "virtualmachines", Some("default"), name).is_some());
+        }
+        let user_data = |name: &str| {
+            let secret = find_object(
+                &env,
+                "",
+                "secrets",
+                Some("default"),
+                &format!("{name}-cloudinit"),
+            )
+            .unwrap_or_else(|| panic!("{name}-cloudinit"));
+            let key = secret["data"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .find(|k| k.contains("userdata") || k.contains("userData"))
+                .cloned()
+                .unwrap();
+            decoded(&secret, &key)
+        };
+        let with = user_data("with");
+        assert!(with.contains("qemu-guest-agent"), "{with}");
+        let without = user_data("without");
+        assert!(!without.contains("qemu-guest-agent"), "{without}");
+        assert!(!without.contains("qemu-ga"), "{without}");
+        // The rest of the platform setup is the same.
+        assert!(without.contains("kubevm_trusted_user_ca_keys"), "{without}");
+    }
+}
