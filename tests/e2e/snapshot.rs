@@ -355,3 +355,97 @@ fn kubevirt_restore_as_a_new_vm_of_a_created_vm_has_its_own_identity() {
     let out = env.vm(&["ssh", "copy", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
+
+/// `--dry-run` on KubeVirt: `client` sends no change and prints the object it would send
+/// (the VirtualMachineSnapshot / VirtualMachineRestore of the snapshot.kubevirt.io API),
+/// `server` sends the change with `dryRun=All` (kube-apiserver's dry-run query) and nothing is
+/// kept; a dry-run delete leaves the snapshot in place.
+#[test]
+fn kubevirt_dry_runs_change_nothing() {
+    let env = running_db();
+    let snapshots = || {
+        env.emulator
+            .objects(
+                "snapshot.kubevirt.io",
+                "virtualmachinesnapshots",
+                Some("default"),
+            )
+            .into_iter()
+            .map(|o| {
+                o["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect::<Vec<_>>()
+    };
+    env.emulator.clear_requests();
+    let out = ok(env.vm(&[
+        "snapshot",
+        "create",
+        "db",
+        "s1",
+        "--dry-run=client",
+        "-o",
+        "json",
+    ]));
+    let snapshot: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(snapshot["apiVersion"], "snapshot.kubevirt.io/v1beta1");
+    assert_eq!(snapshot["kind"], "VirtualMachineSnapshot");
+    assert_eq!(snapshot["metadata"]["name"], "s1");
+    assert_eq!(
+        snapshot["spec"]["source"],
+        json!({"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "db"})
+    );
+    assert!(changes(&env).is_empty(), "{:?}", changes(&env));
+
+    ok(env.vm(&["snapshot", "create", "db", "s1", "--dry-run=server"]));
+    let posts: Vec<_> = env
+        .emulator
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .collect();
+    assert_eq!(posts.len(), 1, "{posts:?}");
+    assert_eq!(posts[0].path, format!("{SNAP}/virtualmachinesnapshots"));
+    assert!(posts[0].query.contains("dryRun=All"), "{}", posts[0].query);
+    assert!(snapshots().is_empty(), "{:?}", snapshots());
+
+    ok(env.vm(&["snapshot", "create", "db", "s1"]));
+    ok(env.vm(&["stop", "db"]));
+    env.emulator.clear_requests();
+    let out = ok(env.vm(&[
+        "snapshot",
+        "restore",
+        "s1",
+        "--dry-run=client",
+        "-o",
+        "json",
+    ]));
+    let restore: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(restore["kind"], "VirtualMachineRestore");
+    assert_eq!(restore["spec"]["virtualMachineSnapshotName"], "s1");
+    assert_eq!(restore["spec"]["target"]["name"], "db");
+    assert!(changes(&env).is_empty(), "{:?}", changes(&env));
+    ok(env.vm(&["snapshot", "restore", "s1", "--dry-run=server"]));
+    assert!(
+        env.emulator
+            .objects(
+                "snapshot.kubevirt.io",
+                "virtualmachinerestores",
+                Some("default")
+            )
+            .is_empty()
+    );
+    assert!(
+        changes(&env).iter().all(|(m, _)| m == "POST"),
+        "{:?}",
+        changes(&env)
+    );
+
+    env.emulator.clear_requests();
+    ok(env.vm(&["snapshot", "delete", "s1", "--dry-run=client"]));
+    assert!(changes(&env).is_empty(), "{:?}", changes(&env));
+    ok(env.vm(&["snapshot", "delete", "s1", "--dry-run=server"]));
+    assert_eq!(snapshots(), ["s1"]);
+}
