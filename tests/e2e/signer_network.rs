@@ -748,3 +748,111 @@ fn shell_words(command: &str) -> Vec<String> {
     assert!(!command.contains(['\'', '"', '\\']), "{command}");
     command.split_whitespace().map(str::to_owned).collect()
 }
+
+/// `signer serve --default-ttl 2m`: a request that names no lifetime (as `kubectl create
+/// --raw` sends it) gets a certificate that ends two minutes from now, read back with
+/// `ssh-keygen -L` and `date`; a zero or over-the-maximum `--default-ttl` and a malformed
+/// `--ca-namespace` are refused (exit 2, one line) before the signer starts.
+#[test]
+fn default_ttl_is_the_lifetime_of_requests_that_name_none() {
+    let env = Env::kubevirt();
+    for (flags, message) in [
+        (
+            &["--default-ttl", "0s"][..],
+            "Error: --default-ttl must be more than 0 and at most --max-ttl",
+        ),
+        (
+            &["--default-ttl", "2h"],
+            "Error: --default-ttl must be more than 0 and at most --max-ttl",
+        ),
+    ] {
+        let mut args = vec![
+            "signer",
+            "serve",
+            "--tls-cert-file",
+            "x",
+            "--tls-private-key-file",
+            "y",
+        ];
+        args.extend_from_slice(flags);
+        let out = env.vm(&args);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert_eq!(stderr(&out).trim_end(), message);
+    }
+    let out = env.vm(&[
+        "signer",
+        "serve",
+        "--tls-cert-file",
+        "x",
+        "--tls-private-key-file",
+        "y",
+        "--ca-namespace",
+        "Bad_NS",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(stderr(&out).lines().count(), 1);
+    assert!(
+        stderr(&out).starts_with("Error: --ca-namespace: "),
+        "{}",
+        stderr(&out)
+    );
+
+    let _signer = start_signer(&env, &["--default-ttl", "2m"]);
+    create_vm(&env, "ttl", "default");
+    let key = env.dir.path().join("id_ttl");
+    let keygen = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "ttl", "-f"])
+        .arg(&key)
+        .status()
+        .unwrap();
+    assert!(keygen.success());
+    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    let request = json!({"apiVersion": "ssh.kubevm.io/v1alpha1", "kind": "SSHCertificateRequest",
+        "spec": {"publicKey": public.trim_end()}});
+    let request_file = env.dir.path().join("request.json");
+    std::fs::write(&request_file, request.to_string()).unwrap();
+    let answer = ok(env.kubectl(&[
+        "create",
+        "--raw",
+        "/apis/ssh.kubevm.io/v1alpha1/namespaces/default/virtualmachines/ttl/sshcertificate",
+        "-f",
+        request_file.to_str().unwrap(),
+    ]));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    let certificate = answer["status"]["certificate"]
+        .as_str()
+        .or_else(|| answer["certificate"].as_str())
+        .unwrap_or_else(|| panic!("no certificate in {answer}"));
+    let cert_file = env.dir.path().join("id_ttl-cert.pub");
+    std::fs::write(&cert_file, format!("{certificate}\n")).unwrap();
+    let listing = std::process::Command::new("ssh-keygen")
+        .args(["-L", "-f"])
+        .arg(&cert_file)
+        .env("TZ", "UTC")
+        .output()
+        .unwrap();
+    let listing = String::from_utf8(listing.stdout).unwrap();
+    let until = listing
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Valid: from "))
+        .and_then(|l| l.split(" to ").nth(1))
+        .unwrap_or_else(|| panic!("no validity in {listing}"));
+    let date = std::process::Command::new("date")
+        .args(["-u", "-d", until, "+%s"])
+        .output()
+        .unwrap();
+    let until: i64 = String::from_utf8(date.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let left = until - now;
+    assert!(
+        (110..=121).contains(&left),
+        "valid for {left} s more: {listing}"
+    );
+}
