@@ -333,12 +333,11 @@ mod tests {
                     broken.push(format!("{}: {target}: no such file", page.display()));
                     continue;
                 }
-                if let Some(anchor) = anchor {
-                    if file.extension().is_some_and(|e| e == "md")
-                        && !anchors(&read(&file)).iter().any(|a| a == anchor)
-                    {
-                        broken.push(format!("{}: {target}: no such heading", page.display()));
-                    }
+                if let Some(anchor) = anchor
+                    && file.extension().is_some_and(|e| e == "md")
+                    && !anchors(&read(&file)).iter().any(|a| a == anchor)
+                {
+                    broken.push(format!("{}: {target}: no such heading", page.display()));
                 }
             }
         }
