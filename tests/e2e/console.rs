@@ -438,10 +438,50 @@ fn two_consoles_deckhouse() {
     );
 }
 
+/// alice's console of `api` in `dev`: `get` on `virtualmachineinstances/console`, as KubeVirt's
+/// `kubevirt.io:edit` grants it (pkg/virt-operator/resource/generate/rbac/cluster.go), and no
+/// right on Leases (she reads `dev` through the emulator's reader RoleBinding, no writes).
+fn grant_alice_console_of_api(env: &Env) {
+    let rbac = "rbac.authorization.k8s.io";
+    env.emulator.put_object(serde_json::json!({
+        "apiVersion": format!("{rbac}/v1"), "kind": "Role",
+        "metadata": {"name": "api-console", "namespace": "dev"},
+        "rules": [{"apiGroups": ["subresources.kubevirt.io"],
+            "resources": ["virtualmachineinstances/console"], "resourceNames": ["api"], "verbs": ["get"]}]}));
+    env.emulator.put_object(serde_json::json!({
+        "apiVersion": format!("{rbac}/v1"), "kind": "RoleBinding",
+        "metadata": {"name": "alice-api-console", "namespace": "dev"},
+        "roleRef": {"apiGroup": rbac, "kind": "Role", "name": "api-console"},
+        "subjects": [{"apiGroup": rbac, "kind": "User", "name": "alice"}]}));
+}
+
+#[test]
+fn a_user_without_the_console_grant_is_refused_in_one_line() {
+    let env = Env::kubevirt();
+    // Reading the VM is not enough: the API server authorizes the subresource.
+    let output = piped(
+        &env,
+        &["console", "api", "--context", "emulator-restricted"],
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let err = String::from_utf8_lossy(&output.stderr);
+    // (The session Lease is written before the stream opens, so the Lease's own refusal is
+    // warned about first.)
+    assert_eq!(
+        err.lines().last(),
+        Some(
+            "Error: forbidden: user \"alice\" cannot get virtualmachineinstances/console.subresources.kubevirt.io \"api\" in namespace \"dev\""
+        ),
+        "{err}"
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).is_empty());
+}
+
 #[test]
 fn a_user_without_lease_rights_still_connects_and_is_warned_once() {
     let env = Env::kubevirt();
-    // alice may read in `dev` (the emulator's restricted user) but not write Leases.
+    grant_alice_console_of_api(&env);
     let output = piped(
         &env,
         &["console", "api", "--context", "emulator-restricted"],
@@ -460,6 +500,7 @@ fn a_user_without_lease_rights_still_connects_and_is_warned_once() {
 #[test]
 fn without_lease_rights_a_cut_stream_ends_like_virtctl_instead_of_fighting() {
     let env = Env::kubevirt();
+    grant_alice_console_of_api(&env);
     let mut session = on_tty(
         &env,
         &["console", "api", "--context", "emulator-restricted"],

@@ -406,6 +406,51 @@ fn deckhouse_restricted_user_gets_errors_txt() {
     );
 }
 
+/// Issue 38: a user who may read the VM but not its user-data Secret (alice's Role in `dev`
+/// names no Secrets, as Kubernetes' `view` does not) still gets the whole bundle, exit 0;
+/// errors.txt and one warning say the Secret could not be read and what that means.
+fn user_data_secret_unreadable(flavor: ServeFlavor) {
+    let env = env(flavor);
+    let (archive, err) = collect(
+        &env,
+        &["app", "-n", "dev", "--context", "emulator-restricted"],
+    );
+    let top = extract(&env, &archive);
+    let errors = read(&top, "errors.txt");
+    let want = "secret \"app-cloudinit\" (the VM's user data, read only to learn the values to mask): forbidden: user \"alice\" cannot get secrets";
+    let line = errors
+        .lines()
+        .find(|l| l.contains(want))
+        .unwrap_or_else(|| panic!("{want:?} missing from errors.txt:\n{errors}"));
+    assert!(
+        line.ends_with("values it sets (--env) may appear unmasked in logs"),
+        "{line}"
+    );
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.starts_with("Warning: ") && l.contains(want))
+            .count(),
+        1,
+        "{err}"
+    );
+    let files = listing(&archive);
+    assert!(
+        files.contains(&"virtualmachine/app.yaml".to_string()),
+        "{files:?}"
+    );
+    assert!(!files.iter().any(|f| f.starts_with("secret")), "{files:?}");
+}
+
+#[test]
+fn kubevirt_unreadable_user_data_secret_is_reported_not_fatal() {
+    user_data_secret_unreadable(ServeFlavor::KubeVirt);
+}
+
+#[test]
+fn deckhouse_unreadable_user_data_secret_is_reported_not_fatal() {
+    user_data_secret_unreadable(ServeFlavor::Deckhouse);
+}
+
 #[test]
 fn missing_vm_fails_and_terminal_is_refused() {
     let env = env(ServeFlavor::KubeVirt);

@@ -32,6 +32,7 @@ mod lifecycle_deckhouse;
 mod list;
 mod list_watch;
 mod pools;
+mod rbac;
 mod real_guest;
 mod real_guest_copy;
 mod real_guest_disks;

@@ -182,15 +182,28 @@ pub fn create_vm(env: &Env, name: &str, ns: &str) {
     ]));
 }
 
-/// alice: may read `dev` (the emulator's rule) and, through this Role, create the user
-/// certificate of VM `web` in `dev` only.
+/// alice: may read `dev` (the emulator's reader RoleBinding) and, through this Role, create the
+/// user certificate of VM `web` in `dev` only and open its platform port-forward (`get`, as
+/// KubeVirt's `kubevirt.io:edit` and Deckhouse's `forward_port` grant it), which is how ssh
+/// reaches the guest.
 pub fn grant_alice_web(env: &Env) {
     let rbac = "rbac.authorization.k8s.io";
+    let deckhouse = !env
+        .emulator
+        .objects("virtualization.deckhouse.io", "virtualmachines", None)
+        .is_empty();
+    // kubectl-vm forwards to the VM on both (KubeVirt: `virtualmachines/NAME/portforward`).
+    let group = if deckhouse {
+        "subresources.virtualization.deckhouse.io"
+    } else {
+        "subresources.kubevirt.io"
+    };
     env.emulator.put_object(json!({
         "apiVersion": format!("{rbac}/v1"), "kind": "Role",
         "metadata": {"name": "web-ssh", "namespace": "dev"},
         "rules": [{"apiGroups": ["ssh.kubevm.io"], "resources": ["virtualmachines/sshcertificate"],
-            "resourceNames": ["web"], "verbs": ["create"]}]}));
+            "resourceNames": ["web"], "verbs": ["create"]},
+            {"apiGroups": [group], "resources": ["virtualmachines/portforward"], "resourceNames": ["web"], "verbs": ["get"]}]}));
     env.emulator.put_object(json!({
         "apiVersion": format!("{rbac}/v1"), "kind": "RoleBinding",
         "metadata": {"name": "alice-web-ssh", "namespace": "dev"},

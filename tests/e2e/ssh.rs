@@ -557,7 +557,20 @@ fn without_the_ca_key_the_agent_is_used() {
         "sshvm",
         &["-n", "dev", "--cloud-init", user_data.to_str().unwrap()],
     );
-    // alice may use the VM in dev and read the CA's public keys, not its private keys.
+    // alice may read the CA's public keys, not its private keys, and open sshvm's
+    // port-forward (`get` on `virtualmachines/portforward`, as KubeVirt's `kubevirt.io:edit`
+    // grants it: pkg/virt-operator/resource/generate/rbac/cluster.go).
+    let rbac = "rbac.authorization.k8s.io";
+    env.emulator.put_object(serde_json::json!({
+        "apiVersion": format!("{rbac}/v1"), "kind": "Role",
+        "metadata": {"name": "sshvm-portforward", "namespace": "dev"},
+        "rules": [{"apiGroups": ["subresources.kubevirt.io"],
+            "resources": ["virtualmachines/portforward"], "resourceNames": ["sshvm"], "verbs": ["get"]}]}));
+    env.emulator.put_object(serde_json::json!({
+        "apiVersion": format!("{rbac}/v1"), "kind": "RoleBinding",
+        "metadata": {"name": "alice-sshvm-portforward", "namespace": "dev"},
+        "roleRef": {"apiGroup": rbac, "kind": "Role", "name": "sshvm-portforward"},
+        "subjects": [{"apiGroup": rbac, "kind": "User", "name": "alice"}]}));
     let alice = [
         "--context",
         "emulator-restricted",

@@ -1,7 +1,10 @@
-//! Authentication (bearer tokens for the two users of the generated kubeconfig) and a tiny
-//! authorizer standing in for RBAC: `admin` may do anything; `alice` may only read
-//! (get/list/watch) in namespace `dev`, plus whatever stored RBAC objects grant her
-//! ([`rbac_allows`]: RoleBindings and ClusterRoleBindings to her or her groups). Denials carry
+//! Authentication (bearer tokens for the two users of the generated kubeconfig) and the
+//! authorizer: members of `system:masters` (`admin`) may do anything, as kube-apiserver's
+//! `system:masters` short-circuit does; everyone may create a SelfSubjectReview
+//! (`system:basic-user`); everything else, subresources of aggregated APIs included, is decided
+//! by the stored RBAC objects alone ([`rbac_allows`]: RoleBindings in the request's namespace
+//! and ClusterRoleBindings to the user or their groups). `alice`'s rights are such objects too
+//! (`bootstrap::alice_view`: read in namespace `dev`, no Secrets, no subresources). Denials carry
 //! the real API server's wording.
 
 use crate::status::ApiError;
@@ -118,15 +121,23 @@ pub struct Attributes {
     pub name: String,
 }
 
-/// Decides whether `user` may perform `attrs`.
-pub fn authorize(user: &User, attrs: &Attributes) -> Result<(), ApiError> {
-    if user.name == "admin" || user.groups.iter().any(|g| g == "system:masters") {
+/// Decides whether `user` may perform `attrs`, as kube-apiserver's authorizer chain does for
+/// every resource request (its attributes from the request's path and method:
+/// k8s.io/apiserver/pkg/endpoints/request/requestinfo.go): [`authorize_fixed`], then RBAC.
+pub fn authorize(store: &Store, user: &User, attrs: &Attributes) -> Result<(), ApiError> {
+    let denied = authorize_fixed(user, attrs);
+    if denied.is_err() && rbac_allows(store, user, attrs) {
         return Ok(());
     }
-    let read = matches!(attrs.verb.as_str(), "get" | "list" | "watch");
-    // The emulator's stand-in for human users' rights; ServiceAccounts get only what RBAC
-    // grants, as on a real cluster.
-    if read && attrs.namespace == "dev" && !user.is_service_account() {
+    denied
+}
+
+/// What holds without any stored RBAC object: `system:masters` may do anything
+/// (plugin/pkg/auth/authorizer/rbac: the superuser group), and everyone may create a
+/// SelfSubjectReview (bootstrap ClusterRole `system:basic-user`). Anything else is the RBAC
+/// authorizer's Forbidden.
+pub fn authorize_fixed(user: &User, attrs: &Attributes) -> Result<(), ApiError> {
+    if user.name == "admin" || user.groups.iter().any(|g| g == "system:masters") {
         return Ok(());
     }
     // Like the system:basic-user ClusterRole: everyone may ask who they are.
@@ -253,10 +264,16 @@ fn rule_matches(rule: &Value, attrs: &Attributes) -> bool {
     } else {
         format!("{}/{}", attrs.resource, attrs.subresource)
     };
+    // pkg/apis/rbac/v1/evaluation_helpers.go ResourceMatches: `*` matches every resource and
+    // subresource, `*/SUB` subresource SUB of any resource; anything else exactly.
+    let any_sub = format!("*/{}", attrs.subresource);
+    let resource_matches = list("resources")
+        .iter()
+        .any(|r| *r == "*" || *r == resource || (!attrs.subresource.is_empty() && *r == any_sub));
     let names = list("resourceNames");
     has("verbs", &attrs.verb)
         && has("apiGroups", &attrs.group)
-        && has("resources", &resource)
+        && resource_matches
         && (names.is_empty() || (!attrs.name.is_empty() && names.contains(&attrs.name.as_str())))
 }
 
@@ -264,8 +281,25 @@ fn rule_matches(rule: &Value, attrs: &Attributes) -> bool {
 mod tests {
     use super::*;
 
+    /// A store holding what the emulator seeds for `alice`.
+    fn seeded() -> Store {
+        let store = Store::new();
+        let registry = crate::registry::Registry::new(crate::ServeFlavor::KubeVirt);
+        for obj in crate::bootstrap::alice_view(&registry) {
+            let plural = match obj["kind"].as_str() {
+                Some("ClusterRole") => "clusterroles",
+                _ => "rolebindings",
+            };
+            store
+                .create("rbac.authorization.k8s.io", plural, obj)
+                .unwrap();
+        }
+        store
+    }
+
     #[test]
     fn alice_reads_dev_only() {
+        let store = &seeded();
         let t = Tokens::generate();
         let alice = t
             .authenticate(Some(&format!("Bearer {}", t.alice)))
@@ -278,9 +312,20 @@ mod tests {
             namespace: "dev".into(),
             ..Default::default()
         };
-        assert!(authorize(&alice, &a).is_ok());
+        assert!(authorize(store, &alice, &a).is_ok());
+        // Her Role names resources: no Secrets, no subresource.
+        let mut secret = a.clone();
+        (secret.group, secret.resource, secret.verb) = ("".into(), "secrets".into(), "get".into());
+        assert!(authorize(store, &alice, &secret).is_err());
+        let mut console = a.clone();
+        console.verb = "get".into();
+        console.group = "subresources.kubevirt.io".into();
+        console.resource = "virtualmachineinstances".into();
+        console.subresource = "console".into();
+        console.name = "web".into();
+        assert!(authorize(store, &alice, &console).is_err());
         a.namespace = "prod".into();
-        let e = authorize(&alice, &a).unwrap_err();
+        let e = authorize(store, &alice, &a).unwrap_err();
         assert_eq!(e.code, 403);
         assert_eq!(
             e.message,
@@ -292,9 +337,14 @@ mod tests {
         );
         a.verb = "get".into();
         a.name = "web".into();
-        assert!(authorize(&alice, &a).unwrap_err().message.starts_with(
-            "virtualmachines.kubevirt.io \"web\" is forbidden: User \"alice\" cannot get"
-        ));
+        assert!(
+            authorize(store, &alice, &a)
+                .unwrap_err()
+                .message
+                .starts_with(
+                    "virtualmachines.kubevirt.io \"web\" is forbidden: User \"alice\" cannot get"
+                )
+        );
         let pods = Attributes {
             verb: "delete".into(),
             resource: "pods".into(),
@@ -302,7 +352,7 @@ mod tests {
             name: "p".into(),
             ..Default::default()
         };
-        assert!(authorize(&alice, &pods).unwrap_err().message.contains("pods \"p\" is forbidden: User \"alice\" cannot delete resource \"pods\" in API group \"\" in the namespace \"dev\""));
+        assert!(authorize(store, &alice, &pods).unwrap_err().message.contains("pods \"p\" is forbidden: User \"alice\" cannot delete resource \"pods\" in API group \"\" in the namespace \"dev\""));
     }
 
     #[test]
@@ -323,9 +373,16 @@ mod tests {
             namespace: "prod".into(),
             ..Default::default()
         };
-        assert!(authorize(&bob, &read_prod).is_err());
+        let store = &seeded();
+        assert!(authorize(store, &bob, &read_prod).is_err());
+        let mut read_dev = read_prod.clone();
+        read_dev.namespace = "dev".into();
+        assert!(
+            authorize(store, &bob, &read_dev).is_err(),
+            "alice's Role only"
+        );
         let master = impersonate(admin, Some("bob"), vec!["system:masters".into()]).unwrap();
-        assert!(authorize(&master, &read_prod).is_ok());
+        assert!(authorize(store, &master, &read_prod).is_ok());
         assert!(impersonate(alice, Some("admin"), vec![]).is_err());
     }
 
@@ -370,5 +427,25 @@ mod tests {
         let mut elsewhere = get_cm("ca");
         elsewhere.namespace = "prod".into();
         assert!(!rbac_allows(&store, &alice, &elsewhere));
+        // `*/SUB` matches that subresource of any resource, `*` everything
+        // (pkg/apis/rbac/v1/evaluation_helpers.go ResourceMatches).
+        let console = |resources: &[&str]| {
+            let rule = serde_json::json!({"apiGroups": ["subresources.kubevirt.io"],
+                "resources": resources, "verbs": ["get"]});
+            rule_matches(
+                &rule,
+                &Attributes {
+                    verb: "get".into(),
+                    group: "subresources.kubevirt.io".into(),
+                    resource: "virtualmachineinstances".into(),
+                    subresource: "console".into(),
+                    namespace: "dev".into(),
+                    name: "web".into(),
+                },
+            )
+        };
+        assert!(console(&["*/console"]) && console(&["*"]));
+        assert!(console(&["virtualmachineinstances/console"]));
+        assert!(!console(&["virtualmachineinstances"]) && !console(&["*/vnc"]));
     }
 }

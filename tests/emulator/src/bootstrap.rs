@@ -4,8 +4,10 @@
 //! `kube-system/extension-apiserver-authentication` describing how to trust the front proxy.
 
 use crate::app::App;
+use crate::registry::Registry;
 use crate::tls::{FRONT_PROXY_CLIENT_CN, FrontProxy};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
 const RBAC: &str = "rbac.authorization.k8s.io/v1";
 
@@ -48,6 +50,43 @@ pub fn policy() -> Vec<Value> {
     ]
 }
 
+/// The namespace the test user `alice` may read.
+pub const ALICE_NAMESPACE: &str = "dev";
+/// The RoleBinding that gives `alice` her rights (delete it for a user with none).
+pub const ALICE_BINDING: &str = "kubevm-emulator:alice-view";
+/// The ClusterRole it binds.
+pub const VIEW_ROLE: &str = "kubevm-emulator:view";
+
+/// The test user `alice`'s rights, as real RBAC objects an administrator could write: a
+/// ClusterRole reading (get/list/watch) every namespaced resource this flavor serves except
+/// Secrets, naming resources only, so no subresource (console, VNC, port-forward, exec, logs:
+/// what Kubernetes' `view` ClusterRole also leaves out, bootstrappolicy/policy.go), bound to
+/// `alice` in namespace `dev` by a RoleBinding. Anything more a test gives her with its own
+/// Role, as on a real cluster.
+pub fn alice_view(registry: &Registry) -> Vec<Value> {
+    let mut by_group: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for def in registry.resources.iter().filter(|d| d.namespaced) {
+        if def.group.is_empty() && def.plural == "secrets" {
+            continue;
+        }
+        by_group.entry(&def.group).or_default().push(&def.plural);
+    }
+    let rules: Vec<Value> = by_group
+        .into_iter()
+        .map(|(group, plurals)| {
+            json!({"apiGroups": [group], "resources": plurals, "verbs": ["get", "list", "watch"]})
+        })
+        .collect();
+    vec![
+        json!({"apiVersion": RBAC, "kind": "ClusterRole", "metadata": {"name": VIEW_ROLE},
+            "rules": rules}),
+        json!({"apiVersion": RBAC, "kind": "RoleBinding",
+            "metadata": {"name": ALICE_BINDING, "namespace": ALICE_NAMESPACE},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": VIEW_ROLE},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]}),
+    ]
+}
+
 /// `kube-system/extension-apiserver-authentication` as kube-apiserver's
 /// cluster-authentication-trust controller writes it
 /// (pkg/controlplane/controller/clusterauthenticationtrust `getConfigMapDataFor`): the client
@@ -69,9 +108,9 @@ pub fn authentication_configmap(client_ca_pem: &str, front_proxy: &FrontProxy) -
     }})
 }
 
-/// Seeds the bootstrap policy and the authentication ConfigMap.
+/// Seeds the bootstrap policy, `alice`'s rights and the authentication ConfigMap.
 pub fn seed(app: &App, client_ca_pem: &str, front_proxy: &FrontProxy) -> Result<(), String> {
-    for obj in policy() {
+    for obj in policy().into_iter().chain(alice_view(&app.registry)) {
         app.put(obj)?;
     }
     app.put(authentication_configmap(client_ca_pem, front_proxy))?;

@@ -9,7 +9,7 @@
 //! or serve slowly; `bytes_served` counts every body byte sent, for tests.
 
 use crate::app::App;
-use crate::auth::{Attributes, authorize, rbac_allows};
+use crate::auth::{Attributes, authorize};
 use crate::export::{ExportState, KV_EXPORT_GROUP, SF_GROUP, data_export_target, fill, pvc_size};
 use crate::export_pods::PodTarget;
 use crate::store::Key;
@@ -370,7 +370,7 @@ fn deckhouse_volume(
         namespace: ns.into(),
         name: meta_str(de, "name").into(),
     };
-    if authorize(&user, &attrs).is_err() && !rbac_allows(&app.store, &user, &attrs) {
+    if authorize(&app.store, &user, &attrs).is_err() {
         return Err(plain(StatusCode::FORBIDDEN, "Forbidden"));
     }
     app.exports

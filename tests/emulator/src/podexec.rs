@@ -23,7 +23,7 @@
 //! built from the VMI (KubeVirt) or VirtualMachine (Deckhouse). Any other command exits 127.
 
 use crate::app::App;
-use crate::auth::{Attributes, User, authorize, rbac_allows};
+use crate::auth::{Attributes, User, authorize};
 use crate::status::ApiError;
 use crate::store::Key;
 use axum::extract::FromRequestParts;
@@ -50,11 +50,7 @@ pub(crate) fn authorized_pod(
         namespace: ns.into(),
         name: name.into(),
     };
-    if let Err(denied) = authorize(user, &attrs)
-        && !rbac_allows(&app.store, user, &attrs)
-    {
-        return Err(denied);
-    }
+    authorize(&app.store, user, &attrs)?;
     app.store
         .get(&Key::new("", "pods", ns, name))
         .ok_or_else(|| ApiError::not_found("", "pods", name))

@@ -56,6 +56,18 @@ pub async fn handle(
     else {
         return Err(ApiError::path_not_found());
     };
+    // kube-apiserver authorizes a request for an aggregated API before it proxies it, with the
+    // attributes of k8s.io/apiserver/pkg/endpoints/request/requestinfo.go: the verb from the
+    // method (GET of a named object `get`, also for a websocket upgrade; PUT `update`; POST
+    // `create`), the URL's group, resource and name, and its first segment after the name as
+    // the subresource (`vnc/screenshot` is authorized as `vnc`). RBAC decides, as for any other
+    // request: KubeVirt's `kubevirt.io:edit`/`admin` grant `get` on
+    // `virtualmachineinstances/console|vnc|portforward` and `update` on
+    // `virtualmachines/start|stop|restart|migrate|addvolume|removevolume`
+    // (pkg/virt-operator/resource/generate/rbac/cluster.go); Deckhouse's capabilities grant
+    // get/create/update on `virtualmachines/console|vnc` and `virtualmachines/portforward`
+    // (deckhouse/virtualization templates/rbacv2/use/capabilities/access_console.yaml,
+    // forward_port.yaml).
     let verb = match *method {
         Method::GET => "get",
         Method::PUT => "update",
@@ -67,6 +79,7 @@ pub async fn handle(
         }
     };
     authorize(
+        &app.store,
         user,
         &Attributes {
             verb: verb.into(),

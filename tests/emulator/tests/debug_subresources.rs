@@ -162,17 +162,39 @@ async fn exec_logs_and_guest_agent() {
     let e = admin.request::<serde_json::Value>(req).await.unwrap_err();
     assert!(e.to_string().contains("VMI is not running"), "{e}");
 
-    // alice may read pods in dev but not exec (create on pods/exec).
+    // alice may read pods in dev but not exec: the websocket GET is authorized as `get` on
+    // pods/exec (RequestInfo), then as `create` (since Kubernetes 1.35, feature
+    // AuthorizePodWebsocketUpgradeCreatePermission); the `edit` ClusterRole grants both.
     let alice: Api<Pod> = Api::namespaced(client(&emu, "emulator-restricted").await, "dev");
-    let e = alice
-        .exec(
-            "virt-launcher-app-new22",
-            ["virsh", "dumpxml", "dev_app"],
-            &params,
-        )
-        .await
-        .err()
-        .unwrap();
+    let exec = || async {
+        alice
+            .exec(
+                "virt-launcher-app-new22",
+                ["virsh", "dumpxml", "dev_app"],
+                &params,
+            )
+            .await
+            .err()
+            .unwrap()
+    };
+    let e = exec().await;
+    assert!(
+        e.to_string().contains("cannot get resource \"pods/exec\""),
+        "{e}"
+    );
+    let rbac = "rbac.authorization.k8s.io";
+    emu.put_object(
+        serde_json::json!({"apiVersion": format!("{rbac}/v1"), "kind": "Role",
+        "metadata": {"name": "exec-get", "namespace": "dev"},
+        "rules": [{"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get"]}]}),
+    );
+    emu.put_object(
+        serde_json::json!({"apiVersion": format!("{rbac}/v1"), "kind": "RoleBinding",
+        "metadata": {"name": "exec-get", "namespace": "dev"},
+        "roleRef": {"apiGroup": rbac, "kind": "Role", "name": "exec-get"},
+        "subjects": [{"apiGroup": rbac, "kind": "User", "name": "alice"}]}),
+    );
+    let e = exec().await;
     assert!(
         e.to_string()
             .contains("cannot create resource \"pods/exec\""),

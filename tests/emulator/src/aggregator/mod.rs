@@ -16,7 +16,7 @@ pub mod available;
 pub mod proxy;
 
 use crate::app::App;
-use crate::auth::{Attributes, User, authorize, rbac_allows};
+use crate::auth::{Attributes, User, authorize};
 use crate::handlers::{Query, parse_path};
 use crate::registry::compare_versions;
 use crate::status::ApiError;
@@ -188,11 +188,7 @@ pub async fn serve(
             namespace: rp.namespace.clone().unwrap_or_default(),
             name: rp.name.clone().unwrap_or_default(),
         };
-        if let Err(denied) = authorize(user, &attrs)
-            && !rbac_allows(&app.store, user, &attrs)
-        {
-            return Err(denied);
-        }
+        authorize(&app.store, user, &attrs)?;
     }
     if !backend.available {
         return Ok(service_unavailable());
