@@ -123,9 +123,10 @@ where
     let mut input_open = true;
     let mut again = false;
     let mut lease_warned = false;
+    let mut lease_warning = None;
     loop {
         // 1. Reach the console.
-        let lease = hold_lease(cluster, plan, &mut lease_warned, on_event).await;
+        let lease = hold_lease(cluster, plan, &mut lease_warned, &mut lease_warning).await;
         let connected = connect(
             cluster,
             plan,
@@ -136,7 +137,14 @@ where
         )
         .await;
         let mut stream = match connected {
-            Ok(Ok(stream)) => stream,
+            Ok(Ok(stream)) => {
+                // Said only once connected: a user refused the console itself gets that
+                // refusal alone, not a warning about the Lease first.
+                if let Some(warning) = lease_warning.take() {
+                    on_event(ConsoleEvent::Warning(warning));
+                }
+                stream
+            }
             Ok(Err(end)) => {
                 release(lease).await;
                 return Ok(end);
@@ -400,11 +408,13 @@ async fn vm_phase(cluster: &Cluster, plan: &ConsolePlan) -> Result<String> {
 }
 
 /// KubeVirt: take our Lease before connecting, so a displaced session finds it changed.
+/// When it cannot be taken, the first time puts the warning in `warning` for the caller to
+/// say once the console is reached.
 async fn hold_lease(
     cluster: &Cluster,
     plan: &ConsolePlan,
     warned: &mut bool,
-    on_event: &mut (dyn FnMut(ConsoleEvent) + Send),
+    warning: &mut Option<String>,
 ) -> Option<HeldLease> {
     if platform::of(plan.target.flavor).sessions != SessionArbitration::Lease {
         return None;
@@ -415,9 +425,9 @@ async fn hold_lease(
         Err(e) => {
             if !*warned {
                 *warned = true;
-                on_event(ConsoleEvent::Warning(format!(
+                *warning = Some(format!(
                     "cannot record this session, so others will not see you connected: {e}"
-                )));
+                ));
             }
             None
         }
