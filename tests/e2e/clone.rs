@@ -581,3 +581,38 @@ fn deckhouse_clone_has_its_own_identity() {
         "virtualmachine.virtualization.deckhouse.io",
     );
 }
+
+/// Deckhouse caps each `clone.nameReplacement[].to` at 59 characters (the CEL rule of
+/// `crds/virtualmachineoperations.yaml`), though a VM name may have 63: a new name that makes
+/// a disk's copy longer is refused before anything is written (exit 2, one line), where the
+/// API server would answer 422.
+#[test]
+fn deckhouse_clone_names_over_the_platform_limit_are_refused() {
+    let env = Env::deckhouse();
+    // The fixture's `linux-vm` has the disk `linux-disk`: its copy is `NEW-linux-disk`.
+    let target = "c".repeat(50);
+    env.emulator.clear_requests();
+    let err = fails(&env, &["clone", "linux-vm", &target], 2);
+    assert!(
+        err.contains(&format!("{target}-linux-disk")) && err.contains("59"),
+        "{err}"
+    );
+    assert!(changes(&env).is_empty(), "{:?}", changes(&env));
+    // The emulator holds the platform to it too.
+    let op = serde_json::json!({
+        "apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualMachineOperation",
+        "metadata": {"name": "long", "namespace": "default"},
+        "spec": {"type": "Clone", "virtualMachineName": "linux-vm", "clone": {"mode": "Strict",
+            "nameReplacement": [{"from": {"kind": "VirtualDisk", "name": "linux-disk"},
+                "to": format!("{target}-linux-disk")}]}},
+    });
+    let file = env.dir.path().join("op.json");
+    std::fs::write(&file, op.to_string()).unwrap();
+    let out = env.kubectl(&["create", "-f", file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("spec.clone.nameReplacement: Invalid value: \"array\": Each nameReplacement.to must be between 1 and 59 characters"),
+        "{}",
+        stderr(&out)
+    );
+}

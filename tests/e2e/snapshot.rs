@@ -449,3 +449,56 @@ fn kubevirt_dry_runs_change_nothing() {
     ok(env.vm(&["snapshot", "delete", "s1", "--dry-run=server"]));
     assert_eq!(snapshots(), ["s1"]);
 }
+
+/// KubeVirt leaves out of a snapshot the claims whose storage class has no
+/// VolumeSnapshotClass (`pkg/storage/snapshot/snapshot.go` `getSnapshotPVC`) and still
+/// succeeds, naming them in `status.snapshotVolumes.excludedVolumes`: `snapshot create` says
+/// which disks the snapshot does not hold; a snapshot holding every disk says nothing.
+#[test]
+fn kubevirt_snapshot_names_the_disks_it_leaves_out() {
+    let env = Env::kubevirt();
+    env.emulator.put_object(pvc("db-root", MIB as u64));
+    let mut scratch = pvc("db-scratch", MIB as u64);
+    // The fixture's `nfs` class: no VolumeSnapshotClass has its driver.
+    scratch["spec"]["storageClassName"] = json!("nfs");
+    env.emulator.put_object(scratch);
+    let file = env.dir.path().join("db.json");
+    let vm = json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+        "metadata": {"name": "db", "namespace": "default"},
+        "spec": {"runStrategy": "Halted", "template": {"spec": {
+            "domain": {"devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}},
+                {"name": "scratch", "disk": {"bus": "virtio"}}]}},
+            "volumes": [{"name": "root", "persistentVolumeClaim": {"claimName": "db-root"}},
+                {"name": "scratch", "persistentVolumeClaim": {"claimName": "db-scratch"}}]}}}
+    });
+    std::fs::write(&file, vm.to_string()).unwrap();
+    ok(env.kubectl(&["create", "-f", file.to_str().unwrap()]));
+    let out = env.vm(&["snapshot", "create", "db", "s1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let notice: Vec<&str> = err.lines().filter(|l| l.contains("leaves out")).collect();
+    assert_eq!(notice.len(), 1, "{err}");
+    assert!(
+        notice[0].contains("disk scratch (claim db-scratch)") && !notice[0].contains("db-root"),
+        "{err}"
+    );
+    let s = kubectl_json(&env, &["get", "vmsnapshot", "s1"]);
+    assert_eq!(s["status"]["phase"], "Succeeded");
+    assert_eq!(
+        s["status"]["snapshotVolumes"]["excludedVolumes"],
+        json!(["scratch"])
+    );
+    // Both disks on a class that can snapshot: no notice.
+    ok(env.kubectl(&[
+        "patch",
+        "vm",
+        "db",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/template/spec/volumes/1"},{"op":"remove","path":"/spec/template/spec/domain/devices/disks/1"}]"#,
+    ]));
+    let out = env.vm(&["snapshot", "create", "db", "s2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("leaves out"), "{}", stderr(&out));
+}

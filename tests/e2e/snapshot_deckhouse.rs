@@ -530,3 +530,22 @@ fn deckhouse_restore_as_a_new_vm_of_a_created_vm_has_its_own_identity() {
             .all(|vm| vm["metadata"]["name"] != "copy2")
     );
 }
+
+/// `restore --new-vm` names that Deckhouse's CEL rule refuses (`createVirtualMachine.
+/// nameReplacement[].to` at most 59 characters, `crds/virtualmachinesnapshotoperations.yaml`)
+/// are refused before anything is written: exit 2, one line.
+#[test]
+fn deckhouse_restore_as_a_new_vm_with_too_long_names_is_refused() {
+    let (env, disk) = running_db();
+    ok(env.vm(&["snapshot", "create", "db", "s1"]));
+    // `db-x` becomes `NEW-x`: 56 + the suffix is over 59, the VM's name alone is not.
+    let target = "n".repeat(56);
+    let suffix = disk.strip_prefix("db-").unwrap_or(&disk);
+    env.emulator.clear_requests();
+    let err = fails(&env, &["snapshot", "restore", "s1", "--new-vm", &target], 2);
+    assert!(
+        err.contains(&format!("{target}-{suffix}")) && err.contains("59"),
+        "{err}"
+    );
+    assert!(changes(&env).is_empty(), "{:?}", changes(&env));
+}

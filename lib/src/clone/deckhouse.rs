@@ -32,6 +32,55 @@ pub fn new_name(source_vm: &str, target: &str, name: &str) -> String {
     }
 }
 
+/// The longest `to` of a `nameReplacement` rule Deckhouse accepts: the CEL rule
+/// `self.all(nr, has(nr.to) && size(nr.to) >= 1 && size(nr.to) <= 59)` on
+/// VirtualMachineOperation `spec.clone.nameReplacement` and VirtualMachineSnapshotOperation
+/// `spec.createVirtualMachine.nameReplacement` (deckhouse/virtualization `crds/
+/// virtualmachineoperations.yaml`, `crds/virtualmachinesnapshotoperations.yaml`). Longer is a
+/// 422 from the API server, although a VM name may have 63.
+pub const NAME_REPLACEMENT_MAX: usize = 59;
+
+/// Refuses (as a usage error: nothing was made) a new VM name `target` that makes one of
+/// `renames` (`(old, new)`: the VM, its disks, its Secret) longer than
+/// [`NAME_REPLACEMENT_MAX`].
+pub fn check_name_lengths<'a>(
+    target: &str,
+    renames: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<()> {
+    for (old, new) in renames {
+        let n = new.chars().count();
+        if n > NAME_REPLACEMENT_MAX {
+            let what = if new == target {
+                format!("is {n} characters long")
+            } else {
+                format!("makes {old:?} into {new:?} ({n} characters)")
+            };
+            return Err(crate::error::Error::Usage(format!(
+                "the new VM's name {target:?} {what}: Deckhouse allows at most {NAME_REPLACEMENT_MAX} characters for a copy's names; choose a shorter name"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The `(old, new)` names of a planned operation's `nameReplacement` rules (at `pointer`).
+pub fn renames<'a>(operation: &'a Value, pointer: &str) -> Vec<(&'a str, &'a str)> {
+    operation
+        .pointer(pointer)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            (
+                r.pointer("/from/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or(""),
+                r["to"].as_str().unwrap_or(""),
+            )
+        })
+        .collect()
+}
+
 /// The operation's name for a new VM `target`.
 pub fn operation_name(target: &str) -> String {
     format!("clone-{target}")

@@ -140,6 +140,10 @@ pub async fn clone(
         Flavor::KubeVirt => (kubevirt::CLONE, kubevirt::clone_object(request, &source)),
         Flavor::Deckhouse => {
             let plan = deckhouse::plan(request, &source);
+            deckhouse::check_name_lengths(
+                &request.target,
+                deckhouse::renames(&plan.operation, "/spec/clone/nameReplacement"),
+            )?;
             for disk in &plan.disks {
                 ensure_free(cluster, &crate::api::VIRTUAL_DISK, ns, &disk.1).await?;
             }

@@ -119,3 +119,22 @@ fn progress_reads_phases_and_failures() {
         Some(Err("virtualmachineoperation \"clone-b\" failed: Clone is failed: fail to validate the resources: check the status (VirtualDisk with name b-root already exists)".into()))
     );
 }
+
+/// Deckhouse's CEL rule allows a `nameReplacement[].to` of 59 characters, not 60.
+#[test]
+fn deckhouse_name_replacements_over_59_are_refused() {
+    use super::deckhouse::check_name_lengths;
+    let vm59 = "v".repeat(59);
+    assert!(check_name_lengths(&vm59, [("src", vm59.as_str())]).is_ok());
+    let disk60 = format!("{}-root", "v".repeat(55));
+    let err = check_name_lengths("x", [("src", "x"), ("src-root", disk60.as_str())])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("\"src-root\" into \"{disk60}\" (60 characters)"))
+            && err.contains("at most 59"),
+        "{err}"
+    );
+    let vm60 = "v".repeat(60);
+    assert!(check_name_lengths(&vm60, [("src", vm60.as_str())]).is_err());
+}

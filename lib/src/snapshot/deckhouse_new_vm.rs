@@ -143,6 +143,12 @@ pub async fn restore(
             let new = new_name(&source, target, &old);
             (old, new)
         });
+    let secret_rule = secret.as_ref().map(|(o, n)| (o.as_str(), n.as_str()));
+    let obj = operation_object(ns, &snap_name, &source, target, &disks, secret_rule, false);
+    crate::clone::deckhouse::check_name_lengths(
+        target,
+        crate::clone::deckhouse::renames(&obj, "/spec/createVirtualMachine/nameReplacement"),
+    )?;
     ensure_free(cluster, DECKHOUSE_VM, ns, target).await?;
     for (_, new) in &disks {
         ensure_free(cluster, VIRTUAL_DISK, ns, new).await?;
@@ -150,8 +156,6 @@ pub async fn restore(
     if let Some((_, new)) = &secret {
         ensure_free(cluster, SECRET, ns, new).await?;
     }
-    let secret_rule = secret.as_ref().map(|(o, n)| (o.as_str(), n.as_str()));
-    let obj = operation_object(ns, &snap_name, &source, target, &disks, secret_rule, false);
     let mut outcome = Outcome {
         snapshot: snap_name.clone(),
         vm: format!("{target}.{ns}"),

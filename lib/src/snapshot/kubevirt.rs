@@ -145,6 +145,34 @@ fn indications(obj: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The disks (PVC and DataVolume volumes of `vm`) a finished snapshot left out, as `disk
+/// VOLUME (claim CLAIM)`: KubeVirt lists every volume without a backup in
+/// `status.snapshotVolumes.excludedVolumes` (`pkg/storage/snapshot/snapshot.go`
+/// `updateSnapshotSnapshotableVolumes`), cloud-init and container disks too; a claim is left
+/// out when it is unbound or its storage class has no VolumeSnapshotClass (`getSnapshotPVC`).
+pub fn excluded_disks(snapshot: &Value, vm: &Value) -> Vec<String> {
+    let excluded: Vec<&str> = snapshot
+        .pointer("/status/snapshotVolumes/excludedVolumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    vm.pointer("/spec/template/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|v| excluded.contains(&text(v, "/name")))
+        .filter_map(|v| {
+            let claim = v
+                .pointer("/persistentVolumeClaim/claimName")
+                .or_else(|| v.pointer("/dataVolume/name"))
+                .and_then(Value::as_str)?;
+            Some(format!("disk {} (claim {claim})", text(v, "/name")))
+        })
+        .collect()
+}
+
 /// The snapshot object `create` sends.
 pub fn snapshot_object(ns: &str, vm: &str, name: &str) -> Value {
     json!({
@@ -180,7 +208,7 @@ pub async fn create(
         namespace: ns.to_owned(),
         name: vm.to_owned(),
     };
-    lifecycle::get_vm(cluster, Flavor::KubeVirt, &vm_ref).await?;
+    let source = lifecycle::get_vm(cluster, Flavor::KubeVirt, &vm_ref).await?;
     let vmi = get_opt(cluster, KUBEVIRT_VMI, ns, vm).await?;
     // Before the snapshot says so: a running guest without an agent is not frozen.
     let mut no_agent = vmi.as_ref().is_some_and(|v| {
@@ -261,6 +289,13 @@ pub async fn create(
         )));
     }
     no_agent = ind.iter().any(|i| i == "NoGuestAgent");
+    let left_out = excluded_disks(&done, &source);
+    if !left_out.is_empty() {
+        on_event(Event::Notice(format!(
+            "snapshot {name} of {vm}.{ns} leaves out {}: KubeVirt did not snapshot it (no VolumeSnapshotClass for its storage class, or unbound); a restore leaves it as it is then",
+            left_out.join(", "),
+        )));
+    }
     outcome.no_agent = no_agent;
     outcome.object = Some(done);
     outcome.waited = true;

@@ -6,13 +6,13 @@ use crate::status::{ApiError, Cause};
 use base64::Engine;
 use serde_json::Value;
 
-/// KubeVirt's `cloudInitUserMaxLen` and Deckhouse's CEL limit on `provisioning.userData`.
+/// KubeVirt's `cloudInitUserMaxLen` (Deckhouse's CEL limit on `provisioning.userData`, the same
+/// number, is evaluated from its CRD by `schema.rs`).
 pub const USER_DATA_MAX: usize = 2048;
 
 /// Runs the admission checks for an object about to be created or updated.
 pub fn admit(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
     crate::webhooks::admit(def, obj)?;
-    let name = crate::util::meta_str(obj, "name");
     match (def.group.as_str(), def.plural.as_str()) {
         ("kubevirt.io", "virtualmachines") => {
             let volumes = obj.pointer("/spec/template/spec/volumes");
@@ -27,7 +27,6 @@ pub fn admit(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
             "spec.volumes",
             "virtualmachineinstances-create-validator.kubevirt.io",
         ),
-        ("virtualization.deckhouse.io", "virtualmachines") => deckhouse_user_data(def, name, obj),
         _ => Ok(()),
     }
 }
@@ -83,21 +82,4 @@ fn kubevirt_user_data(volumes: Option<&Value>, base: &str, webhook: &str) -> Res
         "causes": causes.iter().map(|c| serde_json::json!({"reason": c.reason, "message": c.message, "field": c.field})).collect::<Vec<_>>()
     }));
     Err(e)
-}
-
-/// The Deckhouse CRD's CEL rule `size(self) <= 2048` on `spec.provisioning.userData`.
-fn deckhouse_user_data(def: &ResourceDef, name: &str, obj: &Value) -> Result<(), ApiError> {
-    match obj.pointer("/spec/provisioning/userData").and_then(Value::as_str) {
-        Some(s) if s.len() > USER_DATA_MAX => Err(ApiError::invalid(
-            &def.group,
-            &def.kind,
-            name,
-            vec![Cause {
-                reason: "FieldValueInvalid",
-                field: "spec.provisioning.userData".into(),
-                message: "Invalid value: \"string\": `userData` exceeds 2048 byte limit; should use `userDataRef` for larger data.".into(),
-            }],
-        )),
-        _ => Ok(()),
-    }
 }

@@ -25,6 +25,7 @@ pub mod aggregator;
 pub mod app;
 pub mod auth;
 pub mod bootstrap;
+pub mod cel;
 pub mod clone;
 pub mod controllers;
 pub mod decoded;

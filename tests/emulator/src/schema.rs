@@ -6,8 +6,12 @@
 //! unknown fields (what `structural::prune` drops; reported, or pruned with Warn/Ignore),
 //! `required`, `enum`, `pattern`, `minimum`/`maximum`, `minItems`/`maxItems`,
 //! `minLength`/`maxLength`, and `metadata` (names, labels) the way Kubernetes checks it.
-//! CEL rules (`x-kubernetes-validations`) are NOT evaluated; the one CEL limit clients hit
-//! (Deckhouse `userData` size) is enforced in `admission.rs` instead.
+//! CEL rules (`x-kubernetes-validations`) are evaluated (`cel.rs` has the subset the shipped
+//! CRDs use) after the structural checks, like apiextensions-apiserver's
+//! `pkg/apiserver/schema/cel/validation.go`: skipped when a type error was found (its
+//! `hasBlockingErr`), transition rules (those naming `oldSelf`) only on an update where the old
+//! object has a value at the same place (fields are correlated by name; list items are not:
+//! the shipped CRDs have no transition rules under lists).
 //!
 //! Deliberate difference: an absent `fieldValidation` parameter is treated as `Strict` (a real
 //! server's default is `Warn`, but kubectl always sends `Strict`), so tests notice typos.
@@ -50,6 +54,7 @@ pub fn validate(
     def: &ResourceDef,
     version: &str,
     obj: &mut Value,
+    old: Option<&Value>,
     mode: FieldValidation,
 ) -> Result<Vec<String>, ApiError> {
     let mut v = Validator {
@@ -63,6 +68,9 @@ pub fn validate(
         let unknown = crate::structural::prune(&schema, obj, v.prune);
         v.unknown.extend(unknown);
         v.walk_root(&schema, obj);
+        if !v.causes.iter().any(|c| c.reason == "FieldValueTypeInvalid") {
+            validate_cel(&schema, obj, old, "", &mut v.causes);
+        }
     }
     let mut causes = v.causes;
     let mut warnings = vec![];
@@ -78,6 +86,132 @@ pub fn validate(
     } else {
         let name = crate::util::meta_str(obj, "name").to_string();
         Err(ApiError::invalid(&def.group, &def.kind, &name, causes))
+    }
+}
+
+static RULES: LazyLock<Mutex<HashMap<String, Result<crate::cel::Expr, String>>>> =
+    LazyLock::new(Default::default);
+
+fn names_old_self(e: &crate::cel::Expr) -> bool {
+    use crate::cel::Expr;
+    match e {
+        Expr::Ident(i) => i == "oldSelf",
+        Expr::Lit(_) => false,
+        Expr::List(l) => l.iter().any(names_old_self),
+        Expr::Select(t, _) | Expr::Not(t) | Expr::Neg(t) => names_old_self(t),
+        Expr::Index(a, b) | Expr::Bin(_, a, b) => names_old_self(a) || names_old_self(b),
+        Expr::Cond(a, b, c) => names_old_self(a) || names_old_self(b) || names_old_self(c),
+        Expr::Call { target, args, .. } => {
+            target.as_deref().is_some_and(names_old_self) || args.iter().any(names_old_self)
+        }
+    }
+}
+
+/// Evaluates the `x-kubernetes-validations` rules of `schema` and below on `value`. A failed
+/// rule is `field.Invalid(fldPath, <schema type>, message)` (apiextensions-apiserver
+/// `fieldErrorForReason` with `ruleMessageOrDefault`): `spec.x: Invalid value: "object": msg`;
+/// an evaluation error is `<error> evaluating rule: <message or rule>`.
+fn validate_cel(
+    schema: &Value,
+    value: &Value,
+    old: Option<&Value>,
+    path: &str,
+    causes: &mut Vec<Cause>,
+) {
+    if value.is_null() {
+        return;
+    }
+    if let Some(rules) = schema
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+    {
+        let this = crate::cel::Val::from_json(value);
+        let old_val = old.filter(|o| !o.is_null()).map(crate::cel::Val::from_json);
+        let ty = schema.get("type").and_then(Value::as_str).unwrap_or("");
+        for rule in rules {
+            let src = rule.get("rule").and_then(Value::as_str).unwrap_or("");
+            let parsed = RULES
+                .lock()
+                .expect("rule cache")
+                .entry(src.to_string())
+                .or_insert_with(|| crate::cel::parse(src))
+                .clone();
+            let message = rule
+                .get("message")
+                .and_then(Value::as_str)
+                .map(|m| m.trim().to_string());
+            let field = match rule.get("fieldPath").and_then(Value::as_str) {
+                Some(fp) => format!("{path}{fp}"),
+                None => path.to_string(),
+            };
+            let detail = match parsed {
+                Err(e) => Some(format!("compilation failed: {e}")),
+                Ok(expr) => {
+                    let transition = names_old_self(&expr);
+                    if transition && old_val.is_none() {
+                        continue;
+                    }
+                    match crate::cel::eval(&expr, &this, old_val.as_ref()) {
+                        Ok(crate::cel::Val::Bool(true)) => None,
+                        Ok(crate::cel::Val::Bool(false)) => Some(
+                            message
+                                .clone()
+                                .unwrap_or_else(|| format!("failed rule: {}", src.trim())),
+                        ),
+                        Ok(_) => Some(format!("rule did not evaluate to a bool: {}", src.trim())),
+                        Err(e) => Some(format!(
+                            "{} evaluating rule: {}",
+                            e.0,
+                            message.clone().unwrap_or_else(|| src.trim().to_string())
+                        )),
+                    }
+                }
+            };
+            if let Some(detail) = detail {
+                let reason = rule.get("reason").and_then(Value::as_str);
+                let (reason, message) = match reason {
+                    Some("FieldValueForbidden") => {
+                        ("FieldValueForbidden", format!("Forbidden: {detail}"))
+                    }
+                    Some("FieldValueRequired") => {
+                        ("FieldValueRequired", format!("Required value: {detail}"))
+                    }
+                    _ => (
+                        "FieldValueInvalid",
+                        format!("Invalid value: {}: {detail}", render(&Value::from(ty))),
+                    ),
+                };
+                causes.push(Cause {
+                    reason,
+                    field,
+                    message,
+                });
+            }
+        }
+    }
+    match value {
+        Value::Object(map) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (key, child) in map {
+                if path.is_empty() && matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
+                    continue;
+                }
+                let Some(s) = props.and_then(|p| p.get(key)).or(additional) else {
+                    continue;
+                };
+                let old_child = old.and_then(|o| o.get(key));
+                validate_cel(s, child, old_child, &join(path, key), causes);
+            }
+        }
+        Value::Array(items) => {
+            if let Some(s) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    validate_cel(s, item, None, &format!("{path}[{i}]"), causes);
+                }
+            }
+        }
+        _ => {}
     }
 }
 
@@ -575,7 +709,7 @@ mod tests {
         let def = r.find("kubevirt.io", "v1", "virtualmachines").unwrap();
         let mut obj = vm();
         assert_eq!(
-            validate(&def, "v1", &mut obj, FieldValidation::Strict).unwrap(),
+            validate(&def, "v1", &mut obj, None, FieldValidation::Strict).unwrap(),
             Vec::<String>::new()
         );
     }
@@ -593,17 +727,18 @@ mod tests {
         // Names the bootstrap policy itself uses.
         for name in ["system:auth-delegator", "kubevm:ssh", "Mixed_Case"] {
             assert!(
-                validate(&def, "v1", &mut role(name), FieldValidation::Strict).is_ok(),
+                validate(&def, "v1", &mut role(name), None, FieldValidation::Strict).is_ok(),
                 "{name}"
             );
         }
-        let err = validate(&def, "v1", &mut role("a/b"), FieldValidation::Strict).unwrap_err();
+        let err =
+            validate(&def, "v1", &mut role("a/b"), None, FieldValidation::Strict).unwrap_err();
         assert!(
             err.message.contains("may not contain '/'"),
             "{}",
             err.message
         );
-        assert!(validate(&def, "v1", &mut role(".."), FieldValidation::Strict).is_err());
+        assert!(validate(&def, "v1", &mut role(".."), None, FieldValidation::Strict).is_err());
     }
 
     #[test]
@@ -612,7 +747,8 @@ mod tests {
         let def = r.find("kubevirt.io", "v1", "virtualmachines").unwrap();
         let mut obj = vm();
         obj["spec"]["template"]["spec"]["domain"]["foo"] = json!("bar");
-        let err = validate(&def, "v1", &mut obj.clone(), FieldValidation::Strict).unwrap_err();
+        let err =
+            validate(&def, "v1", &mut obj.clone(), None, FieldValidation::Strict).unwrap_err();
         assert_eq!(err.code, 422);
         assert_eq!(
             err.message,
@@ -622,7 +758,7 @@ mod tests {
             err.details.unwrap()["causes"][0]["field"],
             "spec.template.spec.domain.foo"
         );
-        let warnings = validate(&def, "v1", &mut obj, FieldValidation::Warn).unwrap();
+        let warnings = validate(&def, "v1", &mut obj, None, FieldValidation::Warn).unwrap();
         assert_eq!(
             warnings,
             ["unknown field \"spec.template.spec.domain.foo\""]
@@ -641,7 +777,7 @@ mod tests {
         let mut obj = vm();
         obj["spec"]["template"]["spec"]["domain"]["devices"]["disks"][0]["name"] = json!(5);
         obj["spec"]["template"]["spec"]["volumes"][0]["containerDisk"] = json!({});
-        let err = validate(&def, "v1", &mut obj, FieldValidation::Strict).unwrap_err();
+        let err = validate(&def, "v1", &mut obj, None, FieldValidation::Strict).unwrap_err();
         let causes = err.details.unwrap()["causes"].clone();
         let fields: Vec<&str> = causes
             .as_array()
@@ -665,7 +801,7 @@ mod tests {
             "metadata": {"name": "x", "namespace": "default"},
             "spec": {"virtualMachineClassName": "generic", "runPolicy": "Sometimes",
                      "cpu": {"cores": 0}, "memory": {"size": "1Gi"}, "blockDeviceRefs": []}});
-        let err = validate(&dvm, "v1alpha2", &mut obj, FieldValidation::Strict).unwrap_err();
+        let err = validate(&dvm, "v1alpha2", &mut obj, None, FieldValidation::Strict).unwrap_err();
         assert!(
             err.message
                 .contains("spec.runPolicy: Unsupported value: \"Sometimes\""),
@@ -681,10 +817,10 @@ mod tests {
         let def = r.find("kubevirt.io", "v1", "virtualmachines").unwrap();
         let mut obj = vm();
         obj["metadata"]["name"] = json!("db.primary");
-        assert!(validate(&def, "v1", &mut obj, FieldValidation::Strict).is_ok());
+        assert!(validate(&def, "v1", &mut obj, None, FieldValidation::Strict).is_ok());
         obj["metadata"]["name"] = json!("Web_1");
         obj["metadata"]["labels"] = json!({"bad key!": "x"});
-        let err = validate(&def, "v1", &mut obj, FieldValidation::Strict).unwrap_err();
+        let err = validate(&def, "v1", &mut obj, None, FieldValidation::Strict).unwrap_err();
         assert!(
             err.message
                 .contains("metadata.name: Invalid value: \"Web_1\""),

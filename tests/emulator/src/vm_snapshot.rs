@@ -11,7 +11,12 @@
 //! the VM is unlocked. Without the VM it stays `InProgress` with Progressing False "Source does
 //! not exist" until `spec.failureDeadline` (default 5m) has passed: then `Failed` with Failure
 //! True "snapshot deadline exceeded". The emulator does not serve VolumeSnapshot objects; the
-//! volume snapshots are ready at once and their data is kept here (see [`capture`]).
+//! volume snapshots are ready at once and their data is kept here (see [`capture`]). A claim
+//! that is unbound or whose storage class has no VolumeSnapshotClass for its provisioner
+//! ([`snapshot_class`], `getSnapshotPVC`) gets no backup; the snapshot still succeeds and
+//! `status.snapshotVolumes` lists every volume of the VM as included or excluded
+//! (`updateSnapshotSnapshotableVolumes`). The VM's `status.volumeSnapshotStatuses` (the reason
+//! per volume) is not kept.
 //!
 //! Content deletion (`updateVMSnapshotContent`): a content whose snapshot is gone is deleted
 //! (the default `deletionPolicy` is delete).
@@ -132,6 +137,44 @@ fn claims(vm: &Value) -> Vec<(String, String)> {
             Some((text(v, "/name").to_string(), claim.to_string()))
         })
         .collect()
+}
+
+/// The VolumeSnapshotClass for storage class `sc` (`getVolumeSnapshotClass`): the one whose
+/// `driver` is the class's provisioner, or among several the one annotated
+/// `snapshot.storage.kubernetes.io/is-default-class`; none for an unknown class.
+///
+/// A claim without a class has the default one (on a real cluster the DefaultStorageClass
+/// admission plugin writes it into the claim; the emulator leaves it out).
+pub fn snapshot_class(app: &App, sc: &str) -> Option<String> {
+    let (classes, _) = app.store.list("storage.k8s.io", "storageclasses", None);
+    let class = classes.into_iter().find(|c| {
+        if sc.is_empty() {
+            c.pointer("/metadata/annotations/storageclass.kubernetes.io~1is-default-class")
+                .and_then(Value::as_str)
+                == Some("true")
+        } else {
+            meta_str(c, "name") == sc
+        }
+    })?;
+    let provisioner = text(&class, "/provisioner");
+    let (all, _) = app
+        .store
+        .list("snapshot.storage.k8s.io", "volumesnapshotclasses", None);
+    let matches: Vec<&Value> = all
+        .iter()
+        .filter(|c| text(c, "/driver") == provisioner)
+        .collect();
+    match matches.as_slice() {
+        [] => None,
+        [one] => Some(meta_str(one, "name").to_string()),
+        many => many
+            .iter()
+            .find(|c| {
+                c.pointer("/metadata/annotations/snapshot.storage.kubernetes.io~1is-default-class")
+                    .is_some()
+            })
+            .map(|c| meta_str(c, "name").to_string()),
+    }
 }
 
 /// What a VolumeSnapshot `id` of PVC `ns/pvc` holds: a copy of the PVC's written data, or (for
@@ -341,10 +384,13 @@ pub fn vm_snapshot(app: &App, snap: &Value, _tick: bool) {
         let mut backups = vec![];
         let mut statuses = vec![];
         for (volume, claim) in claims(&vm) {
+            // `getSnapshotPVC`: an unbound claim, or one whose storage class has no
+            // VolumeSnapshotClass, is left out of the content.
             let Some(pvc) = app
                 .store
                 .get(&Key::new("", "persistentvolumeclaims", ns, &claim))
                 .filter(|p| text(p, "/status/phase") == "Bound")
+                .filter(|p| snapshot_class(app, text(p, "/spec/storageClassName")).is_some())
             else {
                 continue;
             };
@@ -383,13 +429,30 @@ pub fn vm_snapshot(app: &App, snap: &Value, _tick: bool) {
     let Some(content) = app.store.get(&content_key) else {
         return;
     };
-    let included: Vec<Value> = content
+    // `updateSnapshotSnapshotableVolumes`: every volume of the VM as the content keeps it is
+    // included (it has a backup) or excluded (cloud-init and the like, and disks that could
+    // not be snapshotted).
+    let backed_up: Vec<&str> = content
         .pointer("/spec/volumeBackups")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .map(|b| b["volumeName"].clone())
+        .filter_map(|b| b["volumeName"].as_str())
         .collect();
+    let (mut included, mut excluded) = (vec![], vec![]);
+    for v in content
+        .pointer("/spec/source/virtualMachine/spec/template/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = text(v, "/name");
+        if backed_up.contains(&name) {
+            included.push(name.to_string());
+        } else {
+            excluded.push(name.to_string());
+        }
+    }
     app.store.modify(&key, |o| {
         let mut st = o.get("status").cloned().unwrap_or(json!({}));
         st["phase"] = json!("Succeeded");
@@ -397,7 +460,14 @@ pub fn vm_snapshot(app: &App, snap: &Value, _tick: bool) {
         st["sourceUID"] = json!(meta_str(&vm, "uid"));
         st["creationTime"] = content["status"]["creationTime"].clone();
         st["virtualMachineSnapshotContentName"] = json!(content_name);
-        st["snapshotVolumes"] = json!({"includedVolumes": included});
+        let mut lists = json!({});
+        if !included.is_empty() {
+            lists["includedVolumes"] = json!(included);
+        }
+        if !excluded.is_empty() {
+            lists["excludedVolumes"] = json!(excluded);
+        }
+        st["snapshotVolumes"] = lists;
         set_cond(&mut st, "Progressing", false, "Operation complete");
         set_cond(&mut st, "Ready", true, "Ready");
         o["status"] = st;
@@ -866,8 +936,36 @@ mod tests {
     use crate::registry::Registry;
     use std::time::Duration;
 
+    /// The default storage class `local-path` can snapshot (a VolumeSnapshotClass for its
+    /// driver), `nfs` cannot.
     fn app() -> App {
-        App::new(Registry::new(ServeFlavor::KubeVirt), Duration::from_secs(1))
+        let app = App::new(Registry::new(ServeFlavor::KubeVirt), Duration::from_secs(1));
+        for (name, driver, default) in [
+            ("local-path", "rancher.io/local-path", "true"),
+            ("nfs", "nfs.csi.k8s.io", "false"),
+        ] {
+            app.store
+                .create(
+                    "storage.k8s.io",
+                    "storageclasses",
+                    json!({"apiVersion": "storage.k8s.io/v1",
+                    "kind": "StorageClass", "metadata": {"name": name, "annotations":
+                        {"storageclass.kubernetes.io/is-default-class": default}},
+                    "provisioner": driver}),
+                )
+                .unwrap();
+        }
+        app.store
+            .create(
+                "snapshot.storage.k8s.io",
+                "volumesnapshotclasses",
+                json!({
+                "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
+                "metadata": {"name": "local-path-snapshots"}, "driver": "rancher.io/local-path",
+                "deletionPolicy": "Delete"}),
+            )
+            .unwrap();
+        app
     }
 
     /// VM `web` with a DataVolume template `web-root` (blank) and a PVC volume `web-data`.
@@ -1016,6 +1114,47 @@ mod tests {
         settle(&app);
         assert!(get(&app, SNAPSHOT_GROUP, CONTENTS, &content_name).is_none());
         assert_eq!(live_data_ids(&app), ids(&[]));
+    }
+
+    /// KubeVirt `snapshot.go` `getSnapshotPVC`: a claim whose storage class has no
+    /// VolumeSnapshotClass gets no backup, and the snapshot still succeeds, naming it in
+    /// `status.snapshotVolumes.excludedVolumes` (`updateSnapshotSnapshotableVolumes`).
+    #[test]
+    fn a_volume_whose_class_cannot_snapshot_is_excluded() {
+        let app = app();
+        let mut pvc = data_pvc();
+        pvc["spec"]["storageClassName"] = json!("nfs");
+        app.store.create("", "persistentvolumeclaims", pvc).unwrap();
+        app.store
+            .create("kubevirt.io", "virtualmachines", vm("Halted"))
+            .unwrap();
+        settle(&app);
+        let snap = app
+            .store
+            .create(SNAPSHOT_GROUP, SNAPSHOTS, snapshot("s1", "web"))
+            .unwrap();
+        settle(&app);
+        let s = get(&app, SNAPSHOT_GROUP, SNAPSHOTS, "s1").unwrap();
+        assert_eq!(s["status"]["phase"], "Succeeded", "{s}");
+        assert_eq!(
+            s["status"]["snapshotVolumes"],
+            json!({"includedVolumes": ["rootdisk"], "excludedVolumes": ["data"]})
+        );
+        let uid = snap["metadata"]["uid"].as_str().unwrap();
+        let content = get(
+            &app,
+            SNAPSHOT_GROUP,
+            CONTENTS,
+            &format!("vmsnapshot-content-{uid}"),
+        )
+        .unwrap();
+        let volumes: Vec<&str> = content["spec"]["volumeBackups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["volumeName"].as_str().unwrap())
+            .collect();
+        assert_eq!(volumes, ["rootdisk"]);
     }
 
     #[test]

@@ -29,7 +29,7 @@ fn fixtures_are_valid() {
                 .unwrap_or_else(|| panic!("{file}: {kind} {av} not served"));
             let mut obj = doc.clone();
             let (_, version) = split_api_version(av);
-            if let Err(e) = validate(&def, version, &mut obj, FieldValidation::Strict) {
+            if let Err(e) = validate(&def, version, &mut obj, None, FieldValidation::Strict) {
                 panic!("{file}: {kind} {}: {}", doc["metadata"]["name"], e.message);
             }
             kubevm_emulator::admission::admit(&def, &obj).unwrap();

@@ -82,7 +82,7 @@ impl Ctx<'_> {
             obj.as_object_mut().expect("object").remove("status");
         }
         defaults_on_create(self.def, &mut obj);
-        let warnings = self.validate(&mut obj)?;
+        let warnings = self.validate(&mut obj, None)?;
         if self.def.group.is_empty() && self.def.plural == "services" {
             crate::services::allocate(self.app, &mut obj)?;
         }

@@ -260,10 +260,15 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    pub(super) fn validate(&self, obj: &mut Value) -> Result<Vec<String>, ApiError> {
+    /// `old` is the stored object on an update (for CEL transition rules).
+    pub(super) fn validate(
+        &self,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<Vec<String>, ApiError> {
         let mode = FieldValidation::parse(self.q.get("fieldValidation").map(String::as_str))?;
         crate::strategy::prepare(self.def, obj)?;
-        let warnings = crate::schema::validate(self.def, self.version, obj, mode)?;
+        let warnings = crate::schema::validate(self.def, self.version, obj, old, mode)?;
         crate::admission::admit(self.def, obj)?;
         Ok(warnings)
     }

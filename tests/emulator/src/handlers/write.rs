@@ -46,7 +46,7 @@ impl Ctx<'_> {
         } else {
             None
         };
-        let warnings = self.validate(&mut new)?;
+        let warnings = self.validate(&mut new, Some(&current))?;
         if !status_only {
             crate::expansion::admit_update(&self.app.store, self.def, &current, &new)?;
         }

@@ -395,6 +395,24 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
             ],
             none(),
         ),
+        // external-snapshotter's CRD (kubernetes-csi/external-snapshotter `client/config/crd/
+        // snapshot.storage.k8s.io_volumesnapshotclasses.yaml`): which CSI driver can snapshot.
+        def(
+            "snapshot.storage.k8s.io",
+            &["v1"],
+            "volumesnapshotclasses",
+            "VolumeSnapshotClass",
+            &["vsclass", "vsclasses"],
+            &[],
+            false,
+            false,
+            vec![
+                c("Driver", "string", ".driver"),
+                c("DeletionPolicy", "string", ".deletionPolicy"),
+                age(),
+            ],
+            none(),
+        ),
         ssr,
         sar,
         token_review,
