@@ -23,6 +23,7 @@ mod qemu_guest;
 mod server_side_apply;
 mod storage;
 mod streams;
+mod unserved;
 mod upload;
 
 /// Every `tests/*.rs` is a module here: a file left out would never be compiled or run.
