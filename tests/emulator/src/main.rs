@@ -1,6 +1,6 @@
 //! `kubevm-emulator`: runs the emulator until SIGINT/SIGTERM.
 //!
-//! `kubevm-emulator [--fixture FILE]... [--flavor kubevirt|deckhouse|both] [--port N] [--kubeconfig PATH] [--step-ms N]
+//! `kubevm-emulator [--fixture FILE]... [--flavor kubevirt|deckhouse|both] [--port N] [--kubeconfig PATH] [--step-ms N] [--unserve GROUP]...
 //! [--guest default|qemu] [--guest-dir DIR] [--guest-network open|restricted]`
 
 use clap::{Parser, ValueEnum};
