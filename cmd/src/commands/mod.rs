@@ -136,6 +136,25 @@ pub async fn connect(global: &GlobalArgs) -> CommandResult<(Cluster, Platform)> 
     Ok((cluster, platform))
 }
 
+/// Streams (port-forward, VNC) go through the platform's aggregated subresource API; a
+/// command that listens first and dials later checks discovery for it before it listens.
+pub fn require_subresources(platform: &Platform) -> CommandResult {
+    let (group, version, resource) = match platform.flavor {
+        kubevm::Flavor::KubeVirt => (
+            flavor::KUBEVIRT_SUBRESOURCES_GROUP,
+            "v1",
+            "virtualmachineinstances",
+        ),
+        kubevm::Flavor::Deckhouse => (
+            flavor::DECKHOUSE_SUBRESOURCES_GROUP,
+            flavor::DECKHOUSE_VERSION,
+            "virtualmachines",
+        ),
+    };
+    platform.require(group, version, resource)?;
+    Ok(())
+}
+
 /// When detection picked one of two served platforms, say so once on stderr and how to pick
 /// the other.
 pub fn note_other_platform(global: &GlobalArgs, platform: &Platform) {
