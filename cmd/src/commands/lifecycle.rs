@@ -257,12 +257,8 @@ pub async fn cmd_power(global: &GlobalArgs, command: Power) -> CommandResult {
             "-A selects across namespaces for -l or --all; name VMs in other namespaces as NAME.NAMESPACE",
         ));
     }
-    if let Some(s) = &bulk.selector
-        && s.trim().is_empty()
-    {
-        return Err(CommandError::usage(
-            "-l needs a label selector, e.g. -l app=web",
-        ));
+    if let Some(s) = &bulk.selector {
+        kubevm::selector::check(s)?;
     }
     let (cluster, platform) = super::connect(global).await?;
     let dry_run = lib_dry_run(bulk.dry_run);
