@@ -25,7 +25,11 @@ async fn send(client: &kube::Client, method: &str, path: &str) -> (u16, String, 
         .map(|v| v.to_str().unwrap().to_owned())
         .unwrap_or_default();
     let body = response.into_body().collect_bytes().await.unwrap();
-    (code, content_type, String::from_utf8_lossy(&body).into_owned())
+    (
+        code,
+        content_type,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
 }
 
 #[tokio::test]
@@ -116,5 +120,9 @@ async fn served_by_default() {
         "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachines/nosuch/start",
     )
     .await;
-    assert_eq!((code, content_type.as_str()), (404, "application/json"), "{body}");
+    assert_eq!(
+        (code, content_type.as_str()),
+        (404, "application/json"),
+        "{body}"
+    );
 }
