@@ -82,7 +82,7 @@ pub async fn cmd_ansible_inventory(
     global: &GlobalArgs,
     args: AnsibleInventoryArgs,
 ) -> CommandResult {
-    kubevm::target::validate_namespace(&args.ca_namespace)?;
+    super::check_ca_namespace(&args.ca_namespace)?;
     if args.all_namespaces && global.namespace.is_some() {
         return Err(CommandError::usage(
             "-A/--all-namespaces and -n/--namespace cannot be used together",

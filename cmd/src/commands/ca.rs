@@ -135,7 +135,6 @@ pub enum DataFormat {
 }
 
 pub async fn cmd_ca(global: &GlobalArgs, args: CaArgs) -> CommandResult {
-    kubevm::target::validate_namespace(&args.ca_namespace)?;
     let ns = args.ca_namespace;
     kubevm::target::validate_namespace(&ns)
         .map_err(|e| CommandError::usage(format!("--ca-namespace: {e}")))?;

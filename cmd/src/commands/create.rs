@@ -216,7 +216,7 @@ enum DryRun {
 }
 
 pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandResult {
-    kubevm::target::validate_namespace(&args.ca_namespace)?;
+    super::check_ca_namespace(&args.ca_namespace)?;
     let dry_run = match args.dry_run.as_deref() {
         None | Some("none") => DryRun::None,
         Some("client") => DryRun::Client,

@@ -43,7 +43,7 @@ pub struct EnrollArgs {
 }
 
 pub async fn cmd_enroll(global: &GlobalArgs, args: EnrollArgs) -> CommandResult {
-    kubevm::target::validate_namespace(&args.ca_namespace)?;
+    super::check_ca_namespace(&args.ca_namespace)?;
     let target = Target::parse(&args.target, false)?;
     if target.kind == TargetKind::Vmi {
         return Err(CommandError::usage(format!(

@@ -136,6 +136,12 @@ pub async fn connect(global: &GlobalArgs) -> CommandResult<(Cluster, Platform)> 
     Ok((cluster, platform))
 }
 
+/// `--ca-namespace` is a namespace name: checked before any request.
+pub fn check_ca_namespace(namespace: &str) -> CommandResult {
+    kubevm::target::validate_namespace(namespace)
+        .map_err(|e| CommandError::usage(format!("--ca-namespace: {e}")))
+}
+
 /// Streams (port-forward, VNC) go through the platform's aggregated subresource API; a
 /// command that listens first and dials later checks discovery for it before it listens.
 pub fn require_subresources(platform: &Platform) -> CommandResult {
