@@ -36,3 +36,17 @@ pub fn pool_not_found(name: &str, namespace: &str) -> CommandError {
         "pool {name:?} not found in namespace {namespace:?} (no VirtualMachinePool, or no VMs created for it by create --replicas)"
     ))
 }
+
+/// `--ca-namespace` is a namespace name: checked before any request.
+pub fn check_ca_namespace(namespace: &str) -> CommandResult {
+    kubevm::target::validate_namespace(namespace)
+        .map_err(|e| CommandError::usage(format!("--ca-namespace: {e}")))
+}
+
+/// Streams (port-forward, VNC) go through the platform's aggregated subresource API; a
+/// command that listens first and dials later checks discovery for it before it listens.
+pub fn require_subresources(platform: &Platform) -> CommandResult {
+    let api = kubevm::platform::of(platform.flavor).streams;
+    platform.require(api.group, api.version, api.resource)?;
+    Ok(())
+}

@@ -263,9 +263,11 @@ impl Error {
         match (code, reason) {
             // The API server's own answer for a path no API serves (an aggregated group that
             // is not registered): not the object missing.
-            (404, _) if message.trim() == NO_SUCH_PATH => Error::NotServed {
-                resource: action.resource.clone(),
-            },
+            (404, _) if message.trim() == NO_SUCH_PATH || reason == NOT_A_STATUS => {
+                Error::NotServed {
+                    resource: action.resource.clone(),
+                }
+            }
             (503, _) => Error::Unavailable {
                 resource: action.resource.clone(),
                 message: one_line(message.trim()),
@@ -333,8 +335,15 @@ impl Error {
     }
 }
 
-/// The API server's message for a path that no API serves.
+/// client-go's message for a 404 whose body is not a `Status` (a path that no API serves).
 pub const NO_SUCH_PATH: &str = "the server could not find the requested resource";
+
+/// The reason kube-rs gives an error answer whose body is not a `Status`. kube-apiserver answers
+/// a path no API group serves (an aggregated group that is not registered: virt-api missing)
+/// with Go's `http.NotFound` text, `404 page not found` (k8s.io/apiserver
+/// `pkg/util/notfoundhandler`); every API (virt-api included) answers a missing object with a
+/// `Status`. So a 404 without a Status is the path, never the object.
+pub const NOT_A_STATUS: &str = "Failed to parse error data";
 
 /// Which component serves `resource`, for messages about it missing or down.
 fn missing_component(resource: &str) -> &'static str {
@@ -342,6 +351,8 @@ fn missing_component(resource: &str) -> &'static str {
         "KubeVirt's API component (virt-api, APIService v1.subresources.kubevirt.io) is not installed or not ready"
     } else if resource.ends_with("subresources.virtualization.deckhouse.io") {
         "Deckhouse virtualization's API (virtualization-api, APIService v1alpha2.subresources.virtualization.deckhouse.io) is not installed or not ready"
+    } else if resource.ends_with("upload.cdi.kubevirt.io") {
+        "CDI's upload API (cdi-apiserver, APIService v1beta1.upload.cdi.kubevirt.io) is not installed or not ready"
     } else if resource.ends_with(crate::signer::GROUP) {
         "the SSH signer (APIService v1alpha1.ssh.kubevm.io) is not installed or not ready"
     } else {
@@ -492,6 +503,10 @@ mod tests {
             err.to_string(),
             "the server does not serve virtualmachines.subresources.kubevirt.io; KubeVirt's API component (virt-api, APIService v1.subresources.kubevirt.io) is not installed or not ready"
         );
+        // What kube-apiserver really sends for that path: Go's `http.NotFound` text, which
+        // kube-rs keeps with reason `Failed to parse error data`.
+        let err = Error::from_status(404, NOT_A_STATUS, "404 page not found", &start, "");
+        assert!(matches!(err, Error::NotServed { .. }), "{err}");
         // virt-api's own 404 still names the VM.
         let err = Error::from_status(
             404,

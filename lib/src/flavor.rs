@@ -133,6 +133,19 @@ impl Platform {
             .is_some_and(|g| g.versions.iter().any(|v| v == version))
     }
 
+    /// Refuses before any write when discovery says `group/version` is not served (an
+    /// aggregated API such as virt-api's missing): `NotServed` naming `resource.group` and the
+    /// component that serves it. Without discovery data nothing is refused.
+    pub fn require(&self, group: &str, version: &str, resource: &str) -> crate::error::Result<()> {
+        if self.serves(group, version) {
+            Ok(())
+        } else {
+            Err(crate::error::Error::NotServed {
+                resource: format!("{resource}.{group}"),
+            })
+        }
+    }
+
     /// The other platform, when the server serves it too (detection picked `self.flavor`).
     pub fn also_served(&self) -> Option<Flavor> {
         let other = match self.flavor {

@@ -20,9 +20,210 @@ pub fn check_length(selector: &str) -> Result<()> {
     Ok(())
 }
 
+/// Refuse a selector the API server would refuse (and one too long to send), before any
+/// request. The grammar is k8s.io/apimachinery `pkg/labels/selector.go` `Parse`: requirements
+/// separated by commas, each `KEY`, `!KEY`, `KEY=V`, `KEY==V`, `KEY!=V`, `KEY in (V,...)`,
+/// `KEY notin (V,...)`, `KEY>N` or `KEY<N` (an integer); a key is a qualified name (an optional
+/// DNS-1123 subdomain prefix and `/`, then at most 63 of `[A-Za-z0-9_.-]` starting and ending
+/// alphanumeric), a value empty or the same shape without the prefix.
+pub fn check(selector: &str) -> Result<()> {
+    check_length(selector)?;
+    if selector.trim().is_empty() {
+        return Err(Error::InvalidTarget(
+            "-l needs a label selector, e.g. -l app=web".into(),
+        ));
+    }
+    parse(selector).map_err(|why| {
+        Error::InvalidTarget(format!(
+            "label selector {selector:?} is not valid: {why} (e.g. app=web,tier!=db or env in (dev,qa))"
+        ))
+    })
+}
+
+fn parse(text: &str) -> std::result::Result<(), String> {
+    let mut rest = text;
+    loop {
+        rest = requirement(rest)?;
+        let trimmed = rest.trim_start();
+        if trimmed.is_empty() {
+            return Ok(());
+        }
+        match trimmed.strip_prefix(',') {
+            Some(after) => rest = after,
+            None => return Err(format!("unexpected {:?}", first_token(trimmed))),
+        }
+    }
+}
+
+fn first_token(text: &str) -> &str {
+    text.split([' ', ',']).next().unwrap_or(text)
+}
+
+fn is_key_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/')
+}
+
+/// One requirement; returns what follows it.
+fn requirement(text: &str) -> std::result::Result<&str, String> {
+    let text = text.trim_start();
+    let (negated, text) = match text.strip_prefix('!') {
+        Some(t) => (true, t.trim_start()),
+        None => (false, text),
+    };
+    let end = text.find(|c: char| !is_key_char(c)).unwrap_or(text.len());
+    let (key, rest) = text.split_at(end);
+    if key.is_empty() {
+        return Err(match rest.chars().next() {
+            None => "a requirement has no key".into(),
+            Some(c) => format!("a key was expected before {c:?}"),
+        });
+    }
+    check_key(key)?;
+    let after = rest.trim_start();
+    if negated || after.is_empty() || after.starts_with(',') {
+        return Ok(rest);
+    }
+    for op in ["==", "!=", "="] {
+        if let Some(v) = after.strip_prefix(op) {
+            return value_then(v);
+        }
+    }
+    for op in [">", "<"] {
+        if let Some(v) = after.strip_prefix(op) {
+            let v = v.trim_start();
+            let end = v.find(|c: char| !is_value_char(c)).unwrap_or(v.len());
+            let (number, rest) = v.split_at(end);
+            if number.parse::<i64>().is_err() {
+                return Err(format!("{op} needs an integer, not {number:?}"));
+            }
+            return Ok(rest);
+        }
+    }
+    for op in ["notin", "in"] {
+        if let Some(v) = after.strip_prefix(op)
+            && v.trim_start().starts_with('(')
+        {
+            return set(v.trim_start(), op);
+        }
+    }
+    Err(format!(
+        "unexpected {:?} after key {key:?} (expected =, ==, !=, in, notin, > or <)",
+        first_token(after)
+    ))
+}
+
+fn is_value_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
+}
+
+fn value_then(text: &str) -> std::result::Result<&str, String> {
+    let v = text.trim_start();
+    let end = v.find(|c: char| !is_value_char(c)).unwrap_or(v.len());
+    let (value, rest) = v.split_at(end);
+    check_value(value)?;
+    Ok(rest)
+}
+
+fn set<'a>(text: &'a str, op: &str) -> std::result::Result<&'a str, String> {
+    let mut rest = &text[1..];
+    let mut values = 0;
+    loop {
+        rest = rest.trim_start();
+        if let Some(after) = rest.strip_prefix(')') {
+            if values == 0 {
+                return Err(format!("{op} needs at least one value"));
+            }
+            return Ok(after);
+        }
+        let end = rest.find(|c: char| !is_value_char(c)).unwrap_or(rest.len());
+        let (value, after) = rest.split_at(end);
+        check_value(value)?;
+        values += 1;
+        let after = after.trim_start();
+        rest = match after.chars().next() {
+            Some(',') => &after[1..],
+            Some(')') => after,
+            None => return Err(format!("{op} ( is not closed")),
+            Some(c) => return Err(format!("unexpected {c:?} in the values of {op}")),
+        };
+    }
+}
+
+fn check_value(value: &str) -> std::result::Result<(), String> {
+    if value.is_empty() {
+        return Ok(());
+    }
+    name_part(value).map_err(|why| format!("value {value:?}: {why}"))
+}
+
+fn name_part(name: &str) -> std::result::Result<(), String> {
+    if name.len() > 63 {
+        return Err("must be at most 63 characters".into());
+    }
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    if !alnum(name.chars().next()) || !alnum(name.chars().last()) {
+        return Err("must start and end with a letter or digit".into());
+    }
+    if !name.chars().all(is_value_char) {
+        return Err("may hold only letters, digits, '-', '_' and '.'".into());
+    }
+    Ok(())
+}
+
+fn check_key(key: &str) -> std::result::Result<(), String> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix
+        && crate::validate::dns_subdomain("label key prefix", p).is_err()
+    {
+        return Err(format!(
+            "key {key:?}: the prefix must be a DNS-1123 subdomain"
+        ));
+    }
+    if name.is_empty() {
+        return Err(format!("key {key:?} has no name"));
+    }
+    name_part(name).map_err(|why| format!("key {key:?}: {why}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn selectors_parse_as_the_api_server_parses_them() {
+        // Accepted by k8s.io/apimachinery labels.Parse.
+        for good in [
+            "app=web",
+            "app==web,tier!=db",
+            "env in (dev, qa),!legacy",
+            "env notin (prod)",
+            "kubevm.io/managed-by=kubectl-vm",
+            "x",
+            "gen>3,gen<10",
+            "app=",
+            " app = web , tier ",
+        ] {
+            assert!(check(good).is_ok(), "{good}: {:?}", check(good));
+        }
+        // Refused by it.
+        for bad in [
+            "a in (b",
+            "a in ()",
+            "=web",
+            "app=web,",
+            "app=-web",
+            "app web",
+            "gen>x",
+            "Bad_Prefix!/x=1",
+            "app=w@b",
+            "",
+        ] {
+            assert!(check(bad).is_err(), "{bad} accepted");
+        }
+    }
 
     #[test]
     fn long_selectors_are_refused() {

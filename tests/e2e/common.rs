@@ -43,12 +43,16 @@ impl Env {
     /// Like [`Env::kubevirt`]/[`Env::deckhouse`] with another controller step (slower
     /// controllers leave time to look at intermediate states).
     pub fn with_step(flavor: ServeFlavor, fixture_name: &str, step: std::time::Duration) -> Env {
-        let options = EmulatorOptions {
+        Env::with_options(EmulatorOptions {
             fixture_yaml: vec![fixture(fixture_name)],
             flavor,
             import_step: step,
             ..Default::default()
-        };
+        })
+    }
+
+    /// An emulator started with these options.
+    pub fn with_options(options: EmulatorOptions) -> Env {
         let emulator = Emulator::start_blocking(options).expect("emulator starts");
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
@@ -64,6 +68,27 @@ impl Env {
             kubeconfig,
             bin_dir,
         }
+    }
+
+    /// Emulator serving KubeVirt (tests/fixtures/kubevirt.yaml) without these API groups:
+    /// `subresources.kubevirt.io` is a cluster with KubeVirt's CRDs but no virt-api.
+    pub fn kubevirt_without(groups: &[&str]) -> Env {
+        Env::with_options(EmulatorOptions {
+            fixture_yaml: vec![fixture("kubevirt.yaml")],
+            flavor: ServeFlavor::KubeVirt,
+            unserved_groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..Default::default()
+        })
+    }
+
+    /// Emulator serving Deckhouse (tests/fixtures/deckhouse.yaml) without these API groups.
+    pub fn deckhouse_without(groups: &[&str]) -> Env {
+        Env::with_options(EmulatorOptions {
+            fixture_yaml: vec![fixture("deckhouse.yaml")],
+            flavor: ServeFlavor::Deckhouse,
+            unserved_groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..Default::default()
+        })
     }
 
     /// A command with this environment's HOME, KUBECONFIG and PATH.

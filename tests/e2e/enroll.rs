@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::common::{BIN, Env, fails, ok, stderr, stdout};
 
 /// A VM as a user writes it: a container disk and a cloud-config that creates `debian`.
-fn plain_vm(name: &str) -> String {
+pub(crate) fn plain_vm(name: &str) -> String {
     format!(
         r#"apiVersion: kubevirt.io/v1
 kind: VirtualMachine
@@ -45,7 +45,7 @@ spec:
     )
 }
 
-fn apply(env: &Env, name: &str, yaml: &str) {
+pub(crate) fn apply(env: &Env, name: &str, yaml: &str) {
     let file = env.dir.path().join(format!("{name}.yaml"));
     std::fs::write(&file, yaml).unwrap();
     ok(env.kubectl(&["apply", "-f", file.to_str().unwrap()]));

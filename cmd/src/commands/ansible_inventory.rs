@@ -82,13 +82,14 @@ pub async fn cmd_ansible_inventory(
     global: &GlobalArgs,
     args: AnsibleInventoryArgs,
 ) -> CommandResult {
+    crate::connect::check_ca_namespace(&args.ca_namespace)?;
     if args.all_namespaces && global.namespace.is_some() {
         return Err(CommandError::usage(
             "-A/--all-namespaces and -n/--namespace cannot be used together",
         ));
     }
     if let Some(selector) = &args.selector {
-        kubevm::selector::check_length(selector)?;
+        kubevm::selector::check(selector)?;
     }
     if args.group_by_label.iter().any(|k| k.trim().is_empty()) {
         return Err(CommandError::usage("--group-by-label needs a label key"));

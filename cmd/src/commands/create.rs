@@ -216,6 +216,7 @@ enum DryRun {
 }
 
 pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandResult {
+    crate::connect::check_ca_namespace(&args.ca_namespace)?;
     let dry_run = match args.dry_run.as_deref() {
         None | Some("none") => DryRun::None,
         Some("client") => DryRun::Client,

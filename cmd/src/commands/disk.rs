@@ -186,11 +186,22 @@ fn options(wait: &WaitArgs, dry_run: Option<DryRun>) -> Options {
     }
 }
 
+/// Hotplug through an aggregated API (KubeVirt's `addvolume`/`removevolume`) is refused
+/// before any write when discovery does not list it (a new disk would be made and then not
+/// attached); platforms that attach with objects of their own need no such API.
+fn require_hotplug(platform: &kubevm::flavor::Platform) -> CommandResult {
+    if let Some(api) = kubevm::platform::of(platform.flavor).hotplug {
+        platform.require(api.group, api.version, api.resource)?;
+    }
+    Ok(())
+}
+
 /// Progress on stderr.
 fn render_event(event: Event) {
     match event {
         Event::Created(what) => eprintln!("{what} created"),
         Event::Accepted(what) => eprintln!("{what} accepted"),
+        Event::Removed(what) => eprintln!("{what} deleted again: the attach failed"),
         Event::Phase { phase, message } if message.is_empty() => eprintln!("  {phase}"),
         Event::Phase { phase, message } => eprintln!("  {phase}: {message}"),
     }
@@ -278,9 +289,9 @@ async fn attach(global: &GlobalArgs, args: AttachArgs) -> CommandResult {
         .as_deref()
         .map(|s| Quantity::parse(s).map_err(|e| CommandError::usage(format!("--size: {e}"))))
         .transpose()?;
-    let (cluster, platform) = crate::connect::connect(global).await?;
-    let (kind, name) = disk::parse_source(&args.disk, platform.flavor)?;
-    let request = AttachRequest {
+    // Everything that needs no platform is checked before the first request (discovery).
+    let (kind, name) = disk::parse_source_syntax(&args.disk)?;
+    let mut request = AttachRequest {
         kind,
         name,
         size,
@@ -293,7 +304,11 @@ async fn attach(global: &GlobalArgs, args: AttachArgs) -> CommandResult {
         serial: args.serial.clone(),
         read_only: args.read_only,
     };
+    request.validate_local()?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
+    (request.kind, request.name) = disk::parse_source(&args.disk, platform.flavor)?;
     request.validate(platform.flavor)?;
+    require_hotplug(&platform)?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let options = options(&args.wait, args.dry_run);
     let outcome = disk::attach(
@@ -326,6 +341,9 @@ async fn attach(global: &GlobalArgs, args: AttachArgs) -> CommandResult {
 
 async fn detach(global: &GlobalArgs, args: DetachArgs) -> CommandResult {
     let target = target_of(&args.target, global)?;
+    // A volume name or a claim's: a DNS-1123 subdomain either way.
+    kubevm::validate::dns_subdomain("disk", &args.disk)
+        .map_err(|e| CommandError::usage(e.to_string()))?;
     let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let options = options(&args.wait, args.dry_run);
@@ -355,6 +373,8 @@ async fn resize(global: &GlobalArgs, args: ResizeArgs) -> CommandResult {
     if size.bytes() == 0 {
         return Err(CommandError::usage("--size must be more than 0"));
     }
+    kubevm::validate::dns_subdomain("disk", &args.disk)
+        .map_err(|e| CommandError::usage(e.to_string()))?;
     let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let options = options(&args.wait, args.dry_run);

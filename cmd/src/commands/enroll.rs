@@ -43,6 +43,7 @@ pub struct EnrollArgs {
 }
 
 pub async fn cmd_enroll(global: &GlobalArgs, args: EnrollArgs) -> CommandResult {
+    crate::connect::check_ca_namespace(&args.ca_namespace)?;
     let target = Target::parse(&args.target, false)?;
     if target.kind == TargetKind::Vmi {
         return Err(CommandError::usage(format!(

@@ -240,12 +240,8 @@ pub async fn cmd_power(global: &GlobalArgs, command: Power) -> CommandResult {
             "-A selects across namespaces for -l or --all; name VMs in other namespaces as NAME.NAMESPACE",
         ));
     }
-    if let Some(s) = &bulk.selector
-        && s.trim().is_empty()
-    {
-        return Err(CommandError::usage(
-            "-l needs a label selector, e.g. -l app=web",
-        ));
+    if let Some(s) = &bulk.selector {
+        kubevm::selector::check(s)?;
     }
     let (cluster, platform) = crate::connect::connect(global).await?;
     let dry_run = DryRun::lib(bulk.dry_run);

@@ -50,7 +50,7 @@ pub async fn cmd_list(global: &GlobalArgs, args: ListArgs) -> CommandResult {
         ));
     }
     if let Some(selector) = &args.selector {
-        kubevm::selector::check_length(selector)?;
+        kubevm::selector::check(selector)?;
     }
     let (cluster, platform) = crate::connect::connect(global).await?;
     let scope = if args.all_namespaces {

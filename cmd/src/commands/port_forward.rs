@@ -56,6 +56,7 @@ pub async fn cmd_port_forward(global: &GlobalArgs, args: PortForwardArgs) -> Com
         ));
     }
     let (cluster, platform) = crate::connect::connect(global).await?;
+    crate::connect::require_subresources(&platform)?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let forward = ForwardTarget {
         flavor: platform.flavor,

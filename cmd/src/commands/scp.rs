@@ -60,6 +60,7 @@ pub struct ScpArgs {
 }
 
 pub async fn cmd_scp(global: &GlobalArgs, args: ScpArgs) -> CommandResult {
+    crate::connect::check_ca_namespace(&args.ca_namespace)?;
     let plan = scp::plan(&args.src, &args.dst, args.recursive, args.preserve)?;
     kubevm::ssh::cert::check_ttl(args.ttl).map_err(CommandError::usage)?;
     let strict = args

@@ -197,6 +197,7 @@ pub async fn resolve(
 }
 
 pub async fn cmd_ssh(global: &GlobalArgs, args: SshArgs) -> CommandResult {
+    crate::connect::check_ca_namespace(&args.ca_namespace)?;
     let plan = plan(&args)?;
     let known_hosts = sshvm::known_hosts_path().map_err(|e| CommandError::usage(e.to_string()))?;
     let (cluster, platform, namespace) = resolve(global, &plan.target).await?;

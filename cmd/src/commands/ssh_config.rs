@@ -93,6 +93,13 @@ pub(super) fn cluster_flags(global: &GlobalArgs) -> Vec<String> {
 }
 
 pub async fn cmd_ssh_config(global: &GlobalArgs, args: SshConfigArgs) -> CommandResult {
+    if !kubevm::signer::policy::valid_login(&args.login) {
+        return Err(CommandError::usage(format!(
+            "invalid login {:?}",
+            args.login
+        )));
+    }
+    crate::connect::check_ca_namespace(&args.ca_namespace)?;
     let paths = ConfigPaths::under(&home()?);
     let program = std::env::current_exe()
         .map(|p| p.display().to_string())
@@ -165,6 +172,7 @@ pub async fn cmd_ssh_config(global: &GlobalArgs, args: SshConfigArgs) -> Command
 }
 
 pub async fn cmd_ssh_known_hosts(global: &GlobalArgs, args: SshKnownHostsArgs) -> CommandResult {
+    crate::connect::check_ca_namespace(&args.ca_namespace)?;
     let cluster = kubevm::cluster::Cluster::connect(&global.connect_options()).await?;
     let config_map = store::read_configmap(&cluster, &args.ca_namespace)
         .await?
@@ -180,6 +188,7 @@ pub async fn cmd_ssh_known_hosts(global: &GlobalArgs, args: SshKnownHostsArgs) -
 }
 
 pub async fn cmd_ssh_cert(global: &GlobalArgs, args: SshCertArgs) -> CommandResult {
+    crate::connect::check_ca_namespace(&args.ca_namespace)?;
     cert::check_ttl(args.ttl).map_err(CommandError::usage)?;
     // Both end up in a file name: only checked names get there.
     let target = config::vm_of_host(&args.host)?;

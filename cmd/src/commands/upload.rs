@@ -154,6 +154,11 @@ pub async fn cmd_upload(global: &GlobalArgs, args: UploadArgs) -> CommandResult 
             }
         )));
     }
+    if !deckhouse && !plan.options.no_create {
+        // The token comes from CDI's aggregated API: without it the new DataVolume would wait
+        // for an upload that cannot start.
+        platform.require("upload.cdi.kubevirt.io", "v1beta1", "uploadtokenrequests")?;
+    }
     plan.options.namespace = cluster.namespace.clone();
     let mut view = View::new(std::io::stderr().is_terminal(), args.progress_every);
     view.show(Event::Inspected {

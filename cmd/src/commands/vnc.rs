@@ -107,6 +107,7 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
         (None, false) => viewer::discover(&places),
     };
     let (cluster, platform) = crate::connect::connect(global).await?;
+    crate::connect::require_subresources(&platform)?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let address = if args.proxy_only {
         args.address
@@ -210,6 +211,7 @@ async fn cmd_screenshot(global: &GlobalArgs, args: ScreenshotArgs) -> CommandRes
     use std::os::unix::fs::OpenOptionsExt;
     let target = Target::parse(&args.target, false)?;
     let (cluster, platform) = crate::connect::connect(global).await?;
+    crate::connect::require_subresources(&platform)?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let png = vnc::screenshot(
         &cluster,

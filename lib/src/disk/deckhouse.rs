@@ -225,11 +225,18 @@ pub fn attachment(ns: &str, vm: &str, kind: &str, device: &str) -> Value {
     })
 }
 
-async fn create(cluster: &Cluster, kind: Kind, ns: &str, obj: Value, dry_run: bool) -> Result<()> {
+async fn create(
+    cluster: &Cluster,
+    kind: Kind,
+    ns: &str,
+    obj: Value,
+    dry_run: bool,
+) -> Result<Option<String>> {
     let name = text(&obj, "/metadata/name").to_owned();
     let obj: kube::api::DynamicObject =
         serde_json::from_value(obj).map_err(|e| Error::Internal(e.to_string()))?;
-    kind.api(&cluster.client, Some(ns))
+    let made = kind
+        .api(&cluster.client, Some(ns))
         .create(&PostParams { dry_run, ..Default::default() }, &obj)
         .await
         .map_err(|e| match e {
@@ -239,7 +246,7 @@ async fn create(cluster: &Cluster, kind: Kind, ns: &str, obj: Value, dry_run: bo
             )),
             e => cluster.error(e, &kind.action("create", Some(ns)).named(&name)),
         })?;
-    Ok(())
+    Ok(made.metadata.uid.filter(|_| !dry_run))
 }
 
 /// The first condition that is not True, as `reason: message`.
@@ -369,9 +376,10 @@ pub async fn attach(
         waited: false,
         live,
     };
+    let mut created_uid = None;
     if request.size.is_some() {
         if options.dry_run != DryRun::Client {
-            create(
+            created_uid = create(
                 cluster,
                 VIRTUAL_DISK,
                 ns,
@@ -387,7 +395,14 @@ pub async fn attach(
         outcome.object = Some(bda);
         return Ok(outcome);
     }
-    create(cluster, VMBDA, ns, bda.clone(), server_dry).await?;
+    if let Err(e) = create(cluster, VMBDA, ns, bda.clone(), server_dry).await {
+        // All or nothing: the new VirtualDisk goes again when it could not be attached.
+        if let Some(uid) = &created_uid {
+            super::remove_created(cluster, VIRTUAL_DISK, ns, dev, uid).await?;
+            on_event(Event::Removed(format!("virtualdisk/{dev}")));
+        }
+        return Err(e);
+    }
     on_event(Event::Created(format!(
         "virtualmachineblockdeviceattachment/{bda_name}"
     )));

@@ -355,6 +355,7 @@ pub async fn attach(
         waited: false,
         live,
     };
+    let mut created_uid = None;
     if request.size.is_some() {
         let dv_obj = blank_data_volume(&vm, &request.name, request);
         if options.dry_run != DryRun::Client {
@@ -364,7 +365,7 @@ pub async fn attach(
                 dry_run: server_dry,
                 ..Default::default()
             };
-            DATA_VOLUME
+            let made = DATA_VOLUME
                 .api(&cluster.client, Some(ns))
                 .create(&params, &obj)
                 .await
@@ -374,6 +375,7 @@ pub async fn attach(
                         &DATA_VOLUME.action("create", Some(ns)).named(&request.name),
                     )
                 })?;
+            created_uid = made.metadata.uid.filter(|_| !server_dry);
         }
         on_event(Event::Created(format!("datavolume/{}", request.name)));
     }
@@ -385,7 +387,14 @@ pub async fn attach(
     if options.dry_run == DryRun::Client {
         return Ok(outcome);
     }
-    put(cluster, ns, name, "addvolume", &body).await?;
+    if let Err(e) = put(cluster, ns, name, "addvolume", &body).await {
+        // All or nothing: the new DataVolume goes again when the VM did not take it.
+        if let Some(uid) = &created_uid {
+            super::remove_created(cluster, DATA_VOLUME, ns, &request.name, uid).await?;
+            on_event(Event::Removed(format!("datavolume/{}", request.name)));
+        }
+        return Err(e);
+    }
     if server_dry {
         return Ok(outcome);
     }

@@ -60,6 +60,23 @@ impl SourceKind {
 
 /// Parse `[KIND/]NAME` for `flavor`. One line, exit 2 on bad input.
 pub fn parse_source(text: &str, flavor: Flavor) -> Result<(SourceKind, String)> {
+    let (kind, name) = parse_source_syntax(text)?;
+    if !kind.on(flavor) {
+        return Err(Error::Usage(format!(
+            "disk {text:?}: {} has no such kind; use {}",
+            flavor.display_name(),
+            match flavor {
+                Flavor::KubeVirt => "pvc/NAME or dv/NAME",
+                Flavor::Deckhouse => "vd/NAME, vi/NAME or cvi/NAME",
+            }
+        )));
+    }
+    Ok((kind, name))
+}
+
+/// What [`parse_source`] checks without knowing the platform (the kind prefix is known, the
+/// name a DNS-1123 subdomain): checked before the first request.
+pub fn parse_source_syntax(text: &str) -> Result<(SourceKind, String)> {
     let (kind, name) = match text.split_once('/') {
         None => (SourceKind::Auto, text),
         Some((k, n)) => {
@@ -79,16 +96,6 @@ pub fn parse_source(text: &str, flavor: Flavor) -> Result<(SourceKind, String)> 
         }
     };
     crate::validate::dns_subdomain("disk", name).map_err(|e| Error::Usage(e.to_string()))?;
-    if !kind.on(flavor) {
-        return Err(Error::Usage(format!(
-            "disk {text:?}: {} has no such kind; use {}",
-            flavor.display_name(),
-            match flavor {
-                Flavor::KubeVirt => "pvc/NAME or dv/NAME",
-                Flavor::Deckhouse => "vd/NAME, vi/NAME or cvi/NAME",
-            }
-        )));
-    }
     Ok((kind, name.to_owned()))
 }
 
@@ -160,16 +167,10 @@ impl AttachRequest {
         }
     }
 
-    /// Check everything that needs no request, for `flavor`. One line, exit 2.
-    pub fn validate(&self, flavor: Flavor) -> Result<()> {
+    /// The checks that need no platform (the volume name, the serial, a size above 0): made
+    /// before the first request.
+    pub fn validate_local(&self) -> Result<()> {
         let bad = |m: String| Err(Error::Usage(m));
-        if !self.kind.on(flavor) {
-            return bad(format!(
-                "{:?} is not a disk kind of {}",
-                self.kind,
-                flavor.display_name()
-            ));
-        }
         if let Some(v) = &self.volume {
             crate::validate::dns_label("volume", v).map_err(|e| Error::Usage(e.to_string()))?;
         }
@@ -180,28 +181,43 @@ impl AttachRequest {
                 "serial {s:?}: use at most {MAX_SERIAL} of A-Z a-z 0-9 _ . + -"
             ));
         }
-        if let Some(size) = self.size {
-            if size.bytes() == 0 {
-                return bad("--size must be more than 0".into());
+        match self.size {
+            Some(size) if size.bytes() == 0 => bad("--size must be more than 0".into()),
+            None if self.storage_class.is_some() => {
+                bad("--storage-class goes with --size (a new disk)".into())
             }
-            if !matches!(
+            _ => Ok(()),
+        }
+    }
+
+    /// Check everything that needs no request, for `flavor`. One line, exit 2.
+    pub fn validate(&self, flavor: Flavor) -> Result<()> {
+        let bad = |m: String| Err(Error::Usage(m));
+        self.validate_local()?;
+        if !self.kind.on(flavor) {
+            return bad(format!(
+                "{:?} is not a disk kind of {}",
+                self.kind,
+                flavor.display_name()
+            ));
+        }
+        if self.size.is_some()
+            && !matches!(
                 self.kind,
                 SourceKind::Auto | SourceKind::DataVolume | SourceKind::VirtualDisk
-            ) {
-                return bad(format!(
-                    "--size makes a new {}; name it NAME{}",
-                    match flavor {
-                        Flavor::KubeVirt => "DataVolume",
-                        Flavor::Deckhouse => "VirtualDisk",
-                    },
-                    match flavor {
-                        Flavor::KubeVirt => " or dv/NAME",
-                        Flavor::Deckhouse => " or vd/NAME",
-                    }
-                ));
-            }
-        } else if self.storage_class.is_some() {
-            return bad("--storage-class goes with --size (a new disk)".into());
+            )
+        {
+            return bad(format!(
+                "--size makes a new {}; name it NAME{}",
+                match flavor {
+                    Flavor::KubeVirt => "DataVolume",
+                    Flavor::Deckhouse => "VirtualDisk",
+                },
+                match flavor {
+                    Flavor::KubeVirt => " or dv/NAME",
+                    Flavor::Deckhouse => " or vd/NAME",
+                }
+            ));
         }
         if flavor == Flavor::Deckhouse {
             if self.volume.is_some() || self.serial.is_some() || self.bus != Bus::Scsi {
@@ -263,6 +279,8 @@ pub enum Event {
     Created(String),
     /// The platform accepted the request.
     Accepted(String),
+    /// An object this run made was deleted again because a later step failed: `kind/name`.
+    Removed(String),
     /// The attachment moved on: phase and the platform's message.
     Phase {
         /// e.g. `AttachedToNode`, `InProgress`.
@@ -554,6 +572,33 @@ async fn send_growth_patch(
         .await
         .map_err(|e| cluster.error(e, &kind.action("patch", Some(ns)).named(name)))?;
     Ok(serde_json::to_value(patched).unwrap_or_default())
+}
+
+/// Deletes `name` of `kind`, made by this run (its `uid`), after a later step failed: an attach
+/// is all or nothing. The uid precondition leaves an object someone else made meanwhile alone.
+pub(crate) async fn remove_created(
+    cluster: &crate::cluster::Cluster,
+    kind: crate::api::Kind,
+    ns: &str,
+    name: &str,
+    uid: &str,
+) -> Result<()> {
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..kube::api::DeleteParams::background()
+    };
+    match kind
+        .api(&cluster.client, Some(ns))
+        .delete(name, &params)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(cluster.error(e, &kind.action("delete", Some(ns)).named(name))),
+    }
 }
 
 #[cfg(test)]

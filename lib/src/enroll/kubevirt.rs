@@ -171,6 +171,9 @@ pub async fn enroll(
         })?;
     let existing = our_secrets(cluster, &vm, namespace, logins).await?;
     let api: Api<Secret> = Api::namespaced(cluster.client.clone(), namespace);
+    // The Secrets this run made: deleted again (by uid) when a later step fails, so that a
+    // failed enroll leaves nothing behind.
+    let mut made: Vec<(String, String)> = Vec::new();
     for (login, secret) in logins.iter().zip(&existing) {
         let lines = trust_lines(&ca_keys, login, name, namespace);
         let secret_name = secret_name(name, login);
@@ -183,11 +186,19 @@ pub async fn enroll(
             None => {
                 let object = secret_object(&vm, login, &lines, !login_allowed(&vm, login));
                 // Create semantics: a Secret made meanwhile by someone else fails with 409.
-                api.create(&PostParams::default(), &object)
-                    .await
-                    .map_err(|e| {
-                        cluster.error(e, &secret_action("create", namespace, &secret_name))
-                    })?;
+                let created = api.create(&PostParams::default(), &object).await;
+                match created {
+                    Ok(created) => made.push((
+                        secret_name.clone(),
+                        created.metadata.uid.unwrap_or_default(),
+                    )),
+                    Err(e) => {
+                        let err =
+                            cluster.error(e, &secret_action("create", namespace, &secret_name));
+                        undo_secrets(cluster, &api, namespace, &made).await?;
+                        return Err(err);
+                    }
+                }
                 SecretChange::Created
             }
         };
@@ -197,12 +208,19 @@ pub async fn enroll(
             change,
         });
     }
-    let changed = update_vm(cluster, namespace, name, vm, |vm| {
+    let changed = match update_vm(cluster, namespace, name, vm, |vm| {
         logins
             .iter()
             .fold(false, |changed, login| add_to_vm(vm, login) | changed)
     })
-    .await?;
+    .await
+    {
+        Ok(changed) => changed,
+        Err(e) => {
+            undo_secrets(cluster, &api, namespace, &made).await?;
+            return Err(e);
+        }
+    };
     events(if changed {
         EnrollEvent::VmUpdated
     } else {
@@ -375,4 +393,30 @@ pub async fn update_enrolled(cluster: &Cluster, ca_keys: &[String]) -> Result<Tr
         }
     }
     Ok(result)
+}
+
+/// Deletes the Secrets `made` (name, uid) by this run after a later step failed.
+async fn undo_secrets(
+    cluster: &Cluster,
+    api: &Api<Secret>,
+    namespace: &str,
+    made: &[(String, String)],
+) -> Result<()> {
+    for (secret_name, uid) in made {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(secret_name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => {
+                return Err(cluster.error(e, &secret_action("delete", namespace, secret_name)));
+            }
+        }
+    }
+    Ok(())
 }

@@ -151,7 +151,8 @@ fn refused(
         kube::Error::Api(s)
             if s.code == 404
                 && path.contains("virtualmachineinstances")
-                && s.message.trim() != crate::error::NO_SUCH_PATH =>
+                && s.message.trim() != crate::error::NO_SUCH_PATH
+                && s.reason != crate::error::NOT_A_STATUS =>
         {
             Error::Platform(format!(
                 "{} is not running (it has no VirtualMachineInstance); start it with `kubectl vm start {}`",

@@ -1,6 +1,6 @@
 //! Deckhouse virtualization (`virtualization.deckhouse.io/v1alpha2`) as data.
 
-use super::{Capabilities, SessionArbitration, Support};
+use super::{ApiResource, Capabilities, SessionArbitration, Support};
 use crate::api::{DECKHOUSE_VM, VIRTUAL_DISK};
 use crate::flavor::Flavor;
 
@@ -13,6 +13,13 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     disk: VIRTUAL_DISK,
     vm_state_field: "phase",
     sessions: SessionArbitration::ServerProbe,
+    streams: ApiResource {
+        group: crate::flavor::DECKHOUSE_SUBRESOURCES_GROUP,
+        version: crate::flavor::DECKHOUSE_VERSION,
+        resource: "virtualmachines",
+    },
+    // Disks are attached with VirtualMachineBlockDeviceAttachment objects.
+    hotplug: None,
     vnc_screenshot: Support::No(
         "vnc screenshot needs KubeVirt: Deckhouse virtualization has no screenshot subresource",
     ),

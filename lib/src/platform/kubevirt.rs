@@ -1,6 +1,6 @@
 //! KubeVirt (`kubevirt.io/v1`, CDI) as data.
 
-use super::{Capabilities, SessionArbitration, Support};
+use super::{ApiResource, Capabilities, SessionArbitration, Support};
 use crate::api::{DATA_VOLUME, KUBEVIRT_VM, KUBEVIRT_VMI};
 use crate::flavor::Flavor;
 
@@ -14,6 +14,17 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     vm_state_field: "printableStatus",
     // virt-api hands the console and VNC to the newest connection without telling the old one.
     sessions: SessionArbitration::Lease,
+    // virt-api: console, vnc and portforward are subresources of the instance.
+    streams: ApiResource {
+        group: crate::flavor::KUBEVIRT_SUBRESOURCES_GROUP,
+        version: "v1",
+        resource: "virtualmachineinstances",
+    },
+    hotplug: Some(ApiResource {
+        group: crate::flavor::KUBEVIRT_SUBRESOURCES_GROUP,
+        version: "v1",
+        resource: "virtualmachines",
+    }),
     vnc_screenshot: Support::Yes,
     access_credentials: Support::Yes,
     enroll: Support::Yes,

@@ -49,6 +49,17 @@ pub enum SessionArbitration {
     ServerProbe,
 }
 
+/// A resource of an API group, as discovery lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiResource {
+    /// API group.
+    pub group: &'static str,
+    /// Version.
+    pub version: &'static str,
+    /// Plural resource name.
+    pub resource: &'static str,
+}
+
 /// Everything kubectl-vm needs to know about one platform as data.
 #[derive(Debug, Clone, Copy)]
 pub struct Capabilities {
@@ -65,6 +76,11 @@ pub struct Capabilities {
     pub vm_state_field: &'static str,
     /// How console and VNC sessions are kept to one client.
     pub sessions: SessionArbitration,
+    /// The aggregated API whose subresources carry console, VNC and port-forward streams.
+    pub streams: ApiResource,
+    /// The aggregated API that hotplugs disks, when the platform hotplugs through one
+    /// (KubeVirt `addvolume`); `None` when attachments are objects of their own.
+    pub hotplug: Option<ApiResource>,
     /// A screenshot of the VNC display served by the platform.
     pub vnc_screenshot: Support,
     /// Guest users' keys and passwords changed through the guest agent (`credentials`).
@@ -108,6 +124,15 @@ mod tests {
             Some("VirtualMachineInstance")
         );
         assert_eq!(of(Flavor::Deckhouse).instance, None);
+        assert_eq!(
+            of(Flavor::KubeVirt).streams.group,
+            "subresources.kubevirt.io"
+        );
+        assert_eq!(
+            of(Flavor::Deckhouse).streams.group,
+            "subresources.virtualization.deckhouse.io"
+        );
+        assert_eq!(of(Flavor::Deckhouse).hotplug, None);
         assert_eq!(
             of(Flavor::KubeVirt).vm_state_pointer(),
             "/status/printableStatus"

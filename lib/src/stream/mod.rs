@@ -308,7 +308,13 @@ pub fn pre_upgrade_error(code: StatusCode, body: &[u8], action: &Action, server:
         message: String,
     }
     let status: Status = serde_json::from_slice(body).unwrap_or_else(|_| Status {
-        reason: code.canonical_reason().unwrap_or("").replace(' ', ""),
+        // A 404 without a Status is the API server's answer for a path no API serves (virt-api
+        // not registered): classified as such, like kube-rs' answers.
+        reason: if code == StatusCode::NOT_FOUND {
+            crate::error::NOT_A_STATUS.to_owned()
+        } else {
+            code.canonical_reason().unwrap_or("").replace(' ', "")
+        },
         message: crate::error::one_line(&String::from_utf8_lossy(body)),
     });
     let message = if status.message.is_empty() {

@@ -1,6 +1,6 @@
 //! `kubevm-emulator`: runs the emulator until SIGINT/SIGTERM.
 //!
-//! `kubevm-emulator [--fixture FILE]... [--flavor kubevirt|deckhouse|both] [--port N] [--kubeconfig PATH] [--step-ms N]
+//! `kubevm-emulator [--fixture FILE]... [--flavor kubevirt|deckhouse|both] [--port N] [--kubeconfig PATH] [--step-ms N] [--unserve GROUP]...
 //! [--guest default|qemu] [--guest-dir DIR] [--guest-network open|restricted]`
 
 use clap::{Parser, ValueEnum};
@@ -60,6 +60,10 @@ struct Args {
     /// The qemu guests' network.
     #[arg(long, value_enum, default_value = "open")]
     guest_network: GuestNetwork,
+    /// An API group of the flavor not to serve (repeatable), e.g. `subresources.kubevirt.io`
+    /// for a cluster with KubeVirt's CRDs but no virt-api.
+    #[arg(long, value_name = "GROUP")]
+    unserve: Vec<String>,
 }
 
 #[tokio::main]
@@ -103,6 +107,7 @@ async fn main() -> ExitCode {
         flavor,
         port: args.port,
         import_step: std::time::Duration::from_millis(args.step_ms.max(1)),
+        unserved_groups: args.unserve.clone(),
     })
     .await
     {

@@ -39,6 +39,8 @@ pub struct ApiError {
     pub details: Option<Value>,
     /// Extra response headers (e.g. `Warning`).
     pub headers: Vec<(String, String)>,
+    /// Answered as Go's `http.NotFound` text instead of a `Status` (see [`ApiError::no_handler`]).
+    pub plain_text: bool,
 }
 
 /// Resource name as Kubernetes prints it in messages: `virtualmachines.kubevirt.io`, or just
@@ -72,6 +74,7 @@ impl ApiError {
             message: message.into(),
             details: None,
             headers: vec![],
+            plain_text: false,
         }
     }
 
@@ -120,6 +123,21 @@ impl ApiError {
             "the server could not find the requested resource",
         );
         e.details = Some(json!({}));
+        e
+    }
+
+    /// A path no handler of the API server serves (an API group that is not installed, e.g.
+    /// `subresources.kubevirt.io` without virt-api's APIService): the request falls through the
+    /// delegation chain (kube-aggregator → kube-apiserver → apiextensions-apiserver, whose
+    /// CRD handler delegates a group/resource it has no CRD for) to its last handler,
+    /// k8s.io/apiserver `pkg/util/notfoundhandler/notfoundhandler.go` `ServeHTTP`, which once the
+    /// mux is complete calls Go's `http.NotFound`: 404, `text/plain; charset=utf-8`,
+    /// `X-Content-Type-Options: nosniff`, body `404 page not found\n` — not a Status. (client-go
+    /// renders it as `the server could not find the requested resource`; kube-rs keeps the text
+    /// with reason `Failed to parse error data`.)
+    pub fn no_handler() -> Self {
+        let mut e = Self::new(404, "NotFound", "404 page not found");
+        e.plain_text = true;
         e
     }
 
@@ -257,6 +275,17 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = http::StatusCode::from_u16(self.code)
             .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+        if self.plain_text {
+            return (
+                code,
+                [
+                    (http::header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+                    (http::header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+                ],
+                format!("{}\n", self.message),
+            )
+                .into_response();
+        }
         let mut resp = (
             code,
             [(http::header::CONTENT_TYPE, "application/json")],

@@ -25,6 +25,7 @@ mod server_side_apply;
 mod storage;
 mod streams;
 mod subresource_rbac;
+mod unserved;
 mod upload;
 
 /// Every `tests/*.rs` is a module here: a file left out would never be compiled or run.

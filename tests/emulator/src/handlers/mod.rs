@@ -187,9 +187,11 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                 d["apiVersion"] = "v1".into();
                 ok(&d)
             })
-            .ok_or_else(ApiError::path_not_found);
+            .ok_or_else(ApiError::no_handler);
     }
-    let rp = parse_path(&path).ok_or_else(ApiError::path_not_found)?;
+    // Paths no API group serves fall through to the delegation chain's last handler
+    // (`ApiError::no_handler`, notfoundhandler.go): a text 404, not a Status.
+    let rp = parse_path(&path).ok_or_else(ApiError::no_handler)?;
     // An aggregated APIService's group/version: everything under it goes to its backend.
     if !rp.group.is_empty()
         && let Some(backend) = crate::aggregator::backend_for(app, &rp.group, &rp.version)
@@ -199,7 +201,7 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
     if rp.plural.is_empty() {
         return discovery::resource_list(&app.registry, &rp.group, &rp.version)
             .map(|d| ok(&d))
-            .ok_or_else(ApiError::path_not_found);
+            .ok_or_else(ApiError::no_handler);
     }
     if app.registry.aggregated(&rp.group, &rp.version).is_some() {
         return subresources::handle(app, &user, &rp, &mut parts, &q, &body).await;
@@ -207,7 +209,7 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
     let def = app
         .registry
         .find(&rp.group, &rp.version, &rp.plural)
-        .ok_or_else(ApiError::path_not_found)?;
+        .ok_or_else(ApiError::no_handler)?;
     if def.namespaced != rp.namespace.is_some() && !(def.namespaced && rp.name.is_none()) {
         return Err(ApiError::path_not_found());
     }

@@ -290,6 +290,14 @@ impl Registry {
         }
     }
 
+    /// The same without these API groups (neither their kinds nor their subresource-only
+    /// groups are served).
+    pub fn without_groups(mut self, groups: &[String]) -> Self {
+        self.resources.retain(|r| !groups.contains(&r.group));
+        self.aggregated.retain(|a| !groups.contains(&a.group));
+        self
+    }
+
     /// The kind served at `group/version/plural`.
     pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
         self.resources
