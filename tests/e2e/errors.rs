@@ -140,17 +140,20 @@ fn platform_missing_is_explained() {
 
 #[test]
 fn closed_stdout_exits_quietly() {
-    use std::io::Read;
     let env = Env::kubevirt();
     let mut child = env.spawn(&["list", "-A", "-w"]);
-    let mut first = [0u8; 4];
-    child
-        .stdout
-        .as_mut()
-        .unwrap()
-        .read_exact(&mut first)
-        .unwrap();
-    drop(child.stdout.take());
+    // The whole first listing, not just its header: a change made while the list is still
+    // being read would be in the list itself and give the watch nothing to write (the test
+    // hung once so, on a loaded machine). A change after the listing is replayed to the
+    // watch from the list's resourceVersion, however late the watch starts.
+    let vms = env.emulator.objects("kubevirt.io", "virtualmachines", None).len();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    for _ in 0..=vms {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert!(!line.is_empty(), "the listing ended early");
+    }
+    drop(out);
     // A change makes the watch write to the closed pipe.
     let mut vm = env
         .emulator
