@@ -33,6 +33,15 @@ pub struct Kind {
     pub namespaced: bool,
 }
 
+/// Deckhouse's VirtualMachineBlockDeviceAttachment.
+pub const VMBDA: Kind = Kind {
+    group: "virtualization.deckhouse.io",
+    version: "v1alpha2",
+    kind: "VirtualMachineBlockDeviceAttachment",
+    plural: "virtualmachineblockdeviceattachments",
+    namespaced: true,
+};
+
 /// KubeVirt's VirtualMachine.
 pub const KUBEVIRT_VM: Kind = Kind {
     group: "kubevirt.io",

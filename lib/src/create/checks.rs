@@ -11,7 +11,7 @@ use crate::cluster::Cluster;
 use crate::create::plan::OsType;
 use crate::create::{BootSource, VmPlan, sizing};
 use crate::error::{Error, Result};
-use crate::flavor::{Flavor, Platform};
+use crate::flavor::Platform;
 use crate::signer::{self, client::Mode};
 use crate::validate::{Checksum, ChecksumAlgo};
 
@@ -71,7 +71,7 @@ pub async fn check_checksums(
     let BootSource::Url { checksums, .. } = &mut plan.boot else {
         return Ok(());
     };
-    if checksums.is_empty() || platform.flavor == Flavor::Deckhouse {
+    if checksums.is_empty() || crate::platform::of(platform.flavor).verifies_every_checksum {
         return Ok(());
     }
     let Some(why) = checksum_gap(cdi_version(cluster).await, checksums) else {
@@ -321,7 +321,7 @@ pub async fn prepare(
 ) -> Result<Prepared> {
     if let Some((cluster, platform)) = cluster {
         check_checksums(cluster, platform, &mut plan, options.allow_unverified, warn).await?;
-        if plan.flavor == Flavor::Deckhouse {
+        if crate::platform::of(plan.flavor).sizing_policies {
             check_sizing(cluster, platform, &plan).await?;
         }
     }
@@ -341,8 +341,8 @@ pub async fn prepare(
         }
         Some(n) => {
             if let Some((_, platform)) = cluster
-                && plan.flavor == Flavor::KubeVirt
-                && !platform.serves("pool.kubevirt.io", "v1beta1")
+                && let Some(pool) = crate::platform::of(plan.flavor).pool
+                && !platform.serves(pool.group, pool.version)
             {
                 return Err(Error::Platform(
                     "--replicas needs KubeVirt's VirtualMachinePool (pool.kubevirt.io/v1beta1), which this cluster does not serve".into(),

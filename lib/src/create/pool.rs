@@ -59,7 +59,7 @@ pub(super) fn validate(plan: &VmPlan) -> Result<(), PlanError> {
             "--disk {name} cannot be used with --replicas: every replica gets its own disks; boot from --image, --url, --clone-pvc or --blank"
         ));
     }
-    if plan.flavor == Flavor::KubeVirt
+    if crate::platform::of(plan.flavor).pool.is_some()
         && matches!(&plan.boot, BootSource::Url { checksums, .. } if !checksums.is_empty())
     {
         return conflict(

@@ -19,10 +19,10 @@ use std::time::Duration;
 use kube::api::{DeleteParams, DynamicObject, ListParams};
 use serde_json::Value;
 
-use crate::api::{DATA_VOLUME, KUBEVIRT_VMI, Kind, SECRET, VIRTUAL_DISK};
+use crate::api::{KUBEVIRT_VMI, Kind, SECRET};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::flavor::{Flavor, Platform};
+use crate::flavor::Platform;
 use crate::names::companion_selector;
 
 /// An object that goes (or stays) with the VM.
@@ -144,10 +144,8 @@ pub async fn plan(
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    let disk_kind = match platform.flavor {
-        Flavor::KubeVirt => DATA_VOLUME,
-        Flavor::Deckhouse => VIRTUAL_DISK,
-    };
+    let caps = crate::platform::of(platform.flavor);
+    let disk_kind = caps.disk;
     let mut disks: Vec<Companion> = Vec::new();
     let add = |disks: &mut Vec<Companion>, object: &Value| {
         let disk_name = object["metadata"]["name"].as_str().unwrap_or_default();
@@ -164,9 +162,9 @@ pub async fn plan(
         }
     };
     let disk_api = disk_kind.api(&cluster.client, Some(namespace));
-    if platform.flavor == Flavor::KubeVirt {
+    if let Some(pointer) = caps.disk_templates {
         let templates = vm
-            .pointer("/spec/dataVolumeTemplates")
+            .pointer(pointer)
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -205,8 +203,7 @@ pub async fn plan(
         Err(_) => Vec::new(),
     };
     let mut attachments = Vec::new();
-    if platform.flavor == Flavor::Deckhouse {
-        let vmbda = crate::disk::deckhouse::VMBDA;
+    if let Some(vmbda) = crate::platform::of(platform.flavor).attachments {
         let list = vmbda
             .api(&cluster.client, Some(namespace))
             .list(&selector)
@@ -412,6 +409,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{DATA_VOLUME, VIRTUAL_DISK};
     use serde_json::json;
 
     #[tokio::test]

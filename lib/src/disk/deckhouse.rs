@@ -23,14 +23,7 @@ use crate::lifecycle::watch::{self, Watched};
 use crate::names::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 use crate::quantity::Quantity;
 
-/// Deckhouse's VirtualMachineBlockDeviceAttachment.
-pub const VMBDA: Kind = Kind {
-    group: "virtualization.deckhouse.io",
-    version: "v1alpha2",
-    kind: "VirtualMachineBlockDeviceAttachment",
-    plural: "virtualmachineblockdeviceattachments",
-    namespaced: true,
-};
+pub use crate::api::VMBDA;
 
 /// Deckhouse's VirtualImage.
 pub const VIRTUAL_IMAGE: Kind = Kind {

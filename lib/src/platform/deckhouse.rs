@@ -1,7 +1,7 @@
 //! Deckhouse virtualization (`virtualization.deckhouse.io/v1alpha2`) as data.
 
 use super::{ApiResource, Capabilities, SessionArbitration, Support};
-use crate::api::{DECKHOUSE_VM, VIRTUAL_DISK};
+use crate::api::{DECKHOUSE_VM, VIRTUAL_DISK, VMBDA};
 use crate::flavor::Flavor;
 
 /// What Deckhouse virtualization serves and supports.
@@ -20,6 +20,13 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     },
     // Disks are attached with VirtualMachineBlockDeviceAttachment objects.
     hotplug: None,
+    disk_templates: None,
+    attachments: Some(VMBDA),
+    // A pool is N VirtualMachines labelled with the pool's name.
+    pool: None,
+    // `dataSource.http.checksum` is checked by the platform's importer.
+    verifies_every_checksum: true,
+    sizing_policies: true,
     vnc_screenshot: Support::No(
         "vnc screenshot needs KubeVirt: Deckhouse virtualization has no screenshot subresource",
     ),

@@ -20,6 +20,15 @@ pub const CAPABILITIES: Capabilities = Capabilities {
         version: "v1",
         resource: "virtualmachineinstances",
     },
+    disk_templates: Some("/spec/dataVolumeTemplates"),
+    attachments: None,
+    pool: Some(ApiResource {
+        group: "pool.kubevirt.io",
+        version: "v1beta1",
+        resource: "virtualmachinepools",
+    }),
+    verifies_every_checksum: false,
+    sizing_policies: false,
     hotplug: Some(ApiResource {
         group: crate::flavor::KUBEVIRT_SUBRESOURCES_GROUP,
         version: "v1",

@@ -78,6 +78,21 @@ pub struct Capabilities {
     pub sessions: SessionArbitration,
     /// The aggregated API whose subresources carry console, VNC and port-forward streams.
     pub streams: ApiResource,
+    /// Where a VM declares disks the platform creates with it and gives to it (KubeVirt
+    /// `spec.dataVolumeTemplates`), as a JSON pointer; `None` when disks are objects the VM
+    /// only names.
+    pub disk_templates: Option<&'static str>,
+    /// The kind of a disk attachment, when attachments are objects of their own (Deckhouse
+    /// VirtualMachineBlockDeviceAttachment); `None` when they live in the VM.
+    pub attachments: Option<Kind>,
+    /// The API of a pool object holding a VM's replicas (KubeVirt VirtualMachinePool); `None`
+    /// where `create --replicas` makes each replica a VM of its own.
+    pub pool: Option<ApiResource>,
+    /// The platform itself checks every image checksum it is given; otherwise it depends on
+    /// the importer's version (CDI checks them from v1.65).
+    pub verifies_every_checksum: bool,
+    /// VM classes carry sizing policies a VM must fit (Deckhouse VirtualMachineClass).
+    pub sizing_policies: bool,
     /// The aggregated API that hotplugs disks, when the platform hotplugs through one
     /// (KubeVirt `addvolume`); `None` when attachments are objects of their own.
     pub hotplug: Option<ApiResource>,
