@@ -146,7 +146,10 @@ fn closed_stdout_exits_quietly() {
     // being read would be in the list itself and give the watch nothing to write (the test
     // hung once so, on a loaded machine). A change after the listing is replayed to the
     // watch from the list's resourceVersion, however late the watch starts.
-    let vms = env.emulator.objects("kubevirt.io", "virtualmachines", None).len();
+    let vms = env
+        .emulator
+        .objects("kubevirt.io", "virtualmachines", None)
+        .len();
     let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
     for _ in 0..=vms {
         let mut line = String::new();
