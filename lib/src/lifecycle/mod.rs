@@ -109,31 +109,34 @@ impl Action {
     /// Check the action against the platform before any request; the error is a usage
     /// error (one line, exit 2).
     pub fn check(&self, flavor: Flavor, dry_run: DryRun) -> Result<()> {
-        let bad = |m: String| Err(Error::InvalidTarget(m));
-        match (flavor, self) {
-            (
-                Flavor::Deckhouse,
-                Action::Pause | Action::Unpause | Action::SoftReboot | Action::Reset,
-            ) => bad(
-                format!(
-                    "{} is not supported by Deckhouse virtualization (it has no such VirtualMachineOperation); it works on KubeVirt",
-                    self.verb()
-                ),
-            ),
-            (Flavor::Deckhouse, Action::Start { paused: true }) => {
-                bad("--paused is not supported by Deckhouse virtualization".into())
+        let caps = crate::platform::of(flavor);
+        let refuse = |support: crate::platform::Support, say: &dyn Fn(&str) -> String| {
+            support
+                .reason()
+                .map_or(Ok(()), |why| Err(Error::InvalidTarget(say(why))))
+        };
+        match self {
+            Action::Pause | Action::Unpause | Action::SoftReboot | Action::Reset => {
+                refuse(caps.guest_power, &|why| format!("{} {why}", self.verb()))?;
+                if dry_run == DryRun::Server && matches!(self, Action::SoftReboot | Action::Reset) {
+                    let name = if *self == Action::Reset {
+                        "reset"
+                    } else {
+                        "softreboot"
+                    };
+                    refuse(caps.guest_power_server_dry_run, &|why| {
+                        format!("{}'s {name} {why}", flavor.display_name())
+                    })?;
+                }
+                Ok(())
             }
-            (Flavor::Deckhouse, Action::Stop { grace_period: Some(_), .. }) => bad(
-                "--grace-period is not supported by Deckhouse virtualization; use --force to stop at once".into(),
-            ),
-            (Flavor::KubeVirt, Action::Migrate { force: true, .. } | Action::Evict { force: true }) => {
-                bad("--force (AutoConverge) applies to Deckhouse virtualization only; KubeVirt takes it from the migration policy".into())
-            }
-            (Flavor::KubeVirt, Action::SoftReboot | Action::Reset) if dry_run == DryRun::Server => {
-                bad(format!(
-                    "KubeVirt's {} takes no options, so it has no server-side dry run; use --dry-run=client",
-                    if *self == Action::Reset { "reset" } else { "softreboot" }
-                ))
+            Action::Start { paused: true } => refuse(caps.start_paused, &str::to_owned),
+            Action::Stop {
+                grace_period: Some(_),
+                ..
+            } => refuse(caps.stop_grace_period, &str::to_owned),
+            Action::Migrate { force: true, .. } | Action::Evict { force: true } => {
+                refuse(caps.migration_force, &str::to_owned)
             }
             _ => Ok(()),
         }

@@ -33,6 +33,16 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     access_credentials: Support::No(
         "credentials need KubeVirt: Deckhouse virtualization has no accessCredentials; give keys at creation (`kubectl vm create --ssh-key`, `--access-credential` is written into cloud-init there)",
     ),
+    guest_power: Support::No(
+        "is not supported by Deckhouse virtualization (it has no such VirtualMachineOperation); it works on KubeVirt",
+    ),
+    guest_power_server_dry_run: Support::Yes,
+    start_paused: Support::No("--paused is not supported by Deckhouse virtualization"),
+    stop_grace_period: Support::No(
+        "--grace-period is not supported by Deckhouse virtualization; use --force to stop at once",
+    ),
+    // A Migrate/Evict operation's `force` allows AutoConverge.
+    migration_force: Support::Yes,
     enroll: Support::No(
         "enrolling needs KubeVirt: Deckhouse virtualization has no accessCredentials to put the CA trust into the guest; VMs made with `kubectl vm create` trust the CA through cloud-init, others take `kubectl vm ssh -i KEY`",
     ),

@@ -37,4 +37,14 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     vnc_screenshot: Support::Yes,
     access_credentials: Support::Yes,
     enroll: Support::Yes,
+    guest_power: Support::Yes,
+    // softreboot and reset take no body, so no `dryRun` option either.
+    guest_power_server_dry_run: Support::No(
+        "takes no options, so it has no server-side dry run; use --dry-run=client",
+    ),
+    start_paused: Support::Yes,
+    stop_grace_period: Support::Yes,
+    migration_force: Support::No(
+        "--force (AutoConverge) applies to Deckhouse virtualization only; KubeVirt takes it from the migration policy",
+    ),
 };

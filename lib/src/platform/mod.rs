@@ -36,6 +36,14 @@ impl Support {
     pub fn is_yes(self) -> bool {
         self == Support::Yes
     }
+
+    /// Why the platform does not offer it (`None` when it does).
+    pub fn reason(self) -> Option<&'static str> {
+        match self {
+            Support::Yes => None,
+            Support::No(why) => Some(why),
+        }
+    }
 }
 
 /// How a console or VNC session is kept to one client.
@@ -102,6 +110,17 @@ pub struct Capabilities {
     pub access_credentials: Support,
     /// CA trust put into a guest not made by kubectl-vm (`enroll`).
     pub enroll: Support,
+    /// Pause, unpause, soft reboot and reset of a running guest (the reason follows the verb).
+    pub guest_power: Support,
+    /// Those guest actions with a server-side dry run (the reason follows
+    /// "PLATFORM's ACTION").
+    pub guest_power_server_dry_run: Support,
+    /// Starting a VM with its guest paused (`start --paused`).
+    pub start_paused: Support,
+    /// A grace period for stopping (`stop --grace-period`).
+    pub stop_grace_period: Support,
+    /// Forcing a migration to converge (`migrate --force`, `evict --force`).
+    pub migration_force: Support,
 }
 
 impl Capabilities {
