@@ -206,8 +206,6 @@ pub const DEFAULT_CORES: u32 = 1;
 pub const DEFAULT_MEMORY: Quantity = Quantity::from_bytes(1 << 30);
 /// Size of an imported boot disk when `--disk-size` is not given.
 pub const DEFAULT_DISK_SIZE: Quantity = Quantity::from_bytes(10 << 30);
-/// Most block devices a Deckhouse VM may reference.
-const DECKHOUSE_MAX_DEVICES: usize = 16;
 
 /// Everything `kubectl vm create` was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -535,6 +533,7 @@ impl VmPlan {
     }
 
     fn validate_disks(&self) -> Result<(), PlanError> {
+        let caps = crate::platform::of(self.flavor);
         for (i, disk) in self.data_disks.iter().enumerate() {
             validate::dns_label("disk", &disk.name)?;
             if self.data_disks[..i].iter().any(|d| d.name == disk.name) {
@@ -554,16 +553,16 @@ impl VmPlan {
             validate::dns_label("disk", &self.data_disk_name(disk)).map_err(|_| {
                 conflict(format!("the data disk name {} is longer than 63 characters: use shorter VM or disk names", self.data_disk_name(disk)))
             })?;
-            if self.flavor == Flavor::Deckhouse && disk.bus.is_some() {
-                return Err(conflict(format!(
-                    "--data-disk {}: bus= is KubeVirt-only; Deckhouse picks the bus itself",
-                    disk.name
-                )));
+            if let (Some(why), Some(_)) = (caps.disk_bus_choice.reason(), &disk.bus) {
+                return Err(conflict(format!("--data-disk {}: {why}", disk.name)));
             }
         }
-        if self.flavor == Flavor::Deckhouse && self.data_disks.len() + 1 > DECKHOUSE_MAX_DEVICES {
+        if let Some(max) = caps.max_block_devices
+            && self.data_disks.len() + 1 > max
+        {
             return Err(conflict(format!(
-                "too many --data-disk: a Deckhouse VM takes at most {DECKHOUSE_MAX_DEVICES} disks including the boot disk"
+                "too many --data-disk: a VM on {} takes at most {max} disks including the boot disk",
+                self.flavor.display_name()
             )));
         }
         Ok(())

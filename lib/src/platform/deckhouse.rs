@@ -37,6 +37,9 @@ pub const CAPABILITIES: Capabilities = Capabilities {
         "is not supported by Deckhouse virtualization (it has no such VirtualMachineOperation); it works on KubeVirt",
     ),
     guest_power_server_dry_run: Support::Yes,
+    disk_bus_choice: Support::No("bus= is KubeVirt-only; Deckhouse picks the bus itself"),
+    // virtualization's VirtualMachine CRD: `blockDeviceRefs` holds at most 16 items.
+    max_block_devices: Some(16),
     start_paused: Support::No("--paused is not supported by Deckhouse virtualization"),
     stop_grace_period: Support::No(
         "--grace-period is not supported by Deckhouse virtualization; use --force to stop at once",

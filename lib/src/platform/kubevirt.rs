@@ -42,6 +42,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     guest_power_server_dry_run: Support::No(
         "takes no options, so it has no server-side dry run; use --dry-run=client",
     ),
+    disk_bus_choice: Support::Yes,
+    max_block_devices: None,
     start_paused: Support::Yes,
     stop_grace_period: Support::Yes,
     migration_force: Support::No(

@@ -121,6 +121,10 @@ pub struct Capabilities {
     pub stop_grace_period: Support,
     /// Forcing a migration to converge (`migrate --force`, `evict --force`).
     pub migration_force: Support,
+    /// Choosing a disk's bus (`--data-disk …,bus=`); the reason follows "--data-disk NAME: ".
+    pub disk_bus_choice: Support,
+    /// The most block devices a VM takes, the boot disk included, where the platform caps it.
+    pub max_block_devices: Option<usize>,
 }
 
 impl Capabilities {

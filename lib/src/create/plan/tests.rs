@@ -152,6 +152,24 @@ fn disk_conflicts() {
     let mut p = image(Flavor::KubeVirt);
     p.name = "a".repeat(60);
     assert!(err(&p).contains("at most 58"));
+
+    // Deckhouse's VirtualMachine CRD: `blockDeviceRefs` maxItems 16, the boot disk included.
+    let disks = |n: usize| -> Vec<DataDisk> {
+        (0..n)
+            .map(|i| format!("d{i}=1Gi").parse().unwrap())
+            .collect()
+    };
+    let mut p = image(Flavor::Deckhouse);
+    p.data_disks = disks(15);
+    p.validate().unwrap();
+    p.data_disks = disks(16);
+    assert_eq!(
+        err(&p),
+        "too many --data-disk: a VM on Deckhouse virtualization takes at most 16 disks including the boot disk"
+    );
+    let mut p = image(Flavor::KubeVirt);
+    p.data_disks = disks(16);
+    p.validate().unwrap();
 }
 
 #[test]
