@@ -253,6 +253,7 @@ mod tests {
     fn plan(disks: &[&str], keep_disks: bool) -> DeletePlan {
         DeletePlan {
             vm_kind: DECKHOUSE_VM,
+            instance_kind: None,
             name: "web".into(),
             namespace: "prod".into(),
             uid: "u".into(),

@@ -19,7 +19,7 @@ use std::time::Duration;
 use kube::api::{DeleteParams, DynamicObject, ListParams};
 use serde_json::Value;
 
-use crate::api::{KUBEVIRT_VMI, Kind, SECRET};
+use crate::api::{Kind, SECRET};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::flavor::Platform;
@@ -61,6 +61,9 @@ pub fn quoted_ref(kind: &Kind, name: &str) -> String {
 pub struct DeletePlan {
     /// The VM kind of the platform.
     pub vm_kind: Kind,
+    /// The platform's instance kind, when a running VM has one apart from the VM (KubeVirt's
+    /// VirtualMachineInstance, which the VM owns).
+    pub instance_kind: Option<Kind>,
     /// VM name.
     pub name: String,
     /// Namespace.
@@ -239,6 +242,7 @@ pub async fn plan(
         .map(str::to_owned);
     Ok(DeletePlan {
         vm_kind,
+        instance_kind: caps.instance,
         name: name.to_owned(),
         namespace: namespace.to_owned(),
         uid,
@@ -274,18 +278,18 @@ pub async fn execute(cluster: &Cluster, plan: &DeletePlan, server_dry_run: bool)
     let orphan = plan.keep_disks && plan.disks.iter().any(|d| d.owned);
     let mut dependents: Vec<Companion> = Vec::new();
     if orphan {
-        if plan.vm_kind == crate::api::KUBEVIRT_VM {
-            let vmi = KUBEVIRT_VMI
+        if let Some(instance) = plan.instance_kind {
+            let vmi = instance
                 .api(&cluster.client, ns)
                 .get_opt(&plan.name)
                 .await
                 .map_err(|e| {
-                    cluster.error(e, &KUBEVIRT_VMI.action("get", ns).named(plan.name.as_str()))
+                    cluster.error(e, &instance.action("get", ns).named(plan.name.as_str()))
                 })?
                 .map(to_value);
             if let Some(vmi) = vmi.filter(|v| owned_by(v, &plan.uid)) {
                 dependents.push(Companion {
-                    kind: KUBEVIRT_VMI,
+                    kind: instance,
                     name: plan.name.clone(),
                     owned: true,
                     uid: vmi["metadata"]["uid"]
