@@ -429,30 +429,7 @@ pub(crate) fn keygen_list(env: &Env, cert: &str) -> (String, Vec<String>, String
 /// OpenSSH with the user certificate `cert` (and the tool's key) to `kubevm@VM.default`.
 pub(crate) fn ssh_with_cert(env: &Env, vm: &str, cert: &std::path::Path) -> std::process::Output {
     let key = env.dir.path().join(".kube/kubectl-vm/ssh/id_ed25519");
-    env.command("ssh")
-        .args([
-            "-F",
-            "/dev/null",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "IdentitiesOnly=yes",
-        ])
-        .args([
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-        ])
-        .arg("-o")
-        .arg(format!(
-            "ProxyCommand={} port-forward --stdio {vm}.default 22",
-            crate::common::BIN
-        ))
-        .arg("-i")
-        .arg(&key)
-        .arg("-o")
-        .arg(format!("CertificateFile={}", cert.display()))
+    crate::common::openssh_via_vm(env, "", &format!("{vm}.default"), &key, cert)
         .args([&format!("kubevm@{vm}.default"), "true"])
         .output()
         .unwrap()

@@ -244,3 +244,42 @@ pub(crate) fn changes(env: &Env) -> Vec<(String, String, Option<serde_json::Valu
         .map(|r| (r.method.clone(), r.path.clone(), r.json()))
         .collect()
 }
+
+/// Real OpenSSH reaching VM `target` (`NAME.NAMESPACE`) through `kubectl-vm port-forward
+/// --stdio`, logging in with private key `key` and certificate `cert` only: no config file,
+/// no agent, no prompt, and no host-key check (the tests that use it are about the user
+/// side). `kubectl_vm_flags` go before `port-forward` (e.g. `--kubeconfig FILE`). The caller
+/// adds `USER@HOST` and the remote command.
+pub fn openssh_via_vm(
+    env: &Env,
+    kubectl_vm_flags: &str,
+    target: &str,
+    key: &Path,
+    cert: &Path,
+) -> Command {
+    let mut command = env.command("ssh");
+    command
+        .args([
+            "-F",
+            "/dev/null",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+        ])
+        .args([
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+        ])
+        .arg("-o")
+        .arg(format!(
+            "ProxyCommand={BIN} {kubectl_vm_flags} port-forward --stdio {target} 22"
+        ))
+        .arg("-i")
+        .arg(key)
+        .arg("-o")
+        .arg(format!("CertificateFile={}", cert.display()));
+    command
+}

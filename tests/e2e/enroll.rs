@@ -85,34 +85,16 @@ fn openssh_with_cert_of(env: &Env, vm: &str, host: &str) -> std::process::Output
 fn openssh_with_cert_file(env: &Env, vm: &str, host: &str) -> std::process::Output {
     let dir = env.dir.path().join(".kube/kubectl-vm/ssh");
     let kubeconfig = env.kubeconfig.to_str().unwrap();
-    env.command("ssh")
-        .args(["-F", "/dev/null", "-o", "BatchMode=yes"])
-        .args([
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-        ])
-        .arg("-o")
-        .arg(format!(
-            "ProxyCommand={BIN} --kubeconfig {kubeconfig} port-forward --stdio {vm}.default 22"
-        ))
-        .arg("-i")
-        .arg(dir.join("id_ed25519"))
-        .arg("-o")
-        .arg(format!(
-            "CertificateFile={}",
-            dir.join(format!("certs/debian@{host}-cert.pub")).display()
-        ))
-        .args([
-            "-o",
-            "IdentitiesOnly=yes",
-            &format!("debian@{vm}"),
-            "id",
-            "-un",
-        ])
-        .output()
-        .unwrap()
+    crate::common::openssh_via_vm(
+        env,
+        &format!("--kubeconfig {kubeconfig}"),
+        &format!("{vm}.default"),
+        &dir.join("id_ed25519"),
+        &dir.join(format!("certs/debian@{host}-cert.pub")),
+    )
+    .args([&format!("debian@{vm}"), "id", "-un"])
+    .output()
+    .unwrap()
 }
 
 #[test]

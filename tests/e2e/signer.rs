@@ -337,30 +337,7 @@ fn rbac_and_scoping(env: &Env, flavor: &str) {
     let key = base.join("id_ed25519");
     let cert = base.join("certs/kubevm@web.dev.vm-cert.pub");
     for (vm, ns) in [("db", "dev"), ("web", "prod")] {
-        let out = env
-            .command("ssh")
-            .args([
-                "-F",
-                "/dev/null",
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "IdentitiesOnly=yes",
-            ])
-            .args([
-                "-o",
-                "StrictHostKeyChecking=no",
-                "-o",
-                "UserKnownHostsFile=/dev/null",
-            ])
-            .arg("-o")
-            .arg(format!(
-                "ProxyCommand={BIN} port-forward --stdio {vm}.{ns} 22"
-            ))
-            .arg("-i")
-            .arg(&key)
-            .arg("-o")
-            .arg(format!("CertificateFile={}", cert.display()))
+        let out = crate::common::openssh_via_vm(env, "", &format!("{vm}.{ns}"), &key, &cert)
             .args([&format!("kubevm@{vm}.{ns}"), "true"])
             .output()
             .unwrap();
