@@ -201,3 +201,71 @@ mod tests {
         }
     }
 }
+
+/// Properties of quantity parsing (issue 37): `PROPTEST_CASES=100000 cargo test -p kubevm --lib
+/// quantity::properties` for a long run.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The suffixes of k8s.io/apimachinery `resource.Quantity` with their value as a fraction,
+    /// from its documentation (binarySI, decimalSI), not from this module's tables.
+    fn suffixes() -> Vec<(&'static str, u128, u128)> {
+        let k = 1000u128;
+        vec![
+            ("", 1, 1),
+            ("Ki", 1 << 10, 1),
+            ("Mi", 1 << 20, 1),
+            ("Gi", 1 << 30, 1),
+            ("Ti", 1 << 40, 1),
+            ("Pi", 1 << 50, 1),
+            ("Ei", 1 << 60, 1),
+            ("n", 1, k * k * k),
+            ("u", 1, k * k),
+            ("m", 1, k),
+            ("k", k, 1),
+            ("M", k * k, 1),
+            ("G", k * k * k, 1),
+            ("T", k * k * k * k, 1),
+            ("P", k * k * k * k * k, 1),
+            ("E", k * k * k * k * k * k, 1),
+            ("e3", k, 1),
+            ("E-3", 1, k),
+            ("e+6", k * k, 1),
+        ]
+    }
+
+    proptest! {
+        /// A quantity `INT[.FRAC]SUFFIX` means (INT.FRAC × suffix) bytes: it parses to exactly
+        /// that when it is a whole number of bytes that fits in 64 bits, and is refused
+        /// otherwise.
+        #[test]
+        fn value_is_the_number_times_the_unit(int in 0u64..100_000, frac in proptest::option::of("[0-9]{1,4}"), pick in 0usize..19) {
+            let (suffix, num, den) = suffixes()[pick];
+            let frac = frac.unwrap_or_default();
+            let text = if frac.is_empty() { format!("{int}{suffix}") } else { format!("{int}.{frac}{suffix}") };
+            let scale = 10u128.pow(frac.len() as u32);
+            let mantissa = u128::from(int) * scale + frac.parse::<u128>().unwrap_or(0);
+            let (n, d) = (mantissa * num, scale * den);
+            let expected = (n % d == 0).then(|| n / d).and_then(|v| u64::try_from(v).ok());
+            prop_assert_eq!(Quantity::parse(&text).ok().map(Quantity::bytes), expected, "{}", text);
+        }
+
+        /// Any byte count prints in a form that parses back to the same count.
+        #[test]
+        fn display_round_trips(bytes in any::<u64>()) {
+            let q = Quantity::from_bytes(bytes);
+            prop_assert_eq!(Quantity::parse(&q.to_string()), Ok(q));
+        }
+
+        /// Whatever the input, parsing never panics, and a refusal is one line quoting it.
+        #[test]
+        fn refusals_are_one_line(text in "[0-9.eE+-]{0,6}[KMGTPEkmunie]{0,2}[0-9 ]{0,3}|\\PC{0,12}") {
+            if let Err(e) = Quantity::parse(&text) {
+                prop_assert!(!e.to_string().contains('\n'));
+                prop_assert_eq!(e.value, text);
+            }
+        }
+    }
+}

@@ -28,7 +28,7 @@ pub fn check_length(selector: &str) -> Result<()> {
 /// alphanumeric), a value empty or the same shape without the prefix.
 pub fn check(selector: &str) -> Result<()> {
     check_length(selector)?;
-    if selector.trim().is_empty() {
+    if selector.trim_matches(SPACE).is_empty() {
         return Err(Error::InvalidTarget(
             "-l needs a label selector, e.g. -l app=web".into(),
         ));
@@ -40,11 +40,15 @@ pub fn check(selector: &str) -> Result<()> {
     })
 }
 
+/// The characters apimachinery's selector lexer skips between tokens (`isWhitespace` in
+/// `pkg/labels/selector.go`); any other character, a non-breaking space too, belongs to a token.
+const SPACE: [char; 4] = [' ', '\t', '\r', '\n'];
+
 fn parse(text: &str) -> std::result::Result<(), String> {
     let mut rest = text;
     loop {
         rest = requirement(rest)?;
-        let trimmed = rest.trim_start();
+        let trimmed = rest.trim_start_matches(SPACE);
         if trimmed.is_empty() {
             return Ok(());
         }
@@ -65,9 +69,9 @@ fn is_key_char(c: char) -> bool {
 
 /// One requirement; returns what follows it.
 fn requirement(text: &str) -> std::result::Result<&str, String> {
-    let text = text.trim_start();
+    let text = text.trim_start_matches(SPACE);
     let (negated, text) = match text.strip_prefix('!') {
-        Some(t) => (true, t.trim_start()),
+        Some(t) => (true, t.trim_start_matches(SPACE)),
         None => (false, text),
     };
     let end = text.find(|c: char| !is_key_char(c)).unwrap_or(text.len());
@@ -79,7 +83,7 @@ fn requirement(text: &str) -> std::result::Result<&str, String> {
         });
     }
     check_key(key)?;
-    let after = rest.trim_start();
+    let after = rest.trim_start_matches(SPACE);
     if negated || after.is_empty() || after.starts_with(',') {
         return Ok(rest);
     }
@@ -90,7 +94,7 @@ fn requirement(text: &str) -> std::result::Result<&str, String> {
     }
     for op in [">", "<"] {
         if let Some(v) = after.strip_prefix(op) {
-            let v = v.trim_start();
+            let v = v.trim_start_matches(SPACE);
             let end = v.find(|c: char| !is_value_char(c)).unwrap_or(v.len());
             let (number, rest) = v.split_at(end);
             if number.parse::<i64>().is_err() {
@@ -101,9 +105,9 @@ fn requirement(text: &str) -> std::result::Result<&str, String> {
     }
     for op in ["notin", "in"] {
         if let Some(v) = after.strip_prefix(op)
-            && v.trim_start().starts_with('(')
+            && v.trim_start_matches(SPACE).starts_with('(')
         {
-            return set(v.trim_start(), op);
+            return set(v.trim_start_matches(SPACE), op);
         }
     }
     Err(format!(
@@ -117,7 +121,7 @@ fn is_value_char(c: char) -> bool {
 }
 
 fn value_then(text: &str) -> std::result::Result<&str, String> {
-    let v = text.trim_start();
+    let v = text.trim_start_matches(SPACE);
     let end = v.find(|c: char| !is_value_char(c)).unwrap_or(v.len());
     let (value, rest) = v.split_at(end);
     check_value(value)?;
@@ -128,7 +132,7 @@ fn set<'a>(text: &'a str, op: &str) -> std::result::Result<&'a str, String> {
     let mut rest = &text[1..];
     let mut values = 0;
     loop {
-        rest = rest.trim_start();
+        rest = rest.trim_start_matches(SPACE);
         if let Some(after) = rest.strip_prefix(')') {
             if values == 0 {
                 return Err(format!("{op} needs at least one value"));
@@ -139,7 +143,7 @@ fn set<'a>(text: &'a str, op: &str) -> std::result::Result<&'a str, String> {
         let (value, after) = rest.split_at(end);
         check_value(value)?;
         values += 1;
-        let after = after.trim_start();
+        let after = after.trim_start_matches(SPACE);
         rest = match after.chars().next() {
             Some(',') => &after[1..],
             Some(')') => after,
@@ -225,6 +229,16 @@ mod tests {
         }
     }
 
+    /// Found by `properties::a_foreign_character_is_refused` (issue 37): Unicode spaces were
+    /// skipped like apimachinery's four whitespace characters, so a selector the API server
+    /// refuses passed the local check.
+    #[test]
+    fn only_apimachinery_whitespace_separates_tokens() {
+        assert!(check("\u{a0}app=web").is_err());
+        assert!(check("app=\u{2003}web").is_err());
+        assert!(check("\tapp = web ,\n tier in ( a , b )\r").is_ok());
+    }
+
     #[test]
     fn long_selectors_are_refused() {
         assert!(check_length("app=web,tier!=db").is_ok());
@@ -234,5 +248,88 @@ mod tests {
             err.to_string(),
             "label selector is 8193 bytes long; at most 8192 fit in a request (select by fewer or shorter labels)"
         );
+    }
+}
+
+/// Properties of the selector check (issue 37), against the grammar of k8s.io/apimachinery
+/// `pkg/labels/selector.go` written out as generators: `PROPTEST_CASES=100000 cargo test -p
+/// kubevm --lib selector::properties` for a long run.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn name_part() -> impl Strategy<Value = String> {
+        "[A-Za-z0-9]([A-Za-z0-9_.-]{0,20}[A-Za-z0-9])?"
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        (
+            proptest::option::of("[a-z0-9]([a-z0-9-]{0,6}[a-z0-9])?(\\.[a-z0-9]{1,5}){0,2}"),
+            name_part(),
+        )
+            .prop_map(|(prefix, name)| match prefix {
+                Some(p) => format!("{p}/{name}"),
+                None => name,
+            })
+    }
+
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![Just(String::new()), name_part()]
+    }
+
+    fn sp() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec!["", " ", "  "])
+    }
+
+    fn requirement() -> impl Strategy<Value = String> {
+        (
+            key(),
+            0u8..8,
+            value(),
+            prop::collection::vec(name_part(), 1..4),
+            any::<i32>(),
+            sp(),
+        )
+            .prop_map(|(k, op, v, values, n, s)| match op {
+                0 => k,
+                1 => format!("!{s}{k}"),
+                2 => format!("{k}{s}={s}{v}"),
+                3 => format!("{k}{s}=={s}{v}"),
+                4 => format!("{k}{s}!={s}{v}"),
+                5 => format!("{k} in{s}({})", values.join(&format!(",{s}"))),
+                6 => format!("{k} notin ({s}{}{s})", values.join(",")),
+                _ => format!("{k}{s}{}{s}{n}", if n % 2 == 0 { ">" } else { "<" }),
+            })
+    }
+
+    fn selector() -> impl Strategy<Value = String> {
+        (prop::collection::vec(requirement(), 1..5), sp())
+            .prop_map(|(reqs, s)| reqs.join(&format!("{s},{s}")))
+    }
+
+    proptest! {
+        /// Every selector the apimachinery grammar generates is accepted.
+        #[test]
+        fn grammatical_selectors_are_accepted(sel in selector()) {
+            prop_assert!(check(&sel).is_ok(), "{:?}: {:?}", sel, check(&sel));
+        }
+
+        /// A character no selector may hold (outside a value's or key's alphabet and the
+        /// operators), put into a grammatical selector, makes it refused; refusals are one line.
+        #[test]
+        fn a_foreign_character_is_refused(sel in selector(), at in any::<prop::sample::Index>(), bad in prop::sample::select(vec!['@', '#', '$', '%', '&', '*', ';', '"', '\'', '\\', '\u{a0}', '\u{2003}', 'é', '{', '}', '[', ']', '?', '~', '+', ':', '`'])) {
+            let at = at.index(sel.len() + 1);
+            let broken = format!("{}{bad}{}", &sel[..at], &sel[at..]);
+            let refusal = check(&broken);
+            prop_assert!(refusal.is_err(), "{:?} accepted", broken);
+            prop_assert!(!refusal.unwrap_err().to_string().contains('\n'));
+        }
+
+        /// Whatever the input, the check never panics.
+        #[test]
+        fn never_panics(text in "[a-z0-9!=<>(), ./_-]{0,30}|\\PC{0,20}") {
+            let _ = check(&text);
+        }
     }
 }

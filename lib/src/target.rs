@@ -297,3 +297,77 @@ mod tests {
         assert!(validate_namespace(&"x".repeat(64)).is_err());
     }
 }
+
+/// Properties of the target syntax (issue 37): run with `PROPTEST_CASES=100000 cargo test -p
+/// kubevm --lib target::properties` for a long run.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// DNS-1123 as the Kubernetes docs state it ("Object Names and IDs"), written here
+    /// independently of `validate_name`: a subdomain is dot-separated labels of `[a-z0-9-]`
+    /// that start and end alphanumeric, at most 253 characters.
+    fn is_dns_subdomain(s: &str) -> bool {
+        !s.is_empty()
+            && s.len() <= 253
+            && s.split('.').all(|label| {
+                !label.is_empty()
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+            })
+    }
+
+    fn label() -> impl Strategy<Value = String> {
+        "[a-z0-9]([a-z0-9-]{0,8}[a-z0-9])?"
+    }
+
+    fn name() -> impl Strategy<Value = String> {
+        prop::collection::vec(label(), 1..4).prop_map(|l| l.join("."))
+    }
+
+    /// Text made of the target syntax's own characters, so that most cases hit a rule.
+    fn target_like() -> impl Strategy<Value = String> {
+        "[a-zA-Z0-9./@:_ -]{0,40}"
+    }
+
+    proptest! {
+        /// Whatever the input, parsing never panics, and an accepted target names a DNS name
+        /// of at most 63 characters in a DNS-label namespace.
+        #[test]
+        fn accepted_targets_name_kubernetes_objects(text in target_like(), user in any::<bool>()) {
+            if let Ok(t) = Target::parse(&text, user) {
+                prop_assert!(is_dns_subdomain(&t.name) && t.name.len() <= 63, "{t:?}");
+                if let Some(ns) = &t.namespace {
+                    prop_assert!(is_dns_subdomain(ns) && !ns.contains('.') && ns.len() <= 63, "{t:?}");
+                }
+                prop_assert!(user || t.user.is_none());
+            }
+        }
+
+        /// Printing a target and parsing it back gives the same target.
+        #[test]
+        fn display_round_trips(name in name(), ns in proptest::option::of(label()), vmi in any::<bool>(), user in proptest::option::of("[a-z][a-z0-9_]{0,8}")) {
+            prop_assume!(name.len() <= 63);
+            let t = Target {
+                kind: if vmi { TargetKind::Vmi } else { TargetKind::Vm },
+                name,
+                namespace: ns,
+                user,
+            };
+            prop_assert_eq!(Target::parse(&t.to_string(), true).unwrap(), t);
+        }
+
+        /// `NAME.NAMESPACE` splits at the last dot: the namespace is the last label and the
+        /// name is all before it, so dotted names in another namespace stay reachable.
+        #[test]
+        fn dotted_form_splits_at_the_last_dot(name in name(), ns in label()) {
+            prop_assume!(name.len() <= 63);
+            let t = Target::parse(&format!("{name}.{ns}"), false).unwrap();
+            prop_assert_eq!((t.name, t.namespace), (name, Some(ns)));
+        }
+    }
+}

@@ -482,6 +482,19 @@ impl FromStr for DataDisk {
     }
 }
 
+/// Whether `name`, a file name a peer sent (an entry of a guest's SFTP listing, an export's
+/// volume name), is one normal path component: not empty, `.`, `..`, absolute or containing
+/// `/` (OpenSSH's scp refuses such names since CVE-2019-6111). Only such a name may be joined
+/// to a local directory.
+pub fn is_single_file_name(name: &str) -> bool {
+    use std::path::{Component, Path};
+    let mut parts = Path::new(name).components();
+    matches!(
+        (parts.next(), parts.next()),
+        (Some(Component::Normal(n)), None) if n == name
+    )
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -603,6 +616,34 @@ mod tests {
         ] {
             let e = one_line(bad.parse::<DataDisk>().unwrap_err());
             assert!(e.contains(needle), "{bad}: {e}");
+        }
+    }
+}
+
+/// Properties of the checks on names peers send (issue 37): `PROPTEST_CASES=100000 cargo test
+/// -p kubevm --lib validate::properties` for a long run.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+    use std::path::Path;
+
+    proptest! {
+        /// A name a peer sends is accepted only if, joined to the directory it is written
+        /// into, it stays directly inside it and is the whole file name.
+        #[test]
+        fn accepted_names_stay_in_the_directory(name in "[a-z./\\\\-]{0,8}|\\.\\.?|/?[a-z.]{0,4}/?|\\PC{0,10}") {
+            let dir = Path::new("/out");
+            if is_single_file_name(&name) {
+                let joined = dir.join(&name);
+                prop_assert_eq!(joined.parent(), Some(dir), "{:?}", name);
+                prop_assert_eq!(joined.file_name().map(|n| n.to_string_lossy().into_owned()), Some(name.clone()));
+                prop_assert!(!name.contains('/') && name != "." && name != ".." && !name.is_empty());
+            } else {
+                // Refused names are exactly those: empty, `.`, `..`, or holding a `/` (a
+                // trailing `/` or `/.` would be dropped by the path and change the name).
+                prop_assert!(name.is_empty() || name == "." || name == ".." || name.contains('/'), "{:?} refused", name);
+            }
         }
     }
 }

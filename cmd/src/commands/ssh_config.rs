@@ -110,6 +110,7 @@ pub async fn cmd_ssh_config(global: &GlobalArgs, args: SshConfigArgs) -> Command
     };
     // Checked before any request: the config must carry these words unchanged.
     inv.check().map_err(CommandError::Usage)?;
+    paths.check().map_err(CommandError::Usage)?;
     let (cluster, platform) = crate::connect::connect(global).await?;
     // Without a CA there is nothing to trust hosts by (ssh-known-hosts reads it each time).
     store::read_public_keys(&cluster, &args.ca_namespace)

@@ -292,8 +292,12 @@ impl Redactor {
                 && value
                     .split(':')
                     .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
-            // `-P` is a port (scp), `-p PORT` too (ssh, docker); a value that is a flag is none.
-            if value.starts_with('-') || flag == "-P" || (flag == "-p" && port_like) {
+            // `-P` is a port (scp), `-p PORT` too (ssh, docker), and after a short flag a word
+            // starting with `-` is another flag. After a long secret flag the next word is
+            // masked whatever it looks like: it may be the secret (`--password --x1`), and
+            // masking a flag loses less than leaking a password.
+            let is_flag = value.starts_with('-') && !flag.starts_with("--");
+            if is_flag || flag == "-P" || (flag == "-p" && port_like) {
                 continue;
             }
             spans.push((at, end));
@@ -524,9 +528,21 @@ fn value_span(line: &str, at: usize, sep: char, flow: bool) -> (usize, usize) {
     } else {
         &['"', '\\']
     };
+    // A `&` ends a value only where another query parameter follows (`password=x&user=y`):
+    // in `PASSWORD=&x1` it is part of the secret, and masking too much beats leaking.
+    let next_parameter = |i: usize| {
+        let after = &rest[i + 1..];
+        let name_len = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || "_.-".contains(c)))
+            .unwrap_or(after.len());
+        name_len > 0 && after[name_len..].starts_with('=')
+    };
     let end = rest
         .char_indices()
-        .find(|(_, ch)| stop.contains(ch) || (sep == '=' && ch.is_whitespace()))
+        .find(|&(i, ch)| {
+            (stop.contains(&ch) && (ch != '&' || next_parameter(i)))
+                || (sep == '=' && ch.is_whitespace())
+        })
         .map_or(rest.len(), |(i, _)| i);
     let value = rest[..end].trim_end();
     (at, at + value.len())
@@ -608,6 +624,28 @@ mod tests {
         assert_eq!(
             r.line("tokens issued: 4 of 5", &mut s),
             "tokens issued: 4 of 5"
+        );
+    }
+
+    /// Found by `properties::secrets_never_reach_the_bundle` (issue 37): a value starting with
+    /// `&` was cut at it as if a query parameter followed, and a value starting with `-` after
+    /// `--password` was taken for a flag; both leaked whole.
+    #[test]
+    fn values_starting_with_query_or_flag_characters() {
+        let r = Redactor::new(true);
+        assert_eq!(r.text("DB_PASSWORD=&a_%0a00"), "DB_PASSWORD=[REDACTED]");
+        assert_eq!(
+            r.text("exec: mysql --password -Aa0000a -h db"),
+            "exec: mysql --password [REDACTED] -h db"
+        );
+        assert_eq!(
+            r.text("exec: mysql --password --AA00-+ -h db"),
+            "exec: mysql --password [REDACTED] -h db"
+        );
+        // A query parameter after the value still ends it.
+        assert_eq!(
+            r.text("GET /login?password=x1y2&user=bob"),
+            "GET /login?password=[REDACTED]&user=bob"
         );
     }
 
@@ -724,5 +762,88 @@ mod tests {
         assert_eq!(vm["spec"]["provisioning"]["userDataRef"]["name"], "s");
         let off = Redactor::new(false);
         assert_eq!(off.text("password: x"), "password: x");
+    }
+}
+
+/// Properties of redaction (issue 37): a secret value, wherever the shapes the bundle collects
+/// put it, never reaches the archive. `PROPTEST_CASES=100000 cargo test -p kubevm --lib
+/// debug_info::redact::properties` for a long run.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One redactor for all cases: building its patterns is what a case would spend its time on.
+    static REDACTOR: std::sync::LazyLock<Redactor> =
+        std::sync::LazyLock::new(|| Redactor::new(true));
+
+    /// A secret: 8 to 24 characters with at least one digit (so no ordinary word matches it).
+    fn secret() -> impl Strategy<Value = String> {
+        (
+            "[A-Za-z0-9_+.~!#%&*-]{4,12}",
+            0u32..10,
+            "[A-Za-z0-9_+.~-]{3,11}",
+        )
+            .prop_map(|(a, d, b)| format!("{a}{d}{b}"))
+    }
+
+    /// A token-like secret (the alphabet of bearer tokens and URL passwords).
+    fn token() -> impl Strategy<Value = String> {
+        ("[A-Za-z0-9._~+]{5,15}", 0u32..10).prop_map(|(a, d)| format!("{a}{d}"))
+    }
+
+    /// Lines around the secret that hold none of it.
+    fn noise() -> impl Strategy<Value = Vec<String>> {
+        prop::collection::vec(
+            prop::sample::select(vec![
+                "level=info msg=\"started\"",
+                "  name: web",
+                "spec:",
+                "- name: LOG_LEVEL",
+                "  value: debug",
+                "{\"kind\":\"Pod\",\"status\":{}}",
+                "",
+            ])
+            .prop_map(str::to_owned),
+            0..4,
+        )
+    }
+
+    /// The shapes a secret takes in what a debug bundle collects (objects, logs, env entries,
+    /// command lines, URLs, user data).
+    fn exposure(v: &str, t: &str, shape: u8) -> String {
+        match shape {
+            0 => format!("password: {v}"),
+            1 => format!("DB_PASSWORD={v}"),
+            2 => format!("{{\"api_key\":\"{v}\",\"user\":\"bob\"}}"),
+            3 => format!("exec: mysql --password {v} -h db"),
+            4 => format!("Authorization: Bearer {t}"),
+            5 => format!("fetching https://deploy:{t}@git.example/x"),
+            6 => format!("client_secret: |\n  {v}\n  {v}x\nnext: 1"),
+            7 => format!("env:\n- name: API_TOKEN\n  value: {v}"),
+            _ => format!("  accessKey: \"{v}\""),
+        }
+    }
+
+    proptest! {
+        /// A secret in any of the collected shapes, among ordinary lines, is masked.
+        #[test]
+        fn secrets_never_reach_the_bundle(v in secret(), t in token(), shape in 0u8..9, before in noise(), after in noise()) {
+            let text = [before.join("\n"), exposure(&v, &t, shape), after.join("\n")].join("\n");
+            let out = REDACTOR.text(&text);
+            let leaked = if matches!(shape, 4 | 5) { &t } else { &v };
+            prop_assert!(!out.contains(leaked.as_str()), "{:?} -> {:?}", text, out);
+            prop_assert!(out.contains(MASK));
+        }
+
+        /// An env value `create --env` put in user data is masked wherever a log repeats it.
+        #[test]
+        fn learned_values_are_masked_anywhere(v in secret(), name in "[A-Z][A-Z_]{2,10}", prefix in "[a-z ]{0,12}", suffix in "[a-z ]{0,12}") {
+            let mut r = REDACTOR.clone();
+            r.learn_user_data(&format!("#cloud-config\nwrite_files:\n- content: |\n    # BEGIN kubevm\n    export {name}='{v}'\n    # END kubevm\n"));
+            let line = format!("{prefix}{v}{suffix}");
+            let out = r.text(&line);
+            prop_assert!(!out.contains(v.as_str()), "{:?} -> {:?}", line, out);
+        }
     }
 }

@@ -343,13 +343,12 @@ pub async fn run(
 /// Refuses a volume name from the server that is not one normal path component (`../x`,
 /// `/x`, `a/b`, `..`, empty): it becomes a file name under `-o DIR`.
 pub(crate) fn check_volume_name(name: &str) -> Result<()> {
-    use std::path::Component;
-    let mut parts = std::path::Path::new(name).components();
-    match (parts.next(), parts.next()) {
-        (Some(Component::Normal(n)), None) if n == name => Ok(()),
-        _ => Err(Error::Transfer(format!(
+    if crate::validate::is_single_file_name(name) {
+        Ok(())
+    } else {
+        Err(Error::Transfer(format!(
             "refusing the volume name {name:?} from the export: not a single file name"
-        ))),
+        )))
     }
 }
 

@@ -372,18 +372,6 @@ fn local_mode(remote: u32, preserve: bool, umask: u32) -> u32 {
     mode & !umask
 }
 
-/// Whether a name from a guest's directory listing is one normal path component: not empty,
-/// `.`, `..`, absolute or containing `/` (OpenSSH's scp refuses such names since
-/// CVE-2019-6111).
-fn is_single_component(name: &str) -> bool {
-    use std::path::Component;
-    let mut parts = Path::new(name).components();
-    matches!(
-        (parts.next(), parts.next()),
-        (Some(Component::Normal(n)), None) if n == name
-    )
-}
-
 fn apply_local(path: &Path, attrs: &FileAttributes, preserve: bool) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     if let Some(mode) = attrs.permissions {
@@ -476,7 +464,7 @@ async fn download_tree(
     // The whole listing is checked before anything of it is written.
     if let Some(bad) = entries
         .iter()
-        .find(|e| !is_single_component(&e.file_name()))
+        .find(|e| !crate::validate::is_single_file_name(&e.file_name()))
     {
         return Err(SshError::Io(format!(
             "{remote}: refusing the name {:?} from the guest's directory listing: not a single file name",
@@ -572,10 +560,10 @@ mod tests {
     #[test]
     fn names_and_modes_from_a_guest() {
         for good in ["a", "a.b", ".hidden", "..a", "a b", "ä"] {
-            assert!(is_single_component(good), "{good:?}");
+            assert!(crate::validate::is_single_file_name(good), "{good:?}");
         }
         for bad in ["", ".", "..", "../x", "/abs", "a/b", "a/", "./a", "/"] {
-            assert!(!is_single_component(bad), "{bad:?}");
+            assert!(!crate::validate::is_single_file_name(bad), "{bad:?}");
         }
         assert_eq!(local_mode(0o104755, true, 0o022), 0o755);
         assert_eq!(local_mode(0o6777, true, 0o002), 0o775);

@@ -23,7 +23,32 @@ pub struct ConfigPaths {
     pub known_hosts: PathBuf,
 }
 
+/// Why a word holding `${` cannot go into the config: OpenSSH expands `${NAME}` from the
+/// environment in `IdentityFile`, `CertificateFile`, `UserKnownHostsFile` and
+/// `KnownHostsCommand` (ssh_config(5), ENVIRONMENT VARIABLES) and has no escape for it.
+fn dollar_brace(word: &str) -> String {
+    format!(
+        "{word:?} holds \"${{\", which OpenSSH expands as an environment variable in its config; use a path without it"
+    )
+}
+
 impl ConfigPaths {
+    /// Refuse paths the config cannot name: one holding `${` (see [`Invocation::check`]).
+    pub fn check(&self) -> Result<(), String> {
+        for path in [
+            &self.key,
+            &self.certificates,
+            &self.known_hosts,
+            &self.config,
+        ] {
+            let text = path.display().to_string();
+            if text.contains("${") {
+                return Err(dollar_brace(&text));
+            }
+        }
+        Ok(())
+    }
+
     /// The paths under `home`.
     pub fn under(home: &Path) -> ConfigPaths {
         let base = home.join(".kube/kubectl-vm");
@@ -96,13 +121,17 @@ const NO_QUOTE: &str = "!*'*";
 impl Invocation {
     /// Refuse words the config cannot carry to every OpenSSH: `Match exec "…"` is read up to
     /// the next `"` with no escapes (OpenSSH 9.2 `strdelim`), so a `"`, a `\\` or a `'` (whose
-    /// shell quoting needs a backslash) in the program or a flag would change the command.
+    /// shell quoting needs a backslash) in the program or a flag would change the command;
+    /// `${` would be expanded from the environment in `KnownHostsCommand`.
     pub fn check(&self) -> Result<(), String> {
         for word in std::iter::once(&self.program).chain(&self.global_args) {
             if word.contains(['"', '\\', '\'']) || word.chars().any(char::is_control) {
                 return Err(format!(
                     "{word:?} has a quote, a backslash or a control character, which an OpenSSH config cannot carry safely; use a path without them"
                 ));
+            }
+            if word.contains("${") {
+                return Err(dollar_brace(word));
             }
         }
         Ok(())
@@ -286,6 +315,19 @@ mod tests {
         );
     }
 
+    /// Found by `properties::openssh_passes_every_word_through` (issue 37): under a home
+    /// directory named `${,rd` OpenSSH failed on `IdentityFile` ("environment variable ',rd/key'
+    /// missing closing '}'") and no connection worked; such paths and words are refused.
+    #[test]
+    fn dollar_brace_is_refused() {
+        let paths = ConfigPaths::under(Path::new("/tmp/${,rd"));
+        let err = paths.check().unwrap_err();
+        assert!(err.contains("environment variable"), "{err}");
+        assert!(ConfigPaths::under(Path::new("/home/$a{b}")).check().is_ok());
+        assert!(inv("/opt/${X}/kubectl-vm", "/k").check().is_err());
+        assert!(inv("/opt/kubectl-vm", "/k/${HOME}").check().is_err());
+    }
+
     #[test]
     fn percent_stays_literal_and_unquotable_words_are_refused() {
         let paths = ConfigPaths::under(Path::new("/home/a%h"));
@@ -373,5 +415,113 @@ mod tests {
             std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
             0o600
         );
+    }
+}
+
+/// Properties of the quoting (issue 37), checked through the real programs that read it:
+/// `/bin/sh` and OpenSSH's `ssh`. `PROPTEST_CASES=2000 cargo test -p kubevm --lib
+/// ssh::config::properties` for a long run.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+    use std::process::Command;
+
+    fn cases(default: u32) -> ProptestConfig {
+        let cases = std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default);
+        ProptestConfig::with_cases(cases)
+    }
+
+    /// Words a user's paths and flags may hold: every printable character but the three
+    /// `Invocation::check` refuses, weighted toward what shells and ssh_config treat specially.
+    fn hostile_word() -> impl Strategy<Value = String> {
+        prop::collection::vec(
+            prop_oneof![
+                3 => prop::sample::select(vec![' ', '$', '`', ';', '|', '&', '*', '?', '%', '#', '!', '(', ')', '{', '}', '<', '>', '~', '=', ',', '[', ']', '^', '\t']),
+                2 => prop::char::range('a', 'z'),
+                1 => prop::char::range('\u{a0}', '\u{2ff}'),
+            ],
+            1..12,
+        )
+        .prop_map(|c| c.into_iter().collect::<String>().replace('\t', " "))
+    }
+
+    proptest! {
+        #![proptest_config(cases(128))]
+
+        /// A word quoted by `shell_word` reaches a POSIX shell's command as exactly itself.
+        #[test]
+        fn shell_words_survive_the_shell(word in "\\PC{0,16}|[ -~]{0,16}") {
+            let out = Command::new("/bin/sh")
+                .arg("-c")
+                .arg(format!("printf '%s' {}", shell_word(&word)))
+                .output()
+                .unwrap();
+            prop_assert!(out.status.success());
+            prop_assert_eq!(String::from_utf8_lossy(&out.stdout), word);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(cases(24))]
+
+        /// The generated config brings the program's path and the user's flags, whatever they
+        /// hold, through OpenSSH's parsing, token expansion and shell to the program as the
+        /// very same words, in both `Match exec` and `ProxyCommand`.
+        #[test]
+        fn openssh_passes_every_word_through(dir in hostile_word(), flags in prop::collection::vec(hostile_word(), 1..4)) {
+            prop_assume!(dir != "." && dir != "..");
+            let tmp = tempfile::tempdir().unwrap();
+            let home = tmp.path().join(&dir);
+            std::fs::create_dir_all(&home).unwrap();
+            let log = tmp.path().join("argv.log");
+            let program = home.join("kubectl-vm");
+            // The fake tool logs its arguments (one record per run, fields split by RS) and
+            // succeeds, so `Match exec` matches and `ProxyCommand` ends the connection at once.
+            std::fs::write(
+                &program,
+                format!(
+                    "#!/bin/sh\n{{ for a in \"$@\"; do printf '%s\\036' \"$a\"; done; printf '\\n'; }} >> {}\n",
+                    shell_word(&log.display().to_string())
+                ),
+            )
+            .unwrap();
+            std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+            let mut global_args = vec!["--kubeconfig".to_string()];
+            global_args.extend(flags.iter().cloned());
+            let inv = Invocation { program: program.display().to_string(), global_args: global_args.clone() };
+            let paths = ConfigPaths::under(&home);
+            prop_assume!(inv.check().is_ok() && paths.check().is_ok());
+            let config = tmp.path().join("ssh_config");
+            std::fs::write(&config, render(&inv, &paths, "kubevm", &[])).unwrap();
+            let out = Command::new("ssh")
+                .args(["-F"])
+                .arg(&config)
+                .args(["-o", "BatchMode=yes", "web.prod.vm", "true"])
+                .env("SHELL", "/bin/sh")
+                .output()
+                .unwrap();
+            let logged = std::fs::read_to_string(&log).unwrap_or_default();
+            let runs: Vec<Vec<&str>> = logged
+                .lines()
+                .map(|l| l.strip_suffix('\u{1e}').unwrap_or(l).split('\u{1e}').collect())
+                .collect();
+            let expect = |tail: &[&str]| -> Vec<String> {
+                global_args.iter().cloned().chain(tail.iter().map(|s| s.to_string())).collect()
+            };
+            let runs: Vec<Vec<String>> = runs.into_iter().map(|r| r.into_iter().map(str::to_owned).collect()).collect();
+            prop_assert_eq!(
+                runs,
+                vec![
+                    expect(&["ssh-cert", "--login", "kubevm", "web.prod.vm"]),
+                    expect(&["port-forward", "--stdio", "--ssh-host", "web.prod.vm", "22"]),
+                ],
+                "ssh said: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
     }
 }

@@ -268,3 +268,103 @@ mod tests {
         assert_eq!(EscapeChar::default().to_string(), "~");
     }
 }
+
+/// Properties of the escape state machine (issue 37): `PROPTEST_CASES=100000 cargo test -p
+/// kubevm --lib ssh::escape::properties` for a long run.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The events of `input` fed in the given chunk sizes, adjacent data merged.
+    fn run(escape: EscapeChar, input: &[u8], chunks: &[usize]) -> Vec<EscapeEvent> {
+        let mut filter = EscapeFilter::new(escape);
+        let mut events: Vec<EscapeEvent> = Vec::new();
+        let mut rest = input;
+        let mut sizes = chunks.iter().cycle();
+        while !rest.is_empty() {
+            let n = (*sizes.next().unwrap_or(&1)).clamp(1, rest.len());
+            let (chunk, tail) = rest.split_at(n);
+            rest = tail;
+            for event in filter.feed(chunk) {
+                match (events.last_mut(), event) {
+                    (Some(EscapeEvent::Data(d)), EscapeEvent::Data(more)) => d.extend(more),
+                    (_, event) => events.push(event),
+                }
+            }
+        }
+        events
+    }
+
+    /// Bytes rich in newlines, carriage returns and escape characters.
+    fn keystrokes() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(
+            prop_oneof![
+                3 => Just(b'~'),
+                2 => Just(b'\n'),
+                1 => Just(b'\r'),
+                1 => Just(b'.'),
+                1 => Just(b'?'),
+                1 => Just(0x1a),
+                4 => any::<u8>(),
+            ],
+            0..64,
+        )
+    }
+
+    proptest! {
+        /// How the input is split into reads changes nothing: an escape split across reads
+        /// acts as one typed at once.
+        #[test]
+        fn reads_do_not_matter(input in keystrokes(), chunks in prop::collection::vec(1usize..8, 1..8)) {
+            let whole = run(EscapeChar::default(), &input, &[input.len().max(1)]);
+            prop_assert_eq!(run(EscapeChar::default(), &input, &chunks), whole);
+        }
+
+        /// Input without the escape character, or with escapes off, passes through unchanged.
+        #[test]
+        fn plain_input_passes_through(input in keystrokes(), chunks in prop::collection::vec(1usize..8, 1..4)) {
+            let expected = if input.is_empty() { vec![] } else { vec![EscapeEvent::Data(input.clone())] };
+            prop_assert_eq!(run(EscapeChar::None, &input, &chunks), expected.clone());
+            let plain: Vec<u8> = input.iter().copied().filter(|&b| b != b'~').collect();
+            let expected = if plain.is_empty() { vec![] } else { vec![EscapeEvent::Data(plain.clone())] };
+            prop_assert_eq!(run(EscapeChar::default(), &plain, &chunks), expected);
+        }
+
+        /// ssh(1): "~~ sends the escape character". Any payload typed with each escape
+        /// character at a line start doubled arrives exactly, with no command.
+        #[test]
+        fn doubled_escapes_send_the_payload(payload in keystrokes()) {
+            let mut typed = Vec::new();
+            let mut line_start = true;
+            for &b in &payload {
+                if line_start && b == b'~' {
+                    typed.push(b'~');
+                }
+                typed.push(b);
+                line_start = b == b'\n' || b == b'\r';
+            }
+            let expected = if payload.is_empty() { vec![] } else { vec![EscapeEvent::Data(payload.clone())] };
+            prop_assert_eq!(run(EscapeChar::default(), &typed, &[3]), expected);
+        }
+
+        /// Nothing follows a disconnect, and data never holds a byte that was not typed.
+        #[test]
+        fn nothing_after_disconnect(input in keystrokes()) {
+            let events = run(EscapeChar::default(), &input, &[5]);
+            if let Some(at) = events.iter().position(|e| *e == EscapeEvent::Disconnect) {
+                prop_assert_eq!(at, events.len() - 1);
+            }
+            let sent: usize = events.iter().map(|e| match e { EscapeEvent::Data(d) => d.len(), _ => 0 }).sum();
+            prop_assert!(sent <= input.len());
+        }
+
+        /// `-e` takes what it shows: `^X` forms and printable characters parse back to
+        /// themselves.
+        #[test]
+        fn shown_escape_characters_parse_back(b in 0u8..127) {
+            let shown = EscapeChar::Char(b).to_string();
+            prop_assert_eq!(shown.parse::<EscapeChar>(), Ok(EscapeChar::Char(b)));
+        }
+    }
+}

@@ -100,6 +100,50 @@ pub(super) fn merge(base: &mut Value, overlay: Value) {
     }
 }
 
+/// The user's cloud-config, checked against the platform's before they merge: a key both
+/// set must hold a list where the platform's holds a list and a mapping where it holds a
+/// mapping, or merging would replace the platform's value (its boot script that trusts the CA,
+/// the VM's host key) instead of adding to it. A key the user left empty (`bootcmd:`) adds
+/// nothing and is dropped.
+pub(super) fn same_shapes(
+    platform: &Mapping,
+    mut user: Mapping,
+) -> Result<Mapping, CloudInitError> {
+    let mut empty = Vec::new();
+    for (key, value) in &user {
+        let Some(theirs) = platform.get(key) else {
+            continue;
+        };
+        let name = || {
+            key.as_str()
+                .map_or_else(|| format!("{key:?}"), str::to_owned)
+        };
+        match (theirs, value) {
+            (_, Value::Null) => empty.push(key.clone()),
+            (Value::Sequence(_), Value::Sequence(_)) | (Value::Mapping(_), Value::Mapping(_)) => {}
+            (Value::Sequence(_), _) => {
+                return Err(CloudInitError::Shape {
+                    key: name(),
+                    expected: "a list",
+                    example: "bootcmd: [\"echo hello\"]",
+                });
+            }
+            (Value::Mapping(_), _) => {
+                return Err(CloudInitError::Shape {
+                    key: name(),
+                    expected: "a mapping",
+                    example: "ssh_keys: {ed25519_public: \"ssh-ed25519 AAAA...\"}",
+                });
+            }
+            _ => {}
+        }
+    }
+    for key in empty {
+        user.remove(&key);
+    }
+    Ok(user)
+}
+
 /// Keys whose values are passwords.
 const PASSWORD_KEYS: [&str; 5] = [
     "passwd",

@@ -37,6 +37,20 @@ pub enum CloudInitError {
         /// The start of the first line.
         first_line: String,
     },
+    /// A `#cloud-config` key the platform also sets, given a value of another shape (a string
+    /// for `bootcmd`'s list): merged, it would replace the platform's part (the guest's
+    /// trust in the CA, its host key) instead of adding to it.
+    #[error(
+        "--cloud-init data: {key:?} must be {expected}, as cloud-init's schema says (e.g. {example})"
+    )]
+    Shape {
+        /// The top-level key.
+        key: String,
+        /// "a list" or "a mapping".
+        expected: &'static str,
+        /// A value of the right shape.
+        example: &'static str,
+    },
 }
 
 /// Finished user data.
@@ -99,7 +113,9 @@ fn build_text(plan: &VmPlan) -> Result<Option<UserData>, CloudInitError> {
     if format == UserFormat::CloudConfig {
         let config = merge::parse_cloud_config(text)?;
         let users_given = config.contains_key("users");
-        let mut merged = Value::Mapping(platform::platform_config(plan, users_given));
+        let platform = platform::platform_config(plan, users_given);
+        let config = merge::same_shapes(&platform, config)?;
+        let mut merged = Value::Mapping(platform);
         merge::merge(&mut merged, Value::Mapping(config));
         return Ok(Some(UserData {
             contains_secrets: merge::has_secrets(&merged),
@@ -123,5 +139,7 @@ fn is_empty(doc: &Value) -> bool {
     doc.as_mapping().is_some_and(|m| m.is_empty())
 }
 
+#[cfg(test)]
+mod properties;
 #[cfg(test)]
 mod tests;

@@ -500,3 +500,29 @@ fn secret_user_data_and_boot_keys() {
         data.text
     );
 }
+
+/// Found by `properties::cloud_config_keeps_the_platform_trust` (issue 37): `bootcmd:` left
+/// empty replaced the platform's boot script, so the guest no longer trusted the CA; a value of
+/// another shape did the same. Empty keys are dropped; wrong shapes are refused in one line.
+#[test]
+fn user_keys_of_another_shape_never_replace_the_platform_part() {
+    let mut p = plan();
+    p.guest.user_data = Some("#cloud-config\nbootcmd: null\nruncmd:\n".into());
+    let doc = yaml(&user_data(&p).text);
+    assert!(boot_script(&doc).contains(CA_KEYS_PATH));
+    for (text, key, shape) in [
+        ("#cloud-config\nbootcmd: echo mine\n", "bootcmd", "a list"),
+        ("#cloud-config\nruncmd: {a: 1}\n", "runcmd", "a list"),
+        ("#cloud-config\nssh_keys: [x]\n", "ssh_keys", "a mapping"),
+    ] {
+        let mut p = plan();
+        p.platform_ssh.host = Some(fixtures::host_keys());
+        p.guest.user_data = Some(text.into());
+        let err = build(&p).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!("--cloud-init data: {key:?} must be {shape}")),
+            "{err}"
+        );
+        assert!(!err.contains('\n'));
+    }
+}
