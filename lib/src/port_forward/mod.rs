@@ -471,3 +471,34 @@ mod tests {
         assert!("70000".parse::<PortSpec>().is_err());
     }
 }
+
+/// Properties of the port syntax (issue 37).
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// `[tcp/|udp/]LOCAL[:REMOTE]` with decimal ports (as virtctl reads them) parses to
+        /// exactly those numbers; a VM port 0 or out of range is refused in one line.
+        #[test]
+        fn ports_parse_to_their_numbers(proto in prop::sample::select(vec!["", "tcp/", "udp/"]), local in 0u32..70_000, remote in proptest::option::of(0u32..70_000)) {
+            let text = match remote {
+                Some(r) => format!("{proto}{local}:{r}"),
+                None => format!("{proto}{local}"),
+            };
+            let remote = remote.unwrap_or(local);
+            match text.parse::<PortSpec>() {
+                Ok(p) => {
+                    prop_assert!(local <= 65535 && (1..=65535).contains(&remote));
+                    prop_assert_eq!((u32::from(p.local), u32::from(p.remote)), (local, remote));
+                    prop_assert_eq!(p.protocol, if proto == "udp/" { Protocol::Udp } else { Protocol::Tcp });
+                }
+                Err(e) => {
+                    prop_assert!(local > 65535 || remote > 65535 || remote == 0, "{} refused: {}", text, e);
+                    prop_assert!(!e.contains('\n'));
+                }
+            }
+        }
+    }
+}

@@ -442,3 +442,79 @@ mod tests {
         assert_eq!(common_name(&ca.der()[..40]), None);
     }
 }
+
+/// Properties of reading the front proxy's identity (issue 37): `PROPTEST_CASES=100000 cargo
+/// test -p kubevm --lib signer::server::requestheader::properties` for a long run.
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// client-go `headerKeyEscape` as its documentation states it: every byte of the key's
+    /// UTF-8 that is not an HTTP token character, and `%` itself, becomes `%XX`.
+    fn header_key_escape(key: &str) -> String {
+        key.bytes()
+            .map(|b| {
+                let token = b.is_ascii_alphanumeric() || b"!#$&'*+-.^_`|~".contains(&b);
+                if token && b != b'%' {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect()
+    }
+
+    fn tests_config() -> RequestHeaderConfig {
+        RequestHeaderConfig {
+            client_ca: Vec::new(),
+            allowed_names: vec!["front-proxy-client".into()],
+            username_headers: vec!["x-remote-user".into()],
+            uid_headers: vec!["x-remote-uid".into()],
+            group_headers: vec!["x-remote-group".into()],
+            extra_prefixes: vec!["x-remote-extra-".into()],
+        }
+    }
+
+    proptest! {
+        /// An extra key the API server escaped into a header name comes back as the key it
+        /// sent (header names are case-insensitive, so the API server lower-cases keys too).
+        #[test]
+        fn extra_keys_round_trip(key in "\\PC{1,12}|[a-zA-Z0-9%./:-]{1,12}", value in "[ -~]{0,16}") {
+            let name = format!("x-remote-extra-{}", header_key_escape(&key));
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                http::HeaderValue::from_str(&value).unwrap(),
+            );
+            headers.insert("x-remote-user", http::HeaderValue::from_static("alice"));
+            let who = tests_config().authenticate(Some("front-proxy-client"), &headers).unwrap();
+            let expected = key.to_ascii_lowercase();
+            prop_assert_eq!(who.caller.extra.get(&expected), Some(&vec![value]));
+            prop_assert_eq!(who.caller.extra.len(), 1);
+        }
+
+        /// Whatever headers arrive, only a certificate the config allows makes them count,
+        /// and reading them never panics.
+        #[test]
+        fn headers_count_only_behind_the_proxy(
+            pairs in prop::collection::vec(("x-remote-(user|uid|group|extra-[a-z%0-9]{0,6})|[a-z-]{1,10}", "[ -~]{0,12}"), 0..8),
+            cn in proptest::option::of("front-proxy-client|[a-z-]{1,10}"),
+        ) {
+            let mut headers = HeaderMap::new();
+            for (name, value) in &pairs {
+                headers.append(
+                    http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                    http::HeaderValue::from_str(value).unwrap(),
+                );
+            }
+            let result = tests_config().authenticate(cn.as_deref(), &headers);
+            if cn.as_deref() != Some("front-proxy-client") {
+                prop_assert!(result.is_err());
+            } else if let Ok(who) = result {
+                let first_user = pairs.iter().find(|(n, v)| n == "x-remote-user" && !v.is_empty());
+                prop_assert_eq!(Some(&who.caller.user), first_user.map(|(_, v)| v));
+            }
+        }
+    }
+}

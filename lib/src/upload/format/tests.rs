@@ -148,3 +148,82 @@ fn missing_empty_and_directories_are_one_line_usage_errors() {
     std::fs::write(&fake, vec![7u8; 4096]).unwrap();
     assert!(inspect(&fake, false).is_err());
 }
+
+/// Properties of format sniffing (issue 37): `PROPTEST_CASES=2000 cargo test -p kubevm --lib
+/// upload::format::tests::properties` for a long run.
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn cases(default: u32) -> ProptestConfig {
+        let cases = std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default);
+        ProptestConfig::with_cases(cases)
+    }
+
+    /// The magic numbers `inspect` reads and where they sit.
+    const MAGICS: [(u64, &[u8]); 8] = [
+        (0, b"QFI\xfb"),
+        (0, b"KDMV"),
+        (0, b"conectix"),
+        (0, b"vhdxfile"),
+        (0x8001, b"CD001"),
+        (0, b"\x1f\x8b"),
+        (0, b"\xfd7zXZ\x00"),
+        (510, b"\x55\xaa"),
+    ];
+
+    proptest! {
+        #![proptest_config(cases(12))]
+
+        /// For any size, the format and virtual size read from a header are what `qemu-img
+        /// info` reads from the image `qemu-img create` made.
+        #[test]
+        fn headers_read_as_qemu_reads_them(pick in 0usize..4, mib in 1u64..(1 << 20)) {
+            let (format, expected) = [
+                ("qcow2", ImageFormat::Qcow2),
+                ("vmdk", ImageFormat::Vmdk),
+                ("vhdx", ImageFormat::Vhdx),
+                ("vpc", ImageFormat::Vhd),
+            ][pick];
+            let dir = tempfile::tempdir().unwrap();
+            let path = qemu_img(dir.path(), format, &format!("{mib}M"));
+            let info = inspect(&path, false).unwrap();
+            prop_assert_eq!(info.format, expected);
+            prop_assert_eq!(info.virtual_size, Some(qemu_img_info_size(&path)));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(cases(128))]
+
+        /// A file that starts like an image but holds anything after its magic (a truncated
+        /// download, a hostile file) is read without a panic: a format, or one line of error.
+        #[test]
+        fn damaged_headers_never_panic(
+            pick in 0usize..8,
+            len in 0u64..300_000,
+            patches in prop::collection::vec((0u64..300_000, prop::collection::vec(any::<u8>(), 1..64)), 0..12),
+        ) {
+            let (at, magic) = MAGICS[pick];
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("image");
+            let file = std::fs::File::create(&path).unwrap();
+            let len = len.max(at + magic.len() as u64);
+            file.set_len(len).unwrap();
+            use std::os::unix::fs::FileExt;
+            for (offset, bytes) in patches.iter().filter(|(o, b)| o + (b.len() as u64) <= len) {
+                file.write_all_at(bytes, *offset).unwrap();
+            }
+            file.write_all_at(magic, at).unwrap();
+            drop(file);
+            for force_raw in [false, true] {
+                if let Err(e) = inspect(&path, force_raw) {
+                    prop_assert!(!e.to_string().contains('\n'), "{}", e);
+                }
+            }
+        }
+    }
+}
