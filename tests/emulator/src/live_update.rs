@@ -158,6 +158,14 @@ pub fn kubevirt_sync(app: &App, vm: &Value, vmi_key: &crate::store::Key) -> Opti
         .unwrap_or(json!({}));
     let mut vmi = app.store.get(vmi_key)?;
     let uid = crate::util::meta_str(&vmi, "uid").to_string();
+    // The spec a VMI was made from is its own spec before defaulting (a VMI of a fixture
+    // included): recorded the first time it is seen.
+    app.started
+        .kubevirt
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(uid.clone())
+        .or_insert_with(|| vmi.get("spec").cloned().unwrap_or(json!({})));
     if vmi.pointer("/status/currentCPUTopology").is_none() {
         default_vmi(&config, &mut vmi);
         let (spec, status) = (vmi["spec"].clone(), vmi["status"].clone());
@@ -171,9 +179,9 @@ pub fn kubevirt_sync(app: &App, vm: &Value, vmi_key: &crate::store::Key) -> Opti
         .kubevirt
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .entry(uid)
-        .or_insert_with(|| template.clone())
-        .clone();
+        .get(&uid)
+        .cloned()
+        .unwrap_or_else(|| template.clone());
     // syncRestartRequired: neutralise what may change live, then compare.
     let mut last = start;
     let mut current = template.clone();
@@ -370,8 +378,17 @@ pub fn deckhouse_sync(app: &App, vm: &Value, running: bool) -> (Value, Option<(V
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     // A stopped VM takes every change (isVMStopped → updateKVVM).
-    let last = match map.get(&uid) {
-        Some(last) if running => last.clone(),
+    let recorded = map.get(&uid).cloned().or_else(|| {
+        // A running VM never seen before (a fixture's): its machine runs with the CPU and
+        // memory its status reports (upstream: the KVVM's last-applied-spec annotation).
+        let resources = vm.pointer("/status/resources")?;
+        let mut last = spec.clone();
+        last["cpu"] = resources.get("cpu").cloned().unwrap_or(json!({}));
+        last["memory"] = resources.get("memory").cloned().unwrap_or(json!({}));
+        Some(last)
+    });
+    let last = match recorded {
+        Some(last) if running => last,
         _ => {
             map.insert(uid, spec.clone());
             return (spec, None);
