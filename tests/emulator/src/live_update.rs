@@ -86,7 +86,7 @@ fn quantity(n: u64) -> String {
         ("Mi", 1 << 20),
         ("Ki", 1 << 10),
     ] {
-        if n >= unit && n % unit == 0 {
+        if n >= unit && n.is_multiple_of(unit) {
             return format!("{}{suffix}", n / unit);
         }
     }
