@@ -202,19 +202,25 @@ pub async fn run(
             if !changes.is_empty() {
                 change.verify(set, cluster, &edited).await?;
             }
-            return Ok(Outcome {
+            let mut outcome = Outcome {
                 vm: vm.clone(),
                 object_ref: kind.object_ref(&vm.name),
                 changes,
-                applies: if options.dry_run == DryRun::Client {
-                    Applies::NotObserved
-                } else {
+                applies: if options.dry_run == DryRun::None {
                     set.verdict(&current)
+                } else {
+                    Applies::NotObserved
                 },
                 object: edited,
                 attempts: attempt,
                 restarted: false,
-            });
+            };
+            // Nothing to write, but an earlier change may still wait for the restart asked for.
+            if options.dry_run == DryRun::None {
+                restart_if_needed(cluster, platform_info, vm, options, on_event, &mut outcome)
+                    .await?;
+            }
+            return Ok(outcome);
         }
         change.verify(set, cluster, &edited).await?;
         let params = PostParams {
@@ -265,6 +271,21 @@ pub async fn run(
     if let Some(o) = observed {
         outcome.object = o;
     }
+    restart_if_needed(cluster, platform_info, vm, options, on_event, &mut outcome).await?;
+    Ok(outcome)
+}
+
+/// `--restart`: restart the VM when the platform says the change waits for it, then take the
+/// platform's verdict again (when waited for).
+async fn restart_if_needed(
+    cluster: &Cluster,
+    platform_info: &Platform,
+    vm: &VmRef,
+    options: &Options,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+    outcome: &mut Outcome,
+) -> Result<()> {
+    let set = platform(platform_info.flavor);
     if options.restart && matches!(outcome.applies, Applies::AtRestart { .. }) {
         on_event(Event::Restarting);
         let lifecycle_options = lifecycle::Options {
@@ -284,15 +305,13 @@ pub async fn run(
         .await?;
         outcome.restarted = true;
         if let Some(o) = done.object {
-            outcome.applies = if done.waited {
-                set.verdict(&o)
-            } else {
-                outcome.applies
-            };
+            if done.waited {
+                outcome.applies = set.verdict(&o);
+            }
             outcome.object = o;
         }
     }
-    Ok(outcome)
+    Ok(())
 }
 
 fn generation(o: &Value, pointer: &str) -> Option<i64> {

@@ -117,6 +117,9 @@ fn print(outcome: &Outcome, options: &Options, output: Option<&str>) -> CommandR
     let mut summary = Vec::new();
     if outcome.changes.is_empty() {
         summary.push(format!("{} unchanged", outcome.object_ref));
+        if outcome.restarted {
+            summary.push(applies(outcome, options));
+        }
     } else {
         summary.push(format!("{} changed{dry}:", outcome.object_ref));
         summary.extend(outcome.changes.iter().map(|c| format!("  {c}")));
