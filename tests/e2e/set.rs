@@ -499,3 +499,52 @@ fn output_yaml_is_the_vm_after_the_change() {
         assert_eq!(vm["metadata"]["labels"]["team"], "db");
     }
 }
+
+#[test]
+fn a_stopped_vm_takes_the_change_when_it_starts() {
+    let env = Env::kubevirt();
+    // batch sizes its memory by requests (no guest memory): the request is what changes.
+    let out = env.vm(&[
+        "set",
+        "resources",
+        "batch.dev",
+        "--cpu",
+        "2",
+        "--memory",
+        "2Gi",
+    ]);
+    assert_eq!(
+        stdout(&out),
+        "virtualmachine.kubevirt.io/batch changed:\n  spec.template.spec.domain.cpu.sockets: (none) → 2\n  spec.template.spec.domain.resources.requests.memory: 1Gi → 2Gi\nthe VM is not running: it takes the change when it starts\n",
+        "{}",
+        stderr(&out)
+    );
+    let memory = ok(env.kubectl(&[
+        "get",
+        "vm",
+        "batch",
+        "-n",
+        "dev",
+        "-o",
+        "jsonpath={.spec.template.spec.domain.resources.requests.memory}",
+    ]));
+    assert_eq!(memory, "2Gi");
+    let env = Env::deckhouse();
+    let out = env.vm(&[
+        "set",
+        "resources",
+        "builder",
+        "-n",
+        "dev",
+        "--cpu",
+        "4",
+        "--memory",
+        "4Gi",
+    ]);
+    assert_eq!(
+        stdout(&out),
+        "virtualmachine.virtualization.deckhouse.io/builder changed:\n  spec.cpu.cores: 2 → 4\n  spec.memory.size: 2Gi → 4Gi\nthe VM is not running: it takes the change when it starts\n",
+        "{}",
+        stderr(&out)
+    );
+}

@@ -122,10 +122,20 @@ impl SetPlatform for Deckhouse {
                         .collect()
                 })
                 .unwrap_or_default();
-            return Applies::AtRestart {
-                message: message.to_owned(),
-                pending,
+            // `spec.disruptions.restartApprovalMode: Automatic`: the controller restarts the VM
+            // itself (pkg/controller/vm/internal/sync_power_state.go).
+            let automatic = vm
+                .pointer("/spec/disruptions/restartApprovalMode")
+                .and_then(Value::as_str)
+                == Some("Automatic");
+            let message = if automatic {
+                format!(
+                    "{message} (restartApprovalMode Automatic: Deckhouse restarts the VM by itself)"
+                )
+            } else {
+                message.to_owned()
             };
+            return Applies::AtRestart { message, pending };
         }
         let phase = vm.pointer("/status/phase").and_then(Value::as_str);
         if matches!(phase, Some("Running" | "Migrating")) {
@@ -180,6 +190,15 @@ mod tests {
         assert_eq!(
             Deckhouse.verdict(&json!({"status": {"phase": "Stopped"}})),
             Applies::AtStart
+        );
+        let mut auto = vm.clone();
+        auto["spec"] = json!({"disruptions": {"restartApprovalMode": "Automatic"}});
+        let Applies::AtRestart { message, .. } = Deckhouse.verdict(&auto) else {
+            panic!("AtRestart expected")
+        };
+        assert!(
+            message.ends_with("Deckhouse restarts the VM by itself)"),
+            "{message}"
         );
     }
 }

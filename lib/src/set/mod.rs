@@ -382,11 +382,12 @@ async fn observe(
     Err(Error::Internal("the watch ended unexpectedly".into()))
 }
 
-/// The fields that differ between two objects, leaves first-to-last; `status` and the
+/// The fields that differ between two objects, sorted by path; `status` and the
 /// server-managed metadata are left out. Arrays are compared whole.
 pub fn diff(old: &Value, new: &Value) -> Vec<FieldChange> {
     let mut out = Vec::new();
     walk("", old, new, &mut out);
+    out.sort_by(|a, b| a.field.cmp(&b.field));
     out.retain(|c| {
         !(c.field == "status"
             || c.field.starts_with("status.")
@@ -495,8 +496,8 @@ mod tests {
             lines,
             [
                 "metadata.labels.a: 1 → (none)",
-                "metadata.labels[app.kubernetes.io/name]: x → y",
                 "metadata.labels.b: (none) → 2",
+                "metadata.labels[app.kubernetes.io/name]: x → y",
                 "spec.cpu.cores: 1 → 2",
             ]
         );
