@@ -548,3 +548,57 @@ fn a_stopped_vm_takes_the_change_when_it_starts() {
         stderr(&out)
     );
 }
+
+#[test]
+fn kubevirt_instancetype_vms_change_their_instancetype_or_are_refused_with_the_reason() {
+    let env = Env::kubevirt();
+    let path = env.dir.path().join("it.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata: {name: sized, namespace: default}\nspec:\n  runStrategy: Halted\n  instancetype: {kind: VirtualMachineClusterInstancetype, name: u1.small, revisionName: sized-u1.small-1}\n  template:\n    spec:\n      domain: {devices: {}}\n",
+    )
+    .unwrap();
+    ok(env.kubectl(&["apply", "-f", path.to_str().unwrap()]));
+    env.emulator.clear_requests();
+    let err = fails(&env, &["set", "resources", "sized", "--cpu", "2"], 2);
+    assert_eq!(
+        err,
+        "Error: virtualmachine \"sized\": takes its CPU and memory from VirtualMachineClusterInstancetype \"u1.small\"; change it with --instancetype NAME"
+    );
+    let err = fails(
+        &env,
+        &["set", "resources", "web", "--instancetype", "u1.large"],
+        2,
+    );
+    assert!(err.contains("has no instancetype"), "{err}");
+    let err = fails(
+        &env,
+        &[
+            "set",
+            "resources",
+            "sized",
+            "--instancetype",
+            "u1.large",
+            "--memory",
+            "2Gi",
+        ],
+        2,
+    );
+    assert!(
+        err.contains("--instancetype replaces the VM's CPU and memory"),
+        "{err}"
+    );
+    assert!(writes(&env).is_empty(), "{:?}", writes(&env));
+    // The new name, and the old revision dropped so that the controller takes the new one's.
+    let out = env.vm(&["set", "resources", "sized", "--instancetype", "u1.large"]);
+    assert_eq!(
+        stdout(&out),
+        "virtualmachine.kubevirt.io/sized changed:\n  spec.instancetype.name: u1.small → u1.large\n  spec.instancetype.revisionName: sized-u1.small-1 → (none)\nthe VM is not running: it takes the change when it starts\n",
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        jsonpath(&env, "vm", "sized", "{.spec.instancetype.name}"),
+        "u1.large"
+    );
+}
