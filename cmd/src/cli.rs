@@ -93,6 +93,8 @@ pub enum Command {
     /// Clone a VM to a new name, with copies of its disks (KubeVirt VirtualMachineClone,
     /// Deckhouse VirtualMachineOperation Clone)
     Clone(Box<commands::clone::CloneArgs>),
+    /// Change a VM after it exists: CPU and memory, run and eviction policy, labels
+    Set(commands::set::SetArgs),
     /// Show the guest OS, kernel, hostname and time zone the guest agent reports
     Guestosinfo(commands::guest_info::GuestInfoArgs),
     /// Show the users logged in to the guest (guest agent)
@@ -132,7 +134,7 @@ pub enum Command {
 pub const COMMAND_GROUPS: &[(&str, &[&str])] = &[
     (
         "Basic commands",
-        &["list", "get", "create", "delete", "clone", "expose"],
+        &["list", "get", "create", "delete", "clone", "expose", "set"],
     ),
     (
         "Lifecycle",

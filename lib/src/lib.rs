@@ -31,6 +31,7 @@ pub mod quantity;
 pub mod scp;
 pub mod selector;
 pub mod session;
+pub mod set;
 pub mod signer;
 pub mod snapshot;
 pub mod ssh;

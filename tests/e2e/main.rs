@@ -41,6 +41,7 @@ mod real_guest_extras;
 mod real_guest_snapshot;
 mod scripts;
 mod server_errors;
+mod set;
 mod signer;
 mod signer_network;
 mod snapshot;

@@ -220,6 +220,28 @@ const CASES: &[(&str, &[Case])] = &[
             ],
         )],
     ),
+    ("set", &[(Clap, &["nosuch"])]),
+    (
+        "set policy",
+        &[
+            (Local, &[BAD, "--label", "a=b"]),
+            (Local, &["web", "--label", "bad key=x"]),
+            (Local, &["web", "--annotation", "nokey"]),
+            (Local, &["web"]),
+            (Discovery, &["web", "--run-strategy", "Sometimes"]),
+        ],
+    ),
+    (
+        "set resources",
+        &[
+            (Local, &[BAD, "--cpu", "2"]),
+            (Local, &["web", "--memory", "2Xi"]),
+            (Local, &["web", "--cpu", "0"]),
+            (Local, &["web", "--core-fraction", "250%"]),
+            (Clap, &["web", "--cpu", "two"]),
+            (Discovery, &["web", "--core-fraction", "50%"]),
+        ],
+    ),
     ("snapshot", &[(Clap, &["nosuch"])]),
     (
         "snapshot create",

@@ -23,6 +23,7 @@ pub mod lifecycle_render;
 pub mod list;
 pub mod port_forward;
 pub mod scp;
+pub mod set;
 pub mod signer;
 pub mod snapshot;
 pub mod ssh;

@@ -49,6 +49,8 @@ pub struct App {
     pub exec_hangs: std::sync::atomic::AtomicBool,
     /// Objects as decoded from storage (the watch cache's copies), for lists.
     pub decoded: crate::decoded::DecodedCache,
+    /// The specs running machines started from (what changes wait for a restart).
+    pub started: crate::live_update::Started,
 }
 
 impl App {
@@ -73,6 +75,7 @@ impl App {
             front_proxy: Default::default(),
             exec_hangs: Default::default(),
             decoded: Default::default(),
+            started: Default::default(),
         }
     }
 

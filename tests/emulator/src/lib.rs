@@ -49,6 +49,7 @@ pub mod hold;
 pub mod hotplug;
 pub mod internal_kinds;
 pub mod lifecycle;
+pub mod live_update;
 pub mod openapi;
 pub mod paging;
 pub mod patch;

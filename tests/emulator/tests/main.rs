@@ -16,6 +16,7 @@ mod faithful;
 mod fixtures;
 mod kube_client;
 mod kubectl;
+mod live_update;
 mod missing_namespace;
 mod paging;
 mod pod_portforward;

@@ -243,16 +243,34 @@ pub(super) fn deckhouse_vm(app: &App, vm: &Value, _tick: bool) {
     let name = meta_str(vm, "name").to_string();
     let uid5 = meta_str(vm, "uid").get(..5).unwrap_or("00000").to_string();
     let real_agent = app.guests.real_agent();
+    // What runs and what waits for a restart: live_update.rs.
+    let (applied, awaiting) = crate::live_update::deckhouse_sync(
+        app,
+        vm,
+        matches!(phase, "Running" | "Migrating" | "Stopping"),
+    );
     app.store.modify(&key_of(DH, "virtualmachines", vm), |o| {
         let mut st = o.get("status").cloned().unwrap_or(json!({}));
         st["phase"] = json!(phase);
         st["blockDeviceRefs"] = json!(ref_status);
         st["observedGeneration"] = o["metadata"]["generation"].clone();
         st["resources"] = json!({
-            "cpu": {"cores": o.pointer("/spec/cpu/cores").cloned().unwrap_or(json!(1)),
-                    "coreFraction": o.pointer("/spec/cpu/coreFraction").cloned().unwrap_or(json!("100%"))},
-            "memory": {"size": o.pointer("/spec/memory/size").cloned().unwrap_or(json!("1Gi"))}
+            "cpu": {"cores": applied.pointer("/cpu/cores").cloned().unwrap_or(json!(1)),
+                    "coreFraction": applied.pointer("/cpu/coreFraction").cloned().unwrap_or(json!("100%"))},
+            "memory": {"size": applied.pointer("/memory/size").cloned().unwrap_or(json!("1Gi"))}
         });
+        match &awaiting {
+            Some((changes, message)) => {
+                st["restartAwaitingChanges"] = changes.clone();
+                set_condition(&mut st, "AwaitingRestartToApplyConfiguration", true, "ChangesPendingRestart", message);
+            }
+            None => {
+                st.as_object_mut().map(|m| m.remove("restartAwaitingChanges"));
+                if let Some(c) = st["conditions"].as_array_mut() {
+                    c.retain(|c| c["type"] != "AwaitingRestartToApplyConfiguration");
+                }
+            }
+        }
         let running = matches!(phase, "Running" | "Migrating" | "Stopping");
         let m = st.as_object_mut().expect("object");
         if running {

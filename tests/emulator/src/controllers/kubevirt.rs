@@ -118,18 +118,19 @@ pub(super) fn kubevirt_vm(app: &App, vm: &Value, _tick: bool) {
             })
             .cloned()
     });
-    let restart_required = vmi.as_ref().is_some_and(|v| restart_required(vm, v));
+    // Live updates and RestartRequired: live_update.rs.
+    let restart_required = vmi.as_ref().and_then(|v| {
+        crate::live_update::kubevirt_sync(
+            app,
+            vm,
+            &key_of("kubevirt.io", "virtualmachineinstances", v),
+        )
+    });
     app.store
         .modify(&key_of("kubevirt.io", "virtualmachines", vm), |o| {
             let mut st = o.get("status").cloned().unwrap_or(json!({}));
-            if restart_required {
-                set_condition(
-                    &mut st,
-                    "RestartRequired",
-                    true,
-                    "",
-                    RESTART_REQUIRED_MESSAGE,
-                );
+            if let Some(message) = &restart_required {
+                set_condition(&mut st, "RestartRequired", true, "", message);
             } else if let Some(c) = st["conditions"].as_array_mut() {
                 c.retain(|c| c["type"] != "RestartRequired");
             }
@@ -173,21 +174,9 @@ pub(super) fn kubevirt_vm(app: &App, vm: &Value, _tick: bool) {
 }
 
 /// virt-controller's message on the VM condition `RestartRequired`
-/// (`pkg/virt-controller/watch/vm/vm.go`, `setRestartRequired`).
-pub(crate) const RESTART_REQUIRED_MESSAGE: &str =
-    "a non-live-updatable field was changed in the template spec";
-
-/// Whether the running VMI lacks a change of the VM template that only a restart applies.
-/// Upstream compares the template with the ControllerRevision the VMI started from and lets
-/// only a few fields (hotplug volumes, CPU sockets, memory, scheduling) change live;
-/// `accessCredentials` is not one of them. The emulator checks that list, the one kubectl-vm
-/// changes on running VMs. A new VMI (restart) clears it.
-fn restart_required(vm: &Value, vmi: &Value) -> bool {
-    let wanted = vm.pointer("/spec/template/spec/accessCredentials");
-    let running = vmi.pointer("/spec/accessCredentials");
-    let empty = |v: Option<&Value>| v.is_none_or(|v| v.as_array().is_some_and(|a| a.is_empty()));
-    !(empty(wanted) && empty(running)) && wanted != running
-}
+/// (`pkg/virt-controller/watch/vm/vm.go`, `syncRestartRequired`).
+#[cfg(test)]
+pub(crate) const RESTART_REQUIRED_MESSAGE: &str = crate::live_update::NON_LIVE_MESSAGE;
 
 pub(crate) fn new_vmi(vm: &Value) -> Value {
     let [a, b, c, d] = uid_bytes(vm);
