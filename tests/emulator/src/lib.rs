@@ -33,6 +33,7 @@ pub mod dh_snapshot;
 pub mod dh_snapshot_op;
 pub mod dh_upload;
 pub mod discovery;
+pub mod evacuation;
 pub mod expansion;
 pub mod expect;
 pub mod export;

@@ -16,6 +16,7 @@ mod faithful;
 mod fixtures;
 mod kube_client;
 mod kubectl;
+mod migrations;
 mod missing_namespace;
 mod paging;
 mod pod_portforward;

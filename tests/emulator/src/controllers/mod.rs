@@ -170,6 +170,7 @@ pub fn reconcile_all(app: &App, tick: bool) {
             reconcile(app, obj, tick);
         }
     }
+    crate::evacuation::controller(app);
 }
 
 pub(crate) fn owner_ref(obj: &Value) -> Value {

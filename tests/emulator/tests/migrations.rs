@@ -1,0 +1,219 @@
+//! Live migrations as KubeVirt runs them: a VirtualMachineInstanceMigration's phases in
+//! upstream's order (`VirtualMachineInstanceMigrationPhase`, `api/core/v1/types.go`) with the
+//! VMI's `status.migrationState`; the evacuation controller's migration for a VMI marked for
+//! eviction (`pkg/virt-controller/watch/drain/evacuation/evacuation.go`); and the
+//! `evacuate/cancel` subresource (`pkg/virt-api/rest/evacuate_cancel.go`).
+
+use kube::client::Body;
+use kubevm_emulator::{Emulator, EmulatorOptions};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+async fn start() -> (Emulator, kube::Client) {
+    let fixture = std::fs::read_to_string(format!(
+        "{}/../fixtures/kubevirt.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let emu = Emulator::start(EmulatorOptions {
+        fixture_yaml: vec![fixture],
+        import_step: Duration::from_millis(50),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let kc = kube::config::Kubeconfig::from_yaml(&emu.kubeconfig_yaml()).unwrap();
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    cfg.default_retry = false;
+    let client = kube::Client::try_from(cfg).unwrap();
+    (emu, client)
+}
+
+async fn send(client: &kube::Client, method: &str, path: &str, body: &str) -> (u16, String) {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(
+            "content-type",
+            if method == "PATCH" {
+                "application/merge-patch+json"
+            } else {
+                "application/json"
+            },
+        )
+        .body(Body::from(body.as_bytes().to_vec()))
+        .unwrap();
+    let resp = client.send(req).await.unwrap();
+    let code = resp.status().as_u16();
+    let bytes = resp.into_body().collect_bytes().await.unwrap();
+    (code, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+async fn get(client: &kube::Client, path: &str) -> Value {
+    let (code, body) = send(client, "GET", path, "").await;
+    assert_eq!(code, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// Polls (bounded) until `f` returns Some: the emulator's controllers run in the background.
+async fn until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+const VMIS: &str = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances";
+const VMIMS: &str = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstancemigrations";
+const SUB: &str = "/apis/subresources.kubevirt.io/v1/namespaces/default";
+
+#[tokio::test]
+async fn a_migration_goes_through_upstreams_phases_and_fills_the_migration_state() {
+    let (_emu, client) = start().await;
+    let vmim = json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": "move-web", "namespace": "default"}, "spec": {"vmiName": "web"}});
+    let (code, body) = send(&client, "POST", VMIMS, &vmim.to_string()).await;
+    assert_eq!(code, 201, "{body}");
+    let done = until("the migration to end", async || {
+        let m = get(&client, &format!("{VMIMS}/move-web")).await;
+        matches!(m["status"]["phase"].as_str(), Some("Succeeded" | "Failed")).then_some(m)
+    })
+    .await;
+    let phases: Vec<&str> = done["status"]["phaseTransitionTimestamps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["phase"].as_str().unwrap())
+        .collect();
+    // VirtualMachineInstanceMigrationPhase, in the order virt-controller moves through them.
+    assert_eq!(
+        phases,
+        [
+            "Pending",
+            "Scheduling",
+            "Scheduled",
+            "PreparingTarget",
+            "TargetReady",
+            "Running",
+            "Succeeded"
+        ]
+    );
+    let uid = done["metadata"]["uid"].as_str().unwrap();
+    let vmi = get(&client, &format!("{VMIS}/web")).await;
+    let state = &vmi["status"]["migrationState"];
+    // VirtualMachineInstanceMigrationState fields (swagger v1.VirtualMachineInstanceMigrationState).
+    assert_eq!(state["migrationUid"], uid);
+    assert_eq!(state["sourceNode"], "node-1");
+    assert_eq!(state["targetNode"], "node-2");
+    assert_eq!(state["completed"], true);
+    assert_eq!(state["mode"], "PreCopy");
+    assert!(state["startTimestamp"].is_string() && state["endTimestamp"].is_string());
+    assert_eq!(vmi["status"]["nodeName"], "node-2");
+}
+
+#[tokio::test]
+async fn evacuation_migrates_a_marked_vmi_and_evacuate_cancel_takes_the_mark_away() {
+    let (_emu, client) = start().await;
+    // Without a mark, evacuate/cancel answers 200 and changes nothing.
+    let (code, body) = send(
+        &client,
+        "PUT",
+        &format!("{SUB}/virtualmachineinstances/web/evacuate/cancel"),
+        r#"{"evacuationNodeName":"node-1"}"#,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+
+    // What virt-api's eviction admitter does when the launcher pod is evicted by a drain.
+    let (code, body) = send(
+        &client,
+        "PATCH",
+        &format!("{VMIS}/web/status"),
+        r#"{"status":{"evacuationNodeName":"node-1"}}"#,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let evacuation = until("the evacuation migration", async || {
+        let list = get(&client, VMIMS).await;
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["metadata"]["annotations"]["kubevirt.io/evacuationMigration"] == "node-1")
+            .cloned()
+    })
+    .await;
+    let name = evacuation["metadata"]["name"].as_str().unwrap();
+    assert!(name.starts_with("kubevirt-evacuation-"), "{name}");
+    assert_eq!(evacuation["spec"]["vmiName"], "web");
+    assert_eq!(evacuation["spec"]["priority"], "system-critical");
+    assert_eq!(
+        evacuation["metadata"]["labels"]["kubevirt.io/vmi-name"],
+        "web"
+    );
+
+    // The body must name the node the VMI is evacuated from: a failed JSON patch test is a 500.
+    let path = format!("{SUB}/virtualmachines/web/evacuate/cancel");
+    let (code, body) = send(&client, "PUT", &path, r#"{"evacuationNodeName":"node-2"}"#).await;
+    assert_eq!(code, 500, "{body}");
+    let (code, _) = send(&client, "PUT", &path, "").await;
+    assert_eq!(code, 500);
+    // A dry run changes nothing.
+    let (code, body) = send(
+        &client,
+        "PUT",
+        &path,
+        r#"{"evacuationNodeName":"node-1","dryRun":["All"]}"#,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let vmi = get(&client, &format!("{VMIS}/web")).await;
+    assert_eq!(vmi["status"]["evacuationNodeName"], "node-1");
+    let (code, body) = send(&client, "PUT", &path, r#"{"evacuationNodeName":"node-1"}"#).await;
+    assert_eq!(code, 200, "{body}");
+    let vmi = get(&client, &format!("{VMIS}/web")).await;
+    assert!(vmi["status"].get("evacuationNodeName").is_none(), "{vmi}");
+
+    // A VM that does not exist is a 404 naming it.
+    let (code, body) = send(
+        &client,
+        "PUT",
+        &format!("{SUB}/virtualmachines/nope/evacuate/cancel"),
+        "{}",
+    )
+    .await;
+    assert_eq!(code, 404, "{body}");
+}
+
+#[tokio::test]
+async fn evacuate_cancel_is_refused_while_the_node_carries_the_drain_taint() {
+    let (_emu, client) = start().await;
+    let (code, body) = send(
+        &client,
+        "PATCH",
+        "/api/v1/nodes/node-1",
+        r#"{"spec":{"taints":[{"key":"kubevirt.io/drain","effect":"NoSchedule"}]}}"#,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = send(
+        &client,
+        "PUT",
+        &format!("{SUB}/virtualmachineinstances/web/evacuate/cancel"),
+        r#"{"evacuationNodeName":"node-1"}"#,
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains(
+            "Node \\\"node-1\\\" has NodeDrainTaintKey \\\"kubevirt.io/drain:NoSchedule\\\""
+        ),
+        "{body}"
+    );
+}
