@@ -64,8 +64,10 @@ pub enum Command {
     Reset(commands::lifecycle::VmiArgs),
     /// Move virtual machines off their nodes (live migration)
     Evict(commands::lifecycle::EvictArgs),
-    /// Live-migrate a virtual machine, or cancel its migration
+    /// Live-migrate a virtual machine, or cancel its migration; `migrate list` shows those in flight
     Migrate(commands::lifecycle::MigrateArgs),
+    /// Cancel the evacuation of a VM, a VMI or a whole node that a drain started (KubeVirt)
+    EvacuateCancel(commands::migrations::EvacuateCancelArgs),
     /// Connect to the serial console of a virtual machine
     Console(commands::console::ConsoleArgs),
     /// Open the VNC display of a virtual machine (viewer or local proxy)
@@ -146,6 +148,7 @@ pub const COMMAND_GROUPS: &[(&str, &[&str])] = &[
             "reset",
             "evict",
             "migrate",
+            "evacuate-cancel",
         ],
     ),
     (

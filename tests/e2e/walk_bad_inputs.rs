@@ -147,6 +147,15 @@ const CASES: &[(&str, &[Case])] = &[
             (Local, &["web", "-u", "debian", "--ca-namespace", BAD]),
         ],
     ),
+    (
+        "evacuate-cancel",
+        &[
+            (Clap, &["pod", "web"]),
+            (Local, &["vm", BAD]),
+            (Local, &["vmi", "web", "-n", BAD]),
+            (Local, &["node", BAD]),
+        ],
+    ),
     ("evict", &[(Local, &[BAD])]),
     (
         "export",
@@ -178,7 +187,21 @@ const CASES: &[(&str, &[Case])] = &[
     ),
     (
         "migrate",
-        &[(Local, &[BAD]), (Local, &["web", "--node-selector", "=x"])],
+        &[
+            (Local, &[BAD]),
+            (Local, &["web", "--node-selector", "=x"]),
+            (Local, &["--cancel", "--all-on-node", BAD]),
+            (Clap, &["--all-on-node", "node-1"]),
+            (Clap, &["web", "--cancel", "--all-on-node", "node-1"]),
+        ],
+    ),
+    (
+        "migrate list",
+        &[
+            (Local, &["-l", BAD_SELECTOR]),
+            (Local, &["-A", "-n", "default"]),
+            (Clap, &["extra"]),
+        ],
     ),
     (
         "pause",
