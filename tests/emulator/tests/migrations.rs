@@ -217,3 +217,102 @@ async fn evacuate_cancel_is_refused_while_the_node_carries_the_drain_taint() {
         "{body}"
     );
 }
+
+/// `memorydump` / `removememorydump` as virt-api validates them
+/// (`pkg/virt-api/rest/memorydump.go`) and the request's phases (`pkg/storage/memorydump`).
+#[tokio::test]
+async fn memory_dump_requests_are_validated_and_go_through_their_phases() {
+    let (_emu, client) = start().await;
+    let dump = format!("{SUB}/virtualmachines/web/memorydump");
+    let claim = |name: &str, size: &str| {
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}})
+        .to_string()
+    };
+    // Without the hotplug feature gate (the fixture's KubeVirt CR has it: take it away).
+    let kv = get(&client, "/apis/kubevirt.io/v1/kubevirts").await;
+    let kv_path = format!(
+        "/apis/kubevirt.io/v1/namespaces/{}/kubevirts/{}",
+        kv["items"][0]["metadata"]["namespace"].as_str().unwrap(),
+        kv["items"][0]["metadata"]["name"].as_str().unwrap()
+    );
+    let gates = |g: &str| {
+        format!(
+            r#"{{"spec":{{"configuration":{{"developerConfiguration":{{"featureGates":[{g}]}}}}}}}}"#
+        )
+    };
+    assert_eq!(send(&client, "PATCH", &kv_path, &gates("")).await.0, 200);
+    let (code, body) = send(&client, "PUT", &dump, r#"{"claimName":"dump"}"#).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains(
+            "Enable DeclarativeHotplugVolumes or HotplugVolumes feature gate to use this API."
+        ),
+        "{body}"
+    );
+    assert_eq!(
+        send(&client, "PATCH", &kv_path, &gates(r#""HotplugVolumes""#))
+            .await
+            .0,
+        200
+    );
+    let (code, body) = send(&client, "PUT", &dump, "{}").await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("Memory dump requires claim name to be set"),
+        "{body}"
+    );
+    let (code, _) = send(&client, "PUT", &dump, r#"{"claimName":"dump"}"#).await;
+    assert_eq!(code, 404);
+    // web requests no memory: 100 MiB + 5.5% = 105.5 MiB, aligned up to 106 MiB.
+    let pvcs = "/api/v1/namespaces/default/persistentvolumeclaims";
+    assert_eq!(
+        send(&client, "POST", pvcs, &claim("small", "100Mi"))
+            .await
+            .0,
+        201
+    );
+    let (code, body) = send(&client, "PUT", &dump, r#"{"claimName":"small"}"#).await;
+    assert_eq!(code, 409, "{body}");
+    assert!(
+        body.contains(&format!("should be bigger then [{}]", 106 * 1024 * 1024)),
+        "{body}"
+    );
+    assert_eq!(
+        send(&client, "POST", pvcs, &claim("dump", "106Mi")).await.0,
+        201
+    );
+    let (code, body) = send(&client, "PUT", &dump, r#"{"claimName":"dump"}"#).await;
+    assert_eq!(code, 202, "{body}");
+    let (code, body) = send(&client, "PUT", &dump, r#"{"claimName":"small"}"#).await;
+    assert_eq!(code, 409, "{body}");
+    let vms = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines";
+    let done = until("the dump to complete", async || {
+        let vm = get(&client, &format!("{vms}/web")).await;
+        (vm["status"]["memoryDumpRequest"]["phase"] == "Completed")
+            .then(|| vm["status"]["memoryDumpRequest"].clone())
+    })
+    .await;
+    assert_eq!(done["claimName"], "dump");
+    let file = done["fileName"].as_str().unwrap();
+    assert!(
+        file.starts_with("web-dump-") && file.ends_with(".memory.dump"),
+        "{file}"
+    );
+    assert!(done["startTimestamp"].is_string() && done["endTimestamp"].is_string());
+    // Remove: Dissociating, then the request is gone; a second remove finds none.
+    let remove = format!("{SUB}/virtualmachines/web/removememorydump");
+    assert_eq!(send(&client, "PUT", &remove, "").await.0, 202);
+    until("the association to go", async || {
+        let vm = get(&client, &format!("{vms}/web")).await;
+        vm["status"]
+            .get("memoryDumpRequest")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let (code, body) = send(&client, "PUT", &remove, "").await;
+    assert_eq!(code, 409, "{body}");
+    assert!(body.contains("no association found"), "{body}");
+}

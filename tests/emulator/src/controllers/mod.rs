@@ -171,6 +171,7 @@ pub fn reconcile_all(app: &App, tick: bool) {
         }
     }
     crate::evacuation::controller(app);
+    crate::memory_dump::controller(app, tick);
 }
 
 pub(crate) fn owner_ref(obj: &Value) -> Value {
