@@ -66,6 +66,8 @@ pub enum Command {
     Evict(commands::lifecycle::EvictArgs),
     /// Live-migrate a virtual machine, or cancel its migration; `migrate list` shows those in flight
     Migrate(commands::lifecycle::MigrateArgs),
+    /// Dump the memory of a running VM into a claim, or dissociate it (KubeVirt)
+    MemoryDump(commands::memory_dump::MemoryDumpArgs),
     /// Cancel the evacuation of a VM, a VMI or a whole node that a drain started (KubeVirt)
     EvacuateCancel(commands::migrations::EvacuateCancelArgs),
     /// Connect to the serial console of a virtual machine
@@ -170,7 +172,13 @@ pub const COMMAND_GROUPS: &[(&str, &[&str])] = &[
     ("Platform SSH trust", &["ca", "signer", "enroll"]),
     (
         "Troubleshooting",
-        &["collect-debug-info", "guestosinfo", "userlist", "fslist"],
+        &[
+            "collect-debug-info",
+            "guestosinfo",
+            "userlist",
+            "fslist",
+            "memory-dump",
+        ],
     ),
     ("Other", &["version", "completion", "help"]),
 ];

@@ -185,6 +185,16 @@ const CASES: &[(&str, &[Case])] = &[
             (Local, &["-n", BAD]),
         ],
     ),
+    ("memory-dump", &[(Clap, &["nosuch", "web"])]),
+    (
+        "memory-dump get",
+        &[
+            (Local, &[BAD, "--claim-name", "d"]),
+            (Local, &["web", "--claim-name", BAD]),
+            (Clap, &["web", "--create-claim"]),
+        ],
+    ),
+    ("memory-dump remove", &[(Local, &[BAD])]),
     (
         "migrate",
         &[

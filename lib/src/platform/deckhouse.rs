@@ -55,4 +55,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     enroll: Support::No(
         "enrolling needs KubeVirt: Deckhouse virtualization has no accessCredentials to put the CA trust into the guest; VMs made with `kubectl vm create` trust the CA through cloud-init, others take `kubectl vm ssh -i KEY`",
     ),
+    // api/subresources/v1alpha2/register.go lists no memory dump; its KubeVirt is internal.
+    memory_dump: Support::No(
+        "memory-dump needs KubeVirt: Deckhouse virtualization offers no memory dump (its subresource API has no memorydump, and the KubeVirt beneath it is internal)",
+    ),
 };

@@ -128,6 +128,9 @@ pub struct Capabilities {
     /// `evacuate-cancel`: KubeVirt's `evacuate/cancel` subresource (the reason is the whole
     /// message).
     pub evacuate_cancel: Support,
+    /// `memory-dump`: KubeVirt's `memorydump`/`removememorydump` subresources (the reason is the
+    /// whole message).
+    pub memory_dump: Support,
 }
 
 impl Capabilities {
