@@ -104,6 +104,43 @@ async fn a_migration_goes_through_upstreams_phases_and_fills_the_migration_state
             "Succeeded"
         ]
     );
+    // Only upstream's fields (swagger v1.VirtualMachineInstanceMigrationState) in the copy.
+    const UPSTREAM: &[&str] = &[
+        "abortRequested",
+        "abortStatus",
+        "completed",
+        "endTimestamp",
+        "failed",
+        "failureReason",
+        "migrationConfiguration",
+        "migrationNetworkType",
+        "migrationPolicyName",
+        "migrationUid",
+        "mode",
+        "sourceNode",
+        "sourcePersistentStatePVCName",
+        "sourcePod",
+        "sourceState",
+        "startTimestamp",
+        "targetAttachmentPodUID",
+        "targetCPUSet",
+        "targetDirectMigrationNodePorts",
+        "targetMemoryOverhead",
+        "targetNode",
+        "targetNodeAddress",
+        "targetNodeDomainDetected",
+        "targetNodeDomainReadyTimestamp",
+        "targetNodeTopology",
+        "targetPersistentStatePVCName",
+        "targetPod",
+        "targetState",
+    ];
+    for key in done["status"]["migrationState"].as_object().unwrap().keys() {
+        assert!(
+            UPSTREAM.contains(&key.as_str()),
+            "{key} is no upstream field"
+        );
+    }
     let uid = done["metadata"]["uid"].as_str().unwrap();
     let vmi = get(&client, &format!("{VMIS}/web")).await;
     let state = &vmi["status"]["migrationState"];
