@@ -64,8 +64,12 @@ pub enum Command {
     Reset(commands::lifecycle::VmiArgs),
     /// Move virtual machines off their nodes (live migration)
     Evict(commands::lifecycle::EvictArgs),
-    /// Live-migrate a virtual machine, or cancel its migration
+    /// Live-migrate a virtual machine, or cancel its migration; `migrate list` shows those in flight
     Migrate(commands::lifecycle::MigrateArgs),
+    /// Dump the memory of a running VM into a claim, or dissociate it (KubeVirt)
+    MemoryDump(commands::memory_dump::MemoryDumpArgs),
+    /// Cancel the evacuation of a VM, a VMI or a whole node that a drain started (KubeVirt)
+    EvacuateCancel(commands::migrations::EvacuateCancelArgs),
     /// Connect to the serial console of a virtual machine
     Console(commands::console::ConsoleArgs),
     /// Open the VNC display of a virtual machine (viewer or local proxy)
@@ -148,6 +152,7 @@ pub const COMMAND_GROUPS: &[(&str, &[&str])] = &[
             "reset",
             "evict",
             "migrate",
+            "evacuate-cancel",
         ],
     ),
     (
@@ -169,7 +174,13 @@ pub const COMMAND_GROUPS: &[(&str, &[&str])] = &[
     ("Platform SSH trust", &["ca", "signer", "enroll"]),
     (
         "Troubleshooting",
-        &["collect-debug-info", "guestosinfo", "userlist", "fslist"],
+        &[
+            "collect-debug-info",
+            "guestosinfo",
+            "userlist",
+            "fslist",
+            "memory-dump",
+        ],
     ),
     ("Other", &["version", "completion", "help"]),
 ];

@@ -98,5 +98,7 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Reset(args) => lifecycle::cmd_power(&global, lifecycle::Power::Reset(args)).await,
         Command::Evict(args) => lifecycle::cmd_power(&global, lifecycle::Power::Evict(args)).await,
         Command::Migrate(args) => lifecycle::cmd_migrate(&global, args).await,
+        Command::EvacuateCancel(args) => migrations::cmd_evacuate_cancel(&global, args).await,
+        Command::MemoryDump(args) => memory_dump::cmd_memory_dump(&global, args).await,
     }
 }

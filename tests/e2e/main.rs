@@ -31,6 +31,8 @@ mod lifecycle;
 mod lifecycle_deckhouse;
 mod list;
 mod list_watch;
+mod memory_dump;
+mod migrations;
 mod pools;
 mod rbac;
 mod real_guest;

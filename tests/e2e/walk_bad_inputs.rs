@@ -147,6 +147,15 @@ const CASES: &[(&str, &[Case])] = &[
             (Local, &["web", "-u", "debian", "--ca-namespace", BAD]),
         ],
     ),
+    (
+        "evacuate-cancel",
+        &[
+            (Clap, &["pod", "web"]),
+            (Local, &["vm", BAD]),
+            (Local, &["vmi", "web", "-n", BAD]),
+            (Local, &["node", BAD]),
+        ],
+    ),
     ("evict", &[(Local, &[BAD])]),
     (
         "export",
@@ -176,9 +185,33 @@ const CASES: &[(&str, &[Case])] = &[
             (Local, &["-n", BAD]),
         ],
     ),
+    ("memory-dump", &[(Clap, &["nosuch", "web"])]),
+    (
+        "memory-dump get",
+        &[
+            (Local, &[BAD, "--claim-name", "d"]),
+            (Local, &["web", "--claim-name", BAD]),
+            (Clap, &["web", "--create-claim"]),
+        ],
+    ),
+    ("memory-dump remove", &[(Local, &[BAD])]),
     (
         "migrate",
-        &[(Local, &[BAD]), (Local, &["web", "--node-selector", "=x"])],
+        &[
+            (Local, &[BAD]),
+            (Local, &["web", "--node-selector", "=x"]),
+            (Local, &["--cancel", "--all-on-node", BAD]),
+            (Clap, &["--all-on-node", "node-1"]),
+            (Clap, &["web", "--cancel", "--all-on-node", "node-1"]),
+        ],
+    ),
+    (
+        "migrate list",
+        &[
+            (Local, &["-l", BAD_SELECTOR]),
+            (Local, &["-A", "-n", "default"]),
+            (Clap, &["extra"]),
+        ],
     ),
     (
         "pause",

@@ -120,12 +120,18 @@ pub struct EvictArgs {
 /// Arguments of `migrate`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "KubeVirt: PUT …/virtualmachines/NAME/migrate, then the VirtualMachineInstanceMigration it created is\nwatched. Deckhouse: a Migrate VirtualMachineOperation. --cancel deletes the running migration.\n\nExamples:\n  kubectl vm migrate web\n  kubectl vm migrate web --target-node node-2\n  kubectl vm migrate web --node-selector zone=b --no-wait\n  kubectl vm migrate web --cancel"
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    disable_help_subcommand = true,
+    after_help = "KubeVirt: PUT …/virtualmachines/NAME/migrate, then the VirtualMachineInstanceMigration it created is\nwatched. Deckhouse: a Migrate VirtualMachineOperation. --cancel deletes the running migration;\n--cancel --all-on-node NODE every migration leaving NODE (KubeVirt: the node's evacuations are\ncancelled first, so a drain does not start them again). `migrate list` shows the migrations in flight\n(a VM named list: vm/list).\n\nExamples:\n  kubectl vm migrate web\n  kubectl vm migrate web --target-node node-2\n  kubectl vm migrate web --node-selector zone=b --no-wait\n  kubectl vm migrate web --cancel\n  kubectl vm migrate --cancel --all-on-node node-1\n  kubectl vm migrate list -A -w"
 )]
 pub struct MigrateArgs {
+    #[command(subcommand)]
+    pub command: Option<super::migrations::MigrateCommand>,
+
     /// The VM: NAME, NAME.NAMESPACE or vm/NAME[/NAMESPACE]
-    #[arg(value_name = "VM", add = ArgValueCompleter::new(complete::vm_names))]
-    pub target: String,
+    #[arg(value_name = "VM", add = ArgValueCompleter::new(complete::vm_names), required_unless_present = "all_on_node", conflicts_with = "all_on_node")]
+    pub target: Option<String>,
 
     /// Migrate to this node (node selector kubernetes.io/hostname=NODE)
     #[arg(long, value_name = "NODE", conflicts_with = "cancel")]
@@ -142,6 +148,15 @@ pub struct MigrateArgs {
     /// Cancel the VM's running migration
     #[arg(long)]
     pub cancel: bool,
+
+    /// With --cancel: cancel every migration leaving this node, in all namespaces (what drains it)
+    #[arg(
+        long,
+        value_name = "NODE",
+        requires = "cancel",
+        conflicts_with = "output"
+    )]
+    pub all_on_node: Option<String>,
 
     #[command(flatten)]
     pub wait: WaitArgs,
@@ -312,7 +327,19 @@ pub async fn cmd_power(global: &GlobalArgs, command: Power) -> CommandResult {
 }
 
 pub async fn cmd_migrate(global: &GlobalArgs, args: MigrateArgs) -> CommandResult {
-    let target = Target::parse(&args.target, false)?;
+    match args.command {
+        Some(super::migrations::MigrateCommand::List(list)) => {
+            return super::migrations::cmd_migrate_list(global, list).await;
+        }
+        None => {}
+    }
+    if let Some(node) = &args.all_on_node {
+        return super::migrations::cmd_cancel_on_node(global, node, &args.wait, args.dry_run).await;
+    }
+    let Some(target) = &args.target else {
+        return Err(CommandError::usage("name the VM to migrate"));
+    };
+    let target = Target::parse(target, false)?;
     let mut node_selector = match &args.node_selector {
         Some(s) => lifecycle::parse_node_selector(s)?,
         None => Default::default(),

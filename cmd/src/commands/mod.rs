@@ -21,6 +21,8 @@ pub mod guest_info;
 pub mod lifecycle;
 pub mod lifecycle_render;
 pub mod list;
+pub mod memory_dump;
+pub mod migrations;
 pub mod port_forward;
 pub mod scp;
 pub mod set;

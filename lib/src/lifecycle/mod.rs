@@ -7,7 +7,9 @@
 //! is reported as [`Event`]s; the caller renders them.
 
 pub mod deckhouse;
+pub mod evacuate;
 pub mod kubevirt;
+pub mod migrations;
 pub(crate) mod watch;
 
 pub use crate::api::DryRun;

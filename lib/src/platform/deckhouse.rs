@@ -40,6 +40,12 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     disk_bus_choice: Support::No("bus= is KubeVirt-only; Deckhouse picks the bus itself"),
     // virtualization's VirtualMachine CRD: `blockDeviceRefs` holds at most 16 items.
     max_block_devices: Some(16),
+    // Deckhouse's own evacuations are Evict operations annotated
+    // `virtualization.deckhouse.io/evacuation`; deleting one makes its evacuation controller
+    // cancel the evacuation (controller/evacuation/internal/handler/evacuation.go).
+    evacuate_cancel: Support::No(
+        "evacuate-cancel drives KubeVirt's evacuate/cancel subresource; on Deckhouse virtualization a drain's evacuation is an Evict VirtualMachineOperation, and deleting it cancels the evacuation: `kubectl vm migrate VM --cancel`, or `kubectl vm migrate --cancel --all-on-node NODE`",
+    ),
     start_paused: Support::No("--paused is not supported by Deckhouse virtualization"),
     stop_grace_period: Support::No(
         "--grace-period is not supported by Deckhouse virtualization; use --force to stop at once",
@@ -48,5 +54,9 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     migration_force: Support::Yes,
     enroll: Support::No(
         "enrolling needs KubeVirt: Deckhouse virtualization has no accessCredentials to put the CA trust into the guest; VMs made with `kubectl vm create` trust the CA through cloud-init, others take `kubectl vm ssh -i KEY`",
+    ),
+    // api/subresources/v1alpha2/register.go lists no memory dump; its KubeVirt is internal.
+    memory_dump: Support::No(
+        "memory-dump needs KubeVirt: Deckhouse virtualization offers no memory dump (its subresource API has no memorydump, and the KubeVirt beneath it is internal)",
     ),
 };

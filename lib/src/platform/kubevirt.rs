@@ -44,6 +44,10 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     ),
     disk_bus_choice: Support::Yes,
     max_block_devices: None,
+    // pkg/virt-api/api.go: `evacuate/cancel` on VMs and VMIs (since v1.8.0).
+    evacuate_cancel: Support::Yes,
+    // pkg/virt-api/api.go: `memorydump`/`removememorydump` on VMs.
+    memory_dump: Support::Yes,
     start_paused: Support::Yes,
     stop_grace_period: Support::Yes,
     migration_force: Support::No(

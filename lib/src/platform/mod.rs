@@ -125,6 +125,12 @@ pub struct Capabilities {
     pub disk_bus_choice: Support,
     /// The most block devices a VM takes, the boot disk included, where the platform caps it.
     pub max_block_devices: Option<usize>,
+    /// `evacuate-cancel`: KubeVirt's `evacuate/cancel` subresource (the reason is the whole
+    /// message).
+    pub evacuate_cancel: Support,
+    /// `memory-dump`: KubeVirt's `memorydump`/`removememorydump` subresources (the reason is the
+    /// whole message).
+    pub memory_dump: Support,
 }
 
 impl Capabilities {

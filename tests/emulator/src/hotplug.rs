@@ -38,7 +38,7 @@ fn conflict(name: &str, why: &str) -> ApiError {
 }
 
 /// Whether the KubeVirt CR enables hotplug (`HotplugVolumes`, or the declarative successor).
-fn hotplug_enabled(app: &App) -> bool {
+pub(crate) fn hotplug_enabled(app: &App) -> bool {
     let (kvs, _) = app.store.list(KV, "kubevirts", None);
     kvs.iter().any(|kv| {
         kv.pointer("/spec/configuration/developerConfiguration/featureGates")

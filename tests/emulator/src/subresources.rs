@@ -130,6 +130,14 @@ async fn action(
     if let Some(result) = crate::lifecycle::action(app, rp, sub, q, body) {
         return result;
     }
+    // memorydump/removememorydump (memory_dump.rs).
+    if let Some(result) = crate::memory_dump::action(app, rp, sub, q, body) {
+        return result;
+    }
+    // evacuate/cancel (evacuation.rs).
+    if let Some(result) = crate::evacuation::action(app, rp, q, body) {
+        return result;
+    }
     // addvolume/removevolume.
     if let Some(result) = crate::hotplug::action(app, rp, sub, q, body) {
         return result;

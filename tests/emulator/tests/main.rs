@@ -17,6 +17,7 @@ mod fixtures;
 mod kube_client;
 mod kubectl;
 mod live_update;
+mod migrations;
 mod missing_namespace;
 mod paging;
 mod pod_portforward;

@@ -170,6 +170,8 @@ pub fn reconcile_all(app: &App, tick: bool) {
             reconcile(app, obj, tick);
         }
     }
+    crate::evacuation::controller(app);
+    crate::memory_dump::controller(app, tick);
 }
 
 pub(crate) fn owner_ref(obj: &Value) -> Value {

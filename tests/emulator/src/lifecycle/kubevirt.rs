@@ -290,6 +290,9 @@ pub fn kubevirt_printable(vm: &Value, vmi: Option<&Value>) -> &'static str {
     }
 }
 
+/// The emulator's count of a migration's Running ticks (an annotation on the VMIM).
+const MIGRATION_STEP: &str = "emulator.kubevm.io/migration-step";
+
 /// VirtualMachineInstanceMigration, one phase per tick: Pending → Scheduling → Scheduled →
 /// PreparingTarget → TargetReady → Running (a few ticks) → Succeeded, moving the VMI's
 /// `status.nodeName` and launcher pod, with `status.migrationState` on the VMI and the VMIM.
@@ -332,9 +335,10 @@ pub fn migration(app: &App, vmim: &Value, tick: bool) {
         .unwrap_or(NODE)
         .to_string();
     let target = pick_target(app, &source, vmim.pointer("/spec/addedNodeSelector"));
-    let step = vmim
-        .pointer("/status/migrationState/emulatorStep")
-        .and_then(Value::as_i64)
+    // How many ticks the migration has been Running: kept in an emulator annotation, not in
+    // `status.migrationState` (whose fields are upstream's VirtualMachineInstanceMigrationState).
+    let step = annotation(vmim, MIGRATION_STEP)
+        .and_then(|s| s.parse::<i64>().ok())
         .unwrap_or(0);
     let next = match current.as_str() {
         "Pending" => "Scheduling",
@@ -398,11 +402,10 @@ pub fn migration(app: &App, vmim: &Value, tick: bool) {
             st["phaseTransitionTimestamps"] = json!(ts);
         }
         st["phase"] = json!(next);
-        let mut s = state.clone();
+        st["migrationState"] = state.clone();
         if next == "Running" {
-            s["emulatorStep"] = json!(step + 1);
+            o["metadata"]["annotations"][MIGRATION_STEP] = json!((step + 1).to_string());
         }
-        st["migrationState"] = s;
         o["status"] = st;
     });
 }

@@ -428,6 +428,10 @@ pub(super) fn aggregated() -> AggregatedGroup {
     ] {
         entries.push((format!("virtualmachines/{sub}"), true, vec!["update"]));
     }
+    // pkg/virt-api/api.go: discovery names the two-segment subresource as it is routed.
+    for plural in ["virtualmachines", "virtualmachineinstances"] {
+        entries.push((format!("{plural}/evacuate/cancel"), true, vec!["update"]));
+    }
     for sub in ["portforward", "expand-spec"] {
         entries.push((format!("virtualmachines/{sub}"), true, vec!["get"]));
     }
