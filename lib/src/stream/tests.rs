@@ -246,3 +246,62 @@ async fn frames_during_the_close_wait_are_delivered() {
     stream.io = rd.unsplit(wr);
     assert_eq!(stream.ended().await, StreamEnd::Local);
 }
+
+/// A reader stalled past the server's keep-alive deadline (virt-api drops a connection whose
+/// pong is a minute late) keeps its session: the pump holds what arrives meanwhile and answers
+/// pings. Found by bench/soak.sh (issue 37): an ssh session whose output was not read for 60 s
+/// died with 4 MiB of 64 delivered.
+#[tokio::test]
+async fn pings_are_answered_while_the_reader_is_stalled() {
+    let (mut stream, mut server) = pair(Duration::from_secs(15)).await;
+    // Far more than the pump's duplex holds: before, the pump blocked writing it and read no
+    // more frames, so the server's ping went unanswered.
+    let chunk = vec![5u8; 32 * 1024];
+    let sent = tokio::time::timeout(Duration::from_secs(5), async {
+        for _ in 0..64 {
+            server
+                .send(Message::Binary(chunk.clone().into()))
+                .await
+                .unwrap();
+        }
+        server
+            .send(Message::Ping(b"alive?".to_vec().into()))
+            .await
+            .unwrap();
+    })
+    .await;
+    assert!(sent.is_ok(), "the pump stopped reading the server");
+    let pong = tokio::time::timeout(Duration::from_secs(5), server.next())
+        .await
+        .expect("a pong while nobody reads")
+        .unwrap()
+        .unwrap();
+    assert_eq!(pong, Message::Pong(b"alive?".to_vec().into()));
+    // Everything arrives, in order, once the reader reads.
+    let mut got = vec![0u8; 64 * chunk.len()];
+    stream.io.read_exact(&mut got).await.unwrap();
+    assert!(got.iter().all(|&b| b == 5));
+    drop(server);
+    let mut rest = Vec::new();
+    stream.io.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty());
+}
+
+/// What the server sent before it dropped the connection still reaches a slow reader.
+#[tokio::test]
+async fn held_data_is_delivered_when_the_server_drops() {
+    let (mut stream, mut server) = pair(Duration::from_secs(15)).await;
+    let chunk = vec![9u8; 32 * 1024];
+    for _ in 0..8 {
+        server
+            .send(Message::Binary(chunk.clone().into()))
+            .await
+            .unwrap();
+    }
+    server.flush().await.unwrap();
+    drop(server);
+    let mut got = Vec::new();
+    stream.io.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got.len(), 8 * chunk.len());
+    assert_eq!(stream.ended().await.code(), 1006);
+}
