@@ -86,6 +86,8 @@ pub enum Command {
     Credentials(commands::credentials::CredentialsArgs),
     /// List a VM's disks, attach (hotplug) a disk or image to it, or detach one
     Disk(commands::disk::DiskArgs),
+    /// List, import and delete golden images to create VMs from (DataSources; VirtualImages)
+    Image(commands::image::ImageArgs),
     /// Take, list, delete and restore VM snapshots
     Snapshot(commands::snapshot::SnapshotArgs),
     /// Expose ports of a VM as a Service (ClusterIP, NodePort, LoadBalancer)
@@ -163,7 +165,10 @@ pub const COMMAND_GROUPS: &[(&str, &[&str])] = &[
             "credentials",
         ],
     ),
-    ("Storage", &["disk", "snapshot", "export", "upload"]),
+    (
+        "Storage",
+        &["disk", "snapshot", "export", "upload", "image"],
+    ),
     ("Platform SSH trust", &["ca", "signer", "enroll"]),
     (
         "Troubleshooting",

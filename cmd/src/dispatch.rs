@@ -50,6 +50,7 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Credentials(args) => credentials::cmd_credentials(&global, args).await,
         Command::Disk(args) => disk::cmd_disk(&global, args).await,
         Command::Snapshot(args) => snapshot::cmd_snapshot(&global, args).await,
+        Command::Image(args) => image::cmd_image(&global, args).await,
         Command::Expose(args) => expose::cmd_expose(&global, *args).await,
         Command::Clone(args) => clone::cmd_clone(&global, *args).await,
         Command::Guestosinfo(args) => {

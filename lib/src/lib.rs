@@ -23,6 +23,7 @@ pub mod expose;
 pub mod flavor;
 pub mod guest_info;
 pub mod http_log;
+pub mod image;
 pub mod lifecycle;
 pub mod names;
 pub mod platform;

@@ -18,6 +18,7 @@ pub mod expose;
 pub mod generate_docs;
 pub mod get;
 pub mod guest_info;
+pub mod image;
 pub mod lifecycle;
 pub mod lifecycle_render;
 pub mod list;

@@ -46,7 +46,15 @@ pub(super) fn data_volume(app: &App, dv: &Value, tick: bool) {
     }
     let blank = dv.pointer("/spec/source/blank").is_some();
     // Unbound WaitForFirstConsumer storage: CDI waits in PendingPopulation for a consumer.
+    // `cdi.kubevirt.io/storage.bind.immediate.requested: "true"` binds at once whatever the
+    // class (CDI `pkg/controller/common/util.go` AnnImmediateBinding; DataImportCron sets it on
+    // the golden images it imports, which no VM consumes).
+    let immediate = dv
+        .pointer("/metadata/annotations/cdi.kubevirt.io~1storage.bind.immediate.requested")
+        .and_then(Value::as_str)
+        == Some("true");
     let waiting = matches!(phase, "" | "PendingPopulation")
+        && !immediate
         && crate::storage::waits_for_first_consumer(app, dv_storage_class(dv).as_deref())
         && !crate::storage::kubevirt_consumer(app, dv);
     if waiting {
@@ -148,4 +156,91 @@ fn dv_storage_class(dv: &Value) -> Option<String> {
     .iter()
     .find_map(|p| dv.pointer(p).and_then(Value::as_str))
     .map(String::from)
+}
+
+/// CDI DataSource: its condition `Ready` follows what `spec.source` names (CDI
+/// `pkg/controller/datasource-controller.go`, `update`): `status.source` mirrors the spec; a
+/// PVC source whose DataVolume is `Succeeded` (or, without a DataVolume, whose PVC exists) is
+/// `True`, reason `Ready`, "DataSource is ready to be consumed"; a DataVolume in another phase
+/// gives `False` with that phase as the reason ("Import DataVolume phase P"); nothing found is
+/// `False`, `NotFound` ("PVC not found"); no source is `False`, `NoSource`.
+pub(super) fn data_source(app: &App, ds: &Value, _tick: bool) {
+    let ns = meta_str(ds, "namespace");
+    let (ready, reason, message) = match ds.pointer("/spec/source/pvc") {
+        Some(pvc) => {
+            let pns = pvc["namespace"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .unwrap_or(ns);
+            let name = pvc["name"].as_str().unwrap_or("");
+            let dv = app.store.get(&crate::store::Key::new(
+                "cdi.kubevirt.io",
+                "datavolumes",
+                pns,
+                name,
+            ));
+            match dv {
+                Some(dv) => {
+                    let phase = dv
+                        .pointer("/status/phase")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned();
+                    if phase == "Succeeded" {
+                        (
+                            true,
+                            "Ready".to_owned(),
+                            "DataSource is ready to be consumed".to_owned(),
+                        )
+                    } else {
+                        (
+                            false,
+                            phase.clone(),
+                            format!("Import DataVolume phase {phase}"),
+                        )
+                    }
+                }
+                None if app
+                    .store
+                    .get(&crate::store::Key::new(
+                        "",
+                        "persistentvolumeclaims",
+                        pns,
+                        name,
+                    ))
+                    .is_some() =>
+                {
+                    (
+                        true,
+                        "Ready".to_owned(),
+                        "DataSource is ready to be consumed".to_owned(),
+                    )
+                }
+                None => (false, "NotFound".to_owned(), "PVC not found".to_owned()),
+            }
+        }
+        None if ds.pointer("/spec/source/snapshot").is_some() => (
+            false,
+            "SnapshotNotReady".to_owned(),
+            "Snapshot phase is not ready".to_owned(),
+        ),
+        None => (false, "NoSource".to_owned(), "No source set".to_owned()),
+    };
+    let current = ds
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"));
+    let state = if ready { "True" } else { "False" };
+    if current.is_some_and(|c| c["status"] == state && c["reason"] == reason.as_str())
+        && ds.pointer("/status/source") == ds.pointer("/spec/source")
+    {
+        return;
+    }
+    app.store
+        .modify(&key_of("cdi.kubevirt.io", "datasources", ds), |o| {
+            let mut st = o.get("status").cloned().unwrap_or(json!({}));
+            st["source"] = o["spec"]["source"].clone();
+            set_condition(&mut st, "Ready", ready, &reason, &message);
+            o["status"] = st;
+        });
 }
