@@ -6,9 +6,7 @@ use std::io::Write;
 
 use clap::{Args, Subcommand, ValueEnum};
 use clap_complete::engine::ArgValueCompleter;
-use kubevm::image::{
-    self, Checksum, CreateRequest, Event, Image, ImageName, Options, Source, Storage,
-};
+use kubevm::image::{self, CreateRequest, Event, Image, ImageName, Options, Source, Storage};
 
 use crate::complete;
 use crate::error::{CommandError, CommandResult};
@@ -18,7 +16,7 @@ use crate::render::{self, OutputFormat, Table, age, cell};
 /// Arguments of `image`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "KubeVirt: an image is a CDI DataSource naming the PVC a DataVolume imported; `create` makes\nthe DataVolume (from --url, --registry, or --from pvc/NAME) and the DataSource, both labelled\nas made by kubectl vm. VMs boot from it with `kubectl vm create --image ds/NAME`.\n\nDeckhouse: a VirtualImage (kept in DVCR, or on a PVC with --storage pvc) or, with --cluster, a\nClusterVirtualImage. VMs boot from it with `kubectl vm create --image vi/NAME` (or cvi/NAME).\n\n`delete` removes only images kubectl vm made, with their uid as a precondition; it refuses\nwhile a VM's disk is being made from the image, and names the VMs that still use it.\n\nExamples:\n  kubectl vm image list -A\n  kubectl vm image create debian --url https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-generic-amd64.qcow2\n  kubectl vm image create fedora --registry quay.io/containerdisks/fedora:41\n  kubectl vm image create ubuntu --cluster --url https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img\n  kubectl vm image get debian -o yaml\n  kubectl vm image delete debian"
+    after_help = "KubeVirt: an image is a CDI DataSource naming the PVC a DataVolume imported; `create` makes\nthe DataVolume (from --url, --registry, or --from pvc/NAME) and the DataSource, both labelled\nas made by kubectl vm. VMs boot from it with `kubectl vm create --image ds/NAME`.\n\nDeckhouse: a VirtualImage (kept in DVCR, or on a PVC with --storage pvc) or, with --cluster-wide, a\nClusterVirtualImage. VMs boot from it with `kubectl vm create --image vi/NAME` (or cvi/NAME).\n\n`delete` removes only images kubectl vm made, with their uid as a precondition; it refuses\nwhile a VM's disk is being made from the image, and names the VMs that still use it.\n\nExamples:\n  kubectl vm image list -A\n  kubectl vm image create debian --url https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-generic-amd64.qcow2\n  kubectl vm image create fedora --registry quay.io/containerdisks/fedora:41\n  kubectl vm image create ubuntu --cluster-wide --url https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img\n  kubectl vm image get debian -o yaml\n  kubectl vm image delete debian"
 )]
 pub struct ImageArgs {
     #[command(subcommand)]
@@ -99,7 +97,8 @@ pub struct CreateArgs {
     #[arg(long, value_name = "URL")]
     pub url: Option<String>,
 
-    /// With --url: the checksum the download must have, ALGO:HEX (md5, sha1, sha256, sha512)
+    /// With --url: the checksum the download must have, ALGO:HEX (md5, sha1, sha256, sha512;
+    /// streebog256/512 on Deckhouse)
     #[arg(long, value_name = "ALGO:HEX", requires = "url")]
     pub checksum: Option<String>,
 
@@ -112,9 +111,10 @@ pub struct CreateArgs {
     #[arg(long, value_name = "KIND/NAME")]
     pub from: Option<String>,
 
-    /// Deckhouse: make a ClusterVirtualImage, usable from every namespace
+    /// Deckhouse: make a ClusterVirtualImage, usable from every namespace (kubectl's global
+    /// --cluster names a kubeconfig cluster, hence the longer name)
     #[arg(long)]
-    pub cluster: bool,
+    pub cluster_wide: bool,
 
     /// Deckhouse: keep a VirtualImage in DVCR (the default) or on a PVC
     #[arg(long, value_enum, value_name = "STORAGE")]
@@ -194,6 +194,9 @@ impl Printer {
     }
 
     fn write(&mut self, out: &mut dyn Write, images: &[Image]) -> std::io::Result<()> {
+        if images.is_empty() {
+            return Ok(());
+        }
         let mut headers = vec![];
         if self.all_namespaces {
             headers.push("NAMESPACE");
@@ -397,7 +400,11 @@ fn request(args: &CreateArgs, namespace: &str) -> CommandResult<CreateRequest> {
     let source = match (&args.url, &args.registry, &args.from) {
         (Some(url), None, None) => Source::Url {
             url: url.clone(),
-            checksum: args.checksum.as_deref().map(Checksum::parse).transpose()?,
+            checksum: args
+                .checksum
+                .as_deref()
+                .map(image::parse_checksum)
+                .transpose()?,
         },
         (None, Some(image), None) => Source::Registry(image.clone()),
         (None, None, Some(from)) => Source::From(ImageName::parse(from)?),
@@ -410,7 +417,7 @@ fn request(args: &CreateArgs, namespace: &str) -> CommandResult<CreateRequest> {
     let request = CreateRequest {
         name: args.name.clone(),
         namespace: namespace.to_owned(),
-        cluster: args.cluster,
+        cluster: args.cluster_wide,
         source,
         storage: args.storage.map(|s| match s {
             StorageFlag::Dvcr => Storage::Dvcr,

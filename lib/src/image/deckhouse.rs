@@ -94,10 +94,10 @@ fn summarize(obj: &Value) -> Image {
         source,
         format: text(obj, "/status/format").to_owned(),
         size,
-        progress: if ready {
-            String::new()
-        } else {
+        progress: if phase == "Provisioning" {
             text(obj, "/status/progress").to_owned()
+        } else {
+            String::new()
         },
         phase: if phase.is_empty() {
             "Pending".into()
@@ -122,15 +122,31 @@ impl Catalog for Deckhouse {
         on_page: &'a mut OnPage<'a>,
     ) -> BoxFuture<'a, Result<()>> {
         async move {
+            // The last page of VirtualImages is handed over with the first page of
+            // ClusterVirtualImages (one table when both fit a page), never more than a page.
+            let mut held: Vec<Image> = Vec::new();
             pages(cluster, &VIRTUAL_IMAGE, namespace, selector, |items| {
-                on_page(items.iter().map(summarize).collect())
+                let page: Vec<Image> = items.iter().map(summarize).collect();
+                let previous = std::mem::replace(&mut held, page);
+                if previous.is_empty() {
+                    Ok(())
+                } else {
+                    on_page(previous)
+                }
             })
             .await?;
             // Cluster-wide images serve every namespace: listed with each.
             pages(cluster, &CLUSTER_VIRTUAL_IMAGE, None, selector, |items| {
-                on_page(items.iter().map(summarize).collect())
+                let mut page = std::mem::take(&mut held);
+                page.extend(items.iter().map(summarize));
+                on_page(page)
             })
-            .await
+            .await?;
+            if held.is_empty() {
+                Ok(())
+            } else {
+                on_page(held)
+            }
         }
         .boxed()
     }
@@ -299,7 +315,7 @@ fn manifest(request: &CreateRequest) -> Result<(Kind, Value)> {
         Source::Url { url, checksum } => {
             let mut http = json!({"url": url});
             if let Some(c) = checksum {
-                http["checksum"] = json!({c.algorithm: c.hex});
+                http["checksum"] = json!({c.algo.as_str(): c.hex});
             }
             json!({"type": "HTTP", "http": http})
         }
@@ -325,7 +341,7 @@ fn manifest(request: &CreateRequest) -> Result<(Kind, Value)> {
                 }
             } else if from.namespace.as_deref().is_some_and(|n| n != ns) {
                 return Err(Error::Usage(format!(
-                    "--from {}/{}/{}: a VirtualImage is made from objects in its own namespace ({ns}); use --cluster for another namespace's",
+                    "--from {}/{}/{}: a VirtualImage is made from objects in its own namespace ({ns}); use --cluster-wide for another namespace's",
                     from.kind.map(ImageKind::short).unwrap_or(""),
                     from.namespace.as_deref().unwrap_or(""),
                     from.name
@@ -433,7 +449,6 @@ async fn users(cluster: &Cluster, image: &Value) -> Result<(Vec<String>, Vec<Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::image::Checksum;
 
     fn request(source: Source) -> CreateRequest {
         CreateRequest {
@@ -452,10 +467,7 @@ mod tests {
         let md5 = "d41d8cd98f00b204e9800998ecf8427e";
         let (kind, vi) = manifest(&request(Source::Url {
             url: "https://example.org/d.qcow2".into(),
-            checksum: Some(Checksum {
-                algorithm: "md5",
-                hex: md5.into(),
-            }),
+            checksum: Some(crate::image::parse_checksum(&format!("md5:{md5}")).unwrap()),
         }))
         .unwrap();
         assert_eq!(kind.kind, "VirtualImage");

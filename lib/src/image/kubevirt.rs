@@ -364,7 +364,7 @@ fn not_deckhouse_kind(name: &ImageName) -> Result<()> {
 fn manifests(request: &CreateRequest) -> Result<(Value, Value)> {
     if request.cluster {
         return Err(Error::Usage(
-            "--cluster makes a Deckhouse ClusterVirtualImage; on KubeVirt a DataSource lives in a namespace (-n)".into(),
+            "--cluster-wide makes a Deckhouse ClusterVirtualImage; on KubeVirt a DataSource lives in a namespace (-n)".into(),
         ));
     }
     if request.storage.is_some() {
@@ -378,7 +378,14 @@ fn manifests(request: &CreateRequest) -> Result<(Value, Value)> {
         Source::Url { url, checksum } => {
             let mut http = json!({"url": url});
             if let Some(c) = checksum {
-                http["checksum"] = json!(format!("{}:{}", c.algorithm, c.hex));
+                if !c.algo.supported_by_cdi() {
+                    return Err(Error::Usage(format!(
+                        "--checksum {}: CDI verifies md5, sha1, sha256 and sha512 only",
+                        c.algo.as_str()
+                    )));
+                }
+                // CDI's `http.checksum` is `ALGO:HEX` (v1.65).
+                http["checksum"] = json!(c.to_string());
             }
             spec["source"] = json!({"http": http});
         }
@@ -580,7 +587,7 @@ async fn users(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::image::{Checksum, Storage};
+    use crate::image::Storage;
 
     fn request(source: Source) -> CreateRequest {
         CreateRequest {
@@ -598,10 +605,9 @@ mod tests {
     fn a_url_image_is_a_data_volume_and_the_data_source_naming_it() {
         let (dv, ds) = manifests(&request(Source::Url {
             url: "https://example.org/f.qcow2".into(),
-            checksum: Some(Checksum {
-                algorithm: "sha256",
-                hex: "ab".repeat(32),
-            }),
+            checksum: Some(
+                crate::image::parse_checksum(&format!("sha256:{}", "ab".repeat(32))).unwrap(),
+            ),
         }))
         .unwrap();
         assert_eq!(
@@ -641,6 +647,14 @@ mod tests {
             json!({"namespace": "golden", "name": "f41"})
         );
         assert!(dv["spec"]["storage"].get("resources").is_none());
+        let streebog = crate::image::parse_checksum(&format!("streebog256:{}", "ab".repeat(32)));
+        assert!(matches!(
+            manifests(&request(Source::Url {
+                url: "https://x/y".into(),
+                checksum: streebog.ok()
+            })),
+            Err(Error::Usage(_))
+        ));
         let mut r = request(Source::Registry("x".into()));
         r.storage = Some(Storage::Pvc);
         assert!(matches!(manifests(&r), Err(Error::Usage(_))));
