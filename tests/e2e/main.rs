@@ -26,6 +26,7 @@ mod expose;
 mod generated;
 mod get;
 mod guest_info;
+mod image;
 mod kubectl_like;
 mod lifecycle;
 mod lifecycle_deckhouse;
