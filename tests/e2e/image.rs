@@ -464,3 +464,60 @@ fn bad_urls_and_checksums_are_refused_before_any_request() {
         );
     }
 }
+
+/// `image list -w`: the listing, then a row per change (the import's progress, Ready, the
+/// deletion), read as the lines arrive.
+#[test]
+fn watch_prints_each_change_of_an_image() {
+    use std::io::{BufRead, BufReader};
+    use std::sync::mpsc;
+    let env = Env::deckhouse();
+    let mut child = env.spawn(&["-n", "dev", "image", "list", "-w"]);
+    let (tx, lines) = mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next = || {
+        lines
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("a line from image list -w within 20s")
+    };
+    assert!(next().starts_with("NAME "));
+    assert!(next().starts_with("ubuntu-24-04 "));
+    ok(env.vm(&[
+        "-n",
+        "dev",
+        "image",
+        "create",
+        "w",
+        "--url",
+        "https://images.example/w.qcow2",
+        "--no-wait",
+    ]));
+    let mut phases = vec![];
+    loop {
+        let r = table(&next()).remove(0);
+        assert_eq!(r[0], "w", "{r:?}");
+        phases.push(r[5..r.len() - 1].join(" "));
+        if r[5] == "Ready" {
+            break;
+        }
+    }
+    assert!(
+        phases
+            .iter()
+            .any(|p| p.starts_with("Provisioning ") && p.ends_with('%')),
+        "{phases:?}"
+    );
+    ok(env.kubectl(&["-n", "dev", "delete", "virtualimage", "w"]));
+    let r = table(&next()).remove(0);
+    assert_eq!((r[0].as_str(), r[5].as_str()), ("w", "Deleted"));
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -174,7 +174,10 @@ const CASES: &[(&str, &[Case])] = &[
         &[
             (Local, &[BAD, "--url", "https://h/x.img"]),
             (Local, &["x", "--url", "ftp://h/x.img"]),
-            (Local, &["x", "--url", "https://h/x", "--checksum", "sha256:0"]),
+            (
+                Local,
+                &["x", "--url", "https://h/x", "--checksum", "sha256:0"],
+            ),
             (Local, &["x", "--from", "xx/y"]),
             (Local, &["x", "--registry", "r/x", "--size", "lots"]),
             (Clap, &["x"]),
@@ -185,7 +188,10 @@ const CASES: &[(&str, &[Case])] = &[
     ("image get", &[(Local, &[BAD]), (Local, &["xx/y"])]),
     (
         "image list",
-        &[(Local, &["-l", BAD_SELECTOR]), (Local, &["-A", "-n", "default"])],
+        &[
+            (Local, &["-l", BAD_SELECTOR]),
+            (Local, &["-A", "-n", "default"]),
+        ],
     ),
     (
         "list",

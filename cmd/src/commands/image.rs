@@ -51,7 +51,7 @@ pub struct ListArgs {
     #[arg(short = 'o', long, value_enum, value_name = "FORMAT")]
     pub output: Option<OutputFormat>,
 
-    /// After listing, watch for changes and print the images that changed
+    /// After listing, watch for changes and print each image that changes
     #[arg(short, long)]
     pub watch: bool,
 
@@ -275,18 +275,25 @@ async fn list(global: &GlobalArgs, args: ListArgs) -> CommandResult {
         args.output == Some(OutputFormat::Wide),
         !args.no_headers,
     );
-    let mut seen = std::collections::HashMap::new();
+    // While watching: what each image's row last said, so an update that changes nothing
+    // shown (a DataVolume's restart count, a heartbeat) prints nothing.
+    let mut shown_rows: std::collections::HashMap<(&'static str, String, String), String> =
+        std::collections::HashMap::new();
+    let wide = args.output == Some(OutputFormat::Wide);
     {
-        let mut on_page = |page: Vec<Image>| -> kubevm::Result<()> {
-            count += page.len();
+        let mut on_page = |mut page: Vec<Image>| -> kubevm::Result<()> {
             if args.watch {
-                for i in &page {
-                    seen.insert(
-                        (i.kind.short(), i.namespace.clone(), i.name.clone()),
-                        (i.phase_cell(), i.message.clone()),
-                    );
-                }
+                page.retain(|i| {
+                    let mut said =
+                        format!("{}|{}|{}|{}", i.phase_cell(), i.source, i.format, i.size);
+                    if wide {
+                        said.push_str(&i.message);
+                    }
+                    let key = (i.kind.short(), i.namespace.clone(), i.name.clone());
+                    shown_rows.insert(key, said.clone()).as_ref() != Some(&said)
+                });
             }
+            count += page.len();
             if whole {
                 kept.extend(page.into_iter().map(|i| shown(i.object)));
                 return Ok(());
@@ -302,69 +309,39 @@ async fn list(global: &GlobalArgs, args: ListArgs) -> CommandResult {
                 .and_then(|()| out.flush())
                 .map_err(|e| kubevm::Error::Internal(format!("writing the list: {e}")))
         };
-        catalog
-            .list(
-                &cluster,
-                ns.as_deref(),
-                args.selector.as_deref(),
-                &mut on_page,
-            )
-            .await?;
+        if args.watch {
+            // Every change after the listing is one more row, as `kubectl get -w` prints it.
+            catalog
+                .watch(
+                    &cluster,
+                    ns.as_deref(),
+                    args.selector.as_deref(),
+                    &mut on_page,
+                )
+                .await?;
+        } else {
+            catalog
+                .list(
+                    &cluster,
+                    ns.as_deref(),
+                    args.selector.as_deref(),
+                    &mut on_page,
+                )
+                .await?;
+        }
     }
     if whole {
         let mut out = std::io::stdout().lock();
         render::write_object(&mut out, &render::list_object(kept), args.output.unwrap())?;
         return Ok(());
     }
-    if count == 0 && !args.watch {
+    if count == 0 {
         match &ns {
             Some(ns) => eprintln!("No images found in namespace {ns:?}."),
             None => eprintln!("No images found."),
         }
-        return Ok(());
     }
-    if !args.watch {
-        return Ok(());
-    }
-    // Watch: list again every second and print the images whose phase (with progress) or
-    // message changed, or that are new (the platforms' objects change a few times per
-    // import, and the rows join two kinds on KubeVirt).
-    loop {
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        let mut changed = Vec::new();
-        let mut on_page = |page: Vec<Image>| -> kubevm::Result<()> {
-            for i in page {
-                let key = (i.kind.short(), i.namespace.clone(), i.name.clone());
-                let now = (i.phase_cell(), i.message.clone());
-                if seen.get(&key) != Some(&now) {
-                    seen.insert(key, now);
-                    changed.push(i);
-                }
-            }
-            Ok(())
-        };
-        catalog
-            .list(
-                &cluster,
-                ns.as_deref(),
-                args.selector.as_deref(),
-                &mut on_page,
-            )
-            .await?;
-        if changed.is_empty() {
-            continue;
-        }
-        let mut out = std::io::stdout().lock();
-        match args.output {
-            Some(OutputFormat::Name) => {
-                for i in &changed {
-                    writeln!(out, "{}", object_ref(i))?;
-                }
-            }
-            _ => printer.write(&mut out, &changed)?,
-        }
-        out.flush()?;
-    }
+    Ok(())
 }
 
 async fn get(global: &GlobalArgs, args: GetArgs) -> CommandResult {

@@ -151,6 +151,49 @@ impl Catalog for Deckhouse {
         .boxed()
     }
 
+    fn watch<'a>(
+        &'a self,
+        cluster: &'a Cluster,
+        namespace: Option<&'a str>,
+        selector: Option<&'a str>,
+        on_page: &'a mut OnPage<'a>,
+    ) -> BoxFuture<'a, Result<()>> {
+        async move {
+            use futures::StreamExt;
+            loop {
+                let vi_version = pages(cluster, &VIRTUAL_IMAGE, namespace, selector, |items| {
+                    on_page(items.iter().map(summarize).collect())
+                })
+                .await?;
+                let cvi_version = pages(cluster, &CLUSTER_VIRTUAL_IMAGE, None, selector, |items| {
+                    on_page(items.iter().map(summarize).collect())
+                })
+                .await?;
+                let mut changes = super::feeds(
+                    cluster,
+                    &[
+                        (VIRTUAL_IMAGE, namespace, vi_version),
+                        (CLUSTER_VIRTUAL_IMAGE, None, cvi_version),
+                    ],
+                    selector,
+                );
+                while let Some(change) = changes.next().await {
+                    match change? {
+                        super::Change::Changed(_, obj) => on_page(vec![summarize(&obj)])?,
+                        super::Change::Deleted(_, obj) => {
+                            let mut gone = summarize(&obj);
+                            gone.phase = "Deleted".into();
+                            gone.progress.clear();
+                            on_page(vec![gone])?;
+                        }
+                        super::Change::Expired => break,
+                    }
+                }
+            }
+        }
+        .boxed()
+    }
+
     fn get<'a>(
         &'a self,
         cluster: &'a Cluster,

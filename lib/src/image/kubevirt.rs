@@ -181,6 +181,26 @@ fn summarize(ds: &Value, dv: Option<&DvInfo>, whole: bool) -> Image {
     }
 }
 
+/// The rows of the DataSources naming DataVolume `dv`, after it changed.
+fn rows_behind(
+    sources: &HashMap<(String, String), Value>,
+    dvs: &HashMap<(String, String), DvInfo>,
+    dv: &(String, String),
+) -> Vec<Image> {
+    sources
+        .values()
+        .filter(|ds| ds_target(ds).is_some_and(|(t, ns, n)| t == "pvc" && ns == dv.0 && n == dv.1))
+        .map(|ds| summarize(ds, behind(ds, dvs), true))
+        .collect()
+}
+
+/// The DataVolume behind a DataSource, from those read.
+fn behind<'a>(ds: &Value, dvs: &'a HashMap<(String, String), DvInfo>) -> Option<&'a DvInfo> {
+    ds_target(ds)
+        .filter(|(k, _, _)| *k == "pvc")
+        .and_then(|(_, ns, n)| dvs.get(&(ns, n)))
+}
+
 fn key(obj: &Value) -> (String, String) {
     (
         text(obj, "/metadata/namespace").to_owned(),
@@ -220,6 +240,85 @@ impl Catalog for KubeVirt {
                 on_page(rows)
             })
             .await
+            .map(|_| ())
+        }
+        .boxed()
+    }
+
+    fn watch<'a>(
+        &'a self,
+        cluster: &'a Cluster,
+        namespace: Option<&'a str>,
+        selector: Option<&'a str>,
+        on_page: &'a mut OnPage<'a>,
+    ) -> BoxFuture<'a, Result<()>> {
+        async move {
+            use futures::StreamExt;
+            loop {
+                // Rows join two kinds: the DataSources in scope are kept (whole) to be shown
+                // again when the DataVolume behind one changes.
+                let mut dvs: HashMap<(String, String), DvInfo> = HashMap::new();
+                let dv_version = pages(cluster, &DATA_VOLUME, namespace, None, |items| {
+                    for dv in &items {
+                        dvs.insert(key(dv), dv_info(dv));
+                    }
+                    Ok(())
+                })
+                .await?;
+                let mut sources: HashMap<(String, String), Value> = HashMap::new();
+                let ds_version = pages(cluster, &DATA_SOURCE, namespace, selector, |items| {
+                    let rows = items
+                        .iter()
+                        .map(|ds| summarize(ds, behind(ds, &dvs), true))
+                        .collect();
+                    for ds in items {
+                        sources.insert(key(&ds), ds);
+                    }
+                    on_page(rows)
+                })
+                .await?;
+                let kinds = [
+                    (DATA_VOLUME, namespace, dv_version),
+                    (DATA_SOURCE, namespace, ds_version),
+                ];
+                // The selector applies to DataSources only: DataVolumes are watched whole.
+                let mut changes = futures::stream::select_all([
+                    super::feeds(cluster, &kinds[..1], None),
+                    super::feeds(cluster, &kinds[1..], selector)
+                        .map(|c| {
+                            c.map(|c| match c {
+                                super::Change::Changed(_, o) => super::Change::Changed(1, o),
+                                super::Change::Deleted(_, o) => super::Change::Deleted(1, o),
+                                super::Change::Expired => super::Change::Expired,
+                            })
+                        })
+                        .boxed(),
+                ]);
+                while let Some(change) = changes.next().await {
+                    match change? {
+                        super::Change::Changed(0, dv) => {
+                            dvs.insert(key(&dv), dv_info(&dv));
+                            on_page(rows_behind(&sources, &dvs, &key(&dv)))?;
+                        }
+                        super::Change::Deleted(0, dv) => {
+                            dvs.remove(&key(&dv));
+                            on_page(rows_behind(&sources, &dvs, &key(&dv)))?;
+                        }
+                        super::Change::Changed(_, ds) => {
+                            on_page(vec![summarize(&ds, behind(&ds, &dvs), true)])?;
+                            sources.insert(key(&ds), ds);
+                        }
+                        super::Change::Deleted(_, ds) => {
+                            sources.remove(&key(&ds));
+                            let mut gone = summarize(&ds, behind(&ds, &dvs), true);
+                            gone.phase = "Deleted".into();
+                            gone.progress.clear();
+                            on_page(vec![gone])?;
+                        }
+                        super::Change::Expired => break,
+                    }
+                }
+            }
         }
         .boxed()
     }

@@ -286,6 +286,17 @@ pub trait Catalog: Sync {
         on_page: &'a mut OnPage<'a>,
     ) -> BoxFuture<'a, Result<()>>;
 
+    /// List as [`Catalog::list`] does, then watch: each image that changes afterwards is
+    /// handed over as a page of one (a deleted one with phase `Deleted`). Runs until the
+    /// watch fails; when the server has compacted the resource version (410) it lists again.
+    fn watch<'a>(
+        &'a self,
+        cluster: &'a Cluster,
+        namespace: Option<&'a str>,
+        selector: Option<&'a str>,
+        on_page: &'a mut OnPage<'a>,
+    ) -> BoxFuture<'a, Result<()>>;
+
     /// One image (`name.namespace` in `namespace` unless it names its own).
     fn get<'a>(
         &'a self,
@@ -414,6 +425,8 @@ pub(crate) fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
 struct ListMeta {
     #[serde(rename = "continue", default)]
     continue_: Option<String>,
+    #[serde(rename = "resourceVersion", default)]
+    resource_version: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -431,7 +444,7 @@ pub(crate) async fn pages(
     ns: Option<&str>,
     selector: Option<&str>,
     mut on_page: impl FnMut(Vec<Value>) -> Result<()>,
-) -> Result<()> {
+) -> Result<String> {
     let api = kind.api(&cluster.client, ns);
     let mut token: Option<String> = None;
     loop {
@@ -453,9 +466,62 @@ pub(crate) async fn pages(
         on_page(page.items)?;
         match page.metadata.continue_.filter(|t| !t.is_empty()) {
             Some(t) => token = Some(t),
-            None => return Ok(()),
+            None => return Ok(page.metadata.resource_version.unwrap_or_default()),
         }
     }
+}
+
+/// What a watch of one of several kinds reported.
+pub(crate) enum Change {
+    /// The object (index of the kind watched) was added or modified.
+    Changed(usize, Value),
+    /// The object was deleted.
+    Deleted(usize, Value),
+    /// The resource version is gone (410): list again.
+    Expired,
+}
+
+/// Watch several kinds from their resource versions, as one stream of [`Change`]s.
+pub(crate) fn feeds<'a>(
+    cluster: &'a Cluster,
+    kinds: &[(Kind, Option<&'a str>, String)],
+    selector: Option<&'a str>,
+) -> futures::stream::BoxStream<'a, Result<Change>> {
+    use futures::StreamExt;
+    use kube::api::{WatchEvent, WatchParams};
+    let streams = kinds.iter().enumerate().map(|(i, (kind, ns, version))| {
+        let mut params = WatchParams::default().timeout(290);
+        if let Some(selector) = selector {
+            params = params.labels(selector);
+        }
+        let kind = *kind;
+        let ns = *ns;
+        crate::vm::restartable_watch(kind.api(&cluster.client, ns), params, version.clone())
+            .map(move |event| match event {
+                Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => Ok(Some(Change::Changed(
+                    i,
+                    serde_json::to_value(o).unwrap_or_default(),
+                ))),
+                Ok(WatchEvent::Deleted(o)) => Ok(Some(Change::Deleted(
+                    i,
+                    serde_json::to_value(o).unwrap_or_default(),
+                ))),
+                Ok(WatchEvent::Bookmark(_)) => Ok(None),
+                Ok(WatchEvent::Error(status)) if status.code == 410 => Ok(Some(Change::Expired)),
+                Ok(WatchEvent::Error(status)) => Err(Error::from_status(
+                    status.code,
+                    &status.reason,
+                    &status.message,
+                    &kind.action("watch", ns),
+                    &cluster.server,
+                )),
+                Err(kube::Error::Api(s)) if s.code == 410 => Ok(Some(Change::Expired)),
+                Err(e) => Err(cluster.error(e, &kind.action("watch", ns))),
+            })
+            .filter_map(|r| async move { r.transpose() })
+            .boxed()
+    });
+    futures::stream::select_all(streams).boxed()
 }
 
 /// One object, or None when it does not exist.
