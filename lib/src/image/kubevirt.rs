@@ -39,6 +39,26 @@ pub const DATA_SOURCE: Kind = Kind {
 /// CDI's annotation asking a DataVolume's PVC to bind without waiting for a consumer.
 pub const IMMEDIATE_BINDING: &str = "cdi.kubevirt.io/storage.bind.immediate.requested";
 
+/// What CDI's and KubeVirt's webhooks say when the user may not clone from another namespace
+/// (CDI `authorize.go`).
+const NO_CLONE_PERMISSION: &str = "insufficient permissions in clone source namespace ";
+
+/// A refusal to clone across namespaces, with the permission CDI wants said: `create` on
+/// `datavolumes/source` (group `cdi.kubevirt.io`) in the source namespace. Other messages are
+/// returned as they are.
+pub fn with_clone_permission_hint(message: String) -> String {
+    let Some(at) = message.find(NO_CLONE_PERMISSION) else {
+        return message;
+    };
+    let ns: String = message[at + NO_CLONE_PERMISSION.len()..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.')
+        .collect();
+    format!(
+        "{message} (cloning from namespace {ns} needs `create` on `datavolumes/source` in API group cdi.kubevirt.io there: a Role with that rule in {ns}, bound to you or the namespace's service accounts)"
+    )
+}
+
 /// The KubeVirt catalog.
 pub struct KubeVirt;
 
@@ -360,7 +380,12 @@ impl Catalog for KubeVirt {
         async move {
             let (dv, ds) = manifests(request)?;
             let ns = &request.namespace;
-            let made_dv = create_obj(cluster, &DATA_VOLUME, ns, &dv, options.dry_run).await?;
+            let made_dv = create_obj(cluster, &DATA_VOLUME, ns, &dv, options.dry_run)
+                .await
+                .map_err(|e| match e {
+                    Error::Invalid(m) => Error::Invalid(with_clone_permission_hint(m)),
+                    e => e,
+                })?;
             on_event(Event::Created(format!("datavolume/{}", request.name)));
             let made_ds = match create_obj(cluster, &DATA_SOURCE, ns, &ds, options.dry_run).await {
                 Ok(made) => made,
@@ -761,6 +786,16 @@ mod tests {
             manifests(&request(Source::From(ImageName::parse("vi/x").unwrap()))),
             Err(Error::Usage(_))
         ));
+    }
+
+    #[test]
+    fn a_clone_refusal_says_which_permission_cdi_wants() {
+        // The message of CDI's datavolume-validate webhook (authorize.go).
+        let m = "admission webhook \"datavolume-validate.cdi.kubevirt.io\" denied the request:  User alice has insufficient permissions in clone source namespace golden";
+        let hinted = with_clone_permission_hint(m.into());
+        assert!(hinted.starts_with(m));
+        assert!(hinted.contains("cloning from namespace golden needs `create` on `datavolumes/source` in API group cdi.kubevirt.io"), "{hinted}");
+        assert_eq!(with_clone_permission_hint("other".into()), "other");
     }
 
     #[test]

@@ -212,3 +212,83 @@ async fn a_virtual_image_from_a_url_provisions_with_progress_or_fails_with_the_r
         "{cond}"
     );
 }
+
+/// A Role in `ns` with `rules`, bound to alice.
+fn grant(emu: &Emulator, ns: &str, name: &str, rules: Value) {
+    let rbac = "rbac.authorization.k8s.io";
+    emu.put_object(json!({"apiVersion": format!("{rbac}/v1"), "kind": "Role",
+        "metadata": {"name": name, "namespace": ns}, "rules": rules}));
+    emu.put_object(
+        json!({"apiVersion": format!("{rbac}/v1"), "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": ns},
+        "roleRef": {"apiGroup": rbac, "kind": "Role", "name": name},
+        "subjects": [{"apiGroup": rbac, "kind": "User", "name": "alice"}]}),
+    );
+}
+
+#[tokio::test]
+async fn cloning_from_another_namespace_needs_datavolumes_source_there() {
+    let (emu, admin) = start(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
+    let sources = api(
+        &admin,
+        "cdi.kubevirt.io",
+        "DataSource",
+        "datasources",
+        Some("default"),
+    );
+    create(
+        &sources,
+        json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
+        "metadata": {"name": "golden", "namespace": "default"},
+        "spec": {"source": {"pvc": {"name": "golden", "namespace": "default"}}}}),
+    )
+    .await;
+    grant(
+        &emu,
+        "dev",
+        "dv-maker",
+        json!([{"apiGroups": ["cdi.kubevirt.io"],
+        "resources": ["datavolumes"], "verbs": ["create", "get"]}]),
+    );
+    let kc = kube::config::Kubeconfig::from_yaml(&emu.kubeconfig_yaml()).unwrap();
+    let options = kube::config::KubeConfigOptions {
+        context: Some("emulator-restricted".into()),
+        ..Default::default()
+    };
+    let alice = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(kc, &options)
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let dvs = api(
+        &alice,
+        "cdi.kubevirt.io",
+        "DataVolume",
+        "datavolumes",
+        Some("dev"),
+    );
+    let dv: DynamicObject = serde_json::from_value(json!({"apiVersion": "cdi.kubevirt.io/v1beta1",
+        "kind": "DataVolume", "metadata": {"name": "copy", "namespace": "dev"},
+        "spec": {"sourceRef": {"kind": "DataSource", "name": "golden", "namespace": "default"},
+                 "storage": {}}}))
+    .unwrap();
+    let err = dvs.create(&PostParams::default(), &dv).await.unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(status.code, 422);
+    assert_eq!(
+        status.message,
+        "admission webhook \"datavolume-validate.cdi.kubevirt.io\" denied the request:  User alice has insufficient permissions in clone source namespace default"
+    );
+    // The permission CDI's authorize.go asks for, in the source namespace: allowed.
+    grant(
+        &emu,
+        "default",
+        "clone-source",
+        json!([{"apiGroups": ["cdi.kubevirt.io"],
+        "resources": ["datavolumes/source"], "verbs": ["create"]}]),
+    );
+    dvs.create(&PostParams::default(), &dv).await.unwrap();
+}
