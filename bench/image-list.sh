@@ -5,7 +5,9 @@
 # DataVolumes (`kubectl get datasources,datavolumes -A`, the two kinds a row joins); Deckhouse:
 # 500 VirtualImages (`kubectl get virtualimages,clustervirtualimages -A`); 10 namespaces
 # (bench/gen-image-fixture.py).
-# Usage: bench/image-list.sh [RUNS] [IMAGES]   (default 10 runs, 500 images). Builds release binaries.
+# Usage: bench/image-list.sh [RUNS] [IMAGES]   (default 10 runs, 500 images). Builds release
+# binaries; PROFILE=debug uses the debug build already in target/debug instead (slower binaries:
+# a ratio measured so is an upper bound).
 set -euo pipefail
 runs=${1:-10}
 count=${2:-500}
@@ -16,8 +18,11 @@ if [ ! -x /usr/bin/time ]; then
 fi
 bash tests/tools/get-kubectl.sh "$root/.tools/bin" >/dev/null
 kubectl="$root/.tools/bin/kubectl"
-cargo build --quiet --release --locked -p kubectl-vm -p kubevm-emulator
-vm="$root/target/release/kubectl-vm"
+profile=${PROFILE:-release}
+if [ "$profile" = release ]; then
+  cargo build --quiet --release --locked -p kubectl-vm -p kubevm-emulator
+fi
+vm="$root/target/$profile/kubectl-vm"
 
 work=$(mktemp -d)
 pids=()
@@ -30,7 +35,7 @@ trap cleanup EXIT
 # start_emulator FLAVOR: serves the flavor's base fixture plus COUNT images.
 start_emulator() {
   python3 bench/gen-image-fixture.py "$1" "$count" 10 >"$work/$1-images.yaml"
-  "$root/target/release/kubevm-emulator" --fixture "tests/fixtures/$1.yaml" \
+  "$root/target/$profile/kubevm-emulator" --fixture "tests/fixtures/$1.yaml" \
     --fixture "$work/$1-images.yaml" --flavor "$1" \
     --kubeconfig "$work/$1.kubeconfig" >"$work/$1.log" 2>&1 &
   pids+=($!)

@@ -5,7 +5,8 @@ use crate::app::App;
 use crate::util::meta_str;
 use serde_json::{Value, json};
 
-/// CDI DataVolume: ImportScheduled → ImportInProgress (progress in steps) → Succeeded, with a
+/// CDI DataVolume: ImportScheduled → ImportInProgress (a clone: CloneScheduled → CloneInProgress;
+/// progress in steps) → Succeeded, with a
 /// bound PVC of the same name. A blank source is Succeeded at once.
 pub(super) fn data_volume(app: &App, dv: &Value, tick: bool) {
     let phase = dv
@@ -86,16 +87,25 @@ pub(super) fn data_volume(app: &App, dv: &Value, tick: bool) {
             });
         return;
     }
+    // A clone (of a PVC, or of what a DataSource names) is host-assisted on storage without
+    // CSI clone or snapshots: `CloneScheduled` → `CloneInProgress` → `Succeeded` (CDI
+    // `pkg/controller/datavolume/pvc-clone-controller.go`, the phases of `types.go`).
+    let clone = dv.pointer("/spec/source/pvc").is_some() || dv.pointer("/spec/sourceRef").is_some();
+    let (scheduled, in_progress) = if clone {
+        ("CloneScheduled", "CloneInProgress")
+    } else {
+        ("ImportScheduled", "ImportInProgress")
+    };
     let (next_phase, progress) = match phase {
         "" if blank => ("Succeeded", "100.0%".to_string()),
-        "" | "PendingPopulation" => ("ImportScheduled", "N/A".to_string()),
-        "ImportScheduled" if tick => ("ImportInProgress", "0.0%".to_string()),
-        "ImportInProgress" if tick => {
+        "" | "PendingPopulation" => (scheduled, "N/A".to_string()),
+        "ImportScheduled" | "CloneScheduled" if tick => (in_progress, "0.0%".to_string()),
+        "ImportInProgress" | "CloneInProgress" if tick => {
             let p = (percent(&dv["status"]["progress"]) + STEP_PERCENT).min(100.0);
             if p >= 100.0 {
                 ("Succeeded", "100.0%".to_string())
             } else {
-                ("ImportInProgress", format!("{p:.1}%"))
+                (in_progress, format!("{p:.1}%"))
             }
         }
         _ => return,
@@ -118,7 +128,7 @@ pub(super) fn data_volume(app: &App, dv: &Value, tick: bool) {
             set_condition(
                 &mut st,
                 "Running",
-                next_phase == "ImportInProgress",
+                next_phase == in_progress,
                 if done { "Completed" } else { "Pending" },
                 "",
             );
