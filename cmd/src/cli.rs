@@ -88,6 +88,12 @@ pub enum Command {
     Disk(commands::disk::DiskArgs),
     /// List, import and delete golden images to create VMs from (DataSources; VirtualImages)
     Image(commands::image::ImageArgs),
+    /// List KubeVirt instance types (CPU, memory) to create VMs with
+    Instancetype(commands::sizes::InstancetypeArgs),
+    /// List KubeVirt preferences and what each sets
+    Preference(commands::sizes::PreferenceArgs),
+    /// List Deckhouse VirtualMachineClasses: sizing policies, core fractions, the default
+    Class(commands::sizes::ClassArgs),
     /// Take, list, delete and restore VM snapshots
     Snapshot(commands::snapshot::SnapshotArgs),
     /// Expose ports of a VM as a Service (ClusterIP, NodePort, LoadBalancer)
@@ -136,6 +142,7 @@ pub const COMMAND_GROUPS: &[(&str, &[&str])] = &[
         "Basic commands",
         &["list", "get", "create", "delete", "clone", "expose"],
     ),
+    ("Sizes", &["instancetype", "preference", "class"]),
     (
         "Lifecycle",
         &[

@@ -51,6 +51,9 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Disk(args) => disk::cmd_disk(&global, args).await,
         Command::Snapshot(args) => snapshot::cmd_snapshot(&global, args).await,
         Command::Image(args) => image::cmd_image(&global, args).await,
+        Command::Instancetype(args) => sizes::cmd_instancetype(&global, args).await,
+        Command::Preference(args) => sizes::cmd_preference(&global, args).await,
+        Command::Class(args) => sizes::cmd_class(&global, args).await,
         Command::Expose(args) => expose::cmd_expose(&global, *args).await,
         Command::Clone(args) => clone::cmd_clone(&global, *args).await,
         Command::Guestosinfo(args) => {

@@ -33,6 +33,7 @@ pub mod scp;
 pub mod selector;
 pub mod session;
 pub mod signer;
+pub mod sizes;
 pub mod snapshot;
 pub mod ssh;
 pub mod stream;

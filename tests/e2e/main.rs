@@ -44,6 +44,7 @@ mod scripts;
 mod server_errors;
 mod signer;
 mod signer_network;
+mod sizes;
 mod snapshot;
 mod snapshot_deckhouse;
 mod ssh;

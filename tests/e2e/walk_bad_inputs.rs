@@ -166,8 +166,15 @@ const CASES: &[(&str, &[Case])] = &[
         ],
     ),
     ("fslist", &[(Local, &[BAD])]),
+    ("instancetype", &[(Clap, &["nosuch"])]),
+    (
+        "instancetype list",
+        &[(Local, &["-A", "-n", "default"]), (Clap, &["-o", "xml"])],
+    ),
     ("get", &[(Local, &[BAD]), (Local, &["web", "-n", BAD])]),
     ("guestosinfo", &[(Local, &[BAD])]),
+    ("class", &[(Clap, &["nosuch"])]),
+    ("class list", &[(Local, &["-A", "-n", "default"])]),
     ("image", &[(Clap, &["nosuch"])]),
     (
         "image create",
@@ -217,6 +224,8 @@ const CASES: &[(&str, &[Case])] = &[
             (Local, &["web", "http"]),
         ],
     ),
+    ("preference", &[(Clap, &["nosuch"])]),
+    ("preference list", &[(Local, &["-A", "-n", "default"])]),
     ("reset", &[(Local, &[BAD])]),
     (
         "restart",

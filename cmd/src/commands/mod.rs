@@ -25,6 +25,7 @@ pub mod list;
 pub mod port_forward;
 pub mod scp;
 pub mod signer;
+pub mod sizes;
 pub mod snapshot;
 pub mod ssh;
 pub mod ssh_config;
