@@ -90,6 +90,14 @@ pub enum Command {
     Credentials(commands::credentials::CredentialsArgs),
     /// List a VM's disks, attach (hotplug) a disk or image to it, or detach one
     Disk(commands::disk::DiskArgs),
+    /// List, import and delete golden images to create VMs from (DataSources; VirtualImages)
+    Image(commands::image::ImageArgs),
+    /// List KubeVirt instance types (CPU, memory) to create VMs with
+    Instancetype(commands::sizes::InstancetypeArgs),
+    /// List KubeVirt preferences and what each sets
+    Preference(commands::sizes::PreferenceArgs),
+    /// List Deckhouse VirtualMachineClasses: sizing policies, core fractions, the default
+    Class(commands::sizes::ClassArgs),
     /// Take, list, delete and restore VM snapshots
     Snapshot(commands::snapshot::SnapshotArgs),
     /// Expose ports of a VM as a Service (ClusterIP, NodePort, LoadBalancer)
@@ -140,6 +148,7 @@ pub const COMMAND_GROUPS: &[(&str, &[&str])] = &[
         "Basic commands",
         &["list", "get", "create", "delete", "clone", "expose", "set"],
     ),
+    ("Sizes", &["instancetype", "preference", "class"]),
     (
         "Lifecycle",
         &[
@@ -170,7 +179,10 @@ pub const COMMAND_GROUPS: &[(&str, &[&str])] = &[
             "credentials",
         ],
     ),
-    ("Storage", &["disk", "snapshot", "export", "upload"]),
+    (
+        "Storage",
+        &["disk", "snapshot", "export", "upload", "image"],
+    ),
     ("Platform SSH trust", &["ca", "signer", "enroll"]),
     (
         "Troubleshooting",

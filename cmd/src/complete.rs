@@ -248,6 +248,30 @@ pub fn disk_names(current: &OsStr) -> Vec<CompletionCandidate> {
     matching(current, names.unwrap_or_default())
 }
 
+/// Images in the namespace the command line selects (and cluster-wide ones), as `ds/NAME`,
+/// `vi/NAME` or `cvi/NAME`, with their phase.
+pub fn image_names(current: &OsStr) -> Vec<CompletionCandidate> {
+    let names = with_cluster(async |cluster, choice| {
+        let platform = flavor::discover(&cluster, choice).await.ok()?;
+        let mut out: Vec<(String, Option<String>)> = Vec::new();
+        let mut on_page = |page: Vec<kubevm::image::Image>| -> kubevm::Result<()> {
+            for i in page {
+                out.push((
+                    format!("{}/{}", i.kind.short(), i.name),
+                    Some(i.phase_cell()),
+                ));
+            }
+            Ok(())
+        };
+        kubevm::image::catalog(platform.flavor)
+            .list(&cluster, Some(&cluster.namespace), None, &mut on_page)
+            .await
+            .ok()?;
+        Some(out)
+    });
+    matching(current, names.unwrap_or_default())
+}
+
 /// Snapshot names in the namespace the command line selects, with their VM.
 pub fn snapshot_names(current: &OsStr) -> Vec<CompletionCandidate> {
     let names = with_cluster(async |cluster, choice| {

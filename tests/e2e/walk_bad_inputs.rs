@@ -175,8 +175,40 @@ const CASES: &[(&str, &[Case])] = &[
         ],
     ),
     ("fslist", &[(Local, &[BAD])]),
+    ("instancetype", &[(Clap, &["nosuch"])]),
+    (
+        "instancetype list",
+        &[(Local, &["-A", "-n", "default"]), (Clap, &["-o", "xml"])],
+    ),
     ("get", &[(Local, &[BAD]), (Local, &["web", "-n", BAD])]),
     ("guestosinfo", &[(Local, &[BAD])]),
+    ("class", &[(Clap, &["nosuch"])]),
+    ("class list", &[(Local, &["-A", "-n", "default"])]),
+    ("image", &[(Clap, &["nosuch"])]),
+    (
+        "image create",
+        &[
+            (Local, &[BAD, "--url", "https://h/x.img"]),
+            (Local, &["x", "--url", "ftp://h/x.img"]),
+            (
+                Local,
+                &["x", "--url", "https://h/x", "--checksum", "sha256:0"],
+            ),
+            (Local, &["x", "--from", "xx/y"]),
+            (Local, &["x", "--registry", "r/x", "--size", "lots"]),
+            (Clap, &["x"]),
+            (Clap, &["x", "--url", "https://h/x", "--registry", "r/x"]),
+        ],
+    ),
+    ("image delete", &[(Local, &[BAD]), (Local, &["cvi/ns/x"])]),
+    ("image get", &[(Local, &[BAD]), (Local, &["xx/y"])]),
+    (
+        "image list",
+        &[
+            (Local, &["-l", BAD_SELECTOR]),
+            (Local, &["-A", "-n", "default"]),
+        ],
+    ),
     (
         "list",
         &[
@@ -225,6 +257,8 @@ const CASES: &[(&str, &[Case])] = &[
             (Local, &["web", "http"]),
         ],
     ),
+    ("preference", &[(Clap, &["nosuch"])]),
+    ("preference list", &[(Local, &["-A", "-n", "default"])]),
     ("reset", &[(Local, &[BAD])]),
     (
         "restart",

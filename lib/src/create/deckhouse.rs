@@ -60,6 +60,10 @@ fn boot_disk(plan: &VmPlan) -> Option<Value> {
                 ImageRef::ClusterVirtualImage(name) => {
                     json!({ "type": "ObjectRef", "objectRef": { "kind": "ClusterVirtualImage", "name": name } })
                 }
+                // Refused by the plan's validation (a KubeVirt kind); as written otherwise.
+                ImageRef::DataSource { .. } => {
+                    json!({ "type": "ContainerImage", "containerImage": { "image": image } })
+                }
             };
             (Some(source), size)
         }

@@ -200,7 +200,7 @@ pub async fn create_all(
                 done.push(applied);
                 continue;
             }
-            Some(Err(err)) => err.to_string(),
+            Some(Err(err)) => crate::image::kubevirt::with_clone_permission_hint(err.to_string()),
             None => format!(
                 "interrupted while waiting for the server (check that it was not created anyway: kubectl get -n {} {})",
                 planned.object["metadata"]["namespace"]

@@ -4,7 +4,7 @@
 use serde_json::{Map, Value, json};
 
 use super::cloudinit::UserData;
-use super::plan::{BootSource, DeliveryMethod, Firmware, OsType, VmPlan};
+use super::plan::{BootSource, DeliveryMethod, Firmware, ImageRef, OsType, VmPlan};
 use super::{PlannedObject, labels, user_data_secret, vm_metadata};
 use crate::validate::{ChecksumAlgo, DataDisk, DiskBus};
 
@@ -231,10 +231,31 @@ fn boot_template(plan: &VmPlan) -> Option<Value> {
         | BootSource::ExistingDisk { .. } => {
             return None;
         }
-        BootSource::ContainerDisk { image, .. } => (
-            json!({ "registry": { "url": format!("docker://{image}") } }),
-            size(),
-        ),
+        BootSource::ContainerDisk { image, .. } => {
+            if let ImageRef::DataSource { namespace, name } = ImageRef::parse(image) {
+                // CDI clones what the DataSource names (`spec.sourceRef`), as large as its
+                // source unless --disk-size says otherwise.
+                let mut dv = data_volume(
+                    plan,
+                    &plan.boot_disk_name(),
+                    Value::Null,
+                    plan.disk_size.map(|s| s.to_string()),
+                    plan.storage_class.as_deref(),
+                );
+                let spec = dv["spec"].as_object_mut().expect("spec");
+                spec.remove("source");
+                spec.insert(
+                    "sourceRef".into(),
+                    json!({"kind": "DataSource", "name": name,
+                           "namespace": namespace.unwrap_or(&plan.namespace)}),
+                );
+                return Some(dv);
+            }
+            (
+                json!({ "registry": { "url": format!("docker://{image}") } }),
+                size(),
+            )
+        }
         BootSource::Url { url, checksums } => {
             let mut http = json!({ "url": url });
             // CDI takes one checksum: the strongest it supports.

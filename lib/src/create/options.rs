@@ -9,9 +9,10 @@ use crate::validate::{self, ValidationError};
 /// What an `--image` value names.
 ///
 /// On Deckhouse `vi/NAME` (or `virtualimage/NAME`) names a VirtualImage in the VM's namespace
-/// and `cvi/NAME` (or `clustervirtualimage/NAME`) a ClusterVirtualImage; anything else is a
-/// container registry image. A Docker Hub image whose owner is literally `vi` or `cvi` can be
-/// written with its registry, `docker.io/vi/NAME`.
+/// and `cvi/NAME` (or `clustervirtualimage/NAME`) a ClusterVirtualImage; on KubeVirt
+/// `ds/[NAMESPACE/]NAME` (or `datasource/…`) names a CDI DataSource; anything else is a
+/// container registry image. A Docker Hub image whose owner is literally `vi`, `cvi` or `ds`
+/// can be written with its registry, `docker.io/vi/NAME`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ImageRef<'a> {
     /// A container registry image reference.
@@ -20,6 +21,13 @@ pub enum ImageRef<'a> {
     VirtualImage(&'a str),
     /// A Deckhouse ClusterVirtualImage.
     ClusterVirtualImage(&'a str),
+    /// A CDI DataSource (KubeVirt): `ds/NAME` in the VM's namespace or `ds/NAMESPACE/NAME`.
+    DataSource {
+        /// Its namespace, when given.
+        namespace: Option<&'a str>,
+        /// Its name.
+        name: &'a str,
+    },
 }
 
 impl<'a> ImageRef<'a> {
@@ -28,6 +36,16 @@ impl<'a> ImageRef<'a> {
         match image.split_once('/') {
             Some(("vi" | "virtualimage", name)) => ImageRef::VirtualImage(name),
             Some(("cvi" | "clustervirtualimage", name)) => ImageRef::ClusterVirtualImage(name),
+            Some(("ds" | "datasource", rest)) => match rest.split_once('/') {
+                Some((namespace, name)) => ImageRef::DataSource {
+                    namespace: Some(namespace),
+                    name,
+                },
+                None => ImageRef::DataSource {
+                    namespace: None,
+                    name: rest,
+                },
+            },
             _ => ImageRef::Registry(image),
         }
     }

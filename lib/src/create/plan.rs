@@ -383,6 +383,22 @@ impl VmPlan {
                 }
                 match (ImageRef::parse(image), self.flavor) {
                     (ImageRef::Registry(_), _) => {}
+                    (ImageRef::DataSource { namespace, name }, Flavor::KubeVirt) => {
+                        if let Some(ns) = namespace {
+                            validate::dns_label("namespace", ns)?;
+                        }
+                        validate::dns_subdomain("image", name)?;
+                        if *ephemeral {
+                            return Err(conflict(
+                                "--ephemeral boots a container image; a DataSource is cloned into a disk: drop --ephemeral",
+                            ));
+                        }
+                    }
+                    (ImageRef::DataSource { .. }, Flavor::Deckhouse) => {
+                        return Err(conflict(format!(
+                            "--image {image} names a CDI DataSource, but the cluster runs Deckhouse; use vi/NAME or cvi/NAME (for a Docker Hub image write docker.io/{image})"
+                        )));
+                    }
                     (_, Flavor::KubeVirt) => {
                         return Err(conflict(format!(
                             "--image {image} names a Deckhouse VirtualImage, but the cluster runs KubeVirt; for a Docker Hub image write docker.io/{image}"

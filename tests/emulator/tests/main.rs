@@ -14,6 +14,7 @@ mod delete_preconditions;
 mod export;
 mod faithful;
 mod fixtures;
+mod images;
 mod kube_client;
 mod kubectl;
 mod live_update;

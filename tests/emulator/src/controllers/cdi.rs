@@ -5,7 +5,8 @@ use crate::app::App;
 use crate::util::meta_str;
 use serde_json::{Value, json};
 
-/// CDI DataVolume: ImportScheduled → ImportInProgress (progress in steps) → Succeeded, with a
+/// CDI DataVolume: ImportScheduled → ImportInProgress (a clone: CloneScheduled → CloneInProgress;
+/// progress in steps) → Succeeded, with a
 /// bound PVC of the same name. A blank source is Succeeded at once.
 pub(super) fn data_volume(app: &App, dv: &Value, tick: bool) {
     let phase = dv
@@ -46,7 +47,15 @@ pub(super) fn data_volume(app: &App, dv: &Value, tick: bool) {
     }
     let blank = dv.pointer("/spec/source/blank").is_some();
     // Unbound WaitForFirstConsumer storage: CDI waits in PendingPopulation for a consumer.
+    // `cdi.kubevirt.io/storage.bind.immediate.requested: "true"` binds at once whatever the
+    // class (CDI `pkg/controller/common/util.go` AnnImmediateBinding; DataImportCron sets it on
+    // the golden images it imports, which no VM consumes).
+    let immediate = dv
+        .pointer("/metadata/annotations/cdi.kubevirt.io~1storage.bind.immediate.requested")
+        .and_then(Value::as_str)
+        == Some("true");
     let waiting = matches!(phase, "" | "PendingPopulation")
+        && !immediate
         && crate::storage::waits_for_first_consumer(app, dv_storage_class(dv).as_deref())
         && !crate::storage::kubevirt_consumer(app, dv);
     if waiting {
@@ -78,16 +87,25 @@ pub(super) fn data_volume(app: &App, dv: &Value, tick: bool) {
             });
         return;
     }
+    // A clone (of a PVC, or of what a DataSource names) is host-assisted on storage without
+    // CSI clone or snapshots: `CloneScheduled` → `CloneInProgress` → `Succeeded` (CDI
+    // `pkg/controller/datavolume/pvc-clone-controller.go`, the phases of `types.go`).
+    let clone = dv.pointer("/spec/source/pvc").is_some() || dv.pointer("/spec/sourceRef").is_some();
+    let (scheduled, in_progress) = if clone {
+        ("CloneScheduled", "CloneInProgress")
+    } else {
+        ("ImportScheduled", "ImportInProgress")
+    };
     let (next_phase, progress) = match phase {
         "" if blank => ("Succeeded", "100.0%".to_string()),
-        "" | "PendingPopulation" => ("ImportScheduled", "N/A".to_string()),
-        "ImportScheduled" if tick => ("ImportInProgress", "0.0%".to_string()),
-        "ImportInProgress" if tick => {
+        "" | "PendingPopulation" => (scheduled, "N/A".to_string()),
+        "ImportScheduled" | "CloneScheduled" if tick => (in_progress, "0.0%".to_string()),
+        "ImportInProgress" | "CloneInProgress" if tick => {
             let p = (percent(&dv["status"]["progress"]) + STEP_PERCENT).min(100.0);
             if p >= 100.0 {
                 ("Succeeded", "100.0%".to_string())
             } else {
-                ("ImportInProgress", format!("{p:.1}%"))
+                (in_progress, format!("{p:.1}%"))
             }
         }
         _ => return,
@@ -110,7 +128,7 @@ pub(super) fn data_volume(app: &App, dv: &Value, tick: bool) {
             set_condition(
                 &mut st,
                 "Running",
-                next_phase == "ImportInProgress",
+                next_phase == in_progress,
                 if done { "Completed" } else { "Pending" },
                 "",
             );
@@ -148,4 +166,91 @@ fn dv_storage_class(dv: &Value) -> Option<String> {
     .iter()
     .find_map(|p| dv.pointer(p).and_then(Value::as_str))
     .map(String::from)
+}
+
+/// CDI DataSource: its condition `Ready` follows what `spec.source` names (CDI
+/// `pkg/controller/datasource-controller.go`, `update`): `status.source` mirrors the spec; a
+/// PVC source whose DataVolume is `Succeeded` (or, without a DataVolume, whose PVC exists) is
+/// `True`, reason `Ready`, "DataSource is ready to be consumed"; a DataVolume in another phase
+/// gives `False` with that phase as the reason ("Import DataVolume phase P"); nothing found is
+/// `False`, `NotFound` ("PVC not found"); no source is `False`, `NoSource`.
+pub(super) fn data_source(app: &App, ds: &Value, _tick: bool) {
+    let ns = meta_str(ds, "namespace");
+    let (ready, reason, message) = match ds.pointer("/spec/source/pvc") {
+        Some(pvc) => {
+            let pns = pvc["namespace"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .unwrap_or(ns);
+            let name = pvc["name"].as_str().unwrap_or("");
+            let dv = app.store.get(&crate::store::Key::new(
+                "cdi.kubevirt.io",
+                "datavolumes",
+                pns,
+                name,
+            ));
+            match dv {
+                Some(dv) => {
+                    let phase = dv
+                        .pointer("/status/phase")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned();
+                    if phase == "Succeeded" {
+                        (
+                            true,
+                            "Ready".to_owned(),
+                            "DataSource is ready to be consumed".to_owned(),
+                        )
+                    } else {
+                        (
+                            false,
+                            phase.clone(),
+                            format!("Import DataVolume phase {phase}"),
+                        )
+                    }
+                }
+                None if app
+                    .store
+                    .get(&crate::store::Key::new(
+                        "",
+                        "persistentvolumeclaims",
+                        pns,
+                        name,
+                    ))
+                    .is_some() =>
+                {
+                    (
+                        true,
+                        "Ready".to_owned(),
+                        "DataSource is ready to be consumed".to_owned(),
+                    )
+                }
+                None => (false, "NotFound".to_owned(), "PVC not found".to_owned()),
+            }
+        }
+        None if ds.pointer("/spec/source/snapshot").is_some() => (
+            false,
+            "SnapshotNotReady".to_owned(),
+            "Snapshot phase is not ready".to_owned(),
+        ),
+        None => (false, "NoSource".to_owned(), "No source set".to_owned()),
+    };
+    let current = ds
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"));
+    let state = if ready { "True" } else { "False" };
+    if current.is_some_and(|c| c["status"] == state && c["reason"] == reason.as_str())
+        && ds.pointer("/status/source") == ds.pointer("/spec/source")
+    {
+        return;
+    }
+    app.store
+        .modify(&key_of("cdi.kubevirt.io", "datasources", ds), |o| {
+            let mut st = o.get("status").cloned().unwrap_or(json!({}));
+            st["source"] = o["spec"]["source"].clone();
+            set_condition(&mut st, "Ready", ready, &reason, &message);
+            o["status"] = st;
+        });
 }

@@ -137,43 +137,114 @@ pub(super) fn virtual_disk(app: &App, vd: &Value, tick: bool) {
     });
 }
 
-/// VirtualImage / ClusterVirtualImage: Ready at once, stored in DVCR.
+/// VirtualImage / ClusterVirtualImage, stored in DVCR (or a VirtualImage's PVC with `storage:
+/// PersistentVolumeClaim`). One made from a URL or a container image imports as the
+/// controllers do: `Pending` → `Provisioning` (`status.progress` "NN%", an importer pod for a
+/// VirtualImage, condition `Ready` `False` reason `Provisioning`) → `Ready` (`format`, `size`,
+/// `target`; condition `Ready` reason `Ready`), or `Failed` with condition `Ready` `False`,
+/// reason `ProvisioningFailed` and the importer's error (deckhouse/virtualization
+/// `api/core/v1alpha2/vicondition/condition.go`; phases from the CRD). Other sources are
+/// Ready at once.
 pub(super) fn virtual_image(app: &App, img: &Value, tick: bool) {
-    if crate::dh_upload::is_upload(img) {
-        let plural = if img["kind"] == "ClusterVirtualImage" {
-            "clustervirtualimages"
-        } else {
-            "virtualimages"
-        };
-        return crate::dh_upload::reconcile(app, img, plural, tick);
-    }
-    if img.pointer("/status/phase").and_then(Value::as_str) == Some("Ready") {
-        return;
-    }
     let cluster = img["kind"] == "ClusterVirtualImage";
-    let name = meta_str(img, "name");
-    let url = if cluster {
-        format!("dvcr.d8-virtualization.svc/cvi/{name}:latest")
-    } else {
-        format!(
-            "dvcr.d8-virtualization.svc/vi/{}/{name}:latest",
-            meta_str(img, "namespace")
-        )
-    };
     let plural = if cluster {
         "clustervirtualimages"
     } else {
         "virtualimages"
     };
+    if crate::dh_upload::is_upload(img) {
+        return crate::dh_upload::reconcile(app, img, plural, tick);
+    }
+    let phase = img
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if matches!(phase, "Ready" | "Failed") {
+        return;
+    }
+    let imports = matches!(
+        img.pointer("/spec/dataSource/type").and_then(Value::as_str),
+        Some("HTTP" | "ContainerImage")
+    );
+    let name = meta_str(img, "name");
+    let ns = meta_str(img, "namespace");
+    let on_pvc =
+        img.pointer("/spec/storage").and_then(Value::as_str) == Some("PersistentVolumeClaim");
+    // The importer pod of a ClusterVirtualImage runs in the module's namespace; only a
+    // VirtualImage's is kept here.
+    let pod = |failure: Option<&str>| {
+        if !cluster {
+            importer::ensure(app, "vi", img, failure);
+        }
+    };
+    let (next, progress) = if !imports {
+        ("Ready", "100%".to_string())
+    } else {
+        match phase {
+            "" => ("Pending", String::new()),
+            "Pending" if tick => ("Provisioning", "0%".to_string()),
+            "Provisioning" if tick => {
+                if let Some(message) = crate::storage::import_error(img) {
+                    pod(Some(&message));
+                    app.store.modify(&key_of(DH, plural, img), |o| {
+                        let mut st = o.get("status").cloned().unwrap_or(json!({}));
+                        st["phase"] = json!("Failed");
+                        set_condition(&mut st, "Ready", false, "ProvisioningFailed", &message);
+                        st["observedGeneration"] = o["metadata"]["generation"].clone();
+                        o["status"] = st;
+                    });
+                    return;
+                }
+                let p = (percent(&img["status"]["progress"]) + STEP_PERCENT).min(100.0);
+                if p >= 100.0 {
+                    ("Ready", "100%".to_string())
+                } else {
+                    ("Provisioning", format!("{p:.0}%"))
+                }
+            }
+            _ => return,
+        }
+    };
+    match next {
+        "Provisioning" => pod(None),
+        "Ready" if !cluster => importer::remove(app, "vi", img),
+        _ => {}
+    }
+    let url = if cluster {
+        format!("dvcr.d8-virtualization.svc/cvi/{name}:latest")
+    } else {
+        format!("dvcr.d8-virtualization.svc/vi/{ns}/{name}:latest")
+    };
+    let iso = img
+        .pointer("/spec/dataSource/http/url")
+        .and_then(Value::as_str)
+        .is_some_and(|u| u.to_ascii_lowercase().ends_with(".iso"));
     app.store.modify(&key_of(DH, plural, img), |o| {
         let mut st = o.get("status").cloned().unwrap_or(json!({}));
-        st["phase"] = json!("Ready");
-        st["progress"] = json!("100%");
-        st["format"] = json!("qcow2");
-        st["cdrom"] = json!(false);
-        st["size"] = json!({"stored": "256Mi", "storedBytes": "268435456", "unpacked": "2Gi", "unpackedBytes": "2147483648"});
-        st["target"] = json!({"registryURL": url});
-        set_condition(&mut st, "Ready", true, "Ready", "");
+        st["phase"] = json!(next);
+        if !progress.is_empty() {
+            st["progress"] = json!(progress);
+        }
+        if next == "Ready" {
+            st["format"] = json!(if iso { "iso" } else { "qcow2" });
+            st["cdrom"] = json!(iso);
+            st["size"] = json!({"stored": "256Mi", "storedBytes": "268435456", "unpacked": "2Gi", "unpackedBytes": "2147483648"});
+            st["target"] = if on_pvc {
+                json!({"persistentVolumeClaimName": format!("vi-{name}-{}", meta_str(o, "uid").get(..8).unwrap_or("00000000"))})
+            } else {
+                json!({"registryURL": url})
+            };
+            set_condition(&mut st, "Ready", true, "Ready", "");
+        } else {
+            set_condition(
+                &mut st,
+                "Ready",
+                false,
+                if next == "Pending" { "ProvisioningNotStarted" } else { "Provisioning" },
+                if next == "Pending" { "" } else { "Import is in the process of provisioning to DVCR." },
+            );
+        }
+        st["observedGeneration"] = o["metadata"]["generation"].clone();
         o["status"] = st;
     });
 }

@@ -59,6 +59,7 @@ const RECONCILERS: &[(&str, &str, Reconciler)] = &[
         crate::lifecycle::vmop,
     ),
     ("cdi.kubevirt.io", "datavolumes", cdi::data_volume),
+    ("cdi.kubevirt.io", "datasources", cdi::data_source),
     // KubeVirt snapshots and restores (vm_snapshot.rs).
     (
         crate::export_snapshot::SNAPSHOT_GROUP,

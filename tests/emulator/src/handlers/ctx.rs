@@ -270,6 +270,9 @@ impl Ctx<'_> {
         crate::strategy::prepare(self.def, obj)?;
         let warnings = crate::schema::validate(self.def, self.version, obj, old, mode)?;
         crate::admission::admit(self.def, obj)?;
+        if old.is_none() {
+            crate::clone_auth::check(self.app, self.user, self.def, obj, self.ns)?;
+        }
         Ok(warnings)
     }
 }
