@@ -163,7 +163,10 @@ fn console_completes_or_fails_in_one_line_under_seeded_faults() {
         drop(stdin);
         let out = child.wait_with_output().unwrap();
         let fault = env.emulator.stream_faults_applied().last().map(|(_, f)| *f);
-        if !marked || !out.status.success() {
+        // Serial output while the link is down is gone (a serial console keeps no history):
+        // a session that reconnected and said so has done what it can.
+        let reconnected = stderr(&out).contains("reconnecting");
+        if (!marked && !reconnected) || !out.status.success() {
             failed_cleanly(
                 &out,
                 &format!("seed {seed} ({fault:?}), marker seen: {marked}"),
