@@ -52,6 +52,7 @@ mod snapshot;
 mod snapshot_deckhouse;
 mod ssh;
 mod ssh_tools;
+mod stream_faults;
 mod trust;
 mod unserved;
 mod upload;

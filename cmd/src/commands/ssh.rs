@@ -325,6 +325,20 @@ pub async fn cmd_ssh(global: &GlobalArgs, args: SshArgs) -> CommandResult {
     }
     connection.close().await;
     let exit = outcome.map_err(|e| CommandError::Connection(e.to_string()))?;
+    if let kubevm::ssh::ExitOutcome::Lost { status } = exit {
+        // Said in one line, as OpenSSH does, never a success after partial output: the
+        // channel did not close, so output after the exit status may be missing.
+        return Err(CommandError::Connection(match status {
+            None => format!(
+                "the connection to {} was lost before the remote command finished",
+                plan.target.name
+            ),
+            Some(s) => format!(
+                "the connection to {} was lost before all output arrived (the remote command exited {s})",
+                plan.target.name
+            ),
+        }));
+    }
     match exit.code() {
         0 => Ok(()),
         code => Err(CommandError::Exit(code as u8)),

@@ -157,6 +157,13 @@ pub enum ExitOutcome {
     Signal(String),
     /// The channel closed without saying.
     Unknown,
+    /// The connection ended before the channel closed: the link to the guest was lost
+    /// (OpenSSH: "Connection to HOST closed by remote host."). Output may be missing even when
+    /// the command's exit status came first (a server may send it before the last output).
+    Lost {
+        /// The exit status, if it arrived before the link went.
+        status: Option<u32>,
+    },
 }
 
 impl ExitOutcome {
@@ -300,6 +307,7 @@ impl Connection {
             })
         });
         let mut exit = ExitOutcome::Unknown;
+        let mut closed = false;
         let mut result = Ok(());
         while let Some(msg) = read.wait().await {
             match msg {
@@ -324,9 +332,20 @@ impl Connection {
                         "the guest refused the session request".into(),
                     ));
                 }
-                ChannelMsg::Close => break,
+                ChannelMsg::Close => {
+                    closed = true;
+                    break;
+                }
                 _ => {}
             }
+        }
+        if !closed && result.is_ok() {
+            exit = ExitOutcome::Lost {
+                status: match exit {
+                    ExitOutcome::Status(s) => Some(s),
+                    _ => None,
+                },
+            };
         }
         input.abort();
         if let Some(r) = resizer {

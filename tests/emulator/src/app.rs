@@ -35,6 +35,8 @@ pub struct App {
     pub guests: crate::guest::Guests,
     /// Test switches of the sshd guests (host key changes, paused VMs).
     pub ssh_switches: crate::sshd_guest::Switches,
+    /// Faults given to the stream and transfer connections opened from now on.
+    pub stream_faults: crate::faults::StreamFaults,
     /// Open console/VNC streams.
     pub sessions: crate::streams::Sessions,
     /// Export server state (VirtualMachineExport / DataExport).
@@ -68,6 +70,7 @@ impl App {
             holds: Default::default(),
             guests: Default::default(),
             ssh_switches: Default::default(),
+            stream_faults: Default::default(),
             sessions: Default::default(),
             exports: Default::default(),
             uploads: Default::default(),

@@ -47,16 +47,17 @@ pub async fn start(
         .lock()
         .unwrap_or_else(|e| e.into_inner()) = format!("https://127.0.0.1:{port}");
     *app.exports.ca_pem.lock().unwrap_or_else(|e| e.into_inner()) = certs.ca_pem;
-    let router = axum::Router::new().fallback(handle).with_state(app);
+    let router = axum::Router::new().fallback(handle).with_state(app.clone());
     // One volume per connection: HTTP/1.1 only (a cut then ends the connection, as a broken
     // network does).
     let mut tls = (*certs.server_config).clone();
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-    tasks.spawn(serve(listener, Arc::new(tls), router, shutdown));
+    tasks.spawn(serve(app, listener, Arc::new(tls), router, shutdown));
     Ok(())
 }
 
 async fn serve(
+    app: Arc<App>,
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     router: axum::Router,
@@ -73,6 +74,7 @@ async fn serve(
                 let _ = tcp.set_nodelay(true);
                 let acceptor = acceptor.clone();
                 let router = router.clone();
+                let tcp = app.stream_faults.wrap("export", tcp);
                 conns.spawn(async move {
                     let Ok(stream) = acceptor.accept(tcp).await else { return };
                     let service = hyper_util::service::TowerToHyperService::new(router);
@@ -98,6 +100,7 @@ where
     let Ok(tls) = app.exports.internal_ca.server_config(&names) else {
         return;
     };
+    let stream = app.stream_faults.wrap("export", stream);
     let Ok(stream) = tokio_rustls::TlsAcceptor::from(tls).accept(stream).await else {
         return;
     };

@@ -41,6 +41,7 @@ pub mod export;
 pub mod export_pods;
 pub mod export_server;
 pub mod export_snapshot;
+pub mod faults;
 pub mod fieldmanager;
 pub mod fixtures;
 pub mod gc;
@@ -317,6 +318,17 @@ impl Handle {
     /// Test switch: from now on every pod exec is accepted and opens its streams, then says
     /// nothing and holds the connection open until the client goes, as an exec whose command
     /// hangs (a virsh stuck on a wedged libvirtd) does on a real kubelet.
+    /// Faults for the console, VNC, port-forward, export and upload connections opened from
+    /// now on (`None`: none); [`faults::StreamFaults::applied`] says which each got.
+    pub fn set_stream_faults(&self, source: Option<faults::FaultSource>) {
+        self.app.stream_faults.set(source);
+    }
+
+    /// The faults given so far, with the stream each went to.
+    pub fn stream_faults_applied(&self) -> Vec<(&'static str, faults::Fault)> {
+        self.app.stream_faults.applied()
+    }
+
     pub fn set_exec_hangs(&self, hang: bool) {
         self.app
             .exec_hangs

@@ -169,10 +169,16 @@ async fn open(
     };
     let handshake = crate::streams::Handshake::check(parts, deckhouse)?;
     let on_upgrade = handshake.on_upgrade;
+    let app = app.clone();
     tokio::spawn(async move {
         if let Ok(upgraded) = on_upgrade.await {
-            let ws =
-                WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+            let ws = WebSocketStream::from_raw_socket(
+                app.stream_faults
+                    .wrap("portforward", TokioIo::new(upgraded)),
+                Role::Server,
+                None,
+            )
+            .await;
             match conn {
                 Conn::Tcp(c) => pump_tcp(ws, c).await,
                 Conn::Udp(s) => pump_udp(ws, s).await,
@@ -185,7 +191,7 @@ async fn open(
     ))
 }
 
-type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+type Ws = WebSocketStream<crate::faults::Faulty<TokioIo<hyper::upgrade::Upgraded>>>;
 
 async fn pump_tcp(ws: Ws, conn: GuestConn) {
     let (mut sink, mut frames) = ws.split();

@@ -204,8 +204,12 @@ async fn open(
     let app = app.clone();
     tokio::spawn(async move {
         if let Ok(upgraded) = on_upgrade.await {
-            let ws =
-                WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+            let ws = WebSocketStream::from_raw_socket(
+                app.stream_faults.wrap(kind, TokioIo::new(upgraded)),
+                Role::Server,
+                None,
+            )
+            .await;
             let renew = lease
                 .clone()
                 .map(|l| tokio::spawn(renew_lease(app.clone(), l)));
@@ -301,7 +305,7 @@ fn is_upgrade(headers: &http::HeaderMap) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
 }
 
-type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+type Ws = WebSocketStream<crate::faults::Faulty<TokioIo<hyper::upgrade::Upgraded>>>;
 
 /// Serial console: guest output to binary frames, binary frames to guest input. Returning
 /// drops the connection without a close frame, except when the client closed first.

@@ -195,7 +195,7 @@ where
     let Some(tls) = app.uploads.server_config.get().cloned() else {
         return;
     };
-    let stream = Cut::new(stream, app.clone());
+    let stream = Cut::new(app.stream_faults.wrap("upload", stream), app.clone());
     let Ok(stream) = tokio_rustls::TlsAcceptor::from(tls).accept(stream).await else {
         return;
     };

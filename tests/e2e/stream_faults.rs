@@ -1,0 +1,238 @@
+//! Seeded network faults in every stream (issue 37 item 2): the emulator cuts, truncates
+//! mid-frame, stalls or slows the connections of ssh (through port-forward), the serial
+//! console and export downloads at offsets drawn from a fixed seed per connection
+//! (`kubevm_emulator::faults`). Whatever the fault, each command either completes with the
+//! right result (stalls and slow links are not errors; export resumes) or fails with one line
+//! and a non-zero exit, leaving no file under its final name. Each failure names the seed that
+//! made it, so a run repeats.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use kubevm_emulator::faults::{Fault, FaultSource};
+
+use crate::common::{BIN, Env, stderr, stdout};
+use crate::export::{MIB, kubevirt, reference_sha256, sha256_of};
+use crate::ssh::vm_with_ca;
+
+/// The seeds of a run: fixed, so a failure repeats; a long run by hand sets
+/// `KUBEVM_FAULT_SEEDS=1-500`.
+fn seeds() -> Vec<u64> {
+    let spec = std::env::var("KUBEVM_FAULT_SEEDS").unwrap_or_else(|_| "1-8".into());
+    let (a, b) = spec.split_once('-').unwrap_or((&spec, &spec));
+    (a.parse().unwrap()..=b.parse().unwrap()).collect()
+}
+
+/// The one-line failure the contract allows: a non-zero exit, and an error of one line.
+#[track_caller]
+fn failed_cleanly(out: &Output, what: &str) {
+    let err = stderr(out);
+    // Notices about the cluster (no signer) are not part of the failure.
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("Notice:") && !l.starts_with("Warning:"))
+        .collect();
+    assert!(
+        out.status.code().is_some_and(|c| c != 0),
+        "{what}: exit {:?}, not a failure\n{err}",
+        out.status
+    );
+    assert_eq!(lines.len(), 1, "{what}: the error is not one line:\n{err}");
+}
+
+/// `seq 1 N` as the guest prints it, checked against the local `seq`.
+fn reference_seq(n: u32) -> String {
+    let out = Command::new("seq")
+        .arg("1")
+        .arg(n.to_string())
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn ssh_completes_or_fails_in_one_line_under_seeded_faults() {
+    let env = Env::kubevirt();
+    vm_with_ca(&env, "fw", &[]);
+    let want = reference_seq(40_000);
+    let ssh = || env.vm(&["ssh", "fw", "--", "seq", "1", "40000"]);
+    // A stall and a slow link are not errors.
+    for fault in [
+        Fault::Stall {
+            after: 3000,
+            pause: Duration::from_millis(1500),
+        },
+        Fault::Delay {
+            each: Duration::from_millis(5),
+        },
+    ] {
+        env.emulator
+            .set_stream_faults(Some(FaultSource::Fixed(fault)));
+        let out = ssh();
+        assert_eq!(
+            (out.status.code(), stdout(&out) == want),
+            (Some(0), true),
+            "{fault:?}: {}",
+            stderr(&out)
+        );
+    }
+    // A link cut in the key exchange, in the session and mid-frame ends the command.
+    for fault in [
+        Fault::Cut { after: 100 },
+        Fault::Truncate { after: 5000 },
+        Fault::Truncate { after: 120_000 },
+    ] {
+        env.emulator
+            .set_stream_faults(Some(FaultSource::Fixed(fault)));
+        let out = ssh();
+        assert_ne!(stdout(&out), want, "{fault:?} carried everything?");
+        failed_cleanly(&out, &format!("{fault:?}"));
+    }
+    for seed in seeds() {
+        env.emulator
+            .set_stream_faults(Some(FaultSource::Seeded(seed)));
+        let out = ssh();
+        let applied = env.emulator.stream_faults_applied();
+        let fault = applied.last().map(|(_, f)| *f);
+        if out.status.success() {
+            assert_eq!(
+                stdout(&out),
+                want,
+                "seed {seed} ({fault:?}): wrong data, exit 0"
+            );
+        } else {
+            failed_cleanly(&out, &format!("seed {seed} ({fault:?})"));
+        }
+    }
+    env.emulator.set_stream_faults(None);
+    assert_eq!(stdout(&ssh()), want);
+}
+
+/// Reads the console's output until `marker` or its end; whether the marker came.
+fn read_until(
+    out: impl std::io::Read + Send + 'static,
+    marker: &'static str,
+) -> std::sync::mpsc::Receiver<bool> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(out);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match lines.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => {
+                    let _ = tx.send(false);
+                    return;
+                }
+                Ok(_) if String::from_utf8_lossy(&line).contains(marker) => {
+                    let _ = tx.send(true);
+                    // Drain the rest so the console never blocks on a full pipe.
+                    let _ = std::io::copy(&mut lines, &mut std::io::sink());
+                    return;
+                }
+                Ok(_) => {}
+            }
+        }
+    });
+    rx
+}
+
+#[test]
+fn console_completes_or_fails_in_one_line_under_seeded_faults() {
+    let env = Env::kubevirt();
+    vm_with_ca(&env, "fw", &[]);
+    for seed in seeds() {
+        env.emulator
+            .set_stream_faults(Some(FaultSource::Seeded(seed)));
+        let mut child = env
+            .command(BIN)
+            .args(["console", "fw", "--timeout", "20s"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let seen = read_until(child.stdout.take().unwrap(), "MARK-42");
+        let mut stdin = child.stdin.take().unwrap();
+        // The guest's shell computes the marker, so the echo of the typed line does not match;
+        // enough output first that a cut can fall inside it.
+        // The emulator's serial guest asks for a login (cloud/cloud, its guest.rs).
+        let _ = stdin.write_all(b"\ncloud\ncloud\nseq 1 2000; echo MARK-$((6*7))\n");
+        let marked = seen.recv_timeout(Duration::from_secs(30)).unwrap_or(false);
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        let fault = env.emulator.stream_faults_applied().last().map(|(_, f)| *f);
+        // Serial output while the link is down is gone (a serial console keeps no history):
+        // a session that reconnected and said so has done what it can.
+        let reconnected = stderr(&out).contains("reconnecting");
+        if (!marked && !reconnected) || !out.status.success() {
+            failed_cleanly(
+                &out,
+                &format!("seed {seed} ({fault:?}), marker seen: {marked}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn export_resumes_or_fails_without_a_final_file_under_seeded_faults() {
+    let size = MIB;
+    let env = kubevirt(size, MIB);
+    let want = reference_sha256("exp-root", size);
+    for seed in seeds() {
+        env.emulator
+            .set_stream_faults(Some(FaultSource::Seeded(seed)));
+        let file = env.dir.path().join(format!("disk-{seed}.img"));
+        let out = crate::export::export(
+            &env,
+            &[
+                "vm/exp",
+                "--volume",
+                "exp-root",
+                "-o",
+                file.to_str().unwrap(),
+            ],
+        );
+        let faults = env.emulator.stream_faults_applied();
+        if out.status.success() {
+            assert_eq!(sha256_of(&file), want, "seed {seed} ({faults:?})");
+        } else {
+            failed_cleanly(&out, &format!("seed {seed} ({faults:?})"));
+            assert!(
+                !file.exists(),
+                "seed {seed}: a failed export left {}",
+                file.display()
+            );
+        }
+    }
+}
+
+/// A link cut after the command's exit status came but before the channel closed: the tool
+/// exited 0 with the output cut short (sshd may send the exit status before the last output).
+/// Found by the seeded run above (seed 5 of 150, then seed 30 of 40); swept here over the end of
+/// the transfer, where it happens.
+#[test]
+fn a_cut_after_the_exit_status_is_not_a_success() {
+    let env = Env::kubevirt();
+    vm_with_ca(&env, "fw", &[]);
+    let want = reference_seq(40_000);
+    for after in (180_000u64..250_000).step_by(5000) {
+        for fault in [Fault::Cut { after }, Fault::Truncate { after }] {
+            env.emulator
+                .set_stream_faults(Some(FaultSource::Fixed(fault)));
+            let out = env.vm(&["ssh", "fw", "--", "seq", "1", "40000"]);
+            let got = stdout(&out);
+            if out.status.success() {
+                assert!(
+                    got == want,
+                    "{fault:?}: exit 0 with {} of {} bytes",
+                    got.len(),
+                    want.len()
+                );
+            } else {
+                failed_cleanly(&out, &format!("{fault:?}"));
+            }
+        }
+    }
+}
