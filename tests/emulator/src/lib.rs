@@ -27,6 +27,7 @@ pub mod auth;
 pub mod bootstrap;
 pub mod cel;
 pub mod clone;
+pub mod console_log;
 pub mod controllers;
 pub mod decoded;
 pub mod dh_snapshot;

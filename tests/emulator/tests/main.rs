@@ -7,6 +7,7 @@ mod common;
 mod access_credentials;
 mod aggregation;
 mod cel_rules;
+mod console_log;
 mod crd_defaults;
 mod debug_subresources;
 mod deckhouse_upload;
