@@ -93,6 +93,8 @@ pub enum Command {
     /// Clone a VM to a new name, with copies of its disks (KubeVirt VirtualMachineClone,
     /// Deckhouse VirtualMachineOperation Clone)
     Clone(Box<commands::clone::CloneArgs>),
+    /// Show the guest's serial console history without attaching (or the launcher's log)
+    Logs(commands::logs::LogsArgs),
     /// Show the guest OS, kernel, hostname and time zone the guest agent reports
     Guestosinfo(commands::guest_info::GuestInfoArgs),
     /// Show the users logged in to the guest (guest agent)
@@ -167,7 +169,13 @@ pub const COMMAND_GROUPS: &[(&str, &[&str])] = &[
     ("Platform SSH trust", &["ca", "signer", "enroll"]),
     (
         "Troubleshooting",
-        &["collect-debug-info", "guestosinfo", "userlist", "fslist"],
+        &[
+            "collect-debug-info",
+            "logs",
+            "guestosinfo",
+            "userlist",
+            "fslist",
+        ],
     ),
     ("Other", &["version", "completion", "help"]),
 ];

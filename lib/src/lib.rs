@@ -24,6 +24,7 @@ pub mod flavor;
 pub mod guest_info;
 pub mod http_log;
 pub mod lifecycle;
+pub mod logs;
 pub mod names;
 pub mod platform;
 pub mod port_forward;

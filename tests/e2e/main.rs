@@ -31,6 +31,7 @@ mod lifecycle;
 mod lifecycle_deckhouse;
 mod list;
 mod list_watch;
+mod logs;
 mod pools;
 mod rbac;
 mod real_guest;

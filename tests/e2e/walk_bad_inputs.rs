@@ -169,6 +169,15 @@ const CASES: &[(&str, &[Case])] = &[
     ("get", &[(Local, &[BAD]), (Local, &["web", "-n", BAD])]),
     ("guestosinfo", &[(Local, &[BAD])]),
     (
+        "logs",
+        &[
+            (Local, &[BAD]),
+            (Local, &["web", "--tail", "-5"]),
+            (Local, &["web", "--since", "0s"]),
+            (Clap, &["web", "--since", "soon"]),
+        ],
+    ),
+    (
         "list",
         &[
             (Local, &["-l", BAD_SELECTOR]),

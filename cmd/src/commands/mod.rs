@@ -21,6 +21,7 @@ pub mod guest_info;
 pub mod lifecycle;
 pub mod lifecycle_render;
 pub mod list;
+pub mod logs;
 pub mod port_forward;
 pub mod scp;
 pub mod signer;

@@ -40,6 +40,12 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     disk_bus_choice: Support::No("bus= is KubeVirt-only; Deckhouse picks the bus itself"),
     // virtualization's VirtualMachine CRD: `blockDeviceRefs` holds at most 16 items.
     max_block_devices: Some(16),
+    // The module configures its KubeVirt with `virtualMachineOptions.disableSerialConsoleLog: {}`
+    // (deckhouse/virtualization `templates/kubevirt/kubevirt.yaml`); VirtualMachine has no
+    // field to turn it on per VM.
+    console_log: Support::No(
+        "Deckhouse virtualization keeps no serial console history: its module sets disableSerialConsoleLog in the KubeVirt it runs and VirtualMachine has no setting to enable it; capture while attached with `kubectl vm console VM --log FILE`, or read the launcher with `kubectl vm logs VM --launcher`",
+    ),
     start_paused: Support::No("--paused is not supported by Deckhouse virtualization"),
     stop_grace_period: Support::No(
         "--grace-period is not supported by Deckhouse virtualization; use --force to stop at once",

@@ -44,6 +44,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     ),
     disk_bus_choice: Support::Yes,
     max_block_devices: None,
+    // The `guest-console-log` sidecar (kubevirt `serialconsolelog.go`), per VM or cluster-wide.
+    console_log: Support::Yes,
     start_paused: Support::Yes,
     stop_grace_period: Support::Yes,
     migration_force: Support::No(

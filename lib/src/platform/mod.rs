@@ -125,6 +125,8 @@ pub struct Capabilities {
     pub disk_bus_choice: Support,
     /// The most block devices a VM takes, the boot disk included, where the platform caps it.
     pub max_block_devices: Option<usize>,
+    /// Whether the platform can keep the guest's serial console history (`kubectl vm logs`).
+    pub console_log: Support,
 }
 
 impl Capabilities {
