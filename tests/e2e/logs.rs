@@ -215,3 +215,49 @@ fn deckhouse_keeps_no_console_history() {
         ok(env.kubectl(&["logs", "virt-launcher-linux-vm-g5xvz", "-c", "compute"]))
     );
 }
+
+#[test]
+fn debug_bundle_carries_the_console_history_masked() {
+    let env = Env::kubevirt();
+    ok(env.vm(&[
+        "create",
+        "demo",
+        "--blank",
+        "64Mi",
+        "--no-platform-ssh",
+        "--console-log",
+        "--wait",
+        "--timeout",
+        "60s",
+    ]));
+    // A secret typed at the login prompt is echoed onto the serial console, into its log.
+    let mut console = on_tty(&env, &["console", "demo"]);
+    console
+        .exp_string("Successfully connected to demo's serial console")
+        .unwrap();
+    send(&mut console, "password=Typed-Secret-7731\r");
+    console.exp_string("Password: ").unwrap();
+    send(&mut console, "\x1d");
+    console.exp_eof().unwrap();
+    let history = ok(env.vm(&["logs", "demo"]));
+    assert!(history.contains("password=Typed-Secret-7731"), "{history}");
+
+    let archive = env.dir.path().join("bundle.tar.gz");
+    ok(env.vm(&[
+        "collect-debug-info",
+        "demo",
+        "-o",
+        archive.to_str().unwrap(),
+    ]));
+    let pod = launcher(&env, "demo");
+    let out = env
+        .command("tar")
+        .args(["xzf", archive.to_str().unwrap(), "-O", "--wildcards"])
+        .arg(format!("*/log/{pod}/guest-console-log.log"))
+        .output()
+        .unwrap();
+    let kept = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(kept.contains(BANNER), "{kept}");
+    assert!(kept.contains("demo login: password="), "{kept}");
+    assert!(!kept.contains("Typed-Secret-7731"), "{kept}");
+}
