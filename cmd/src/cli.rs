@@ -95,6 +95,10 @@ pub enum Command {
     Clone(Box<commands::clone::CloneArgs>),
     /// Show the guest's serial console history without attaching (or the launcher's log)
     Logs(commands::logs::LogsArgs),
+    /// Show what a VM depends on (disks, images, Secrets) and what depends on it (snapshots,
+    /// exports, Services)
+    #[command(visible_alias = "objectgraph")]
+    Deps(commands::deps::DepsArgs),
     /// Show the guest OS, kernel, hostname and time zone the guest agent reports
     Guestosinfo(commands::guest_info::GuestInfoArgs),
     /// Show the users logged in to the guest (guest agent)
@@ -172,6 +176,7 @@ pub const COMMAND_GROUPS: &[(&str, &[&str])] = &[
         &[
             "collect-debug-info",
             "logs",
+            "deps",
             "guestosinfo",
             "userlist",
             "fslist",

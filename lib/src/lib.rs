@@ -15,6 +15,7 @@ pub mod create;
 pub mod credentials;
 pub mod debug_info;
 pub mod delete;
+pub mod deps;
 pub mod disk;
 pub mod enroll;
 pub mod error;

@@ -16,6 +16,7 @@ mod create_validation;
 mod credentials;
 mod debug_info;
 mod delete;
+mod deps;
 mod disk;
 mod disk_resize;
 mod enroll;

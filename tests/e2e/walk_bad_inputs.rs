@@ -167,6 +167,7 @@ const CASES: &[(&str, &[Case])] = &[
     ),
     ("fslist", &[(Local, &[BAD])]),
     ("get", &[(Local, &[BAD]), (Local, &["web", "-n", BAD])]),
+    ("deps", &[(Local, &[BAD]), (Local, &["web", "-o", "wide"])]),
     ("guestosinfo", &[(Local, &[BAD])]),
     (
         "logs",

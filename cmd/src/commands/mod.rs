@@ -11,6 +11,7 @@ pub mod create;
 pub mod create_interactive;
 pub mod credentials;
 pub mod delete;
+pub mod deps;
 pub mod disk;
 pub mod enroll;
 pub mod export;
