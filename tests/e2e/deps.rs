@@ -129,6 +129,25 @@ fn check(env: &Env, snapshot_kind: &str, disk_kind: &str) {
     assert!(tree.contains("└── depended on by\n"), "{tree}");
     assert!(tree.contains(" snap1\n"), "{tree}");
     assert!(tree.contains(&format!("Secret {}\n", secrets[0])), "{tree}");
+    // delete says what stays: the snapshot and the Service, not the Secret it deletes.
+    let service = kubectl_names(env, "services", "dev")[0].clone();
+    let out = env.vm(&["delete", "app", "-n", "dev", "-y"]);
+    let said = crate::common::stderr(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("\"snap1\" (refers to the VM, not deleted with it)\n"),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "Left in place: service {service:?} (refers to the VM, not deleted with it)\n"
+        )),
+        "{said}"
+    );
+    assert!(
+        !said.contains(&format!("secret {:?}", secrets[0])),
+        "{said}"
+    );
     // Bad input before any request; a missing VM in one line.
     let err = fails(env, &["deps", "app", "-o", "wide"], 2);
     assert_eq!(err, "Error: -o takes yaml or json here");
