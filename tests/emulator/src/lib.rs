@@ -50,6 +50,7 @@ pub mod hold;
 pub mod hotplug;
 pub mod internal_kinds;
 pub mod lifecycle;
+pub mod objectgraph;
 pub mod openapi;
 pub mod paging;
 pub mod patch;

@@ -18,6 +18,7 @@ mod fixtures;
 mod kube_client;
 mod kubectl;
 mod missing_namespace;
+mod objectgraph;
 mod paging;
 mod pod_portforward;
 mod portforward;
