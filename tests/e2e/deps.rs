@@ -163,3 +163,37 @@ fn kubevirt_deps_of_a_created_vm() {
 fn deckhouse_deps_of_a_created_vm() {
     check(&Env::deckhouse(), "VirtualMachineSnapshot", "VirtualDisk");
 }
+
+#[test]
+fn kubevirt_objectgraph_subresource_where_served() {
+    let env = Env::kubevirt();
+    make(&env, "dev", true);
+    let computed: Value =
+        serde_json::from_str(&ok(env.vm(&["deps", "app", "-n", "dev", "-o", "json"]))).unwrap();
+    // With KubeVirt's ObjectGraph feature gate the platform's answer is used.
+    ok(env.kubectl(&[
+        "patch", "kubevirt", "kubevirt", "-n", "kubevirt", "--type=merge", "-p",
+        r#"{"spec":{"configuration":{"developerConfiguration":{"featureGates":["Snapshot","HotplugVolumes","ObjectGraph"]}}}}"#,
+    ]));
+    env.emulator.clear_requests();
+    let served: Value =
+        serde_json::from_str(&ok(env.vm(&["deps", "app", "-n", "dev", "-o", "json"]))).unwrap();
+    let asked = env
+        .emulator
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with("/virtualmachines/app/objectgraph"))
+        .expect("objectgraph requested");
+    assert_eq!(
+        (asked.method.as_str(), asked.status),
+        ("GET", 200),
+        "{}",
+        asked.path
+    );
+    assert_eq!(
+        asked.path,
+        "/apis/subresources.kubevirt.io/v1/namespaces/dev/virtualmachines/app/objectgraph"
+    );
+    assert_eq!(nodes(&served["dependsOn"]), nodes(&computed["dependsOn"]));
+    assert_eq!(served["dependents"], computed["dependents"]);
+}

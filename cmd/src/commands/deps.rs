@@ -15,7 +15,7 @@ use crate::render::OutputFormat;
 /// Arguments of `deps`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Depends on: the VMI and its launcher pod, disks (DataVolumes and PVCs; Deckhouse VirtualDisks,\nimages, attachments), Secrets (user data, access credentials), ConfigMaps, instance types and\npreferences, networks, the class and IP address on Deckhouse. Depended on by: snapshots, exports\nand Services (made by `expose` or selecting the VM's pod). Owned by: a VirtualMachinePool.\nComputed from the objects themselves on both platforms (KubeVirt's objectgraph subresource needs\nthe ObjectGraph feature gate and lists only the first part).\n\nExamples:\n  kubectl vm deps web\n  kubectl vm objectgraph web.prod -o json"
+    after_help = "Depends on: the VMI and its launcher pod, disks (DataVolumes and PVCs; Deckhouse VirtualDisks,\nimages, attachments), Secrets (user data, access credentials), ConfigMaps, instance types and\npreferences, networks, the class and IP address on Deckhouse. Depended on by: snapshots, exports\nand Services (made by `expose` or selecting the VM's pod). Owned by: a VirtualMachinePool.\nOn KubeVirt the first part comes from the VM's objectgraph subresource where served (the\nObjectGraph feature gate), else it is computed like it; the rest is computed from the objects.\n\nExamples:\n  kubectl vm deps web\n  kubectl vm objectgraph web.prod -o json"
 )]
 pub struct DepsArgs {
     /// The VM: NAME, NAME.NAMESPACE or vm/NAME[/NAMESPACE]

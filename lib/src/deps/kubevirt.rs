@@ -58,6 +58,26 @@ pub(super) async fn graph(cluster: &Cluster, ns: &str, name: &str) -> Result<Gra
     )?;
     let dv_names = names(&dvs);
     let mut depends = Vec::new();
+    if let Some(served) = objectgraph(cluster, ns, name).await {
+        depends = served;
+        for n in &mut depends {
+            n.exists = exists_node(cluster, ns, n, &dv_names).await;
+            for c in &mut n.children {
+                c.exists = exists_node(cluster, ns, c, &dv_names).await;
+            }
+        }
+        return Ok(finish(
+            vm,
+            name,
+            ns,
+            depends,
+            &pods,
+            &svcs,
+            &snapshots,
+            exports_beta,
+            exports_v1,
+        ));
+    }
 
     // The VMI and its launcher pod (owned by the VMI).
     if vm["status"]["created"] == true {
@@ -174,6 +194,32 @@ pub(super) async fn graph(cluster: &Cluster, ns: &str, name: &str) -> Result<Gra
         }
     }
 
+    Ok(finish(
+        vm,
+        name,
+        ns,
+        depends,
+        &pods,
+        &svcs,
+        &snapshots,
+        exports_beta,
+        exports_v1,
+    ))
+}
+
+/// The graph from the "depends on" half: what points at the VM and what owns it.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    vm: Value,
+    name: &str,
+    ns: &str,
+    depends: Vec<Node>,
+    pods: &[Value],
+    svcs: &[Value],
+    snapshots: &[Value],
+    exports_beta: Vec<Value>,
+    exports_v1: Vec<Value>,
+) -> Graph {
     // What points at the VM.
     let mut dependents = Vec::new();
     let mine: Vec<&Value> = snapshots
@@ -226,7 +272,7 @@ pub(super) async fn graph(cluster: &Cluster, ns: &str, name: &str) -> Result<Gra
                     })
         })
         .map(|p| p["metadata"]["labels"].clone());
-    dependents.extend(services(&svcs, name, ns, launcher_labels.as_ref()));
+    dependents.extend(services(svcs, name, ns, launcher_labels.as_ref()));
 
     // The pool that owns it.
     let owned_by = vm["metadata"]["ownerReferences"]
@@ -237,7 +283,7 @@ pub(super) async fn graph(cluster: &Cluster, ns: &str, name: &str) -> Result<Gra
         .filter_map(|o| o["name"].as_str())
         .map(|p| Node::new("pool.kubevirt.io", "VirtualMachinePool", p, Some(ns)))
         .collect();
-    Ok(Graph {
+    Graph {
         object_reference: ObjectRef {
             api_group: "kubevirt.io".into(),
             kind: "VirtualMachine".into(),
@@ -247,5 +293,66 @@ pub(super) async fn graph(cluster: &Cluster, ns: &str, name: &str) -> Result<Gra
         depends_on: depends,
         dependents,
         owned_by,
-    })
+    }
+}
+
+/// The VM's `objectgraph` subresource (kubevirt `pkg/virt-api/rest/objectgraph.go`) as nodes,
+/// when the cluster serves it: `None` when it does not (an older KubeVirt: 404; the
+/// `ObjectGraph` feature gate off: 400) or refuses, and the graph is then computed here.
+async fn objectgraph(cluster: &Cluster, ns: &str, name: &str) -> Option<Vec<Node>> {
+    let path = format!(
+        "/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachines/{name}/objectgraph"
+    );
+    // A GET with an ObjectGraphOptions body, as virtctl sends it.
+    let request = http::Request::get(&path)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(b"{}".to_vec())
+        .ok()?;
+    let root: Value = cluster.client.request(request).await.ok()?;
+    fn convert(v: &Value) -> Node {
+        let r = &v["objectReference"];
+        let ns = r["namespace"].as_str().filter(|n| !n.is_empty());
+        let mut n = Node::new(
+            r["apiGroup"].as_str().unwrap_or(""),
+            r["kind"].as_str().unwrap_or(""),
+            r["name"].as_str().unwrap_or(""),
+            ns,
+        );
+        n.optional = v["optional"] == true;
+        n.children = v["children"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(convert)
+            .collect();
+        n
+    }
+    Some(
+        root["children"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(convert)
+            .collect(),
+    )
+}
+
+/// Whether a node the platform reported exists (references are nodes whether or not their
+/// object does): checked for the kinds a VM needs to start.
+async fn exists_node(
+    cluster: &Cluster,
+    ns: &str,
+    n: &Node,
+    dv_names: &std::collections::BTreeSet<String>,
+) -> bool {
+    let name = &n.object_reference.name;
+    let plural = match n.object_reference.kind.as_str() {
+        "DataVolume" => return dv_names.contains(name),
+        "Secret" => "secrets",
+        "ConfigMap" => "configmaps",
+        "PersistentVolumeClaim" => "persistentvolumeclaims",
+        "ServiceAccount" => "serviceaccounts",
+        _ => return true,
+    };
+    exists(cluster, core(ns, plural, name)).await
 }

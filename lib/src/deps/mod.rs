@@ -3,14 +3,16 @@
 //! exports, Services from `expose`), plus what owns it (a pool).
 //!
 //! KubeVirt's own `virtualmachines/{name}/objectgraph` subresource (kubevirt
-//! `pkg/virt-api/rest/objectgraph.go`, v1.6+) answers only the first half (nodes below the
-//! VM, no snapshots, exports or Services) and is behind the `ObjectGraph` feature gate (a 400
-//! without it), so the graph is computed here, client-side, following the same rules for the
-//! "depends on" half (volumes: DataVolume → PVC, PVC, ConfigMap, Secret, ServiceAccount,
-//! cloud-init `userDataSecretRef`/`networkDataSecretRef`; access-credential Secrets; instance
-//! types and preferences as optional nodes; the VMI and its launcher pod; Multus networks) and
-//! on Deckhouse from its own references. The JSON shape keeps upstream's node names
-//! (`objectReference`, `optional`, `children`) so backup tools can read either.
+//! `pkg/virt-api/rest/objectgraph.go`, v1.6+) answers the "depends on" half (nodes below the
+//! VM; no snapshots, exports or Services) and only with the `ObjectGraph` feature gate (a 400
+//! without it, a 404 before v1.6). Where it answers, its nodes are used (existence checked for
+//! the kinds a VM needs: references are nodes whether or not their object exists); otherwise
+//! that half is computed here by the same rules (volumes: DataVolume → PVC, PVC, ConfigMap,
+//! Secret, ServiceAccount, cloud-init `secretRef`/`networkDataSecretRef`; access-credential
+//! Secrets; instance types and preferences as optional nodes; the VMI and its launcher pod;
+//! Multus networks), and on Deckhouse from its own references. The other half is always
+//! computed here. The JSON keeps upstream's node names (`objectReference`, `optional`,
+//! `children`) so backup tools can read either.
 
 mod deckhouse;
 mod kubevirt;

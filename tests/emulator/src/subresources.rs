@@ -110,7 +110,7 @@ pub async fn handle(
     }
     if group == "kubevirt.io"
         && *method == Method::GET
-        && let Some(answer) = crate::objectgraph::answer(app, &rp.plural, ns, name, sub, &body)
+        && let Some(answer) = crate::objectgraph::answer(app, &rp.plural, ns, name, sub, body)
     {
         return answer.map(|v| json_response(StatusCode::OK, &v, &[]));
     }
