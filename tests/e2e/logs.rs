@@ -182,6 +182,9 @@ fn kubevirt_not_kept_says_the_setting_and_launcher_reads_compute() {
         err,
         "Error: batch.dev is not running: it has no virt-launcher pod"
     );
+    // A VM that does not exist is not found, as kubectl says it.
+    let err = fails(&env, &["logs", "nosuch"], 1);
+    assert!(err.contains("not found"), "{err}");
 }
 
 #[test]

@@ -48,19 +48,7 @@ pub(super) async fn locate(cluster: &Cluster, req: &LogsRequest) -> Result<Locat
         Source::Launcher => COMPUTE,
     };
     if req.previous && req.source == Source::Console {
-        // The newest launcher pod of an earlier run that is still there.
-        let mut earlier: Vec<&Value> = of_vm
-            .iter()
-            .filter(|p| current.is_none_or(|c| c["metadata"]["uid"] != p["metadata"]["uid"]))
-            .copied()
-            .collect();
-        earlier.sort_by_key(|p| {
-            p["metadata"]["creationTimestamp"]
-                .as_str()
-                .unwrap_or("")
-                .to_owned()
-        });
-        let Some(pod) = earlier.last() else {
+        let Some(pod) = earlier_run(&of_vm, current) else {
             return Err(Error::NotRunning(format!(
                 "no virt-launcher pod of an earlier run of {name}.{ns} is left: KubeVirt deletes it with its VMI at a stop or restart, and its console log with it (collect-debug-info before restarting keeps it)"
             )));
@@ -68,6 +56,19 @@ pub(super) async fn locate(cluster: &Cluster, req: &LogsRequest) -> Result<Locat
         return console_in(pod, name, ns, false);
     }
     let Some(pod) = current else {
+        // No instance: a VM that does not exist says so (404), one that is stopped below.
+        if vmi.is_none() {
+            crate::api::KUBEVIRT_VM
+                .api(&cluster.client, Some(ns))
+                .get(name)
+                .await
+                .map_err(|e| {
+                    cluster.error(
+                        e,
+                        &crate::api::KUBEVIRT_VM.action("get", Some(ns)).named(name),
+                    )
+                })?;
+        }
         return Err(Error::NotRunning(format!(
             "{name}.{ns} is not running: it has no virt-launcher pod{}",
             if req.source == Source::Console {
@@ -85,6 +86,16 @@ pub(super) async fn locate(cluster: &Cluster, req: &LogsRequest) -> Result<Locat
             previous: req.previous,
         }),
     }
+}
+
+/// The newest launcher pod of an earlier run of the VM that the cluster still has: one of
+/// the VM's launchers (`of_vm`) other than the current one.
+fn earlier_run<'a>(of_vm: &[&'a Value], current: Option<&Value>) -> Option<&'a Value> {
+    of_vm
+        .iter()
+        .filter(|p| current.is_none_or(|c| c["metadata"]["uid"] != p["metadata"]["uid"]))
+        .max_by_key(|p| p["metadata"]["creationTimestamp"].as_str().unwrap_or(""))
+        .copied()
 }
 
 fn pod_name(pod: &Value) -> String {
@@ -107,4 +118,23 @@ fn console_in(pod: &Value, name: &str, ns: &str, previous: bool) -> Result<Locat
         container: CONSOLE_CONTAINER.to_owned(),
         previous,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn previous_is_the_newest_other_launcher() {
+        let pod = |uid: &str, t: &str| json!({"metadata": {"name": format!("p-{uid}"), "uid": uid, "creationTimestamp": t}});
+        let (old, older, now) = (
+            pod("b", "2026-01-02T00:00:00Z"),
+            pod("a", "2026-01-01T00:00:00Z"),
+            pod("c", "2026-01-03T00:00:00Z"),
+        );
+        let all = [&older, &old, &now];
+        assert_eq!(super::earlier_run(&all, Some(&now)), Some(&old));
+        assert_eq!(super::earlier_run(&[&now], Some(&now)), None);
+        assert_eq!(super::earlier_run(&all, None), Some(&now));
+    }
 }
