@@ -107,6 +107,12 @@ pub enum Command {
     Clone(Box<commands::clone::CloneArgs>),
     /// Change a VM after it exists: CPU and memory, run and eviction policy, labels
     Set(commands::set::SetArgs),
+    /// Show the guest's serial console history without attaching (or the launcher's log)
+    Logs(commands::logs::LogsArgs),
+    /// Show what a VM depends on (disks, images, Secrets) and what depends on it (snapshots,
+    /// exports, Services)
+    #[command(visible_alias = "objectgraph")]
+    Deps(commands::deps::DepsArgs),
     /// Show the guest OS, kernel, hostname and time zone the guest agent reports
     Guestosinfo(commands::guest_info::GuestInfoArgs),
     /// Show the users logged in to the guest (guest agent)
@@ -188,6 +194,8 @@ pub const COMMAND_GROUPS: &[(&str, &[&str])] = &[
         "Troubleshooting",
         &[
             "collect-debug-info",
+            "logs",
+            "deps",
             "guestosinfo",
             "userlist",
             "fslist",

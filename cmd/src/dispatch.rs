@@ -57,6 +57,8 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Expose(args) => expose::cmd_expose(&global, *args).await,
         Command::Clone(args) => clone::cmd_clone(&global, *args).await,
         Command::Set(args) => set::cmd_set(&global, args).await,
+        Command::Logs(args) => logs::cmd_logs(&global, args).await,
+        Command::Deps(args) => deps::cmd_deps(&global, args).await,
         Command::Guestosinfo(args) => {
             guest_info::cmd_guest_info(&global, kubevm::guest_info::Fact::OsInfo, args).await
         }

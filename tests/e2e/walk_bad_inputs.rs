@@ -181,6 +181,7 @@ const CASES: &[(&str, &[Case])] = &[
         &[(Local, &["-A", "-n", "default"]), (Clap, &["-o", "xml"])],
     ),
     ("get", &[(Local, &[BAD]), (Local, &["web", "-n", BAD])]),
+    ("deps", &[(Local, &[BAD]), (Local, &["web", "-o", "wide"])]),
     ("guestosinfo", &[(Local, &[BAD])]),
     ("class", &[(Clap, &["nosuch"])]),
     ("class list", &[(Local, &["-A", "-n", "default"])]),
@@ -207,6 +208,15 @@ const CASES: &[(&str, &[Case])] = &[
         &[
             (Local, &["-l", BAD_SELECTOR]),
             (Local, &["-A", "-n", "default"]),
+        ],
+    ),
+    (
+        "logs",
+        &[
+            (Local, &[BAD]),
+            (Local, &["web", "--tail", "-5"]),
+            (Local, &["web", "--since", "0s"]),
+            (Clap, &["web", "--since", "soon"]),
         ],
     ),
     (

@@ -127,6 +127,10 @@ pub struct CreateArgs {
     /// Keep the EFI NVRAM across restarts (KubeVirt; needs the VMPersistentState feature gate)
     #[arg(long, help_heading = "Machine")]
     pub persistent_efi: bool,
+    /// Keep the serial console history for `kubectl vm logs`, even where the cluster disables it
+    /// (KubeVirt logSerialConsole; refused on Deckhouse, which keeps none)
+    #[arg(long, help_heading = "Machine")]
+    pub console_log: bool,
     /// DNS subdomain of the guest, HOSTNAME.SUBDOMAIN.NAMESPACE.svc (KubeVirt)
     #[arg(long, value_name = "NAME", help_heading = "Machine")]
     pub subdomain: Option<String>,
@@ -562,6 +566,7 @@ fn build_plan(
             "access-credential",
             &args.access_credential,
         )?,
+        console_log: args.console_log,
     };
     Ok(plan)
 }

@@ -112,10 +112,18 @@ pub async fn cmd_delete(global: &GlobalArgs, args: DeleteArgs) -> CommandResult 
             )));
         }
     }
+    // What stays: read before the delete (a graph that cannot be read says nothing).
+    let stays = kubevm::deps::graph(&cluster, platform.flavor, &namespace, &plan.name)
+        .await
+        .map(|g| delete::stays_behind(&plan, &g))
+        .unwrap_or_default();
     if dry_run != DryRun::Client {
         delete::execute(&cluster, &plan, dry_run == DryRun::Server).await?;
     }
     print_report(report(&plan), dry_run)?;
+    for line in stays {
+        eprintln!("Left in place: {line}");
+    }
     if args.wait && dry_run == DryRun::None {
         let timeout = wait_limit(&args);
         delete::wait_gone(&cluster, &platform, &plan, timeout).await?;

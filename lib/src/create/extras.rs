@@ -131,6 +131,9 @@ pub struct Extras {
     pub ssh_key_secrets: Vec<String>,
     /// `--access-credential`.
     pub access_credentials: Vec<AccessCredential>,
+    /// `--console-log`: the platform keeps the serial console history (KubeVirt
+    /// `spec.template.spec.domain.devices.logSerialConsole`; `kubectl vm logs` reads it).
+    pub console_log: bool,
 }
 
 /// The CPU layout: `sockets × cores × threads` vCPUs.
@@ -253,6 +256,11 @@ impl VmPlan {
                     )));
                 }
             }
+        }
+        if x.console_log
+            && let Some(why) = crate::platform::of(self.flavor).console_log.reason()
+        {
+            return Err(conflict(format!("--console-log is refused: {why}")));
         }
         if x.secure_boot || x.persistent_efi {
             let flag = if x.secure_boot {

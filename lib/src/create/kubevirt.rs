@@ -107,6 +107,11 @@ pub(super) fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Va
             "hyperv": { "relaxed": {}, "vapic": {}, "spinlocks": { "spinlocks": 8191 } },
         });
     }
+    if plan.extras.console_log {
+        // The `guest-console-log` sidecar whatever the cluster default (kubevirt
+        // `pkg/virt-controller/services/serialconsolelog.go` `isSerialConsoleLogEnabled`).
+        domain["devices"]["logSerialConsole"] = json!(true);
+    }
     if plan.extras.secure_boot {
         // KubeVirt's webhook: "SMM must be enabled when EFI SecureBoot is enabled"
         // (pkg/virt-api/webhooks/validating-webhook/admitters/vmi-create-admitter.go).

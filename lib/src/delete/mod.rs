@@ -410,6 +410,53 @@ where
     }
 }
 
+/// What deleting the VM as `plan` says leaves in place, from its dependency graph
+/// ([`crate::deps`]): objects it used that are not deleted with it (Secrets, ConfigMaps, disks
+/// the user brought) and objects made from it or pointing at it (snapshots, exports,
+/// Services). One `kind.group "name" (why)` per object; kept disks are reported already.
+pub fn stays_behind(plan: &DeletePlan, graph: &crate::deps::Graph) -> Vec<String> {
+    let goes = |kind: &str, name: &str| {
+        plan.disks
+            .iter()
+            .chain(&plan.secrets)
+            .chain(&plan.attachments)
+            .any(|c| c.kind.kind == kind && c.name == name)
+    };
+    let line = |n: &crate::deps::Node, why: &str| {
+        let r = &n.object_reference;
+        let kind = r.kind.to_ascii_lowercase();
+        let shown = if r.api_group.is_empty() {
+            format!("{kind} {:?}", r.name)
+        } else {
+            format!("{kind}.{} {:?}", r.api_group, r.name)
+        };
+        format!("{shown} ({why})")
+    };
+    // The instance, its pod and the claims of disks that go are collected with the VM;
+    // optional cluster-wide things (classes, instance types) are not the VM's to mention.
+    const WITH_VM: &[&str] = &[
+        "VirtualMachineInstance",
+        "Pod",
+        "ControllerRevision",
+        "VirtualMachineIPAddress",
+    ];
+    let mut lines: Vec<String> = graph
+        .depends_on
+        .iter()
+        .filter(|n| n.exists && !n.optional)
+        .filter(|n| !WITH_VM.contains(&n.object_reference.kind.as_str()))
+        .filter(|n| !goes(&n.object_reference.kind, &n.object_reference.name))
+        .map(|n| line(n, "used by the VM, not deleted with it"))
+        .collect();
+    lines.extend(
+        graph
+            .dependents
+            .iter()
+            .map(|n| line(n, "refers to the VM, not deleted with it")),
+    );
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -457,5 +504,49 @@ mod tests {
         );
         let vm = json!({"metadata": {"ownerReferences": [{"uid": "u1"}]}});
         assert!(owned_by(&vm, "u1") && !owned_by(&vm, "u2"));
+    }
+
+    #[test]
+    fn what_stays_is_what_the_delete_does_not_take() {
+        use crate::deps::{Graph, Node, ObjectRef};
+        let plan = DeletePlan {
+            vm_kind: crate::api::KUBEVIRT_VM,
+            instance_kind: None,
+            name: "web".into(),
+            namespace: "dev".into(),
+            uid: "u".into(),
+            disks: vec![],
+            keep_disks: false,
+            secrets: vec![Companion {
+                kind: SECRET,
+                name: "web-cloudinit".into(),
+                owned: true,
+                uid: String::new(),
+            }],
+            attachments: vec![],
+            pool: None,
+        };
+        let graph = Graph {
+            object_reference: ObjectRef {
+                api_group: "kubevirt.io".into(),
+                kind: "VirtualMachine".into(),
+                name: "web".into(),
+                namespace: Some("dev".into()),
+            },
+            depends_on: vec![
+                Node::new("kubevirt.io", "VirtualMachineInstance", "web", Some("dev")),
+                Node::new("", "Secret", "web-cloudinit", Some("dev")),
+                Node::new("", "Secret", "keys", Some("dev")),
+            ],
+            dependents: vec![Node::new("", "Service", "web-ssh", Some("dev"))],
+            owned_by: vec![],
+        };
+        assert_eq!(
+            stays_behind(&plan, &graph),
+            [
+                "secret \"keys\" (used by the VM, not deleted with it)",
+                "service \"web-ssh\" (refers to the VM, not deleted with it)",
+            ]
+        );
     }
 }

@@ -46,6 +46,12 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     evacuate_cancel: Support::No(
         "evacuate-cancel drives KubeVirt's evacuate/cancel subresource; on Deckhouse virtualization a drain's evacuation is an Evict VirtualMachineOperation, and deleting it cancels the evacuation: `kubectl vm migrate VM --cancel`, or `kubectl vm migrate --cancel --all-on-node NODE`",
     ),
+    // The module configures its KubeVirt with `virtualMachineOptions.disableSerialConsoleLog: {}`
+    // (deckhouse/virtualization `templates/kubevirt/kubevirt.yaml`); VirtualMachine has no
+    // field to turn it on per VM.
+    console_log: Support::No(
+        "Deckhouse virtualization keeps no serial console history: its module sets disableSerialConsoleLog in the KubeVirt it runs and VirtualMachine has no setting to enable it; capture while attached with `kubectl vm console VM --log FILE`, or read the launcher with `kubectl vm logs VM --launcher`",
+    ),
     start_paused: Support::No("--paused is not supported by Deckhouse virtualization"),
     stop_grace_period: Support::No(
         "--grace-period is not supported by Deckhouse virtualization; use --force to stop at once",

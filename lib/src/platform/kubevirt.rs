@@ -48,6 +48,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     evacuate_cancel: Support::Yes,
     // pkg/virt-api/api.go: `memorydump`/`removememorydump` on VMs.
     memory_dump: Support::Yes,
+    // The `guest-console-log` sidecar (kubevirt `serialconsolelog.go`), per VM or cluster-wide.
+    console_log: Support::Yes,
     start_paused: Support::Yes,
     stop_grace_period: Support::Yes,
     migration_force: Support::No(

@@ -131,6 +131,8 @@ pub struct Capabilities {
     /// `memory-dump`: KubeVirt's `memorydump`/`removememorydump` subresources (the reason is the
     /// whole message).
     pub memory_dump: Support,
+    /// Whether the platform can keep the guest's serial console history (`kubectl vm logs`).
+    pub console_log: Support,
 }
 
 impl Capabilities {

@@ -56,6 +56,9 @@ pub struct Serial {
     pub input: mpsc::UnboundedSender<Bytes>,
     /// Bytes the guest writes to the serial port (lost while nobody listens, like a real UART).
     pub output: broadcast::Sender<Bytes>,
+    /// Everything written to `output` since boot, as lines (libvirt's serial log file, which
+    /// KubeVirt's `guest-console-log` container shows: [`crate::console_log`]).
+    pub transcript: Arc<crate::console_log::Transcript>,
 }
 
 /// A running guest.
@@ -255,6 +258,8 @@ impl LoginGuest {
         let (input, mut input_rx) = mpsc::unbounded_channel::<Bytes>();
         let (stopped_tx, stopped) = watch::channel(false);
         let out = output.clone();
+        let transcript = Arc::new(crate::console_log::Transcript::default());
+        let record = transcript.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             // Ends with EIO once every process holding the terminal has exited.
@@ -262,6 +267,7 @@ impl LoginGuest {
                 if n == 0 {
                     break;
                 }
+                record.write(&buf[..n]);
                 let _ = out.send(Bytes::copy_from_slice(&buf[..n]));
             }
         });
@@ -278,7 +284,11 @@ impl LoginGuest {
         });
         Ok(LoginGuest {
             spec: spec.clone(),
-            serial: Serial { input, output },
+            serial: Serial {
+                input,
+                output,
+                transcript,
+            },
             pid,
             stopped,
         })
@@ -342,7 +352,13 @@ pub struct Guests {
     stopping: Mutex<Vec<(VmKey, Arc<dyn Guest>)>>,
     /// The last boot failure of each VM (reported once).
     boot_errors: Mutex<HashMap<VmKey, String>>,
+    /// The serial transcripts of recent boots, by boot id (newest last): a launcher pod's
+    /// `guest-console-log` container outlives its guest until the pod is deleted.
+    transcripts: Mutex<std::collections::VecDeque<(String, Arc<crate::console_log::Transcript>)>>,
 }
+
+/// How many boots' transcripts [`Guests`] keeps.
+const KEPT_TRANSCRIPTS: usize = 64;
 
 impl Default for Guests {
     fn default() -> Self {
@@ -351,6 +367,7 @@ impl Default for Guests {
             running: Mutex::new(HashMap::new()),
             stopping: Mutex::new(Vec::new()),
             boot_errors: Mutex::new(HashMap::new()),
+            transcripts: Mutex::new(std::collections::VecDeque::new()),
         }
     }
 }
@@ -514,8 +531,25 @@ impl Guests {
             boot_id,
         };
         let guest = self.factory().boot(&spec)?;
+        let mut transcripts = self.transcripts.lock().unwrap_or_else(|e| e.into_inner());
+        transcripts.retain(|(id, _)| *id != spec.boot_id);
+        transcripts.push_back((spec.boot_id.clone(), guest.serial().transcript));
+        while transcripts.len() > KEPT_TRANSCRIPTS {
+            transcripts.pop_front();
+        }
+        drop(transcripts);
         running.insert(key, guest.clone());
         Ok(Some(guest))
+    }
+
+    /// The serial transcript of boot `boot_id` (a KubeVirt VMI uid), if that boot happened.
+    pub fn transcript(&self, boot_id: &str) -> Option<Arc<crate::console_log::Transcript>> {
+        self.transcripts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|(id, _)| id == boot_id)
+            .map(|(_, t)| t.clone())
     }
 
     /// Stops guests whose VM stopped or restarted (within the VM's grace period), and tells

@@ -19,8 +19,13 @@
 //!   `previous terminated container "X" in pod "P" not found`;
 //! - `tailLines` keeps the last N lines, `limitBytes` cuts the answer, both after `sinceSeconds`.
 
+use std::sync::Arc;
+
+use crate::app::App;
+use crate::console_log;
 use crate::handlers::Query;
 use crate::status::ApiError;
+use crate::store::Key;
 use crate::util::{now_unix, parse_rfc3339};
 use axum::body::Body;
 use axum::response::Response;
@@ -29,22 +34,128 @@ use serde_json::Value;
 
 const ANNOTATION: &str = "emulator.kubevm.io/log";
 
-/// The answer to a log request for `pod`.
-pub fn respond(pod: &Value, q: &Query) -> Result<Response, ApiError> {
-    let text = log_text(pod, q)?;
+/// The answer to a log request for `pod`. `follow=true` keeps the answer open while the pod
+/// runs, with the lines its container writes from then on (the kubelet's `--follow`: it ends
+/// when the container does; here when the pod stops running or is deleted).
+pub async fn respond(app: &Arc<App>, pod: &Value, q: &Query) -> Result<Response, ApiError> {
+    let container = container_of(pod, q)?;
+    let previous = q.get("previous").is_some_and(|p| p == "true" || p == "1");
+    let follow = q.get("follow").is_some_and(|f| f == "true" || f == "1");
+    let fixture_log = annotation(pod, &format!("{ANNOTATION}.{container}")).is_some()
+        || annotation(pod, &format!("emulator.kubevm.io/log-lines.{container}")).is_some();
+    let transcript = if container == console_log::CONTAINER && !previous && !fixture_log {
+        console_log::transcript_of(app, pod).await
+    } else {
+        None
+    };
+    let (text, live) = match &transcript {
+        Some(t) => {
+            let (lines, next) = t.lines_from(0);
+            let mut raw = lines.join("\n");
+            raw.push('\n');
+            (filter(&raw, q), Some((t.clone(), next)))
+        }
+        None => (log_text(pod, q)?, None),
+    };
+    let body = if follow {
+        let timestamps = q.get("timestamps").is_some_and(|t| t == "true" || t == "1");
+        let uid = crate::util::meta_str(pod, "uid").to_owned();
+        let key = Key::of("", "pods", pod);
+        let app = app.clone();
+        let grown = live.as_ref().map(|(t, _)| t.subscribe());
+        let state = Follow {
+            first: Some(text),
+            live,
+            grown,
+            app,
+            key,
+            uid,
+            timestamps,
+        };
+        let stream = futures::stream::unfold(state, |mut st| async move {
+            if let Some(first) = st.first.take() {
+                return Some((Ok::<_, std::io::Error>(bytes::Bytes::from(first)), st));
+            }
+            loop {
+                let out = st.next_lines().await;
+                if !out.is_empty() {
+                    return Some((Ok(bytes::Bytes::from(out)), st));
+                }
+                if !st.pod_runs() {
+                    return None;
+                }
+            }
+        });
+        Body::from_stream(stream)
+    } else {
+        Body::from(text)
+    };
     Ok(Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/plain")
-        .body(Body::from(text))
+        .body(body)
         .expect("response"))
+}
+
+/// A follow in progress.
+struct Follow {
+    /// What was there when the request came (sent first).
+    first: Option<String>,
+    /// The console transcript and the index of its next line, for `guest-console-log`.
+    live: Option<(Arc<console_log::Transcript>, u64)>,
+    grown: Option<tokio::sync::watch::Receiver<u64>>,
+    app: Arc<App>,
+    key: Key,
+    uid: String,
+    timestamps: bool,
+}
+
+impl Follow {
+    /// The lines added since the last call, after waiting a little for some.
+    async fn next_lines(&mut self) -> String {
+        let grown = &mut self.grown;
+        let wait = async {
+            match grown.as_mut() {
+                Some(g) => {
+                    let _ = g.changed().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(250), wait).await;
+        let mut out = String::new();
+        if let Some((t, next)) = self.live.as_mut() {
+            let (lines, after) = t.lines_from(*next);
+            *next = after;
+            for line in &lines {
+                let shown = if self.timestamps {
+                    line.as_str()
+                } else {
+                    line.split_once(' ').map_or(line.as_str(), |(_, r)| r)
+                };
+                out.push_str(shown);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// Whether the same pod still runs (a follow ends with its container).
+    fn pod_runs(&self) -> bool {
+        self.app.store.get(&self.key).is_some_and(|p| {
+            crate::util::meta_str(&p, "uid") == self.uid
+                && p.pointer("/status/phase").and_then(Value::as_str) == Some("Running")
+                && p.pointer("/metadata/deletionTimestamp").is_none()
+        })
+    }
 }
 
 fn annotation<'a>(pod: &'a Value, key: &str) -> Option<&'a str> {
     pod["metadata"]["annotations"][key].as_str()
 }
 
-/// The log text a request selects, filtered as the query says.
-pub fn log_text(pod: &Value, q: &Query) -> Result<String, ApiError> {
+/// The container a request names (or the only one), checked against the pod.
+fn container_of(pod: &Value, q: &Query) -> Result<String, ApiError> {
     let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
     let containers: Vec<&str> = pod["spec"]["containers"]
         .as_array()
@@ -59,21 +170,29 @@ pub fn log_text(pod: &Value, q: &Query) -> Result<String, ApiError> {
         .filter_map(|c| c["name"].as_str())
         .collect();
     let main_count = pod["spec"]["containers"].as_array().map_or(0, Vec::len);
-    let container = match q.get("container").filter(|c| !c.is_empty()) {
-        Some(c) if containers.contains(&c.as_str()) => c.clone(),
-        Some(c) => {
-            return Err(ApiError::bad_request(format!(
-                "container {c} is not valid for pod {pod_name}"
-            )));
-        }
-        None if main_count == 1 => containers[0].to_owned(),
-        None => {
-            return Err(ApiError::bad_request(format!(
-                "a container name must be specified for pod {pod_name}, choose one of: [{}]",
-                containers[..main_count].join(" ")
-            )));
-        }
-    };
+    match q.get("container").filter(|c| !c.is_empty()) {
+        Some(c) if containers.contains(&c.as_str()) => Ok(c.clone()),
+        Some(c) => Err(ApiError::bad_request(format!(
+            "container {c} is not valid for pod {pod_name}"
+        ))),
+        None if main_count == 1 => Ok(containers[0].to_owned()),
+        None => Err(ApiError::bad_request(format!(
+            "a container name must be specified for pod {pod_name}, choose one of: [{}]",
+            containers[..main_count].join(" ")
+        ))),
+    }
+}
+
+/// The log text a request selects, filtered as the query says.
+pub fn log_text(pod: &Value, q: &Query) -> Result<String, ApiError> {
+    let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    let container = container_of(pod, q)?;
+    let containers: Vec<&str> = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
     let previous = q.get("previous").is_some_and(|p| p == "true" || p == "1");
     let raw = if previous {
         let restarts = pod["status"]["containerStatuses"]

@@ -108,6 +108,12 @@ pub async fn handle(
     if let Some(answer) = crate::guestagent::answer(app, &rp.plural, ns, name, sub) {
         return answer.map(|v| json_response(StatusCode::OK, &v, &[]));
     }
+    if group == "kubevirt.io"
+        && *method == Method::GET
+        && let Some(answer) = crate::objectgraph::answer(app, &rp.plural, ns, name, sub, body)
+    {
+        return answer.map(|v| json_response(StatusCode::OK, &v, &[]));
+    }
     // Websocket streams (console, VNC, Deckhouse's session probe) live in `streams`.
     if let Some(response) = crate::streams::handle(app, user, rp, parts, q).await {
         return response;

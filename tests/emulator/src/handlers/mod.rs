@@ -287,7 +287,7 @@ async fn handle(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         ("delete", "") => ctx.delete(&body),
         ("deletecollection", "") => ctx.delete_collection(),
         ("get", "log") if def.plural == "pods" && def.group.is_empty() => {
-            crate::podlog::respond(&ctx.current()?, &q)
+            crate::podlog::respond(app, &ctx.current()?, &q).await
         }
         ("get" | "create", "exec") if def.plural == "pods" && def.group.is_empty() => {
             crate::podexec::serve(app, &mut parts, &user, &ns, &name).await

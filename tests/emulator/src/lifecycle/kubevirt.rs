@@ -201,6 +201,13 @@ pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
     };
     if next == "Scheduling" {
         let mut pod = launcher_pod(vmi);
+        if crate::console_log::enabled(app, vmi) {
+            let image = pod["spec"]["containers"][0]["image"].clone();
+            pod["spec"]["initContainers"] = json!([crate::console_log::container(
+                crate::util::meta_str(vmi, "uid"),
+                image.as_str().unwrap_or_default()
+            )]);
+        }
         pod["status"] = json!({"phase": "Pending"});
         let _ = app.store.create("", "pods", pod);
     }
@@ -253,6 +260,21 @@ pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
                 o["status"] = json!({"phase": "Running", "podIP": ip, "hostIP": "192.168.0.11",
                     "containerStatuses": [{"name": "compute", "ready": true, "restartCount": 0,
                         "image": "quay.io/kubevirt/virt-launcher:v1.9.0"}]});
+                // The native sidecar runs beside it (an init container with restartPolicy
+                // Always reports in initContainerStatuses, started and ready).
+                let sidecars: Vec<Value> = o["spec"]["initContainers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| {
+                        json!({"name": c["name"], "ready": true, "started": true,
+                        "restartCount": 0, "image": c["image"],
+                        "state": {"running": {"startedAt": crate::util::now_rfc3339()}}})
+                    })
+                    .collect();
+                if !sidecars.is_empty() {
+                    o["status"]["initContainerStatuses"] = json!(sidecars);
+                }
             });
         }
     }

@@ -313,12 +313,15 @@ fn bridge_serial(path: &Path, exited: watch::Receiver<bool>) -> io::Result<Seria
     let (output, _) = broadcast::channel::<Bytes>(1024);
     let (input, mut input_rx) = mpsc::unbounded_channel::<Bytes>();
     let out = output.clone();
+    let transcript = Arc::new(crate::console_log::Transcript::default());
+    let record = transcript.clone();
     std::thread::spawn(move || {
         let mut buf = [0u8; 4096];
         while let Ok(n) = reader.read(&mut buf) {
             if n == 0 {
                 break;
             }
+            record.write(&buf[..n]);
             let _ = out.send(Bytes::copy_from_slice(&buf[..n]));
         }
     });
@@ -329,7 +332,11 @@ fn bridge_serial(path: &Path, exited: watch::Receiver<bool>) -> io::Result<Seria
             }
         }
     });
-    Ok(Serial { input, output })
+    Ok(Serial {
+        input,
+        output,
+        transcript,
+    })
 }
 
 // ---- the factory -------------------------------------------------------------------------
