@@ -124,6 +124,7 @@ ssh = subprocess.Popen([vm, "ssh", "soak", "--", f"read go; head -c {size} /dev/
 tracked["ssh"] = ssh.pid
 print(f"sessions open; idle for {idle} s", flush=True)
 time.sleep(idle)
+idle_end = time.monotonic() - t0
 for name, proc in [("console", console), ("vnc", vnc), ("port-forward", pf), ("ssh", ssh)]:
     if proc.poll() is not None:
         failures.append(f"{name} ended during the idle hold: {proc.stderr.read().decode(errors='replace')}")
@@ -206,11 +207,13 @@ stop.set()
 
 print(f"\nidle hold {idle} s, stalled readers {stall} s")
 print(f"ssh in sequence: {results.count(True)}/100 ok in {sequential:.1f} s; 20 at once: {together.count(True)}/20 ok in {concurrent:.1f} s")
-print(f"{'process':<14}{'samples':>8}{'RSS KiB first→last':>24}{'slope KiB/min':>15}{'fds first→last':>17}{'slope fds/min':>15}")
+print(f"{'process':<14}{'samples':>8}{'RSS KiB first→last':>22}{'idle KiB/min':>14}{'all KiB/min':>13}{'fds first→last':>16}{'idle fds/min':>14}")
 for name, pts in samples.items():
     held = [p for p in pts if p[0] >= 10] or pts  # the first seconds are start-up
-    print(f"{name:<14}{len(pts):>8}{f'{held[0][1]}→{held[-1][1]}':>24}{slope([(t, r) for t, r, _ in held]):>15.2f}"
-          f"{f'{held[0][2]}→{held[-1][2]}':>17}{slope([(t, f) for t, _, f in held]):>15.3f}")
+    idle_pts = [p for p in held if p[0] <= idle_end] or held
+    print(f"{name:<14}{len(pts):>8}{f'{held[0][1]}→{held[-1][1]}':>22}"
+          f"{slope([(t, r) for t, r, _ in idle_pts]):>14.2f}{slope([(t, r) for t, r, _ in held]):>13.2f}"
+          f"{f'{held[0][2]}→{held[-1][2]}':>16}{slope([(t, f) for t, _, f in idle_pts]):>14.3f}")
 for f in failures:
     print("FAILED:", f)
 for e in sorted(set(errors)):
