@@ -85,7 +85,9 @@ fn render(doc: &Value) -> String {
 pub fn build(plan: &VmPlan) -> Result<Option<UserData>, CloudInitError> {
     let mut data = build_text(plan)?;
     if let Some(data) = data.as_mut() {
-        data.contains_secrets |= plan.guest.user_data_from_secret;
+        // `--env` values are often credentials, and a VM's spec is readable by many more
+        // people than its Secrets: user data that carries them always goes through a Secret.
+        data.contains_secrets |= plan.guest.user_data_from_secret || !plan.guest.env.is_empty();
     }
     Ok(data)
 }

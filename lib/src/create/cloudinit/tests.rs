@@ -215,6 +215,21 @@ fn env_files() {
     assert!(boot.contains("sed -i '/^# BEGIN kubevm$/,/^# END kubevm$/d' /etc/environment"));
 }
 
+/// `create --env DB_PASSWORD=…` on a VM without platform SSH (no host key, small user data) put
+/// the value inline into the VM's spec, readable by anyone who may read VMs.
+#[test]
+fn env_values_always_go_through_a_secret() {
+    let mut p = plan();
+    p.platform_ssh.enabled = false;
+    p.guest.env = vec!["DB_PASSWORD=hunter2".parse().unwrap()];
+    let data = user_data(&p);
+    assert!(data.text.len() < INLINE_LIMIT, "{}", data.text.len());
+    assert!(data.contains_secrets && data.needs_secret());
+    p.guest.env.clear();
+    p.guest.ssh_keys = vec!["ssh-ed25519 AAAAkey me@laptop".into()];
+    assert!(!user_data(&p).needs_secret());
+}
+
 #[test]
 fn ssh_keys_and_user() {
     let mut p = plan();
