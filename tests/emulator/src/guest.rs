@@ -54,11 +54,49 @@ pub struct GuestSpec {
 pub struct Serial {
     /// Bytes typed into the serial port.
     pub input: mpsc::UnboundedSender<Bytes>,
-    /// Bytes the guest writes to the serial port (lost while nobody listens, like a real UART).
+    /// Bytes the guest writes to the serial port, for observers inside the emulator (boot
+    /// scripts, tests): a lagging observer misses bytes. Console connections use `consoles`.
     pub output: broadcast::Sender<Bytes>,
+    /// The console connections attached to the port: they get every byte, and hold the guest
+    /// back while they do not read.
+    pub consoles: ConsoleTaps,
     /// Everything written to `output` since boot, as lines (libvirt's serial log file, which
     /// KubeVirt's `guest-console-log` container shows: [`crate::console_log`]).
     pub transcript: Arc<crate::console_log::Transcript>,
+}
+
+/// How many chunks (of up to 4 KiB) an attached console may have queued before the guest's
+/// writes wait for it.
+const CONSOLE_QUEUE: usize = 16;
+
+/// The console connections attached to a guest's serial port. A serial line has nowhere to drop
+/// bytes: KubeVirt's virt-handler copies between the websocket and the launcher's serial socket
+/// with blocking copies (pkg/virt-handler/rest/console.go, `io.Copy` both ways), so a client
+/// that does not read stops the copy, QEMU's socket chardev stops taking bytes and the guest's
+/// UART writes wait. Output while no console is attached is lost, as on the real port.
+#[derive(Debug, Clone, Default)]
+pub struct ConsoleTaps(Arc<std::sync::Mutex<Vec<mpsc::Sender<Bytes>>>>);
+
+impl ConsoleTaps {
+    /// Attaches a console: it receives every byte written from now on until it drops the receiver.
+    pub fn attach(&self) -> mpsc::Receiver<Bytes> {
+        let (tx, rx) = mpsc::channel(CONSOLE_QUEUE);
+        self.0.lock().unwrap().push(tx);
+        rx
+    }
+
+    /// Hands `bytes` to every attached console, waiting while one has a full queue. Called from
+    /// the thread that reads the guest's port, never from the async runtime.
+    pub fn deliver(&self, bytes: &Bytes) {
+        let taps: Vec<_> = self.0.lock().unwrap().clone();
+        let mut detached = false;
+        for tap in &taps {
+            detached |= tap.blocking_send(bytes.clone()).is_err();
+        }
+        if detached {
+            self.0.lock().unwrap().retain(|tap| !tap.is_closed());
+        }
+    }
 }
 
 /// A running guest.
@@ -258,6 +296,8 @@ impl LoginGuest {
         let (input, mut input_rx) = mpsc::unbounded_channel::<Bytes>();
         let (stopped_tx, stopped) = watch::channel(false);
         let out = output.clone();
+        let consoles = ConsoleTaps::default();
+        let attached = consoles.clone();
         let transcript = Arc::new(crate::console_log::Transcript::default());
         let record = transcript.clone();
         std::thread::spawn(move || {
@@ -268,7 +308,9 @@ impl LoginGuest {
                     break;
                 }
                 record.write(&buf[..n]);
-                let _ = out.send(Bytes::copy_from_slice(&buf[..n]));
+                let bytes = Bytes::copy_from_slice(&buf[..n]);
+                let _ = out.send(bytes.clone());
+                attached.deliver(&bytes);
             }
         });
         std::thread::spawn(move || {
@@ -287,6 +329,7 @@ impl LoginGuest {
             serial: Serial {
                 input,
                 output,
+                consoles,
                 transcript,
             },
             pid,
@@ -706,6 +749,46 @@ mod tests {
 
     async fn expect(out: &mut crate::expect::SerialReader, text: &str) -> String {
         out.expect(text, Duration::from_secs(10)).await
+    }
+
+    /// A console that stops reading holds the guest back instead of losing its output, as a
+    /// serial line behind virt-handler's blocking copies does: the writer waits once the queue
+    /// is full, and every byte arrives in order once the console reads again. A console that
+    /// goes away releases the writer.
+    #[test]
+    fn a_console_that_does_not_read_holds_the_guest_back_and_loses_nothing() {
+        let taps = ConsoleTaps::default();
+        let mut console = taps.attach();
+        let chunks = CONSOLE_QUEUE * 4;
+        let (written_tx, written) = std::sync::mpsc::channel();
+        let writer = {
+            let taps = taps.clone();
+            std::thread::spawn(move || {
+                for i in 0..chunks {
+                    taps.deliver(&Bytes::from(format!("line {i}\n")));
+                    written_tx.send(i).unwrap();
+                }
+            })
+        };
+        // The writer gets exactly as far as the queue holds, then waits for the reader.
+        for i in 0..CONSOLE_QUEUE {
+            assert_eq!(written.recv_timeout(Duration::from_secs(10)), Ok(i));
+        }
+        assert!(written.recv_timeout(Duration::from_millis(300)).is_err());
+        let mut read = String::new();
+        for _ in 0..chunks {
+            let bytes = console.blocking_recv().expect("every chunk");
+            read.push_str(std::str::from_utf8(&bytes).unwrap());
+        }
+        writer.join().unwrap();
+        let expected: String = (0..chunks).map(|i| format!("line {i}\n")).collect();
+        assert_eq!(read, expected);
+        // Detached: the writer no longer waits for it.
+        drop(console);
+        for _ in 0..CONSOLE_QUEUE * 2 {
+            taps.deliver(&Bytes::from_static(b"x"));
+        }
+        assert!(taps.0.lock().unwrap().is_empty());
     }
 
     /// A loaded machine delivers the echo and the next prompt in one chunk: the second expect

@@ -311,7 +311,9 @@ type Ws = WebSocketStream<crate::faults::Faulty<TokioIo<hyper::upgrade::Upgraded
 /// drops the connection without a close frame, except when the client closed first.
 async fn console(mut ws: Ws, guest: Arc<dyn Guest>, mut killed: watch::Receiver<bool>) {
     let serial = guest.serial();
-    let mut output = serial.output.subscribe();
+    // Attached, not subscribed: a client that stops reading holds the guest's output back
+    // instead of losing it (guest.rs `ConsoleTaps`).
+    let mut output = serial.consoles.attach();
     let mut stopped = guest.stopped();
     loop {
         tokio::select! {
@@ -329,13 +331,12 @@ async fn console(mut ws: Ws, guest: Arc<dyn Guest>, mut killed: watch::Receiver<
                 _ => return,
             },
             out = output.recv() => match out {
-                Ok(bytes) => {
+                Some(bytes) => {
                     if ws.send(Message::Binary(bytes.to_vec().into())).await.is_err() {
                         return;
                     }
                 }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                Err(_) => return,
+                None => return,
             },
         }
     }

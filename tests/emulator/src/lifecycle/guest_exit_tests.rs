@@ -33,6 +33,7 @@ impl Guest for TestGuest {
         Serial {
             input: tokio::sync::mpsc::unbounded_channel().0,
             output: tokio::sync::broadcast::channel(1).0,
+            consoles: Default::default(),
             transcript: Default::default(),
         }
     }

@@ -639,6 +639,7 @@ impl crate::guest::Guest for SlowGuest {
         crate::guest::Serial {
             input: tokio::sync::mpsc::unbounded_channel().0,
             output: tokio::sync::broadcast::channel(1).0,
+            consoles: Default::default(),
             transcript: Default::default(),
         }
     }

@@ -313,6 +313,8 @@ fn bridge_serial(path: &Path, exited: watch::Receiver<bool>) -> io::Result<Seria
     let (output, _) = broadcast::channel::<Bytes>(1024);
     let (input, mut input_rx) = mpsc::unbounded_channel::<Bytes>();
     let out = output.clone();
+    let consoles = crate::guest::ConsoleTaps::default();
+    let attached = consoles.clone();
     let transcript = Arc::new(crate::console_log::Transcript::default());
     let record = transcript.clone();
     std::thread::spawn(move || {
@@ -322,7 +324,9 @@ fn bridge_serial(path: &Path, exited: watch::Receiver<bool>) -> io::Result<Seria
                 break;
             }
             record.write(&buf[..n]);
-            let _ = out.send(Bytes::copy_from_slice(&buf[..n]));
+            let bytes = Bytes::copy_from_slice(&buf[..n]);
+            let _ = out.send(bytes.clone());
+            attached.deliver(&bytes);
         }
     });
     std::thread::spawn(move || {
@@ -335,6 +339,7 @@ fn bridge_serial(path: &Path, exited: watch::Receiver<bool>) -> io::Result<Seria
     Ok(Serial {
         input,
         output,
+        consoles,
         transcript,
     })
 }
