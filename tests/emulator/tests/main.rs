@@ -26,6 +26,7 @@ mod paging;
 mod pod_portforward;
 mod portforward;
 mod qemu_guest;
+mod resize;
 mod server_side_apply;
 mod storage;
 mod streams;
