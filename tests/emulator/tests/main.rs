@@ -12,6 +12,7 @@ mod crd_defaults;
 mod debug_subresources;
 mod deckhouse_upload;
 mod delete_preconditions;
+mod dh_snapshot_storage;
 mod export;
 mod faithful;
 mod fixtures;
