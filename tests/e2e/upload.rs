@@ -320,7 +320,12 @@ fn a_given_https_upload_proxy_is_verified_against_cdis_ca() {
     noise(&image, 2 * MIB);
     let want = sha256_of(&image);
 
-    let (err, got) = upload_and_export(&env, &image, "dv/given", &["--uploadproxy-url", &url]);
+    let (err, got) = upload_and_export(
+        &env,
+        &image,
+        "dv/given",
+        &["--uploadproxy-url", &url, "--format", "raw"],
+    );
     assert!(
         err.contains(&format!("uploading to the upload proxy at {url}")),
         "{err}"
@@ -362,6 +367,8 @@ fn a_given_https_upload_proxy_is_verified_against_cdis_ca() {
         "dv/wrong-ca",
         "--uploadproxy-url",
         &url,
+        "--format",
+        "raw",
     ]);
     assert!(!out.status.success(), "{}", stdout(&out));
     let err = stderr(&out);
@@ -380,7 +387,7 @@ fn a_given_https_upload_proxy_is_verified_against_cdis_ca() {
         &env,
         &image,
         "dv/insecure",
-        &["--uploadproxy-url", &url, "--insecure"],
+        &["--uploadproxy-url", &url, "--insecure", "--format", "raw"],
     );
     assert_eq!(got, want);
 }
