@@ -501,4 +501,20 @@ fn kubevirt_snapshot_names_the_disks_it_leaves_out() {
     let out = env.vm(&["snapshot", "create", "db", "s2"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(!stderr(&out).contains("leaves out"), "{}", stderr(&out));
+    // `snapshot list -o wide` shows what each snapshot left out (the last column, LEFT OUT).
+    let listing = crate::common::table(&ok(env.vm(&["snapshot", "list", "-o", "wide"])));
+    assert_eq!(
+        listing[0].last().map(String::as_str),
+        Some("OUT"),
+        "{listing:?}"
+    );
+    let left_out = |name: &str| {
+        listing
+            .iter()
+            .find(|r| r[0] == name)
+            .and_then(|r| r.last().cloned())
+            .unwrap_or_else(|| panic!("no {name} in {listing:?}"))
+    };
+    assert_eq!(left_out("s1"), "scratch");
+    assert_eq!(left_out("s2"), "<none>");
 }

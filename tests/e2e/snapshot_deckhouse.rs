@@ -549,3 +549,49 @@ fn deckhouse_restore_as_a_new_vm_with_too_long_names_is_refused() {
     );
     assert!(changes(&env).is_empty(), "{:?}", changes(&env));
 }
+
+/// Deckhouse makes each disk's VolumeSnapshot without a class; on storage whose driver has no
+/// default VolumeSnapshotClass the disk's snapshot fails and with it the VM's
+/// (`vmsnapshot/internal/life_cycle.go` `ensureVirtualDiskSnapshots`): `snapshot create` names
+/// the disk and gives the platform's reason.
+#[test]
+fn deckhouse_snapshot_names_the_disk_that_cannot_be_snapshotted() {
+    let env = Env::deckhouse();
+    let file = env.dir.path().join("vm.yaml");
+    // The fixture's `nfs` class: no VolumeSnapshotClass has its driver.
+    std::fs::write(
+        &file,
+        "apiVersion: virtualization.deckhouse.io/v1alpha2\nkind: VirtualDisk\nmetadata: {name: scratch, namespace: default}\nspec:\n  persistentVolumeClaim: {size: 1Gi, storageClassName: nfs}\n---\napiVersion: virtualization.deckhouse.io/v1alpha2\nkind: VirtualMachine\nmetadata: {name: vm, namespace: default}\nspec:\n  runPolicy: AlwaysOff\n  virtualMachineClassName: generic\n  cpu: {cores: 1}\n  memory: {size: 1Gi}\n  blockDeviceRefs:\n  - {kind: VirtualDisk, name: scratch}\n",
+    )
+    .unwrap();
+    ok(env.kubectl(&["apply", "-f", file.to_str().unwrap()]));
+    ok(env.kubectl(&[
+        "wait",
+        "--for=jsonpath={.status.phase}=Stopped",
+        "virtualmachine.virtualization.deckhouse.io/vm",
+        "--timeout=5s",
+    ]));
+    let out = env.vm(&["snapshot", "create", "vm", "s1"]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let snap = kubectl_json(&env, &["get", "vmsnapshot", "s1"]);
+    assert_eq!(snap["status"]["phase"], "Failed");
+    let vds = snap["status"]["virtualDiskSnapshotNames"][0]
+        .as_str()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(
+        err.lines().last().unwrap(),
+        format!(
+            "Error: snapshot s1 of vm.default failed: disk scratch cannot be snapshotted (VirtualDiskSnapshot {vds}, VirtualDiskSnapshotFailed: VolumeSnapshot \"vs-{vds}\" has an error: Failed to set default snapshot class with error cannot find default snapshot class)"
+        ),
+        "{err}"
+    );
+    // `snapshot list -o wide` shows the disk in its last column, LEFT OUT.
+    let listing = table(&ok(env.vm(&["snapshot", "list", "-o", "wide"])));
+    let row = listing.iter().find(|r| r[0] == "s1").unwrap();
+    assert_eq!(
+        (row[2].as_str(), row.last().unwrap().as_str()),
+        ("Failed", "scratch"),
+        "{listing:?}"
+    );
+}

@@ -298,3 +298,96 @@ fn a_vm_boots_from_the_uploaded_disk() {
         "{vmi}"
     );
 }
+
+/// `--uploadproxy-url https://…`: the proxy's certificate is verified against the CA CDI
+/// publishes (ConfigMap `cdi/cdi-uploadproxy-signer-bundle`, key `ca-bundle.crt`, besides the
+/// system's roots); with another CA there the upload is refused in one line naming the proxy,
+/// and `--insecure` skips the verification. CDIConfig's published address points nowhere, so
+/// only the flag's address reaches the proxy directly.
+#[test]
+fn a_given_https_upload_proxy_is_verified_against_cdis_ca() {
+    let env = Env::kubevirt();
+    let url = env.emulator.upload_proxy_url();
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    env.emulator
+        .set_upload_proxy_url(&format!("127.0.0.1:{dead}"));
+    let image = env.dir.path().join("disk.raw");
+    noise(&image, 2 * MIB);
+    let want = sha256_of(&image);
+
+    let (err, got) = upload_and_export(
+        &env,
+        &image,
+        "dv/given",
+        &["--uploadproxy-url", &url, "--format", "raw"],
+    );
+    assert!(
+        err.contains(&format!("uploading to the upload proxy at {url}")),
+        "{err}"
+    );
+    assert_eq!(got, want);
+
+    // Another CA in CDI's bundle (made by openssl): the proxy's certificate is refused.
+    let key = env.dir.path().join("other.key");
+    let cert = env.dir.path().join("other.crt");
+    sh(Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-days", "1", "-subj", "/CN=other-ca", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert));
+    let pem = std::fs::read_to_string(&cert).unwrap();
+    let patch = serde_json::json!({"data": {"ca-bundle.crt": pem}}).to_string();
+    let out = env.kubectl(&[
+        "patch",
+        "configmap",
+        "cdi-uploadproxy-signer-bundle",
+        "-n",
+        "cdi",
+        "--type=merge",
+        "-p",
+        &patch,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = env.vm(&[
+        "upload",
+        image.to_str().unwrap(),
+        "dv/wrong-ca",
+        "--uploadproxy-url",
+        &url,
+        "--format",
+        "raw",
+    ]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    let err = stderr(&out);
+    let refusal: Vec<&str> = err.lines().filter(|l| l.starts_with("Error:")).collect();
+    assert_eq!(refusal.len(), 1, "{err}");
+    assert!(
+        refusal[0].starts_with(&format!(
+            "Error: the upload proxy at {url}: the upload proxy's certificate is not trusted: "
+        )) && refusal[0].ends_with("(--insecure skips verification)"),
+        "{err}"
+    );
+    assert_eq!(err.lines().last(), Some(refusal[0]), "{err}");
+
+    // --insecure: not verified, uploaded.
+    let (_, got) = upload_and_export(
+        &env,
+        &image,
+        "dv/insecure",
+        &["--uploadproxy-url", &url, "--insecure", "--format", "raw"],
+    );
+    assert_eq!(got, want);
+}

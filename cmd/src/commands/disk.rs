@@ -400,14 +400,21 @@ async fn resize(global: &GlobalArgs, args: ResizeArgs) -> CommandResult {
             GuestSees::AtNextStart => "; the VM is not running: it starts with the new size".into(),
         }
     };
-    let sentence = format!(
-        "disk {} of {} grown from {} to {}{}{when}",
-        outcome.disk,
-        outcome.vm,
-        outcome.from,
-        outcome.to,
-        dry_note(&options)
-    );
+    let sentence = match &outcome.pending {
+        // The storage grew; the disk shows it once the VM runs (the platform's words).
+        Some(why) => format!(
+            "disk {} of {} grows from {} to {}, applied at next start: the VM is not running ({why})",
+            outcome.disk, outcome.vm, outcome.from, outcome.to
+        ),
+        None => format!(
+            "disk {} of {} grown from {} to {}{}{when}",
+            outcome.disk,
+            outcome.vm,
+            outcome.from,
+            outcome.to,
+            dry_note(&options)
+        ),
+    };
     let mut out = std::io::stdout().lock();
     match args.output {
         Some(ChangeFormat::Name) => writeln!(out, "{}", outcome.object_ref)?,

@@ -297,7 +297,7 @@ async fn list(global: &GlobalArgs, args: ListArgs) -> CommandResult {
     }
     headers.extend(["NAME", "VM", "PHASE", "READY", "SIZE", "AGE"]);
     if wide {
-        headers.extend(["INDICATIONS", "MANAGED"]);
+        headers.extend(["INDICATIONS", "MANAGED", "LEFT OUT"]);
     }
     let mut table = Table::new(&headers);
     let now = jiff::Timestamp::now();
@@ -323,6 +323,7 @@ async fn list(global: &GlobalArgs, args: ListArgs) -> CommandResult {
             } else {
                 crate::render::NONE.into()
             });
+            row.push(cell(Some(r.left_out.join(",")).filter(|s| !s.is_empty())));
         }
         table.push(row);
     }

@@ -596,6 +596,7 @@ pub async fn resize(
         to: size,
         waited: false,
         guest,
+        pending: None,
     };
     if options.dry_run == DryRun::Client {
         outcome.object = Some(patch);
@@ -613,8 +614,62 @@ pub async fn resize(
     if !options.wait {
         return Ok(outcome);
     }
+    // The generation our change made: a disk observed at it and Ready again without the new
+    // capacity has handed the growth to its claim, which (the VM stopped) waits for a pod.
+    let generation = outcome
+        .object
+        .as_ref()
+        .and_then(|o| o.pointer("/metadata/generation"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let stopped = guest == GuestSees::AtNextStart;
+    let (mut disk_now, short) =
+        wait_disk(cluster, ns, disk, size, stopped, generation, on_event).await?;
+    if short {
+        let claim = text(&disk_now, "/status/target/persistentVolumeClaimName").to_owned();
+        let readable = match get_opt(cluster, crate::api::PVC, ns, &claim).await {
+            Ok(found) => found.is_some(),
+            // A user who may not read claims still gets Deckhouse's own account below.
+            Err(Error::Forbidden { .. }) => false,
+            Err(e) => return Err(e),
+        };
+        if readable {
+            let grown =
+                super::growth::wait_claim(cluster, ns, &claim, size, true, on_event).await?;
+            if grown.pending.is_some() {
+                outcome.pending = grown.pending;
+            } else {
+                // The claim grew after all (a pod mounted it): the disk follows.
+                disk_now = wait_disk(cluster, ns, disk, size, false, generation, on_event)
+                    .await?
+                    .0;
+            }
+        } else {
+            outcome.pending = Some(format!(
+                "Deckhouse reports VirtualDisk {disk} Ready at {}",
+                text(&disk_now, "/status/capacity")
+            ));
+        }
+    }
+    outcome.object = Some(disk_now);
+    outcome.waited = true;
+    Ok(outcome)
+}
+
+/// Watch VirtualDisk `disk` through `Resizing` until it is `Ready` at `size` (`(disk, false)`)
+/// or, with `stopped`, `Ready` at a smaller capacity once it observed `generation`
+/// (`(disk, true)`: its claim holds the growth). A refusal (`ResizingNotAvailable`) is an error.
+async fn wait_disk(
+    cluster: &Cluster,
+    ns: &str,
+    disk: &str,
+    size: Quantity,
+    stopped: bool,
+    generation: i64,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<(Value, bool)> {
     let mut last = String::new();
-    let grown = watch::until(cluster, &[Watched::new(VIRTUAL_DISK, ns, disk)], |objs| {
+    watch::until(cluster, &[Watched::new(VIRTUAL_DISK, ns, disk)], |objs| {
         let Some(d) = objs[0].as_ref() else {
             return Some(Err(Error::Platform(format!(
                 "VirtualDisk {disk} was deleted while it was growing"
@@ -641,14 +696,18 @@ pub async fn resize(
                 "VirtualDisk {disk} cannot grow (Deckhouse: {message})"
             ))));
         }
+        let settled = phase == "Ready" && resizing.is_none();
         let capacity = quantity_of(d.pointer("/status/capacity"));
-        (phase == "Ready" && resizing.is_none() && capacity.is_some_and(|c| c >= size))
-            .then(|| Ok(d.clone()))
+        if settled && capacity.is_some_and(|c| c >= size) {
+            return Some(Ok((d.clone(), false)));
+        }
+        let observed = d
+            .pointer("/status/observedGeneration")
+            .and_then(Value::as_i64)
+            .is_some_and(|g| g >= generation);
+        (settled && stopped && observed).then(|| Ok((d.clone(), true)))
     })
-    .await?;
-    outcome.object = Some(grown);
-    outcome.waited = true;
-    Ok(outcome)
+    .await
 }
 
 #[cfg(test)]

@@ -607,6 +607,7 @@ pub async fn resize(
         to: size,
         waited: false,
         guest,
+        pending: None,
     };
     if options.dry_run == DryRun::Client {
         outcome.object = Some(patch);
@@ -621,27 +622,17 @@ pub async fn resize(
         "persistentvolumeclaim/{claim} asks for {size}"
     )));
     if options.wait {
-        let mut last = String::new();
-        let grown = watch::until(cluster, &[Watched::new(PVC, ns, &claim)], |objs| {
-            let Some(p) = objs[0].as_ref() else {
-                return Some(Err(Error::Platform(format!(
-                    "claim {claim} was deleted while it was growing"
-                ))));
-            };
-            let condition = array(p, "/status/conditions")
-                .find(|c| c["status"] == "True")
-                .map(|c| (text(c, "/type").to_owned(), text(c, "/message").to_owned()));
-            if let Some((phase, message)) = condition
-                && phase != last
-            {
-                last = phase.clone();
-                on_event(Event::Phase { phase, message });
-            }
-            let capacity = quantity_of(p.pointer("/status/capacity/storage"));
-            capacity.is_some_and(|c| c >= size).then(|| Ok(p.clone()))
-        })
+        let grown = super::growth::wait_claim(
+            cluster,
+            ns,
+            &claim,
+            size,
+            guest == GuestSees::AtNextStart,
+            on_event,
+        )
         .await?;
-        outcome.object = Some(grown);
+        outcome.object = Some(grown.claim);
+        outcome.pending = grown.pending;
         outcome.waited = true;
     }
     Ok(outcome)

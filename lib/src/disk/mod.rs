@@ -16,6 +16,7 @@
 //! admission would refuse the claim's growth).
 
 pub mod deckhouse;
+mod growth;
 pub mod kubevirt;
 
 use std::time::Duration;
@@ -339,6 +340,9 @@ pub struct Resized {
     pub waited: bool,
     /// When the guest sees it.
     pub guest: GuestSees,
+    /// Set when the wait ended with the storage grown but the new size held for the VM's next
+    /// start (the claim waits for a pod to mount it): the platform's words for it.
+    pub pending: Option<String>,
 }
 
 /// Refuse a size that does not grow the disk. One line, exit 2.

@@ -163,24 +163,63 @@ pub async fn create(
                 message: message.clone(),
             });
         }
-        match phase {
-            "Ready" => Some(Ok(s.clone())),
-            "Failed" => Some(Err(Error::Stuck(format!(
+        matches!(phase, "Ready" | "Failed").then(|| Ok(s.clone()))
+    })
+    .await?;
+    if text(&done, "/status/phase") == "Failed" {
+        let (_, message) = ready_message(&done);
+        let disks = failed_disks(cluster, ns, &done).await;
+        return Err(Error::Stuck(if disks.is_empty() {
+            format!(
                 "snapshot {name} of {vm}.{ns} failed: {}",
                 if message.is_empty() {
                     "failed"
                 } else {
                     &message
                 }
-            )))),
-            _ => None,
-        }
-    })
-    .await?;
+            )
+        } else {
+            format!("snapshot {name} of {vm}.{ns} failed: {}", disks.join("; "))
+        }));
+    }
     outcome.no_agent = done.pointer("/status/consistent") != Some(&json!(true));
     outcome.object = Some(done);
     outcome.waited = true;
     Ok(outcome)
+}
+
+/// For a failed snapshot: "disk D cannot be snapshotted: <reason>: <message>" for each of its
+/// VirtualDiskSnapshots that failed (`status.virtualDiskSnapshotNames`; Deckhouse fails the VM
+/// snapshot when one of them fails, e.g. storage without a default VolumeSnapshotClass). Those
+/// that cannot be read are left out (the caller falls back to the snapshot's own message).
+async fn failed_disks(cluster: &Cluster, ns: &str, snapshot: &Value) -> Vec<String> {
+    let names: Vec<String> = snapshot
+        .pointer("/status/virtualDiskSnapshotNames")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_str().map(str::to_owned))
+        .collect();
+    let mut out = vec![];
+    for n in names {
+        let Ok(Some(vds)) = super::kubevirt::get_opt(cluster, VD_SNAPSHOT, ns, &n).await else {
+            continue;
+        };
+        if text(&vds, "/status/phase") != "Failed" {
+            continue;
+        }
+        let c = conditions(&vds)
+            .find(|c| c["type"] == "VirtualDiskSnapshotReady")
+            .cloned()
+            .unwrap_or_default();
+        out.push(format!(
+            "disk {} cannot be snapshotted (VirtualDiskSnapshot {n}, {}: {})",
+            text(&vds, "/spec/virtualDiskName"),
+            text(&c, "/reason"),
+            text(&c, "/message").trim_end_matches('.')
+        ));
+    }
+    out
 }
 
 /// One listed snapshot.
@@ -202,8 +241,26 @@ pub fn row(s: &Value) -> Snapshot {
         indications,
         created: text(s, "/metadata/creationTimestamp").to_owned(),
         ours: is_ours(s),
+        left_out: failed_disk(s).into_iter().collect(),
         object: s.clone(),
     }
+}
+
+/// The disk whose snapshot failed a Failed snapshot: its `VirtualMachineSnapshotReady` message
+/// names the VirtualDiskSnapshot ("The virtual disk snapshot %q is failed: cannot take
+/// snapshot. …", `vmsnapshot/internal/life_cycle.go`), which Deckhouse names
+/// `<disk>-<snapshot uid>` (`getVDSnapshotName`).
+fn failed_disk(s: &Value) -> Option<String> {
+    if text(s, "/status/phase") != "Failed" {
+        return None;
+    }
+    let (_, message) = ready_message(s);
+    let rest = message.strip_prefix("The virtual disk snapshot \"")?;
+    let vds = &rest[..rest.find("\" is failed")?];
+    let disk = vds
+        .strip_suffix(text(s, "/metadata/uid"))?
+        .strip_suffix('-')?;
+    (!disk.is_empty()).then(|| disk.to_owned())
 }
 
 /// The snapshots in `ns` (or all namespaces), of `vm` when given, sorted by namespace, name.
@@ -427,6 +484,21 @@ mod tests {
         assert_eq!(r["spec"]["restore"]["mode"], "Strict");
         assert_eq!(r["spec"]["restore"]["virtualMachineSnapshotName"], "web-1");
         assert_eq!(r["metadata"]["generateName"], "web-1-restore-");
+    }
+
+    #[test]
+    fn a_failed_snapshot_lists_the_disk_that_failed_it() {
+        let failed = json!({"metadata": {"uid": "u-1"}, "status": {"phase": "Failed", "conditions": [
+            {"type": "VirtualMachineSnapshotReady", "status": "False", "reason": "VirtualMachineSnapshotFailed",
+             "message": "The virtual disk snapshot \"scratch-u-1\" is failed: cannot take snapshot. VolumeSnapshot \"x\" has an error: e."}]}});
+        assert_eq!(failed_disk(&failed).as_deref(), Some("scratch"));
+        let mut other = failed.clone();
+        other["status"]["conditions"][0]["message"] =
+            json!("Cannot take a snapshot: the virtual machine \"vm\" is not ready.");
+        assert_eq!(failed_disk(&other), None);
+        let mut ready = failed;
+        ready["status"]["phase"] = json!("Ready");
+        assert_eq!(failed_disk(&ready), None);
     }
 
     #[test]

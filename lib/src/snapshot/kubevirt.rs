@@ -338,6 +338,13 @@ pub fn row(s: &Value, contents: &HashMap<(String, String), Value>) -> Snapshot {
         indications: indications(s),
         created: text(s, "/metadata/creationTimestamp").to_owned(),
         ours: is_ours(s),
+        left_out: s
+            .pointer("/status/snapshotVolumes/excludedVolumes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
         object: s.clone(),
     }
 }

@@ -66,6 +66,11 @@ pub struct Snapshot {
     pub created: String,
     /// Whether kubectl-vm made it.
     pub ours: bool,
+    /// The VM's disks the snapshot does not hold: KubeVirt's
+    /// `status.snapshotVolumes.excludedVolumes` (volumes whose storage cannot snapshot);
+    /// Deckhouse never leaves a disk out but fails the snapshot, naming the disk whose snapshot
+    /// failed, which is listed here.
+    pub left_out: Vec<String>,
     /// The object itself (for `-o yaml|json`).
     #[serde(skip)]
     pub object: Value,

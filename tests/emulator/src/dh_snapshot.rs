@@ -18,6 +18,19 @@
 //! when the VM was stopped or frozen (left out otherwise), and `status.resources` naming the VM.
 //! The VirtualDiskSnapshots and the Secret go with the snapshot (owner references).
 //!
+//! Storage that cannot snapshot: Deckhouse makes each disk's VolumeSnapshot without a class
+//! (`vdsnapshot/internal/life_cycle.go`), so the snapshot-controller picks the default
+//! VolumeSnapshotClass of the claim's provisioner (external-snapshotter
+//! `pkg/common-controller/snapshot_controller.go` `SetDefaultSnapshotClass`: a class whose
+//! `driver` is the provisioner and annotated `snapshot.storage.kubernetes.io/is-default-class:
+//! "true"`); without one the VolumeSnapshot's `status.error.message` is "Failed to set default
+//! snapshot class with error cannot find default snapshot class". The VirtualDiskSnapshot then
+//! fails (`Failed`, `VirtualDiskSnapshotReady` False `VirtualDiskSnapshotFailed`, "VolumeSnapshot
+//! %q has an error: %s."), and so does the VM snapshot (`vmsnapshot/internal/life_cycle.go`
+//! `ensureVirtualDiskSnapshots`, `ErrCannotTakeSnapshot`: `Failed`, reason
+//! `VirtualMachineSnapshotFailed`, "The virtual disk snapshot %q is failed: cannot take
+//! snapshot. <its message>"), with `status.virtualDiskSnapshotNames` already filled.
+//!
 //! Restore (`pkg/controller/vmop/snapshot/internal/service/restore.go`, `step/*.go`,
 //! `service/restorer/restorers/vd_restorer.go`): applicable to a Running, Stopped or Pending
 //! VM. The snapshot must be Ready ("virtual machine snapshot %q is not ready to use"; missing:
@@ -217,6 +230,44 @@ pub fn vm_snapshot(app: &App, snap: &Value, _tick: bool) {
             );
             return;
         };
+        if let Err(error) = default_snapshot_class(app, ns, &pvc) {
+            let vs = format!("vs-{vds}");
+            let message = format!("VolumeSnapshot {vs:?} has an error: {error}.");
+            let mut st = json!({"phase": "Failed", "observedGeneration": 1});
+            set_condition(
+                &mut st,
+                "VirtualDiskSnapshotReady",
+                false,
+                "VirtualDiskSnapshotFailed",
+                &message,
+            );
+            crate::gc::create_dependent(
+                app,
+                &key,
+                snap,
+                DH,
+                VD_SNAPSHOTS,
+                json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDiskSnapshot",
+                    "metadata": {"name": vds, "namespace": ns, "ownerReferences": [owner_ref(snap)]},
+                    "spec": {"virtualDiskName": disk, "requiredConsistency": required},
+                    "status": st}),
+            );
+            let all: Vec<String> = disks(&vm).iter().map(|d| format!("{d}-{uid}")).collect();
+            app.store.modify(&key, |o| {
+                let mut st = o.get("status").cloned().unwrap_or(json!({}));
+                st["phase"] = json!("Failed");
+                st["virtualDiskSnapshotNames"] = json!(all);
+                set_condition(
+                    &mut st,
+                    READY,
+                    false,
+                    "VirtualMachineSnapshotFailed",
+                    &format!("The virtual disk snapshot {vds:?} is failed: cannot take snapshot. {message}"),
+                );
+                o["status"] = st;
+            });
+            return;
+        }
         let id = data_id(ns, &vds);
         let size = app
             .store
@@ -262,6 +313,57 @@ pub fn vm_snapshot(app: &App, snap: &Value, _tick: bool) {
         set_condition(&mut st, READY, true, "VirtualMachineReady", "");
         o["status"] = st;
     });
+}
+
+/// The VolumeSnapshotClass the snapshot-controller gives a class-less VolumeSnapshot of claim
+/// `pvc` (`SetDefaultSnapshotClass`), or its error. A claim without a class (or not found) has
+/// the default StorageClass.
+fn default_snapshot_class(app: &App, ns: &str, pvc: &str) -> Result<String, String> {
+    let claim_class = app
+        .store
+        .get(&Key::new("", "persistentvolumeclaims", ns, pvc))
+        .map(|p| text(&p, "/spec/storageClassName").to_owned())
+        .unwrap_or_default();
+    let (classes, _) = app.store.list("storage.k8s.io", "storageclasses", None);
+    let Some(class) = classes.into_iter().find(|c| {
+        if claim_class.is_empty() {
+            c.pointer("/metadata/annotations/storageclass.kubernetes.io~1is-default-class")
+                .and_then(Value::as_str)
+                == Some("true")
+        } else {
+            meta_str(c, "name") == claim_class
+        }
+    }) else {
+        return Err(format!(
+            "Failed to set default snapshot class with error storageclass.storage.k8s.io {claim_class:?} not found"
+        ));
+    };
+    let driver = text(&class, "/provisioner");
+    let (all, _) = app
+        .store
+        .list("snapshot.storage.k8s.io", "volumesnapshotclasses", None);
+    let defaults: Vec<&Value> = all
+        .iter()
+        .filter(|c| {
+            text(c, "/driver") == driver
+                && c.pointer(
+                    "/metadata/annotations/snapshot.storage.kubernetes.io~1is-default-class",
+                )
+                .and_then(Value::as_str)
+                    == Some("true")
+        })
+        .collect();
+    match defaults.as_slice() {
+        [one] => Ok(meta_str(one, "name").to_owned()),
+        [] => Err(
+            "Failed to set default snapshot class with error cannot find default snapshot class"
+                .into(),
+        ),
+        many => Err(format!(
+            "Failed to set default snapshot class with error {} default snapshot classes were found",
+            many.len()
+        )),
+    }
 }
 
 /// Called by the VirtualDisk controller once the claim of a disk exists: a disk made from a

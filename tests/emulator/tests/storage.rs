@@ -357,8 +357,9 @@ async fn patch_storage(api: &Api<DynamicObject>, name: &str, patch: Value) -> Re
 }
 
 /// kube-apiserver: a claim grows only when its class allows expansion (PersistentVolumeClaimResize
-/// admission, 403) and never below its capacity (validation, 422); the resizer then reports the
-/// new capacity.
+/// admission, 403) and never below its capacity (validation, 422); the resizer then allocates
+/// the new size, which waits for a pod to mount the claim (nothing does here; `resize.rs`
+/// follows it to the end).
 #[tokio::test]
 async fn claims_grow_only_where_their_class_allows() {
     let (_emu, client) = start(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
@@ -383,10 +384,11 @@ async fn claims_grow_only_where_their_class_allows() {
     let grow = |size: &str| json!({"spec": {"resources": {"requests": {"storage": size}}}});
     patch_storage(&pvcs, "grow", grow("2Gi")).await.unwrap();
     let pvc = until(&pvcs, "grow", |p| {
-        p["status"]["capacity"]["storage"] == "2Gi"
+        p["status"]["allocatedResourceStatuses"]["storage"] == "NodeResizePending"
     })
     .await;
     assert_eq!(pvc["status"]["allocatedResources"]["storage"], "2Gi");
+    assert_eq!(pvc["status"]["capacity"]["storage"], "1Gi");
     assert!(
         pvc["status"]["conditions"]
             .as_array()
@@ -394,7 +396,9 @@ async fn claims_grow_only_where_their_class_allows() {
         "{pvc}"
     );
     assert_eq!(
-        patch_storage(&pvcs, "grow", grow("1Gi")).await.unwrap_err(),
+        patch_storage(&pvcs, "grow", grow("512Mi"))
+            .await
+            .unwrap_err(),
         "422 Invalid: PersistentVolumeClaim \"grow\" is invalid: spec.resources.requests.storage: Forbidden: field can not be less than status.capacity"
     );
     // The fixture's fedora-dv-root is on local-path, which does not allow expansion.
@@ -432,6 +436,24 @@ async fn deckhouse_disks_grow_through_their_claims() {
     for name in ["grow", "stuck"] {
         until(&vds, name, |d| d["status"]["phase"] == "Ready").await;
     }
+    // A running VM mounts `grow`, so the kubelet finishes its claim's growth (expansion.rs).
+    let vms = api(
+        &client,
+        "virtualization.deckhouse.io",
+        "v1alpha2",
+        "VirtualMachine",
+        "virtualmachines",
+    );
+    create(
+        &vms,
+        json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualMachine",
+            "metadata": {"name": "grower"},
+            "spec": {"runPolicy": "AlwaysOn", "virtualMachineClassName": "generic",
+                "cpu": {"cores": 1}, "memory": {"size": "1Gi"},
+                "blockDeviceRefs": [{"kind": "VirtualDisk", "name": "grow"}]}}),
+    )
+    .await;
+    until(&vms, "grower", |v| v["status"]["phase"] == "Running").await;
     let size = json!({"spec": {"persistentVolumeClaim": {"size": "3Gi"}}});
     patch_storage(&vds, "grow", size.clone()).await.unwrap();
     let vd = until(&vds, "grow", |d| {
