@@ -11,6 +11,7 @@
 
 mod bundle;
 mod host;
+pub mod krl;
 pub mod migrate;
 pub mod objects;
 pub mod propagate;
