@@ -47,7 +47,15 @@ const CASES: &[(&str, &[Case])] = &[
     ("ca", &[(Clap, &["nosuch"])]),
     ("ca init", &[(Clap, &["--signer", "--replicas", "0"])]),
     ("ca migrate", &[(Clap, &["extra"])]),
-    ("ca revoke", &[(Clap, &["--key"])]),
+    (
+        "ca revoke",
+        &[
+            (Clap, &["--key"]),
+            (Local, &["--serial", "0"]),
+            (Local, &["--key-id", ""]),
+            (Clap, &["--serial", "1", "--key-id", "x"]),
+        ],
+    ),
     ("ca rotate", &[(Clap, &["extra"])]),
     (
         "ca show",

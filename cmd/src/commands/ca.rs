@@ -42,19 +42,28 @@ pub enum CaCommand {
     Rotate(RotateArgs),
     /// Give VMs made before VM-scoped trust the scoped form (at their next boot)
     Migrate(MigrateArgs),
-    /// Revoke a host key: published with the CA keys, refused by ssh, scp and ssh-config
+    /// Revoke a host key, or certificates by serial or key ID: published with the CA keys as a KRL
     Revoke(RevokeArgs),
 }
 
 /// Arguments of `ca revoke`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "The key goes on the list in ConfigMap kubevm-ssh-ca (key revoked.pub). kubectl vm ssh and scp refuse a\nhost presenting it, with or without a certificate; ssh-known-hosts prints it as an @revoked line, so\nOpenSSH through ssh-config refuses it too.\n\nExamples:\n  kubectl vm ca revoke --key ssh_host_ed25519_key.pub\n  kubectl vm ca revoke --key web-host-cert.pub"
+    group(clap::ArgGroup::new("what").required(true).args(["key", "serial", "key_id"])),
+    after_help = "Everything revoked is published in ConfigMap kubevm-ssh-ca next to the CA keys: host keys in\nrevoked.pub, certificate serials and key IDs in revoked-certs, and all of it as an OpenSSH KRL in\nrevoked.krl (check a certificate with `ssh-keygen -Q -f revoked.krl CERT`). kubectl vm ssh and scp\nrefuse a host presenting a revoked key or host certificate; ssh-known-hosts makes OpenSSH through\nssh-config refuse them too. The KRL is written into the cloud-init of every VM kubectl vm made; the\nguest's sshd refuses revoked user certificates (RevokedKeys) from its next boot.\n\nExamples:\n  kubectl vm ca revoke --key ssh_host_ed25519_key.pub\n  kubectl vm ca revoke --serial 8418127720583771449\n  kubectl vm ca revoke --key-id kubectl-vm:alice:dev/web\n  kubectl vm ca revoke --key-id kubevm-host:dev/web"
 )]
 pub struct RevokeArgs {
-    /// The host key to revoke: a public key or host certificate file (OpenSSH one-line form)
+    /// A host key to revoke: a public key or host certificate file (OpenSSH one-line form)
     #[arg(long, value_name = "FILE")]
-    pub key: std::path::PathBuf,
+    pub key: Option<std::path::PathBuf>,
+
+    /// Revoke user and host certificates with this serial number (`ssh-keygen -L` shows it)
+    #[arg(long, value_name = "N")]
+    pub serial: Option<u64>,
+
+    /// Revoke user and host certificates with this key ID (`ssh-keygen -L` shows it)
+    #[arg(long, value_name = "ID")]
+    pub key_id: Option<String>,
 }
 
 /// Arguments of `ca migrate`.
@@ -144,7 +153,7 @@ pub async fn cmd_ca(global: &GlobalArgs, args: CaArgs) -> CommandResult {
         return init_signer(global, &ns, init_args).await;
     }
     if let CaCommand::Revoke(revoke_args) = &args.command {
-        return revoke(global, &ns, &revoke_args.key).await;
+        return revoke(global, &ns, revoke_args).await;
     }
     if let CaCommand::Migrate(migrate_args) = &args.command {
         return migrate(global, migrate_args.dry_run).await;
@@ -386,27 +395,75 @@ async fn mode_line(cluster: &Cluster) -> CommandResult<(String, bool)> {
     }
 }
 
-/// `ca revoke --key FILE`: the file is read and checked before any request.
-async fn revoke(global: &GlobalArgs, ns: &str, file: &std::path::Path) -> CommandResult {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| CommandError::usage(format!("--key {}: {e}", file.display())))?;
-    let key = kubevm::ssh::cert::host_key_of(&text)
-        .map_err(|e| CommandError::usage(format!("--key {}: {e}", file.display())))?;
+/// `ca revoke --key FILE | --serial N | --key-id ID`: the input is read and checked before
+/// any request; then the KRL is carried into every VM of ours.
+async fn revoke(global: &GlobalArgs, ns: &str, args: &RevokeArgs) -> CommandResult {
+    use kubevm::ca::krl;
+    let what = match (&args.key, args.serial, &args.key_id) {
+        (Some(file), None, None) => {
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| CommandError::usage(format!("--key {}: {e}", file.display())))?;
+            let key = kubevm::ssh::cert::host_key_of(&text)
+                .map_err(|e| CommandError::usage(format!("--key {}: {e}", file.display())))?;
+            store::Revoke::Key(key.key)
+        }
+        (None, Some(serial), None) => {
+            krl::check_serial(serial).map_err(|e| CommandError::usage(format!("--serial: {e}")))?;
+            store::Revoke::Serial(serial)
+        }
+        (None, None, Some(id)) => {
+            krl::check_key_id(id).map_err(|e| CommandError::usage(format!("--key-id: {e}")))?;
+            store::Revoke::KeyId(id.clone())
+        }
+        _ => unreachable!("clap requires exactly one of --key, --serial, --key-id"),
+    };
+    let label = match &what {
+        store::Revoke::Key(key) => format!("host key {}", fingerprint(key)),
+        store::Revoke::Serial(n) => format!("certificates with serial {n}"),
+        store::Revoke::KeyId(id) => format!("certificates with key ID {id:?}"),
+    };
     let cluster = Cluster::connect(&global.connect_options()).await?;
-    let fingerprint = key.fingerprint;
-    match store::revoke(&cluster, ns, &key.key).await? {
-        store::RevokeOutcome::NoCa => Err(no_ca(ns)),
+    let mut out = std::io::stdout().lock();
+    let krl = match store::revoke(&cluster, ns, &what).await? {
+        store::RevokeOutcome::NoCa => return Err(no_ca(ns)),
         store::RevokeOutcome::AlreadyRevoked => {
-            println!("{fingerprint} is already revoked");
-            Ok(())
+            writeln!(out, "{label}: already revoked")?;
+            return Ok(());
         }
-        store::RevokeOutcome::Added(n) => {
-            println!(
-                "revoked host key {fingerprint} ({n} revoked in configmap/{CONFIGMAP_NAME} in {ns:?}); ssh, scp and ssh-config refuse it from now on"
-            );
-            Ok(())
+        store::RevokeOutcome::Added { count, krl } => {
+            let kind = match &what {
+                store::Revoke::Key(_) => "host keys",
+                store::Revoke::Serial(_) => "serials",
+                store::Revoke::KeyId(_) => "key IDs",
+            };
+            writeln!(
+                out,
+                "revoked {label} ({count} {kind} revoked in configmap/{CONFIGMAP_NAME} in {ns:?}, KRL {}); ssh, scp and ssh-config refuse it from now on",
+                krl::KRL_KEY
+            )?;
+            krl
         }
+    };
+    // The guests' sshd learns it at their next boot.
+    let keys = store::read_public_keys(&cluster, ns)
+        .await?
+        .ok_or_else(|| no_ca(ns))?;
+    let update =
+        propagate::update_vm_trust::<propagate::CaCertifier>(&cluster, &keys, &krl, None).await?;
+    writeln!(
+        out,
+        "Updated the revocation list of {} VMs (their sshd refuses it from their next boot){}",
+        update.updated.len(),
+        if update.updated.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", update.updated.join(", "))
+        }
+    )?;
+    for (vm, why) in &update.skipped {
+        writeln!(out, "Not updated: {vm}: {why}")?;
     }
+    Ok(())
 }
 
 /// `ca migrate`: one line per VM that had no trust annotation.
@@ -529,11 +586,13 @@ async fn rotate(cluster: &Cluster, ns: &str, finish: bool) -> CommandResult {
                 .map_err(|e| CommandError::Failed(e.to_string()))?;
             // Every VM kubectl-vm made learns the new key, and gets a host certificate of it,
             // at its next boot.
+            let krl = store::read_krl(cluster, ns).await?;
             let update = match kubevm::signer::client::mode(cluster, None).await? {
                 kubevm::signer::client::Mode::Signer => {
                     propagate::update_vm_trust(
                         cluster,
                         &keys,
+                        &krl,
                         Some(&propagate::SignerCertifier(cluster)),
                     )
                     .await?
@@ -542,6 +601,7 @@ async fn rotate(cluster: &Cluster, ns: &str, finish: bool) -> CommandResult {
                     propagate::update_vm_trust(
                         cluster,
                         &keys,
+                        &krl,
                         Some(&propagate::CaCertifier(&bundle)),
                     )
                     .await?
@@ -567,8 +627,10 @@ async fn rotate(cluster: &Cluster, ns: &str, finish: bool) -> CommandResult {
             let keys = bundle
                 .public_keys_openssh()
                 .map_err(|e| CommandError::Failed(e.to_string()))?;
+            let krl = store::read_krl(cluster, ns).await?;
             let update =
-                propagate::update_vm_trust::<propagate::CaCertifier>(cluster, &keys, None).await?;
+                propagate::update_vm_trust::<propagate::CaCertifier>(cluster, &keys, &krl, None)
+                    .await?;
             report_trust_update(&mut out, &update)?;
             update_enrolled(cluster, &mut out, &keys).await?;
             Ok(())

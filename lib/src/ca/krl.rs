@@ -112,7 +112,10 @@ fn put_u64(out: &mut Vec<u8>, v: u64) {
 }
 
 fn put_string(out: &mut Vec<u8>, bytes: &[u8]) {
-    put_u32(out, u32::try_from(bytes.len()).expect("KRL field under 4 GiB"));
+    put_u32(
+        out,
+        u32::try_from(bytes.len()).expect("KRL field under 4 GiB"),
+    );
     out.extend_from_slice(bytes);
 }
 
@@ -216,11 +219,7 @@ impl Revocations {
             }
             put_section(&mut out, KRL_SECTION_CERTIFICATES, &section);
         }
-        let blobs: Vec<Vec<u8>> = self
-            .keys
-            .iter()
-            .filter_map(|k| k.to_bytes().ok())
-            .collect();
+        let blobs: Vec<Vec<u8>> = self.keys.iter().filter_map(|k| k.to_bytes().ok()).collect();
         if !blobs.is_empty() {
             let mut section = Vec::new();
             for blob in &blobs {

@@ -467,7 +467,9 @@ mod tests {
                 "RevokedKeys /etc/ssh/kubevm_revoked_keys.krl".to_string()
             ]
         );
-        lists.key_ids.insert("kubevm-host:vm/db.primary.prod".into());
+        lists
+            .key_ids
+            .insert("kubevm-host:vm/db.primary.prod".into());
         let second = lists.to_krl(2, 2);
         let twice = set_krl(&once, &second).unwrap();
         assert_eq!(twice.matches(REVOKED_KRL_B64_PATH).count(), 2, "{twice}");

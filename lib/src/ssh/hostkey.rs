@@ -352,12 +352,7 @@ impl HostVerifier {
             russh::keys::PublicKeyOrCertificate::Certificate(cert) => cert.public_key().clone(),
             russh::keys::PublicKeyOrCertificate::PublicKey { key, .. } => key.key_data().clone(),
         };
-        if let Some(revoked) = self
-            .revoked
-            .keys
-            .iter()
-            .find(|k| *k.key_data() == key_data)
-        {
+        if let Some(revoked) = self.revoked.keys.iter().find(|k| *k.key_data() == key_data) {
             return Err(HostRejection::Revoked {
                 fingerprint: revoked.fingerprint(HashAlg::Sha256).to_string(),
             });
@@ -624,7 +619,10 @@ mod tests {
         v.namespace = "prod".into();
         let cert = host_cert(&ca, "db.primary", "prod");
         let fresh = host_cert(&ca, "db.primary", "prod");
-        assert!(v.check(&PublicKeyOrCertificate::Certificate(cert.clone())).is_ok());
+        assert!(
+            v.check(&PublicKeyOrCertificate::Certificate(cert.clone()))
+                .is_ok()
+        );
         v.revoked.serials.insert(cert.serial());
         match v.check(&PublicKeyOrCertificate::Certificate(cert.clone())) {
             Err(HostRejection::RevokedCertificate { by }) => {
@@ -632,10 +630,15 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(v.check(&PublicKeyOrCertificate::Certificate(fresh.clone())).is_ok());
+        assert!(
+            v.check(&PublicKeyOrCertificate::Certificate(fresh.clone()))
+                .is_ok()
+        );
         // By key ID: the ID names the pair, so `db.primary.prod` in `vm` is not caught by it.
         v.revoked.serials.clear();
-        v.revoked.key_ids.insert("kubevm-host:prod/db.primary".into());
+        v.revoked
+            .key_ids
+            .insert("kubevm-host:prod/db.primary".into());
         let err = v
             .check(&PublicKeyOrCertificate::Certificate(fresh))
             .unwrap_err()
@@ -649,7 +652,11 @@ mod tests {
         other.namespace = "vm".into();
         other.revoked = v.revoked.clone();
         let theirs = host_cert(&ca, "db.primary.prod", "vm");
-        assert!(other.check(&PublicKeyOrCertificate::Certificate(theirs)).is_ok());
+        assert!(
+            other
+                .check(&PublicKeyOrCertificate::Certificate(theirs))
+                .is_ok()
+        );
     }
 
     #[test]

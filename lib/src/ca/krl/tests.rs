@@ -103,7 +103,13 @@ fn pubkey(path: &Path) -> PublicKey {
 #[test]
 fn an_empty_krl_is_read_by_ssh_keygen_and_revokes_nothing() {
     let keys = Keys::new();
-    let cert = keys.cert("u", false, "kubectl-vm:alice:vm/db.primary.prod", 7, "kubevm@db.primary.prod.vm");
+    let cert = keys.cert(
+        "u",
+        false,
+        "kubectl-vm:alice:vm/db.primary.prod",
+        7,
+        "kubevm@db.primary.prod.vm",
+    );
     let krl = empty_krl();
     assert!(!keys.revoked(&krl, &cert));
     let dump = keys.dump(&krl);
@@ -115,16 +121,41 @@ fn an_empty_krl_is_read_by_ssh_keygen_and_revokes_nothing() {
 fn serials_key_ids_and_keys_are_revoked_as_ssh_keygen_reads_them() {
     let keys = Keys::new();
     // Hostile pairs: VM `db.primary.prod` in namespace `vm` and VM `db.primary` in `prod`.
-    let host_a = keys.cert("ha", true, "kubevm-host:vm/db.primary.prod", 41, "db.primary.prod.vm.vm");
-    let host_b = keys.cert("hb", true, "kubevm-host:prod/db.primary", 42, "db.primary.prod.vm");
-    let user_a = keys.cert("ua", false, "kubectl-vm:alice:vm/db.primary.prod", 43, "kubevm@db.primary.prod.vm");
-    let user_b = keys.cert("ub", false, "kubectl-vm:alice:prod/db.primary", 44, "kubevm@db.primary.prod");
+    let host_a = keys.cert(
+        "ha",
+        true,
+        "kubevm-host:vm/db.primary.prod",
+        41,
+        "db.primary.prod.vm.vm",
+    );
+    let host_b = keys.cert(
+        "hb",
+        true,
+        "kubevm-host:prod/db.primary",
+        42,
+        "db.primary.prod.vm",
+    );
+    let user_a = keys.cert(
+        "ua",
+        false,
+        "kubectl-vm:alice:vm/db.primary.prod",
+        43,
+        "kubevm@db.primary.prod.vm",
+    );
+    let user_b = keys.cert(
+        "ub",
+        false,
+        "kubectl-vm:alice:prod/db.primary",
+        44,
+        "kubevm@db.primary.prod",
+    );
     let plain = keys.keygen("plain");
     let other = keys.keygen("other");
     let mut r = Revocations::default();
     r.serials.insert(42);
     r.serials.insert(u64::MAX);
-    r.key_ids.insert("kubectl-vm:alice:vm/db.primary.prod".into());
+    r.key_ids
+        .insert("kubectl-vm:alice:vm/db.primary.prod".into());
     r.keys.push(pubkey(&plain));
     let krl = r.to_krl(3, 1_700_000_000);
     // By serial: only 42, not 41 (the other of the pair).
@@ -141,11 +172,26 @@ fn serials_key_ids_and_keys_are_revoked_as_ssh_keygen_reads_them() {
     assert!(dump.contains("# Comment: kubectl-vm ca revoke\n"), "{dump}");
     assert!(dump.contains("serial: 42\n"), "{dump}");
     assert!(dump.contains(&format!("serial: {}\n", u64::MAX)), "{dump}");
-    assert!(dump.contains("id: kubectl-vm:alice:vm/db.primary.prod\n"), "{dump}");
-    let fp = pubkey(&plain).fingerprint(ssh_key::HashAlg::Sha256).to_string();
+    assert!(
+        dump.contains("id: kubectl-vm:alice:vm/db.primary.prod\n"),
+        "{dump}"
+    );
+    let fp = pubkey(&plain)
+        .fingerprint(ssh_key::HashAlg::Sha256)
+        .to_string();
     assert!(dump.contains(&format!("hash: {fp}")), "{dump}");
     // Our own check agrees with ssh-keygen on each certificate.
-    for (file, expected) in [(&host_a, None), (&host_b, Some(RevokedBy::Serial(42))), (&user_a, Some(RevokedBy::KeyId("kubectl-vm:alice:vm/db.primary.prod".into()))), (&user_b, None)] {
+    for (file, expected) in [
+        (&host_a, None),
+        (&host_b, Some(RevokedBy::Serial(42))),
+        (
+            &user_a,
+            Some(RevokedBy::KeyId(
+                "kubectl-vm:alice:vm/db.primary.prod".into(),
+            )),
+        ),
+        (&user_b, None),
+    ] {
         let cert = Certificate::from_openssh(&std::fs::read_to_string(file).unwrap()).unwrap();
         assert_eq!(r.certificate_revoked(&cert), expected, "{}", file.display());
     }

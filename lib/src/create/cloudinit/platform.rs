@@ -6,8 +6,8 @@
 //! which cloud-init runs on every boot (the per-instance modules run only once per instance).
 
 pub use crate::names::{
-    CA_KEYS_PATH, ENV_FILE_PATH, HOST_CERT_PATH, PRINCIPALS_DIR, PROFILE_PATH, REVOKED_KRL_B64_PATH,
-    REVOKED_KRL_PATH, SSHD_DROP_IN_PATH,
+    CA_KEYS_PATH, ENV_FILE_PATH, HOST_CERT_PATH, PRINCIPALS_DIR, PROFILE_PATH,
+    REVOKED_KRL_B64_PATH, REVOKED_KRL_PATH, SSHD_DROP_IN_PATH,
 };
 
 use yaml_serde::{Mapping, Value};
@@ -179,15 +179,18 @@ pub fn revoked_keys_line() -> String {
 /// cannot be decoded the file is removed, and sshd then refuses every key and certificate
 /// (fail closed: a revoked certificate must not pass because a tool is missing).
 pub(crate) fn krl_script(out: &mut String, krl: &[u8]) {
-    heredoc(out, ">", REVOKED_KRL_B64_PATH, &(krl_lines(krl).join("\n") + "\n"));
+    heredoc(
+        out,
+        ">",
+        REVOKED_KRL_B64_PATH,
+        &(krl_lines(krl).join("\n") + "\n"),
+    );
     out.push_str(&krl_decode_line());
 }
 
 /// The line that decodes [`REVOKED_KRL_B64_PATH`] into [`REVOKED_KRL_PATH`].
 pub fn krl_decode_line() -> String {
-    format!(
-        "base64 -d {REVOKED_KRL_B64_PATH} > {REVOKED_KRL_PATH} || rm -f {REVOKED_KRL_PATH}\n"
-    )
+    format!("base64 -d {REVOKED_KRL_B64_PATH} > {REVOKED_KRL_PATH} || rm -f {REVOKED_KRL_PATH}\n")
 }
 
 /// The script `bootcmd` runs on every boot.
