@@ -6,6 +6,7 @@ mod common;
 mod access;
 mod ansible;
 mod ca;
+mod ca_renew;
 mod clone;
 mod completion;
 mod console;

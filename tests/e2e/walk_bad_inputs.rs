@@ -56,7 +56,14 @@ const CASES: &[(&str, &[Case])] = &[
             (Clap, &["--serial", "1", "--key-id", "x"]),
         ],
     ),
-    ("ca rotate", &[(Clap, &["extra"])]),
+    (
+        "ca rotate",
+        &[
+            (Clap, &["extra"]),
+            (Clap, &["--renew-before", "0"]),
+            (Clap, &["--renew-before", "1d", "--finish"]),
+        ],
+    ),
     (
         "ca show",
         &[(Clap, &["-o", "xml"]), (Local, &["--ca-namespace", BAD])],

@@ -128,10 +128,38 @@ pub struct ShowArgs {
 
 /// Arguments of `ca rotate`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "With --renew-before the CA keys stay as they are: only host certificates ending within the window\nare renewed (for the host key already certified), one line per VM says which were renewed and\nwhich kept, and until when; a VM kept is not written. A renewed certificate reaches the guest at\nits next boot.\n\nExamples:\n  kubectl vm ca rotate\n  kubectl vm ca rotate --finish\n  kubectl vm ca rotate --renew-before\n  kubectl vm ca rotate --renew-before 90d"
+)]
 pub struct RotateArgs {
     /// Stop trusting the old key(s): run once every VM trusts the new key
     #[arg(long)]
     pub finish: bool,
+
+    /// Only renew host certificates that end within DURATION (60d when given without a value:
+    /// two monthly reboot cycles); the CA keys are not rotated
+    #[arg(long, value_name = "DURATION", num_args = 0..=1, default_missing_value = "60d", conflicts_with = "finish", value_parser = parse_window)]
+    pub renew_before: Option<std::time::Duration>,
+}
+
+/// A `--renew-before` window: a duration (`30d`, `720h`) of more than zero.
+fn parse_window(text: &str) -> Result<std::time::Duration, String> {
+    let days = text
+        .strip_suffix('d')
+        .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
+    let window = match days {
+        Some(d) => d
+            .parse::<u64>()
+            .ok()
+            .and_then(|d| d.checked_mul(24 * 3600))
+            .map(std::time::Duration::from_secs)
+            .ok_or_else(|| format!("invalid duration {text:?}"))?,
+        None => kubevm::cluster::parse_duration(text)?,
+    };
+    if window.is_zero() {
+        return Err("the window must be more than 0".into());
+    }
+    Ok(window)
 }
 
 /// `-o` formats of `ca show`.
@@ -162,6 +190,10 @@ pub async fn cmd_ca(global: &GlobalArgs, args: CaArgs) -> CommandResult {
     match args.command {
         CaCommand::Init(_) => init(&cluster, &ns).await,
         CaCommand::Show(show_args) => show(&cluster, &ns, show_args.output).await,
+        CaCommand::Rotate(RotateArgs {
+            renew_before: Some(window),
+            ..
+        }) => renew(&cluster, &ns, window).await,
         CaCommand::Rotate(rotate_args) => rotate(&cluster, &ns, rotate_args.finish).await,
         CaCommand::Migrate(_) | CaCommand::Revoke(_) => unreachable!("handled above"),
     }
@@ -554,6 +586,79 @@ async fn show(cluster: &Cluster, ns: &str, format: Option<DataFormat>) -> Comman
         writeln!(out, "  {:<10}{}", "", key.openssh)?;
     }
     Ok(())
+}
+
+/// `ca rotate --renew-before WINDOW`: one line per VM, then a summary.
+async fn renew(cluster: &Cluster, ns: &str, window: std::time::Duration) -> CommandResult {
+    use kubevm::ca::renew::{Renewal, renew_expiring};
+    let keys = store::read_public_keys(cluster, ns)
+        .await?
+        .ok_or_else(|| no_ca(ns))?;
+    let results = match kubevm::signer::client::mode(cluster, None).await? {
+        kubevm::signer::client::Mode::Signer => {
+            renew_expiring(cluster, &keys, &propagate::SignerCertifier(cluster), window).await?
+        }
+        kubevm::signer::client::Mode::Direct => {
+            let bundle = store::read_bundle(cluster, ns).await?.ok_or_else(|| {
+                CommandError::Failed(format!(
+                    "cannot read the CA Secret in namespace {ns:?} to sign host certificates, and no signer is installed"
+                ))
+            })?;
+            renew_expiring(cluster, &keys, &propagate::CaCertifier(&bundle), window).await?
+        }
+    };
+    let at = |t: u64| {
+        jiff::Timestamp::from_second(i64::try_from(t).unwrap_or(i64::MAX))
+            .map(|t| t.to_string())
+            .unwrap_or_else(|_| t.to_string())
+    };
+    let now = jiff::Timestamp::now().as_second();
+    let mut out = std::io::stdout().lock();
+    let (mut renewed, mut kept) = (0, 0);
+    for (vm, result) in &results {
+        match result {
+            Renewal::Renewed { was_until, until } => {
+                renewed += 1;
+                writeln!(
+                    out,
+                    "{vm}: renewed: valid until {} (was until {})",
+                    at(*until),
+                    at(*was_until)
+                )?
+            }
+            Renewal::Kept { until } => {
+                kept += 1;
+                let days = (i64::try_from(*until).unwrap_or(i64::MAX) - now) / 86_400;
+                writeln!(
+                    out,
+                    "{vm}: kept: valid until {} ({days} days left)",
+                    at(*until)
+                )?
+            }
+            Renewal::Skipped(why) => writeln!(out, "{vm}: skipped: {why}")?,
+        }
+    }
+    writeln!(
+        out,
+        "Renewed {renewed} host certificates ending within {}, kept {kept}{}",
+        humantime_days(window),
+        if renewed > 0 {
+            "; each guest reads its new certificate at its next boot"
+        } else {
+            ""
+        }
+    )?;
+    Ok(())
+}
+
+/// `60d`, or seconds when not whole days.
+fn humantime_days(window: std::time::Duration) -> String {
+    let secs = window.as_secs();
+    if secs.is_multiple_of(86_400) {
+        format!("{}d", secs / 86_400)
+    } else {
+        format!("{secs}s")
+    }
 }
 
 async fn rotate(cluster: &Cluster, ns: &str, finish: bool) -> CommandResult {

@@ -15,6 +15,7 @@ pub mod krl;
 pub mod migrate;
 pub mod objects;
 pub mod propagate;
+pub mod renew;
 pub mod store;
 
 pub use bundle::{CaBundle, fingerprint, trusted_keys_from_configmap};

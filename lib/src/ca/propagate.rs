@@ -273,54 +273,19 @@ pub async fn update_vm_trust<C: HostCertifier + Sync>(
     krl: &[u8],
     certifier: Option<&C>,
 ) -> Result<TrustUpdate> {
-    let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY},{VM_LABEL}");
-    let all: Api<Secret> = Api::all(cluster.client.clone());
-    let action = Action::new("list", "secrets", "secret");
-    let secrets = match all.list(&ListParams::default().labels(&selector)).await {
-        Ok(list) => list.items,
-        // Not allowed cluster-wide: the current namespace.
-        Err(_) => {
-            let api: Api<Secret> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
-            api.list(&ListParams::default().labels(&selector))
-                .await
-                .map_err(|e| cluster.error(e, &action.in_namespace(Some(&cluster.namespace))))?
-                .items
-        }
+    let (ours, skipped) = our_secrets(cluster).await?;
+    let mut result = TrustUpdate {
+        skipped,
+        ..TrustUpdate::default()
     };
-    let mut result = TrustUpdate::default();
-    for secret in secrets {
-        let namespace = secret.metadata.namespace.clone().unwrap_or_default();
+    for OurSecret {
+        secret,
+        namespace,
+        vm,
+        target,
+    } in ours
+    {
         let name = secret.metadata.name.clone().unwrap_or_default();
-        let Some(vm) = secret
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(VM_LABEL))
-            .cloned()
-        else {
-            continue;
-        };
-        if name != format!("{vm}-cloudinit") {
-            continue;
-        }
-        let target = format!("{vm}.{namespace}");
-        let owner = match find_vm(cluster, &namespace, &vm).await {
-            Ok(Some(owner)) => owner,
-            Ok(None) => {
-                result
-                    .skipped
-                    .push((target, "no such VM; its Secret is not touched".into()));
-                continue;
-            }
-            Err(why) => {
-                result.skipped.push((target, why));
-                continue;
-            }
-        };
-        if let Err(why) = check_ownership(&secret, &owner) {
-            result.skipped.push((target, why));
-            continue;
-        }
         match rewrite(&secret, &namespace, &vm, ca_keys, krl, certifier).await {
             Ok(Some(updated)) => {
                 let api: Api<Secret> = Api::namespaced(cluster.client.clone(), &namespace);
@@ -341,6 +306,78 @@ pub async fn update_vm_trust<C: HostCertifier + Sync>(
         }
     }
     Ok(result)
+}
+
+/// A cloud-init Secret of a VM kubectl-vm made that refers to and owns it
+/// ([`check_ownership`]).
+pub struct OurSecret {
+    /// The Secret as read (its resourceVersion is what a write carries).
+    pub secret: Secret,
+    /// Its namespace.
+    pub namespace: String,
+    /// The VM's name.
+    pub vm: String,
+    /// `NAME.NAMESPACE`, for messages.
+    pub target: String,
+}
+
+/// The cloud-init Secrets of VMs kubectl-vm made that the user can list (cluster-wide, else
+/// the current namespace), with the ones left alone and why.
+pub async fn our_secrets(cluster: &Cluster) -> Result<(Vec<OurSecret>, Vec<(String, String)>)> {
+    let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY},{VM_LABEL}");
+    let all: Api<Secret> = Api::all(cluster.client.clone());
+    let action = Action::new("list", "secrets", "secret");
+    let secrets = match all.list(&ListParams::default().labels(&selector)).await {
+        Ok(list) => list.items,
+        // Not allowed cluster-wide: the current namespace.
+        Err(_) => {
+            let api: Api<Secret> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+            api.list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| cluster.error(e, &action.in_namespace(Some(&cluster.namespace))))?
+                .items
+        }
+    };
+    let (mut ours, mut skipped) = (Vec::new(), Vec::new());
+    for secret in secrets {
+        let namespace = secret.metadata.namespace.clone().unwrap_or_default();
+        let name = secret.metadata.name.clone().unwrap_or_default();
+        let Some(vm) = secret
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(VM_LABEL))
+            .cloned()
+        else {
+            continue;
+        };
+        if name != format!("{vm}-cloudinit") {
+            continue;
+        }
+        let target = format!("{vm}.{namespace}");
+        let owner = match find_vm(cluster, &namespace, &vm).await {
+            Ok(Some(owner)) => owner,
+            Ok(None) => {
+                skipped.push((target, "no such VM; its Secret is not touched".into()));
+                continue;
+            }
+            Err(why) => {
+                skipped.push((target, why));
+                continue;
+            }
+        };
+        if let Err(why) = check_ownership(&secret, &owner) {
+            skipped.push((target, why));
+            continue;
+        }
+        ours.push(OurSecret {
+            secret,
+            namespace,
+            vm,
+            target,
+        });
+    }
+    Ok((ours, skipped))
 }
 
 async fn rewrite<C: HostCertifier + Sync>(
