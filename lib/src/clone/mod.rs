@@ -13,8 +13,11 @@
 //! the Secret `NEW-cloudinit`, which it owns. KubeVirt: the Secret is created before the clone
 //! and the clone's `spec.patches` points the new VM's cloud-init volume at it (on failure it is
 //! deleted with its uid as a precondition, unless the new VM exists). Deckhouse: the operation
-//! copies the source's Secret as `NEW-cloudinit` (a taken name is refused first); the copy is
-//! rewritten as soon as it appears, and only if the operation made it.
+//! would copy the source's Secret as `NEW-cloudinit` (a taken name is refused first); kubectl
+//! vm makes that Secret itself with the new identity, marked with the operation's uid, as soon
+//! as the operation exists (the platform's restorer comes after its snapshot step and takes it
+//! as made). Only if the platform was first is its copy rewritten, and only if the operation
+//! made it.
 //!
 //! What stays afterwards is what the platform keeps: KubeVirt deletes a succeeded clone object
 //! when its target VM is deleted (`pkg/virt-controller/watch/clone/clone.go`); Deckhouse keeps
