@@ -58,6 +58,11 @@ pub const CA_KEYS_PATH: &str = "/etc/ssh/kubevm_trusted_user_ca_keys";
 pub const SSHD_DROP_IN_PATH: &str = "/etc/ssh/sshd_config.d/50-kubevm.conf";
 /// Directory of the per-login principal files (`AuthorizedPrincipalsFile …/%u`).
 pub const PRINCIPALS_DIR: &str = "/etc/ssh/kubevm_principals";
+/// The CA's KRL in the guest (sshd `RevokedKeys`), decoded at every boot from
+/// [`REVOKED_KRL_B64_PATH`].
+pub const REVOKED_KRL_PATH: &str = "/etc/ssh/kubevm_revoked_keys.krl";
+/// The KRL in base64, as the boot script's heredoc writes it.
+pub const REVOKED_KRL_B64_PATH: &str = "/etc/ssh/kubevm_revoked_keys.krl.b64";
 /// Host certificate file. Not named `ssh_host_*key*`: cloud-init deletes those on first boot.
 pub const HOST_CERT_PATH: &str = "/etc/ssh/kubevm_ssh_host_ed25519_key-cert.pub";
 /// Environment file for systemd units (`EnvironmentFile=`).

@@ -593,3 +593,58 @@ fn deckhouse_clone_names_over_the_platform_limit_are_refused() {
         stderr(&out)
     );
 }
+
+/// Issue 32: Deckhouse makes its copy of the source's provisioning Secret and then the VM
+/// with the source's runPolicy in one pass (`service/restorer/snapshot_resources.go`), so an
+/// AlwaysOn copy may start before anything rewrote that Secret. The Secret the copy boots from
+/// must never have held the source's identity: kubectl vm makes it (POST, marked with the
+/// operation's uid) before the platform processes the clone, and never rewrites it (no PUT).
+/// Before this, the platform made it with `orig`'s identity and it was rewritten afterwards.
+#[test]
+fn deckhouse_always_on_clone_never_sees_the_source_identity() {
+    let env = Env::deckhouse();
+    let _signer = crate::signer::start_signer(&env, &[]);
+    crate::ssh::vm_with_ca(&env, "orig", &["--run-strategy", "Always"]);
+    env.emulator.clear_requests();
+    let out = env.vm(&["clone", "orig", "copy"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let path = "/api/v1/namespaces/default/secrets";
+    let requests = env.emulator.requests();
+    let made = requests
+        .iter()
+        .filter(|r| r.method == "POST" && r.path == path)
+        .filter(|r| r.body.contains("\"copy-cloudinit\""))
+        .collect::<Vec<_>>();
+    assert_eq!(
+        made.len(),
+        1,
+        "{:?}",
+        requests
+            .iter()
+            .map(|r| (&r.method, &r.path))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        made[0]
+            .body
+            .contains("virtualization.deckhouse.io/vmoprestore"),
+        "{}",
+        made[0].body
+    );
+    assert!(!made[0].body.contains("orig"), "{}", made[0].body);
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.method == "PUT" && r.path == format!("{path}/copy-cloudinit")),
+        "the Secret was rewritten after the platform made it"
+    );
+    // The copy (AlwaysOn, started by the platform, never restarted) answers with its own
+    // host certificate, which `kubectl vm ssh` verifies.
+    let copy = get_json(
+        &env,
+        &["get", "virtualmachine.virtualization.deckhouse.io", "copy"],
+    );
+    assert_eq!(copy["spec"]["runPolicy"], "AlwaysOn");
+    let out = env.vm(&["ssh", "copy", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}

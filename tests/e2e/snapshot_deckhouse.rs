@@ -595,3 +595,121 @@ fn deckhouse_snapshot_names_the_disk_that_cannot_be_snapshotted() {
         "{listing:?}"
     );
 }
+
+/// Issue 32, as for `clone`: the restorer makes its copy of the source's provisioning Secret
+/// and then the VM with the source's runPolicy (`service/restorer/snapshot_resources.go`), so
+/// an AlwaysOn VM made from a snapshot must not start from a copy holding the source's
+/// identity. kubectl vm makes the Secret itself (POST, marked with the operation's uid) once
+/// the operation exists; the restorer then takes it as made (`provisioner_restorer.go`
+/// ProcessClone). Unlike a clone's, this operation has no snapshot step before the restorer
+/// runs (`vmsop/internal/handler/lifecycle.go` executes on its first reconcile), so the
+/// platform may be first: then (409) only its copy, the one carrying the operation's uid, is
+/// rewritten, before the VM's disks are ready. Either way nothing is written over a Secret the
+/// operation did not make, and the VM, never restarted, boots with its own identity.
+#[test]
+fn deckhouse_restore_as_a_new_always_on_vm_boots_with_its_own_identity() {
+    let env = Env::deckhouse();
+    let _signer = crate::signer::start_signer(&env, &[]);
+    crate::ssh::vm_with_ca(&env, "orig", &["--run-strategy", "Always"]);
+    ok(env.vm(&["snapshot", "create", "orig", "s1"]));
+    env.emulator.clear_requests();
+    let out = env.vm(&["snapshot", "restore", "s1", "--new-vm", "copy"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let requests = env.emulator.requests();
+    let log = || {
+        requests
+            .iter()
+            .map(|r| format!("{} {} {}", r.method, r.path, r.status))
+            .collect::<Vec<_>>()
+    };
+    let secrets = "/api/v1/namespaces/default/secrets";
+    let op_at = requests
+        .iter()
+        .position(|r| {
+            r.method == "POST" && r.path == format!("{DH}/virtualmachinesnapshotoperations")
+        })
+        .unwrap_or_else(|| panic!("{:?}", log()));
+    let op = &env.emulator.objects(
+        "virtualization.deckhouse.io",
+        "virtualmachinesnapshotoperations",
+        Some("default"),
+    )[0];
+    let uid = op["metadata"]["uid"].as_str().unwrap();
+    let made = requests
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.method == "POST" && r.path == secrets)
+        .filter(|(_, r)| r.body.contains("\"copy-cloudinit\""))
+        .collect::<Vec<_>>();
+    assert_eq!(made.len(), 1, "{:?}", log());
+    let (at, post) = made[0];
+    assert!(at > op_at, "{:?}", log());
+    let body: Value = serde_json::from_str(&post.body).unwrap();
+    assert_eq!(
+        body["metadata"]["annotations"]["virtualization.deckhouse.io/vmoprestore"],
+        uid
+    );
+    assert!(!post.body.contains("orig"), "{}", post.body);
+    let puts = requests
+        .iter()
+        .filter(|r| r.method == "PUT" && r.path == format!("{secrets}/copy-cloudinit"))
+        .collect::<Vec<_>>();
+    match post.status {
+        // Ours: taken as made, never written again.
+        201 => assert!(puts.is_empty(), "{:?}", log()),
+        // The platform's copy (marked with the uid, as every PUT's body still is), rewritten
+        // once.
+        409 => {
+            assert_eq!(puts.len(), 1, "{:?}", log());
+            assert!(puts[0].body.contains(uid), "{}", puts[0].body);
+            assert!(!puts[0].body.contains("orig"), "{}", puts[0].body);
+        }
+        other => panic!("{other}: {:?}", log()),
+    }
+    let resources = op["status"]["resources"].as_array().unwrap();
+    assert!(
+        resources.iter().any(|r| r["kind"] == "Secret"
+            && r["name"] == "copy-cloudinit"
+            && r["message"] == "Successfully processed"),
+        "{op}"
+    );
+    let copy = kubectl_json(
+        &env,
+        &["get", "virtualmachines.virtualization.deckhouse.io", "copy"],
+    );
+    assert_eq!(copy["spec"]["runPolicy"], "AlwaysOn");
+    assert_eq!(
+        copy["spec"]["provisioning"]["userDataRef"]["name"],
+        "copy-cloudinit"
+    );
+    let (text, _) = crate::clone::cloudinit_secret(&env, "copy-cloudinit");
+    assert_eq!(
+        crate::clone::platform_identity(&text).0,
+        ["kubevm@copy.default"]
+    );
+    // Started by the platform, never restarted: the sshd it booted answers with copy's own
+    // host certificate (which `kubectl vm ssh` verifies) and refuses orig's user certificate.
+    eventually("the copy runs", || {
+        kubectl_json(
+            &env,
+            &["get", "virtualmachines.virtualization.deckhouse.io", "copy"],
+        )["status"]["phase"]
+            == "Running"
+    });
+    assert!(
+        !env.emulator
+            .requests()
+            .iter()
+            .any(|r| r.path.contains("/virtualmachineoperations") && r.method == "POST"),
+        "restarted"
+    );
+    ok(env.vm(&["ssh-cert", "orig.default.vm"]));
+    let orig_cert = env
+        .dir
+        .path()
+        .join(".kube/kubectl-vm/ssh/certs/kubevm@orig.default.vm-cert.pub");
+    let out = crate::clone::ssh_with_cert(&env, "copy", &orig_cert);
+    assert_eq!(out.status.code(), Some(255), "{}", stderr(&out));
+    let out = env.vm(&["ssh", "copy", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}

@@ -439,12 +439,12 @@ fn a_revoked_host_key_is_refused_by_ssh_and_openssh() {
     let out = ok(env.vm(&["ca", "revoke", "--key", file.to_str().unwrap()]));
     assert!(
         out.starts_with(&format!(
-            "revoked host key {fingerprint} (1 revoked in configmap/kubevm-ssh-ca"
+            "revoked host key {fingerprint} (1 host keys revoked in configmap/kubevm-ssh-ca"
         )),
         "{out}"
     );
     let again = ok(env.vm(&["ca", "revoke", "--key", file.to_str().unwrap()]));
-    assert_eq!(again, format!("{fingerprint} is already revoked\n"));
+    assert_eq!(again, format!("host key {fingerprint}: already revoked\n"));
     let out = ssh(&env, &["gone", "--", "true"]);
     let err = one_line(&out);
     assert!(

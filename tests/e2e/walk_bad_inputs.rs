@@ -47,8 +47,23 @@ const CASES: &[(&str, &[Case])] = &[
     ("ca", &[(Clap, &["nosuch"])]),
     ("ca init", &[(Clap, &["--signer", "--replicas", "0"])]),
     ("ca migrate", &[(Clap, &["extra"])]),
-    ("ca revoke", &[(Clap, &["--key"])]),
-    ("ca rotate", &[(Clap, &["extra"])]),
+    (
+        "ca revoke",
+        &[
+            (Clap, &["--key"]),
+            (Local, &["--serial", "0"]),
+            (Local, &["--key-id", ""]),
+            (Clap, &["--serial", "1", "--key-id", "x"]),
+        ],
+    ),
+    (
+        "ca rotate",
+        &[
+            (Clap, &["extra"]),
+            (Clap, &["--renew-before", "0"]),
+            (Clap, &["--renew-before", "1d", "--finish"]),
+        ],
+    ),
     (
         "ca show",
         &[(Clap, &["-o", "xml"]), (Local, &["--ca-namespace", BAD])],

@@ -42,19 +42,28 @@ pub enum CaCommand {
     Rotate(RotateArgs),
     /// Give VMs made before VM-scoped trust the scoped form (at their next boot)
     Migrate(MigrateArgs),
-    /// Revoke a host key: published with the CA keys, refused by ssh, scp and ssh-config
+    /// Revoke a host key, or certificates by serial or key ID: published with the CA keys as a KRL
     Revoke(RevokeArgs),
 }
 
 /// Arguments of `ca revoke`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "The key goes on the list in ConfigMap kubevm-ssh-ca (key revoked.pub). kubectl vm ssh and scp refuse a\nhost presenting it, with or without a certificate; ssh-known-hosts prints it as an @revoked line, so\nOpenSSH through ssh-config refuses it too.\n\nExamples:\n  kubectl vm ca revoke --key ssh_host_ed25519_key.pub\n  kubectl vm ca revoke --key web-host-cert.pub"
+    group(clap::ArgGroup::new("what").required(true).args(["key", "serial", "key_id"])),
+    after_help = "Everything revoked is published in ConfigMap kubevm-ssh-ca next to the CA keys: host keys in\nrevoked.pub, certificate serials and key IDs in revoked-certs, and all of it as an OpenSSH KRL in\nrevoked.krl (check a certificate with `ssh-keygen -Q -f revoked.krl CERT`). kubectl vm ssh and scp\nrefuse a host presenting a revoked key or host certificate; ssh-known-hosts makes OpenSSH through\nssh-config refuse them too. The KRL is written into the cloud-init of every VM kubectl vm made; the\nguest's sshd refuses revoked user certificates (RevokedKeys) from its next boot.\n\nExamples:\n  kubectl vm ca revoke --key ssh_host_ed25519_key.pub\n  kubectl vm ca revoke --serial 8418127720583771449\n  kubectl vm ca revoke --key-id kubectl-vm:alice:dev/web\n  kubectl vm ca revoke --key-id kubevm-host:dev/web"
 )]
 pub struct RevokeArgs {
-    /// The host key to revoke: a public key or host certificate file (OpenSSH one-line form)
+    /// A host key to revoke: a public key or host certificate file (OpenSSH one-line form)
     #[arg(long, value_name = "FILE")]
-    pub key: std::path::PathBuf,
+    pub key: Option<std::path::PathBuf>,
+
+    /// Revoke user and host certificates with this serial number (`ssh-keygen -L` shows it)
+    #[arg(long, value_name = "N")]
+    pub serial: Option<u64>,
+
+    /// Revoke user and host certificates with this key ID (`ssh-keygen -L` shows it)
+    #[arg(long, value_name = "ID")]
+    pub key_id: Option<String>,
 }
 
 /// Arguments of `ca migrate`.
@@ -119,10 +128,38 @@ pub struct ShowArgs {
 
 /// Arguments of `ca rotate`.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "With --renew-before the CA keys stay as they are: only host certificates ending within the window\nare renewed (for the host key already certified), one line per VM says which were renewed and\nwhich kept, and until when; a VM kept is not written. A renewed certificate reaches the guest at\nits next boot.\n\nExamples:\n  kubectl vm ca rotate\n  kubectl vm ca rotate --finish\n  kubectl vm ca rotate --renew-before\n  kubectl vm ca rotate --renew-before 90d"
+)]
 pub struct RotateArgs {
     /// Stop trusting the old key(s): run once every VM trusts the new key
     #[arg(long)]
     pub finish: bool,
+
+    /// Only renew host certificates that end within DURATION (60d when given without a value:
+    /// two monthly reboot cycles); the CA keys are not rotated
+    #[arg(long, value_name = "DURATION", num_args = 0..=1, default_missing_value = "60d", conflicts_with = "finish", value_parser = parse_window)]
+    pub renew_before: Option<std::time::Duration>,
+}
+
+/// A `--renew-before` window: a duration (`30d`, `720h`) of more than zero.
+fn parse_window(text: &str) -> Result<std::time::Duration, String> {
+    let days = text
+        .strip_suffix('d')
+        .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
+    let window = match days {
+        Some(d) => d
+            .parse::<u64>()
+            .ok()
+            .and_then(|d| d.checked_mul(24 * 3600))
+            .map(std::time::Duration::from_secs)
+            .ok_or_else(|| format!("invalid duration {text:?}"))?,
+        None => kubevm::cluster::parse_duration(text)?,
+    };
+    if window.is_zero() {
+        return Err("the window must be more than 0".into());
+    }
+    Ok(window)
 }
 
 /// `-o` formats of `ca show`.
@@ -144,7 +181,7 @@ pub async fn cmd_ca(global: &GlobalArgs, args: CaArgs) -> CommandResult {
         return init_signer(global, &ns, init_args).await;
     }
     if let CaCommand::Revoke(revoke_args) = &args.command {
-        return revoke(global, &ns, &revoke_args.key).await;
+        return revoke(global, &ns, revoke_args).await;
     }
     if let CaCommand::Migrate(migrate_args) = &args.command {
         return migrate(global, migrate_args.dry_run).await;
@@ -153,6 +190,10 @@ pub async fn cmd_ca(global: &GlobalArgs, args: CaArgs) -> CommandResult {
     match args.command {
         CaCommand::Init(_) => init(&cluster, &ns).await,
         CaCommand::Show(show_args) => show(&cluster, &ns, show_args.output).await,
+        CaCommand::Rotate(RotateArgs {
+            renew_before: Some(window),
+            ..
+        }) => renew(&cluster, &ns, window).await,
         CaCommand::Rotate(rotate_args) => rotate(&cluster, &ns, rotate_args.finish).await,
         CaCommand::Migrate(_) | CaCommand::Revoke(_) => unreachable!("handled above"),
     }
@@ -386,27 +427,75 @@ async fn mode_line(cluster: &Cluster) -> CommandResult<(String, bool)> {
     }
 }
 
-/// `ca revoke --key FILE`: the file is read and checked before any request.
-async fn revoke(global: &GlobalArgs, ns: &str, file: &std::path::Path) -> CommandResult {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| CommandError::usage(format!("--key {}: {e}", file.display())))?;
-    let key = kubevm::ssh::cert::host_key_of(&text)
-        .map_err(|e| CommandError::usage(format!("--key {}: {e}", file.display())))?;
+/// `ca revoke --key FILE | --serial N | --key-id ID`: the input is read and checked before
+/// any request; then the KRL is carried into every VM of ours.
+async fn revoke(global: &GlobalArgs, ns: &str, args: &RevokeArgs) -> CommandResult {
+    use kubevm::ca::krl;
+    let what = match (&args.key, args.serial, &args.key_id) {
+        (Some(file), None, None) => {
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| CommandError::usage(format!("--key {}: {e}", file.display())))?;
+            let key = kubevm::ssh::cert::host_key_of(&text)
+                .map_err(|e| CommandError::usage(format!("--key {}: {e}", file.display())))?;
+            store::Revoke::Key(key.key)
+        }
+        (None, Some(serial), None) => {
+            krl::check_serial(serial).map_err(|e| CommandError::usage(format!("--serial: {e}")))?;
+            store::Revoke::Serial(serial)
+        }
+        (None, None, Some(id)) => {
+            krl::check_key_id(id).map_err(|e| CommandError::usage(format!("--key-id: {e}")))?;
+            store::Revoke::KeyId(id.clone())
+        }
+        _ => unreachable!("clap requires exactly one of --key, --serial, --key-id"),
+    };
+    let label = match &what {
+        store::Revoke::Key(key) => format!("host key {}", fingerprint(key)),
+        store::Revoke::Serial(n) => format!("certificates with serial {n}"),
+        store::Revoke::KeyId(id) => format!("certificates with key ID {id:?}"),
+    };
     let cluster = Cluster::connect(&global.connect_options()).await?;
-    let fingerprint = key.fingerprint;
-    match store::revoke(&cluster, ns, &key.key).await? {
-        store::RevokeOutcome::NoCa => Err(no_ca(ns)),
+    let mut out = std::io::stdout().lock();
+    let krl = match store::revoke(&cluster, ns, &what).await? {
+        store::RevokeOutcome::NoCa => return Err(no_ca(ns)),
         store::RevokeOutcome::AlreadyRevoked => {
-            println!("{fingerprint} is already revoked");
-            Ok(())
+            writeln!(out, "{label}: already revoked")?;
+            return Ok(());
         }
-        store::RevokeOutcome::Added(n) => {
-            println!(
-                "revoked host key {fingerprint} ({n} revoked in configmap/{CONFIGMAP_NAME} in {ns:?}); ssh, scp and ssh-config refuse it from now on"
-            );
-            Ok(())
+        store::RevokeOutcome::Added { count, krl } => {
+            let kind = match &what {
+                store::Revoke::Key(_) => "host keys",
+                store::Revoke::Serial(_) => "serials",
+                store::Revoke::KeyId(_) => "key IDs",
+            };
+            writeln!(
+                out,
+                "revoked {label} ({count} {kind} revoked in configmap/{CONFIGMAP_NAME} in {ns:?}, KRL {}); ssh, scp and ssh-config refuse it from now on",
+                krl::KRL_KEY
+            )?;
+            krl
         }
+    };
+    // The guests' sshd learns it at their next boot.
+    let keys = store::read_public_keys(&cluster, ns)
+        .await?
+        .ok_or_else(|| no_ca(ns))?;
+    let update =
+        propagate::update_vm_trust::<propagate::CaCertifier>(&cluster, &keys, &krl, None).await?;
+    writeln!(
+        out,
+        "Updated the revocation list of {} VMs (their sshd refuses it from their next boot){}",
+        update.updated.len(),
+        if update.updated.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", update.updated.join(", "))
+        }
+    )?;
+    for (vm, why) in &update.skipped {
+        writeln!(out, "Not updated: {vm}: {why}")?;
     }
+    Ok(())
 }
 
 /// `ca migrate`: one line per VM that had no trust annotation.
@@ -499,6 +588,79 @@ async fn show(cluster: &Cluster, ns: &str, format: Option<DataFormat>) -> Comman
     Ok(())
 }
 
+/// `ca rotate --renew-before WINDOW`: one line per VM, then a summary.
+async fn renew(cluster: &Cluster, ns: &str, window: std::time::Duration) -> CommandResult {
+    use kubevm::ca::renew::{Renewal, renew_expiring};
+    let keys = store::read_public_keys(cluster, ns)
+        .await?
+        .ok_or_else(|| no_ca(ns))?;
+    let results = match kubevm::signer::client::mode(cluster, None).await? {
+        kubevm::signer::client::Mode::Signer => {
+            renew_expiring(cluster, &keys, &propagate::SignerCertifier(cluster), window).await?
+        }
+        kubevm::signer::client::Mode::Direct => {
+            let bundle = store::read_bundle(cluster, ns).await?.ok_or_else(|| {
+                CommandError::Failed(format!(
+                    "cannot read the CA Secret in namespace {ns:?} to sign host certificates, and no signer is installed"
+                ))
+            })?;
+            renew_expiring(cluster, &keys, &propagate::CaCertifier(&bundle), window).await?
+        }
+    };
+    let at = |t: u64| {
+        jiff::Timestamp::from_second(i64::try_from(t).unwrap_or(i64::MAX))
+            .map(|t| t.to_string())
+            .unwrap_or_else(|_| t.to_string())
+    };
+    let now = jiff::Timestamp::now().as_second();
+    let mut out = std::io::stdout().lock();
+    let (mut renewed, mut kept) = (0, 0);
+    for (vm, result) in &results {
+        match result {
+            Renewal::Renewed { was_until, until } => {
+                renewed += 1;
+                writeln!(
+                    out,
+                    "{vm}: renewed: valid until {} (was until {})",
+                    at(*until),
+                    at(*was_until)
+                )?
+            }
+            Renewal::Kept { until } => {
+                kept += 1;
+                let days = (i64::try_from(*until).unwrap_or(i64::MAX) - now) / 86_400;
+                writeln!(
+                    out,
+                    "{vm}: kept: valid until {} ({days} days left)",
+                    at(*until)
+                )?
+            }
+            Renewal::Skipped(why) => writeln!(out, "{vm}: skipped: {why}")?,
+        }
+    }
+    writeln!(
+        out,
+        "Renewed {renewed} host certificates ending within {}, kept {kept}{}",
+        humantime_days(window),
+        if renewed > 0 {
+            "; each guest reads its new certificate at its next boot"
+        } else {
+            ""
+        }
+    )?;
+    Ok(())
+}
+
+/// `60d`, or seconds when not whole days.
+fn humantime_days(window: std::time::Duration) -> String {
+    let secs = window.as_secs();
+    if secs.is_multiple_of(86_400) {
+        format!("{}d", secs / 86_400)
+    } else {
+        format!("{secs}s")
+    }
+}
+
 async fn rotate(cluster: &Cluster, ns: &str, finish: bool) -> CommandResult {
     let mut out = std::io::stdout().lock();
     match store::rotate(cluster, ns, finish).await? {
@@ -529,11 +691,13 @@ async fn rotate(cluster: &Cluster, ns: &str, finish: bool) -> CommandResult {
                 .map_err(|e| CommandError::Failed(e.to_string()))?;
             // Every VM kubectl-vm made learns the new key, and gets a host certificate of it,
             // at its next boot.
+            let krl = store::read_krl(cluster, ns).await?;
             let update = match kubevm::signer::client::mode(cluster, None).await? {
                 kubevm::signer::client::Mode::Signer => {
                     propagate::update_vm_trust(
                         cluster,
                         &keys,
+                        &krl,
                         Some(&propagate::SignerCertifier(cluster)),
                     )
                     .await?
@@ -542,6 +706,7 @@ async fn rotate(cluster: &Cluster, ns: &str, finish: bool) -> CommandResult {
                     propagate::update_vm_trust(
                         cluster,
                         &keys,
+                        &krl,
                         Some(&propagate::CaCertifier(&bundle)),
                     )
                     .await?
@@ -567,8 +732,10 @@ async fn rotate(cluster: &Cluster, ns: &str, finish: bool) -> CommandResult {
             let keys = bundle
                 .public_keys_openssh()
                 .map_err(|e| CommandError::Failed(e.to_string()))?;
+            let krl = store::read_krl(cluster, ns).await?;
             let update =
-                propagate::update_vm_trust::<propagate::CaCertifier>(cluster, &keys, None).await?;
+                propagate::update_vm_trust::<propagate::CaCertifier>(cluster, &keys, &krl, None)
+                    .await?;
             report_trust_update(&mut out, &update)?;
             update_enrolled(cluster, &mut out, &keys).await?;
             Ok(())

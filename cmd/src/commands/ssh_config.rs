@@ -38,6 +38,15 @@ pub struct SshConfigArgs {
 /// Arguments of `ssh-known-hosts` (run by OpenSSH through `KnownHostsCommand`).
 #[derive(Debug, Args)]
 pub struct SshKnownHostsArgs {
+    /// Type of the key the host offers (OpenSSH's %t; NONE when there is none)
+    #[arg(value_name = "KEY_TYPE", requires = "key")]
+    pub key_type: Option<String>,
+
+    /// The key the host offers, base64 (OpenSSH's %K): a host certificate revoked by serial or
+    /// key ID gets an @revoked line
+    #[arg(value_name = "KEY")]
+    pub key: Option<String>,
+
     /// Namespace holding the platform SSH CA
     #[arg(long, value_name = "NAMESPACE", default_value = DEFAULT_CA_NAMESPACE)]
     pub ca_namespace: String,
@@ -183,7 +192,11 @@ pub async fn cmd_ssh_known_hosts(global: &GlobalArgs, args: SshKnownHostsArgs) -
                 args.ca_namespace
             ))
         })?;
-    let (keys, revoked) = store::host_trust_lines(&config_map)?;
+    let (keys, mut revoked) = store::host_trust_lines(&config_map)?;
+    if let (Some(key_type), Some(key)) = (&args.key_type, &args.key) {
+        let lists = kubevm::ca::krl::Revocations::from_configmap(&config_map);
+        revoked.extend(config::revoked_offered_certificate(&lists, key_type, key));
+    }
     print!("{}", config::known_hosts(&keys, &revoked));
     Ok(())
 }

@@ -11,9 +11,11 @@
 
 mod bundle;
 mod host;
+pub mod krl;
 pub mod migrate;
 pub mod objects;
 pub mod propagate;
+pub mod renew;
 pub mod store;
 
 pub use bundle::{CaBundle, fingerprint, trusted_keys_from_configmap};

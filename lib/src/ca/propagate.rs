@@ -27,7 +27,7 @@ use serde_json::Value;
 use crate::api::{DECKHOUSE_VM, KUBEVIRT_VM};
 use crate::cluster::Cluster;
 use crate::error::{Action, Result};
-use crate::names::{CA_KEYS_PATH, HOST_CERT_PATH};
+use crate::names::{CA_KEYS_PATH, HOST_CERT_PATH, REVOKED_KRL_B64_PATH, SSHD_DROP_IN_PATH};
 use crate::names::{MANAGED_BY, MANAGED_BY_LABEL, VM_LABEL};
 
 /// Data keys of the user-data Secret (KubeVirt `userdata`, Deckhouse `userData`).
@@ -83,6 +83,42 @@ pub fn heredoc_content(text: &str, path: &str) -> Option<Vec<String>> {
         return None;
     }
     None
+}
+
+/// Put the CA's KRL into user data (see [`crate::create::cloudinit::platform::krl_script`]):
+/// the heredoc's content replaced; user data written before KRLs reached guests gets the
+/// heredoc and its decoding line before the sshd drop-in, and `RevokedKeys` in the drop-in.
+/// `None` when the text has no sshd drop-in of ours.
+pub fn set_krl(text: &str, krl: &[u8]) -> Option<String> {
+    use crate::create::cloudinit::platform::{krl_decode_line, krl_lines, revoked_keys_line};
+    let lines = krl_lines(krl);
+    if let Some(done) = replace_heredoc(text, REVOKED_KRL_B64_PATH, &lines) {
+        return Some(done);
+    }
+    let mut drop_in = heredoc_content(text, SSHD_DROP_IN_PATH)?;
+    drop_in.push(revoked_keys_line());
+    let text = replace_heredoc(text, SSHD_DROP_IN_PATH, &drop_in)?;
+    let opener = format!("cat > {SSHD_DROP_IN_PATH} <<'");
+    let mut out = String::new();
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with(&opener) {
+            let indent = &line[..line.len() - trimmed.len()];
+            let mut block = String::new();
+            crate::create::cloudinit::platform::heredoc(
+                &mut block,
+                ">",
+                REVOKED_KRL_B64_PATH,
+                &(lines.join("\n") + "\n"),
+            );
+            block.push_str(&krl_decode_line());
+            for l in block.lines() {
+                out.push_str(&format!("{indent}{l}\n"));
+            }
+        }
+        out.push_str(line);
+    }
+    Some(out)
 }
 
 /// Whether `vm` (a KubeVirt or Deckhouse VirtualMachine as read) is one kubectl-vm made that
@@ -228,62 +264,29 @@ pub trait HostCertifier {
     ) -> impl std::future::Future<Output = std::result::Result<Certificate, String>> + Send;
 }
 
-/// Rewrite the trusted CA keys (and, with `certifier`, the host certificate) in the cloud-init
-/// of every VM kubectl-vm created that the user can list.
+/// Rewrite the trusted CA keys, the CA's KRL (`krl`, see [`set_krl`]) and, with `certifier`,
+/// the host certificate in the cloud-init of every VM kubectl-vm created that the user can
+/// list.
 pub async fn update_vm_trust<C: HostCertifier + Sync>(
     cluster: &Cluster,
     ca_keys: &[String],
+    krl: &[u8],
     certifier: Option<&C>,
 ) -> Result<TrustUpdate> {
-    let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY},{VM_LABEL}");
-    let all: Api<Secret> = Api::all(cluster.client.clone());
-    let action = Action::new("list", "secrets", "secret");
-    let secrets = match all.list(&ListParams::default().labels(&selector)).await {
-        Ok(list) => list.items,
-        // Not allowed cluster-wide: the current namespace.
-        Err(_) => {
-            let api: Api<Secret> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
-            api.list(&ListParams::default().labels(&selector))
-                .await
-                .map_err(|e| cluster.error(e, &action.in_namespace(Some(&cluster.namespace))))?
-                .items
-        }
+    let (ours, skipped) = our_secrets(cluster).await?;
+    let mut result = TrustUpdate {
+        skipped,
+        ..TrustUpdate::default()
     };
-    let mut result = TrustUpdate::default();
-    for secret in secrets {
-        let namespace = secret.metadata.namespace.clone().unwrap_or_default();
+    for OurSecret {
+        secret,
+        namespace,
+        vm,
+        target,
+    } in ours
+    {
         let name = secret.metadata.name.clone().unwrap_or_default();
-        let Some(vm) = secret
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(VM_LABEL))
-            .cloned()
-        else {
-            continue;
-        };
-        if name != format!("{vm}-cloudinit") {
-            continue;
-        }
-        let target = format!("{vm}.{namespace}");
-        let owner = match find_vm(cluster, &namespace, &vm).await {
-            Ok(Some(owner)) => owner,
-            Ok(None) => {
-                result
-                    .skipped
-                    .push((target, "no such VM; its Secret is not touched".into()));
-                continue;
-            }
-            Err(why) => {
-                result.skipped.push((target, why));
-                continue;
-            }
-        };
-        if let Err(why) = check_ownership(&secret, &owner) {
-            result.skipped.push((target, why));
-            continue;
-        }
-        match rewrite(&secret, &namespace, &vm, ca_keys, certifier).await {
+        match rewrite(&secret, &namespace, &vm, ca_keys, krl, certifier).await {
             Ok(Some(updated)) => {
                 let api: Api<Secret> = Api::namespaced(cluster.client.clone(), &namespace);
                 let write = Action::new("update", "secrets", "secret")
@@ -305,11 +308,84 @@ pub async fn update_vm_trust<C: HostCertifier + Sync>(
     Ok(result)
 }
 
+/// A cloud-init Secret of a VM kubectl-vm made that refers to and owns it
+/// ([`check_ownership`]).
+pub struct OurSecret {
+    /// The Secret as read (its resourceVersion is what a write carries).
+    pub secret: Secret,
+    /// Its namespace.
+    pub namespace: String,
+    /// The VM's name.
+    pub vm: String,
+    /// `NAME.NAMESPACE`, for messages.
+    pub target: String,
+}
+
+/// The cloud-init Secrets of VMs kubectl-vm made that the user can list (cluster-wide, else
+/// the current namespace), with the ones left alone and why.
+pub async fn our_secrets(cluster: &Cluster) -> Result<(Vec<OurSecret>, Vec<(String, String)>)> {
+    let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY},{VM_LABEL}");
+    let all: Api<Secret> = Api::all(cluster.client.clone());
+    let action = Action::new("list", "secrets", "secret");
+    let secrets = match all.list(&ListParams::default().labels(&selector)).await {
+        Ok(list) => list.items,
+        // Not allowed cluster-wide: the current namespace.
+        Err(_) => {
+            let api: Api<Secret> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+            api.list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| cluster.error(e, &action.in_namespace(Some(&cluster.namespace))))?
+                .items
+        }
+    };
+    let (mut ours, mut skipped) = (Vec::new(), Vec::new());
+    for secret in secrets {
+        let namespace = secret.metadata.namespace.clone().unwrap_or_default();
+        let name = secret.metadata.name.clone().unwrap_or_default();
+        let Some(vm) = secret
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(VM_LABEL))
+            .cloned()
+        else {
+            continue;
+        };
+        if name != format!("{vm}-cloudinit") {
+            continue;
+        }
+        let target = format!("{vm}.{namespace}");
+        let owner = match find_vm(cluster, &namespace, &vm).await {
+            Ok(Some(owner)) => owner,
+            Ok(None) => {
+                skipped.push((target, "no such VM; its Secret is not touched".into()));
+                continue;
+            }
+            Err(why) => {
+                skipped.push((target, why));
+                continue;
+            }
+        };
+        if let Err(why) = check_ownership(&secret, &owner) {
+            skipped.push((target, why));
+            continue;
+        }
+        ours.push(OurSecret {
+            secret,
+            namespace,
+            vm,
+            target,
+        });
+    }
+    Ok((ours, skipped))
+}
+
 async fn rewrite<C: HostCertifier + Sync>(
     secret: &Secret,
     namespace: &str,
     vm: &str,
     ca_keys: &[String],
+    krl: &[u8],
     certifier: Option<&C>,
 ) -> std::result::Result<Option<Secret>, String> {
     let data = secret.data.clone().unwrap_or_default();
@@ -322,7 +398,10 @@ async fn rewrite<C: HostCertifier + Sync>(
     let text = String::from_utf8(bytes).map_err(|_| "its user data is not text".to_string())?;
     // Judged on the certificate as it is, before the trusted keys change.
     let certified = certified_host_key(&text, namespace, vm, ca_keys)?;
-    let Some(mut text) = replace_heredoc(&text, CA_KEYS_PATH, ca_keys) else {
+    let Some(text) = replace_heredoc(&text, CA_KEYS_PATH, ca_keys) else {
+        return Ok(None);
+    };
+    let Some(mut text) = set_krl(&text, krl) else {
         return Ok(None);
     };
     if let (Some(certifier), Some(host_key)) = (certifier, certified) {
@@ -404,6 +483,51 @@ mod tests {
             host_public_key(USER_DATA).unwrap().to_openssh().unwrap(),
             "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHcP1uPBmPUxGj6S+v8Wgfc1ckRtXQ4dx2ri8DPz8GLy kubevm-host"
         );
+    }
+
+    /// A guest made before KRLs reached guests gets the KRL block before its drop-in and
+    /// `RevokedKeys` in it; the next update replaces only the KRL. The boot script, run by a
+    /// real shell (paths moved to a temporary directory), leaves the KRL bytes as published.
+    #[test]
+    fn the_krl_reaches_old_and_new_user_data() {
+        let legacy = format!(
+            "#cloud-config\nbootcmd:\n- |\n  umask 022\n  cat > {SSHD_DROP_IN_PATH} <<'KUBEVM_EOF'\n  TrustedUserCAKeys {CA_KEYS_PATH}\n  KUBEVM_EOF\n  echo done\n"
+        );
+        let mut lists = crate::ca::krl::Revocations::default();
+        lists.serials.insert(42);
+        let first = lists.to_krl(1, 1);
+        let once = set_krl(&legacy, &first).unwrap();
+        assert_eq!(
+            heredoc_content(&once, SSHD_DROP_IN_PATH).unwrap(),
+            [
+                format!("TrustedUserCAKeys {CA_KEYS_PATH}"),
+                "RevokedKeys /etc/ssh/kubevm_revoked_keys.krl".to_string()
+            ]
+        );
+        lists
+            .key_ids
+            .insert("kubevm-host:vm/db.primary.prod".into());
+        let second = lists.to_krl(2, 2);
+        let twice = set_krl(&once, &second).unwrap();
+        assert_eq!(twice.matches(REVOKED_KRL_B64_PATH).count(), 2, "{twice}");
+        assert_eq!(twice.matches("RevokedKeys").count(), 1, "{twice}");
+        let doc: yaml_serde::Value = yaml_serde::from_str(&twice).unwrap();
+        let script = doc["bootcmd"][0].as_str().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_str().unwrap();
+        std::fs::create_dir_all(dir.path().join("etc/ssh/sshd_config.d")).unwrap();
+        let local = script.replace("/etc/", &format!("{root}/etc/"));
+        let out = std::process::Command::new("sh")
+            .arg("-ec")
+            .arg(&local)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            std::fs::read(dir.path().join("etc/ssh/kubevm_revoked_keys.krl")).unwrap(),
+            second
+        );
+        assert!(set_krl("#cloud-config\n", &second).is_none());
     }
 
     fn secret(name: &str, owner_uid: Option<&str>) -> Secret {

@@ -79,43 +79,65 @@ pub fn host_trust_lines(config_map: &ConfigMap) -> Result<(Vec<String>, Vec<Stri
     ))
 }
 
+/// What `ca revoke` revokes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Revoke {
+    /// A host key, refused plain or certified (`--key`).
+    Key(russh::keys::PublicKey),
+    /// Certificates with this serial number, user or host (`--serial`).
+    Serial(u64),
+    /// Certificates with this key ID, user or host (`--key-id`).
+    KeyId(String),
+}
+
 /// What [`revoke`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RevokeOutcome {
     /// There is no CA ConfigMap to publish the list in.
     NoCa,
-    /// The key was added; the list now has this many keys.
-    Added(usize),
-    /// The key was on the list already.
+    /// It was added; the KRL published now (to carry into the guests) and how many entries
+    /// of its kind are revoked.
+    Added {
+        /// How many keys, serials or key IDs (whichever was added) are revoked now.
+        count: usize,
+        /// The KRL as published.
+        krl: Vec<u8>,
+    },
+    /// It was on the list already.
     AlreadyRevoked,
 }
 
-/// Add `key` (a host key) to the revocation list in the CA ConfigMap, written with the
-/// resourceVersion read (a Conflict says to run it again).
-pub async fn revoke(
-    cluster: &Cluster,
-    ca_namespace: &str,
-    key: &russh::keys::PublicKey,
-) -> Result<RevokeOutcome> {
+/// Add `what` to the revocation lists in the CA ConfigMap and publish the KRL made from them
+/// ([`super::krl`]), written with the resourceVersion read (a Conflict says to run it again).
+pub async fn revoke(cluster: &Cluster, ca_namespace: &str, what: &Revoke) -> Result<RevokeOutcome> {
     let Some(mut config_map) = read_configmap(cluster, ca_namespace).await? else {
         return Ok(RevokeOutcome::NoCa);
     };
-    let mut revoked = revoked_keys_from_configmap(&config_map);
-    if revoked.iter().any(|k| k.key_data() == key.key_data()) {
+    let mut lists = super::krl::Revocations::from_configmap(&config_map);
+    let (added, count) = match what {
+        Revoke::Key(key) => {
+            if lists.keys.iter().any(|k| k.key_data() == key.key_data()) {
+                (false, 0)
+            } else {
+                let mut key = key.clone();
+                key.set_comment("");
+                lists.keys.push(key);
+                (true, lists.keys.len())
+            }
+        }
+        Revoke::Serial(n) => (lists.serials.insert(*n), lists.serials.len()),
+        Revoke::KeyId(id) => (lists.key_ids.insert(id.clone()), lists.key_ids.len()),
+    };
+    if !added {
         return Ok(RevokeOutcome::AlreadyRevoked);
     }
-    let mut key = key.clone();
-    key.set_comment("");
-    revoked.push(key);
-    let lines: Vec<String> = revoked
-        .iter()
-        .map(|k| k.to_openssh().map_err(|e| ca_error(CaError::Key(e))))
-        .collect::<Result<_>>()?;
+    let version = super::krl::krl_version(&config_map) + 1;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default();
     config_map.metadata.managed_fields = None;
-    config_map
-        .data
-        .get_or_insert_with(Default::default)
-        .insert(super::REVOKED_KEYS_KEY.into(), lines.join("\n") + "\n");
+    lists.store(&mut config_map, version, now);
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), ca_namespace);
     api.replace(CONFIGMAP_NAME, &PostParams::default(), &config_map)
         .await
@@ -125,7 +147,20 @@ pub async fn revoke(
             )),
             other => other,
         })?;
-    Ok(RevokeOutcome::Added(lines.len()))
+    Ok(RevokeOutcome::Added {
+        count,
+        krl: lists.to_krl(version, now),
+    })
+}
+
+/// The KRL published in the CA ConfigMap, or one that revokes nothing when there is none
+/// (no CA, no revocation yet, or a user who may not read it).
+pub async fn read_krl(cluster: &Cluster, ca_namespace: &str) -> Result<Vec<u8>> {
+    match read_configmap(cluster, ca_namespace).await {
+        Ok(Some(cm)) => Ok(super::krl::krl_of(&cm).unwrap_or_else(super::krl::empty_krl)),
+        Ok(None) | Err(Error::Forbidden { .. }) => Ok(super::krl::empty_krl()),
+        Err(e) => Err(e),
+    }
 }
 
 /// The CA with its private keys, from its Secret. `None` when there is no Secret, or when the
@@ -385,17 +420,16 @@ pub async fn rotate(cluster: &Cluster, ca_namespace: &str, finish: bool) -> Resu
     match read_configmap(cluster, ca_namespace).await? {
         Some(current) => {
             config_map.metadata.resource_version = current.metadata.resource_version;
-            // The revocation list outlives a rotation.
-            if let Some(revoked) = current
-                .data
-                .as_ref()
-                .and_then(|d| d.get(super::REVOKED_KEYS_KEY))
-            {
-                config_map
-                    .data
-                    .get_or_insert_with(Default::default)
-                    .insert(super::REVOKED_KEYS_KEY.into(), revoked.clone());
+            // The revocation lists and the KRL outlive a rotation (the KRL names no CA key).
+            for key in [super::REVOKED_KEYS_KEY, super::krl::REVOKED_CERTS_KEY] {
+                if let Some(revoked) = current.data.as_ref().and_then(|d| d.get(key)) {
+                    config_map
+                        .data
+                        .get_or_insert_with(Default::default)
+                        .insert(key.into(), revoked.clone());
+                }
             }
+            config_map.binary_data = current.binary_data.clone();
             config_maps
                 .replace(CONFIGMAP_NAME, &PostParams::default(), &config_map)
                 .await

@@ -13,8 +13,11 @@
 //! the Secret `NEW-cloudinit`, which it owns. KubeVirt: the Secret is created before the clone
 //! and the clone's `spec.patches` points the new VM's cloud-init volume at it (on failure it is
 //! deleted with its uid as a precondition, unless the new VM exists). Deckhouse: the operation
-//! copies the source's Secret as `NEW-cloudinit` (a taken name is refused first); the copy is
-//! rewritten as soon as it appears, and only if the operation made it.
+//! would copy the source's Secret as `NEW-cloudinit` (a taken name is refused first); kubectl
+//! vm makes that Secret itself with the new identity, marked with the operation's uid, as soon
+//! as the operation exists (the platform's restorer comes after its snapshot step and takes it
+//! as made). Only if the platform was first is its copy rewritten, and only if the operation
+//! made it.
 //!
 //! What stays afterwards is what the platform keeps: KubeVirt deletes a succeeded clone object
 //! when its target VM is deleted (`pkg/virt-controller/watch/clone/clone.go`); Deckhouse keeps
@@ -327,6 +330,33 @@ async fn run_clone(
     }
     on_event(Event::Accepted(clone_kind.object_ref(&name)));
     let mut rewritten = copied.is_none();
+    // Deckhouse creates its copy of the source's Secret and then the VM in one pass, with the
+    // source's runPolicy: an AlwaysOn copy starts as soon as its disks are ready, and would
+    // boot with the source's identity if the copy still held it. Closed here: the Secret the
+    // copy will refer to is made now, with the new identity, marked as made by this operation
+    // (`virtualization.deckhouse.io/vmoprestore: <uid>`); the provisioner restorer then takes it
+    // as its own and creates nothing (deckhouse/virtualization `service/restorer/restorers/
+    // provisioner_restorer.go`, ValidateClone/ProcessClone: an existing Secret with the
+    // operation's uid returns early), and its processing comes only after the operation's
+    // snapshot step. Only if the platform was first (409) is its copy rewritten below.
+    if let (false, Some(copy), Some(text), DryRun::None) =
+        (rewritten, copied, new_text, request.dry_run)
+    {
+        let mut secret = identity::secret_object(flavor, ns, &request.target, text);
+        secret["metadata"]["name"] = json!(copy);
+        secret["metadata"]["annotations"] = json!({ identity::MADE_BY_OPERATION: op_uid });
+        match identity::create_secret(cluster, &secret).await {
+            Ok(_) => {
+                on_event(Event::Notice(format!(
+                    "secret/{copy}: made with {}'s own identity (principals, host key, host certificate) before the platform copies the source's",
+                    request.target
+                )));
+                rewritten = true;
+            }
+            Err(Error::Conflict(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
     let work = async {
         let mut last: Option<(String, Option<String>)> = None;
         loop {

@@ -172,6 +172,7 @@ pub async fn setup_platform_ssh(
         }
     }
     if let (Some((cluster, platform)), None) = (cluster, &ca.public_keys) {
+        plan.platform_ssh.revoked_krl = store::read_krl(cluster, &ca.namespace).await?;
         plan.platform_ssh.host = host_keys(cluster, platform, &ca.namespace, plan, warn).await?;
     }
     Ok(())
@@ -202,6 +203,7 @@ async fn replica_plans(
             Some(first) => {
                 replica.platform_ssh.enabled = first.platform_ssh.enabled;
                 replica.platform_ssh.ca_public_keys = first.platform_ssh.ca_public_keys.clone();
+                replica.platform_ssh.revoked_krl = first.platform_ssh.revoked_krl.clone();
                 if let (true, Some((cluster, platform)), None) =
                     (replica.platform_ssh.enabled, cluster, &ca.public_keys)
                 {

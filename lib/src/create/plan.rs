@@ -185,6 +185,9 @@ pub struct PlatformSsh {
     pub ca_public_keys: Vec<String>,
     /// A host key and its CA-signed certificate, so clients can verify the VM.
     pub host: Option<HostKeys>,
+    /// The CA's KRL ([`crate::ca::krl`]) for the guest's sshd `RevokedKeys`; empty: a KRL
+    /// that revokes nothing.
+    pub revoked_krl: Vec<u8>,
 }
 
 impl Default for PlatformSsh {
@@ -194,6 +197,7 @@ impl Default for PlatformSsh {
             user: DEFAULT_PLATFORM_USER.to_string(),
             ca_public_keys: Vec::new(),
             host: None,
+            revoked_krl: Vec::new(),
         }
     }
 }

@@ -213,7 +213,7 @@ mod tests {
                 strict: Default::default(),
                 prompt: None,
                 certificate_required: true,
-                revoked: Vec::new(),
+                revoked: Default::default(),
             }
             .host_name();
             for p in [&a, &b] {

@@ -10,9 +10,12 @@
 //!
 //! The provisioning Secret is renamed too (`SRC-cloudinit` → `NEW-cloudinit`): the restorer
 //! creates it like a clone (`provisioner_restorer.go` `ProcessClone`: `Create`, so the source's
-//! own name fails with AlreadyExists). A VM made by `create` keeps its SSH identity there; the
-//! copy gets NEW's own as soon as it appears ([`crate::clone::identity`]: principals, a fresh
-//! host key and its certificate), labelled for NEW and owned by it. All or nothing: when the
+//! own name fails with AlreadyExists). A VM made by `create` keeps its SSH identity there; NEW
+//! gets its own ([`crate::clone::identity`]: principals, a fresh host key and its certificate):
+//! the Secret is made by us, marked with the operation's uid, as soon as the operation exists,
+//! and the restorer takes it as made; if the restorer was first (it runs on the operation's
+//! first reconcile), its copy is rewritten as soon as it appears, before NEW's disks are ready.
+//! Either way it is labelled for NEW and owned by it. All or nothing: when the
 //! operation fails, what it made for NEW (marked with its uid in
 //! `virtualization.deckhouse.io/vmoprestore`) and the operation itself are deleted, each with
 //! its uid as a precondition.
@@ -209,16 +212,38 @@ pub async fn restore(
         return Ok(outcome);
     }
     let copy = secret.as_ref().map(|(_, n)| n.as_str());
+    // As for `clone` (crate::clone): the restorer creates its copy of the source's Secret and
+    // then the VM with the source's runPolicy, so an AlwaysOn VM could boot with the source's
+    // identity if that copy held it. The Secret the new VM refers to is made now, with its own
+    // identity, marked with the operation's uid: the provisioner restorer takes it as made and
+    // creates nothing (deckhouse/virtualization `service/restorer/restorers/
+    // provisioner_restorer.go` ValidateClone/ProcessClone: `existed.Annotations[AnnVMOPRestore]
+    // == restoreUID` returns nil). Only if the platform was first (409, its copy marked with the
+    // uid too) is the copy rewritten in [`follow`].
+    let mut pending = new_text.as_deref();
+    if let (Some(name), Some(text)) = (copy, pending) {
+        let mut made = identity::secret_object(crate::flavor::Flavor::Deckhouse, ns, target, text);
+        made["metadata"]["name"] = json!(name);
+        made["metadata"]["annotations"] = json!({ identity::MADE_BY_OPERATION: op_uid });
+        match identity::create_secret(cluster, &made).await {
+            Ok(_) => {
+                on_event(Event::Notice(format!(
+                    "secret/{name}: made with {target}'s own identity (principals, host key, host certificate) before the platform copies the source's"
+                )));
+                pending = None;
+            }
+            Err(Error::Conflict(_)) => {}
+            Err(e) => {
+                undo(
+                    cluster, ns, &op_name, &op_uid, target, &disks, copy, on_event,
+                )
+                .await;
+                return Err(e);
+            }
+        }
+    }
     let result = follow(
-        cluster,
-        ns,
-        &op_name,
-        &op_uid,
-        target,
-        copy,
-        new_text.as_deref(),
-        &snap_name,
-        on_event,
+        cluster, ns, &op_name, &op_uid, target, copy, pending, &snap_name, on_event,
     )
     .await;
     let done = match result {

@@ -202,7 +202,9 @@ pub fn render(inv: &Invocation, paths: &ConfigPaths, user: &str, tofu_vms: &[VmE
         ]),
         p(&paths.key),
         p(&paths.certificates),
-        inv.command(&["ssh-known-hosts".into()]),
+        // The key the host offers (`%t %K`): a host certificate revoked by serial or key ID
+        // gets an `@revoked` line for its key (known_hosts has no syntax for serials).
+        inv.command(&["ssh-known-hosts".into(), "%t".into(), "%K".into()]),
     ));
     out
 }
@@ -218,6 +220,22 @@ pub fn known_hosts(ca_keys: &[String], revoked: &[String]) -> String {
         out.push_str(&format!("@revoked * {}\n", key.trim()));
     }
     out
+}
+
+/// The plain key of the host certificate OpenSSH offers to `KnownHostsCommand` (`%t %K`:
+/// its type and base64 blob), as an OpenSSH line, when `revocations` revokes that certificate
+/// by serial or key ID; `None` for anything else (`NONE`, a plain key, a certificate not
+/// revoked, text that does not parse).
+pub fn revoked_offered_certificate(
+    revocations: &crate::ca::krl::Revocations,
+    key_type: &str,
+    key: &str,
+) -> Option<String> {
+    let cert = ssh_key::Certificate::from_openssh(&format!("{key_type} {key}")).ok()?;
+    revocations.certificate_revoked(&cert)?;
+    ssh_key::PublicKey::from(cert.public_key().clone())
+        .to_openssh()
+        .ok()
 }
 
 /// The `Include` line added to `~/.ssh/config`.
@@ -308,7 +326,7 @@ mod tests {
         assert!(text.contains("ProxyCommand /usr/bin/kubectl-vm --kubeconfig '/x y/k' --context prod port-forward --stdio --ssh-host '%n' %p"), "{text}");
         assert!(text.contains(r#"Match host "*.vm,!*'*" user "*,!*'*" exec "/usr/bin/kubectl-vm --kubeconfig '/x y/k' --context prod ssh-cert --login '%r' '%n'""#), "{text}");
         assert!(text.contains("CertificateFile /home/a/.kube/kubectl-vm/ssh/certs/%r@%n-cert.pub"));
-        assert!(text.contains("KnownHostsCommand /usr/bin/kubectl-vm --kubeconfig '/x y/k' --context prod ssh-known-hosts"));
+        assert!(text.contains("KnownHostsCommand /usr/bin/kubectl-vm --kubeconfig '/x y/k' --context prod ssh-known-hosts %t %K\n"));
         assert!(
             !text.contains("$("),
             "no shell expansion of a token: {text}"

@@ -96,6 +96,11 @@ pub enum HostRejection {
         /// `SHA256:…` of the revoked key.
         fingerprint: String,
     },
+    /// The host certificate is revoked by serial or key ID (`kubectl vm ca revoke`).
+    RevokedCertificate {
+        /// `serial 42` or `key ID "…"`.
+        by: String,
+    },
     /// The known_hosts file could not be read or written.
     File(String),
 }
@@ -139,6 +144,10 @@ impl std::fmt::Display for HostRejection {
             HostRejection::Revoked { fingerprint } => write!(
                 f,
                 "host key verification failed: the host key {fingerprint} is revoked by the platform (`kubectl vm ca revoke`)"
+            ),
+            HostRejection::RevokedCertificate { by } => write!(
+                f,
+                "host key verification failed: the host certificate ({by}) is revoked by the platform (`kubectl vm ca revoke`)"
             ),
             HostRejection::File(e) => write!(f, "known_hosts: {e}"),
         }
@@ -185,8 +194,9 @@ pub struct HostVerifier {
     pub namespace: String,
     /// Trusted platform CA keys (from the CA ConfigMap); empty without a CA.
     pub ca_keys: Vec<PublicKey>,
-    /// Revoked host keys (from the CA ConfigMap): refused plain or certified.
-    pub revoked: Vec<PublicKey>,
+    /// What the CA ConfigMap revokes: host keys (refused plain or certified), certificate
+    /// serials and key IDs.
+    pub revoked: crate::ca::krl::Revocations,
     /// The known_hosts file.
     pub known_hosts: PathBuf,
     /// Policy for unknown hosts.
@@ -342,10 +352,15 @@ impl HostVerifier {
             russh::keys::PublicKeyOrCertificate::Certificate(cert) => cert.public_key().clone(),
             russh::keys::PublicKeyOrCertificate::PublicKey { key, .. } => key.key_data().clone(),
         };
-        if let Some(revoked) = self.revoked.iter().find(|k| *k.key_data() == key_data) {
+        if let Some(revoked) = self.revoked.keys.iter().find(|k| *k.key_data() == key_data) {
             return Err(HostRejection::Revoked {
                 fingerprint: revoked.fingerprint(HashAlg::Sha256).to_string(),
             });
+        }
+        if let russh::keys::PublicKeyOrCertificate::Certificate(cert) = presented
+            && let Some(by) = self.revoked.certificate_revoked(cert)
+        {
+            return Err(HostRejection::RevokedCertificate { by: by.to_string() });
         }
         match presented {
             russh::keys::PublicKeyOrCertificate::Certificate(cert) => self.check_certificate(cert),
@@ -430,7 +445,7 @@ mod tests {
             strict,
             prompt: None,
             certificate_required: false,
-            revoked: Vec::new(),
+            revoked: Default::default(),
         }
     }
 
@@ -575,7 +590,7 @@ mod tests {
             v.check(&PublicKeyOrCertificate::Certificate(cert.clone()))
                 .is_ok()
         );
-        v.revoked = vec![key.clone()];
+        v.revoked.keys = vec![key.clone()];
         let expected = key.fingerprint(HashAlg::Sha256).to_string();
         for presented in [
             PublicKeyOrCertificate::Certificate(cert),
@@ -590,6 +605,58 @@ mod tests {
             }
         }
         assert!(!v.known_hosts.exists(), "a revoked key is not recorded");
+    }
+
+    /// A host certificate revoked by serial or by key ID is refused; the same key with a
+    /// certificate of another serial and ID, and the hostile pair's certificate, are not.
+    #[test]
+    fn host_certificates_revoked_by_serial_or_key_id_are_refused() {
+        use russh::keys::PublicKeyOrCertificate;
+        let dir = tempfile::tempdir().unwrap();
+        let ca = CaBundle::generate().unwrap();
+        let mut v = verifier(dir.path(), &ca, StrictHostKeyChecking::AcceptNew);
+        v.vm = "db.primary".into();
+        v.namespace = "prod".into();
+        let cert = host_cert(&ca, "db.primary", "prod");
+        let fresh = host_cert(&ca, "db.primary", "prod");
+        assert!(
+            v.check(&PublicKeyOrCertificate::Certificate(cert.clone()))
+                .is_ok()
+        );
+        v.revoked.serials.insert(cert.serial());
+        match v.check(&PublicKeyOrCertificate::Certificate(cert.clone())) {
+            Err(HostRejection::RevokedCertificate { by }) => {
+                assert_eq!(by, format!("serial {}", cert.serial()))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            v.check(&PublicKeyOrCertificate::Certificate(fresh.clone()))
+                .is_ok()
+        );
+        // By key ID: the ID names the pair, so `db.primary.prod` in `vm` is not caught by it.
+        v.revoked.serials.clear();
+        v.revoked
+            .key_ids
+            .insert("kubevm-host:prod/db.primary".into());
+        let err = v
+            .check(&PublicKeyOrCertificate::Certificate(fresh))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "host key verification failed: the host certificate (key ID \"kubevm-host:prod/db.primary\") is revoked by the platform (`kubectl vm ca revoke`)"
+        );
+        let mut other = verifier(dir.path(), &ca, StrictHostKeyChecking::AcceptNew);
+        other.vm = "db.primary.prod".into();
+        other.namespace = "vm".into();
+        other.revoked = v.revoked.clone();
+        let theirs = host_cert(&ca, "db.primary.prod", "vm");
+        assert!(
+            other
+                .check(&PublicKeyOrCertificate::Certificate(theirs))
+                .is_ok()
+        );
     }
 
     #[test]

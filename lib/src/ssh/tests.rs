@@ -124,7 +124,7 @@ fn verifier(ca: &CaBundle, known_hosts: &Path, strict: StrictHostKeyChecking) ->
         strict,
         prompt: None,
         certificate_required: false,
-        revoked: Vec::new(),
+        revoked: Default::default(),
     }
 }
 

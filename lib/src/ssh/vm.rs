@@ -284,19 +284,23 @@ pub async fn issue_certificate(
     }))
 }
 
-/// The platform CA public keys and the revoked host keys, read from the CA ConfigMap once;
-/// both empty without a CA or for a user who may not read it.
+/// The platform CA public keys and what it revokes (host keys, certificate serials and key
+/// IDs), read from the CA ConfigMap once; both empty without a CA or for a user who may not
+/// read it.
 pub async fn host_trust(
     cluster: &Cluster,
     ca_namespace: &str,
-) -> Result<(Vec<PublicKey>, Vec<PublicKey>), Error> {
+) -> Result<(Vec<PublicKey>, crate::ca::krl::Revocations), Error> {
     let config_map = match store::read_configmap(cluster, ca_namespace).await {
         Ok(Some(cm)) => cm,
-        Ok(None) | Err(Error::Forbidden { .. }) => return Ok((Vec::new(), Vec::new())),
+        Ok(None) | Err(Error::Forbidden { .. }) => return Ok((Vec::new(), Default::default())),
         Err(e) => return Err(e),
     };
     let keys = crate::ca::trusted_keys_from_configmap(&config_map).unwrap_or_default();
-    Ok((keys, store::revoked_keys_from_configmap(&config_map)))
+    Ok((
+        keys,
+        crate::ca::krl::Revocations::from_configmap(&config_map),
+    ))
 }
 
 /// The platform CA public keys, for host certificates; empty without a CA.

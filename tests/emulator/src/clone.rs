@@ -743,6 +743,28 @@ fn restore_plan(
         let mut vm_created = None;
         for p in plan {
             let name = meta_str(&p.object, "name").to_string();
+            // What already carries this operation's uid is taken as made, not created again
+            // (deckhouse/virtualization `service/restorer/restorers/provisioner_restorer.go`
+            // and `vm_restorer.go` ProcessClone: `existed.Annotations[AnnVMOPRestore] ==
+            // restoreUID` returns nil before Create).
+            let key = Key::new(p.group, p.plural, ns, &name);
+            if let Some(existing) = app.store.get(&key).filter(|o| {
+                o.pointer("/metadata/annotations")
+                    .and_then(|a| a.get(VMOP_RESTORE))
+                    .and_then(Value::as_str)
+                    == Some(meta_str(op, "uid"))
+            }) {
+                if p.kind == "VirtualMachine" {
+                    vm_created = Some(existing);
+                }
+                statuses.push(resource_status(
+                    p.kind,
+                    &name,
+                    "Completed",
+                    "Successfully processed",
+                ));
+                continue;
+            }
             match app.store.create(p.group, p.plural, p.object.clone()) {
                 Ok(obj) => {
                     if p.kind == "VirtualMachine" {
@@ -1020,6 +1042,102 @@ mod tests {
         );
         ticks(&app, 1);
         assert!(clone_phase(&app).is_null());
+    }
+
+    /// provisioner_restorer.go ProcessClone: a Secret under the replaced name that carries the
+    /// operation's uid (`vmoprestore`) is the operation's own: the clone completes with it, as
+    /// it was, and the new VM (created with the source's runPolicy, AlwaysOn) refers to it.
+    /// Without one, the copy of the source's Secret is made before the VM.
+    #[test]
+    fn deckhouse_clone_takes_a_secret_marked_with_its_uid_as_its_own() {
+        for premade in [true, false] {
+            let app = app(crate::ServeFlavor::Deckhouse);
+            app.store
+                .create(
+                    DH,
+                    "virtualdisks",
+                    json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+                    "kind": "VirtualDisk", "metadata": {"name": "src-root", "namespace": "default"},
+                    "spec": {"persistentVolumeClaim": {"size": "1Gi"}}}),
+                )
+                .unwrap();
+            app.store
+                .create(
+                    "",
+                    "secrets",
+                    json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "src-cloudinit", "namespace": "default"},
+                    "data": {"userData": "c291cmNl"}}),
+                )
+                .unwrap();
+            app.store
+                .create(DH, "virtualmachines", json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+                    "kind": "VirtualMachine", "metadata": {"name": "src", "namespace": "default"},
+                    "spec": {"runPolicy": "AlwaysOn",
+                        "provisioning": {"type": "UserDataRef", "userDataRef": {"kind": "Secret", "name": "src-cloudinit"}},
+                        "blockDeviceRefs": [{"kind": "VirtualDisk", "name": "src-root"}]}}))
+                .unwrap();
+            let rules = json!([{"from": {"kind": "VirtualMachine", "name": "src"}, "to": "dst"},
+                {"from": {"kind": "VirtualDisk", "name": "src-root"}, "to": "dst-root"},
+                {"from": {"kind": "Secret", "name": "src-cloudinit"}, "to": "dst-cloudinit"}]);
+            let op = app
+                .store
+                .create(DH, "virtualmachineoperations", json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+                    "kind": "VirtualMachineOperation", "metadata": {"name": "op", "namespace": "default"},
+                    "spec": {"type": "Clone", "virtualMachineName": "src",
+                        "clone": {"mode": "Strict", "nameReplacement": rules}}}))
+                .unwrap();
+            if premade {
+                app.store
+                    .create(
+                        "",
+                        "secrets",
+                        json!({"apiVersion": "v1", "kind": "Secret",
+                        "metadata": {"name": "dst-cloudinit", "namespace": "default",
+                            "annotations": {VMOP_RESTORE: op["metadata"]["uid"]}},
+                        "data": {"userData": "bmV3"}}),
+                    )
+                    .unwrap();
+            }
+            ticks(&app, 8);
+            let op = app
+                .store
+                .get(&Key::new(DH, "virtualmachineoperations", "default", "op"))
+                .unwrap();
+            // Processed (the disks' readiness, which ends the operation, is not modelled here).
+            let resources = op["status"]["resources"].as_array().unwrap();
+            assert_eq!(resources.len(), 3, "{op}");
+            assert!(
+                resources
+                    .iter()
+                    .all(|r| r["message"] == "Successfully processed"),
+                "{op}"
+            );
+            let secret = app
+                .store
+                .get(&Key::new("", "secrets", "default", "dst-cloudinit"))
+                .unwrap();
+            let expected = if premade { "bmV3" } else { "c291cmNl" };
+            assert_eq!(secret["data"]["userData"], expected, "{secret}");
+            let vm = app
+                .store
+                .get(&Key::new(DH, "virtualmachines", "default", "dst"))
+                .unwrap();
+            assert_eq!(vm["spec"]["runPolicy"], "AlwaysOn");
+            assert_eq!(
+                vm["spec"]["provisioning"]["userDataRef"]["name"],
+                "dst-cloudinit"
+            );
+            // The restorer handles the Secret before the VM (snapshot_resources.go Prepare).
+            let order: Vec<&str> = op["status"]["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|r| r["kind"].as_str())
+                .collect();
+            let at = |k| order.iter().position(|o| *o == k).unwrap();
+            assert!(at("Secret") < at("VirtualMachine"), "{order:?}");
+        }
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! which cloud-init runs on every boot (the per-instance modules run only once per instance).
 
 pub use crate::names::{
-    CA_KEYS_PATH, ENV_FILE_PATH, HOST_CERT_PATH, PRINCIPALS_DIR, PROFILE_PATH, SSHD_DROP_IN_PATH,
+    CA_KEYS_PATH, ENV_FILE_PATH, HOST_CERT_PATH, PRINCIPALS_DIR, PROFILE_PATH,
+    REVOKED_KRL_B64_PATH, REVOKED_KRL_PATH, SSHD_DROP_IN_PATH,
 };
 
 use yaml_serde::{Mapping, Value};
@@ -159,6 +160,39 @@ pub(crate) fn heredoc(out: &mut String, redirect: &str, path: &str, content: &st
     out.push('\n');
 }
 
+/// The base64 lines of a KRL as the boot script's heredoc holds them (76 columns).
+pub fn krl_lines(krl: &[u8]) -> Vec<String> {
+    use base64::Engine;
+    let text = base64::engine::general_purpose::STANDARD.encode(krl);
+    text.as_bytes()
+        .chunks(76)
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .collect()
+}
+
+/// The drop-in line that makes sshd refuse what the KRL revokes.
+pub fn revoked_keys_line() -> String {
+    format!("RevokedKeys {REVOKED_KRL_PATH}")
+}
+
+/// Write the CA's KRL (sshd `RevokedKeys`) at every boot: the base64 text, decoded. If it
+/// cannot be decoded the file is removed, and sshd then refuses every key and certificate
+/// (fail closed: a revoked certificate must not pass because a tool is missing).
+pub(crate) fn krl_script(out: &mut String, krl: &[u8]) {
+    heredoc(
+        out,
+        ">",
+        REVOKED_KRL_B64_PATH,
+        &(krl_lines(krl).join("\n") + "\n"),
+    );
+    out.push_str(&krl_decode_line());
+}
+
+/// The line that decodes [`REVOKED_KRL_B64_PATH`] into [`REVOKED_KRL_PATH`].
+pub fn krl_decode_line() -> String {
+    format!("base64 -d {REVOKED_KRL_B64_PATH} > {REVOKED_KRL_PATH} || rm -f {REVOKED_KRL_PATH}\n")
+}
+
 /// The script `bootcmd` runs on every boot.
 fn boot_script(plan: &VmPlan) -> String {
     let mut out = String::new();
@@ -186,12 +220,21 @@ fn boot_script(plan: &VmPlan) -> String {
             );
         }
         let mut drop_in = format!(
-            "# Written by kubectl-vm on every boot; changes are lost.\nTrustedUserCAKeys {CA_KEYS_PATH}\nAuthorizedPrincipalsFile {PRINCIPALS_DIR}/%u\n"
+            "# Written by kubectl-vm on every boot; changes are lost.\nTrustedUserCAKeys {CA_KEYS_PATH}\nAuthorizedPrincipalsFile {PRINCIPALS_DIR}/%u\n{}\n",
+            revoked_keys_line()
         );
         if let Some(host) = &ssh.host {
             heredoc(&mut out, ">", HOST_CERT_PATH, &host.certificate);
             drop_in.push_str(&format!("HostCertificate {HOST_CERT_PATH}\n"));
         }
+        // Just before the drop-in that names it (where `ca revoke` adds it to older guests).
+        // What the CA revokes (serials, key IDs, keys), refused by sshd's `RevokedKeys`.
+        let krl = if ssh.revoked_krl.is_empty() {
+            crate::ca::krl::empty_krl()
+        } else {
+            ssh.revoked_krl.clone()
+        };
+        krl_script(&mut out, &krl);
         heredoc(&mut out, ">", SSHD_DROP_IN_PATH, &drop_in);
         // Older images have no Include line; sshd uses the first value, so it goes first.
         out.push_str("if [ -f /etc/ssh/sshd_config ] && ! grep -qi '^Include /etc/ssh/sshd_config.d/' /etc/ssh/sshd_config; then\n  sed -i '1i Include /etc/ssh/sshd_config.d/*.conf' /etc/ssh/sshd_config\nfi\n");
