@@ -176,6 +176,12 @@ pub struct ExportOptions {
     pub max_retries: u32,
     /// The first retry's delay (doubles up to 8 s).
     pub retry_delay: Duration,
+    /// Fetch this one file of a filesystem claim through its `dir` link (KubeVirt serves a
+    /// claim not holding a disk image as `dir` and `tar.gz`), raw with Range: a memory dump.
+    /// One normal path component (checked).
+    pub dir_file: Option<String>,
+    /// The command the resume hint names (default `kubectl vm export SOURCE`).
+    pub resume_command: Option<String>,
 }
 
 /// Progress of an export run.
@@ -430,9 +436,12 @@ pub(crate) fn resume_hint(kind: &str, name: &str, options: &ExportOptions) -> St
         Output::Stdout => "-".into(),
         Output::Manifest => String::new(),
     };
+    let command = options
+        .resume_command
+        .clone()
+        .unwrap_or_else(|| format!("kubectl vm export {}", options.source.display()));
     format!(
-        "; the {kind} {name:?} was kept: resume with `kubectl vm export {} -n {} -o {output} --reuse {name} --resume`",
-        options.source.display(),
+        "; the {kind} {name:?} was kept: resume with `{command} -n {} -o {output} --reuse {name} --resume`",
         options.namespace
     )
 }
