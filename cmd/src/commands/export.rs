@@ -165,6 +165,7 @@ fn options(args: &ExportArgs) -> CommandResult<(Option<&'static str>, String, Ex
         max_retries: args.retries,
         retry_delay: args.retry_delay,
         dir_file: None,
+        compress: false,
         resume_command: None,
     };
     Ok((prefix, name, options))

@@ -8,6 +8,7 @@
 //! earlier kubectl-vm run that failed, created it).
 
 pub mod checksum;
+pub mod compress;
 pub mod deckhouse;
 pub mod download;
 pub mod file;
@@ -182,6 +183,10 @@ pub struct ExportOptions {
     pub dir_file: Option<String>,
     /// The command the resume hint names (default `kubectl vm export SOURCE`).
     pub resume_command: Option<String>,
+    /// Fetch raw (resumable) and write the file gzip-compressed once complete: for data the
+    /// server serves raw only (a `dir_file`). The checksum reported is the data's; the
+    /// `FILE.sha256` next to it is the compressed file's.
+    pub compress: bool,
 }
 
 /// Progress of an export run.
@@ -423,6 +428,7 @@ pub(crate) async fn download_all(
             gzip: volume.gzip,
             decompress: options.decompress,
             path,
+            compress: options.compress,
         };
         download::download(client, &job, options, on_event).await?;
     }

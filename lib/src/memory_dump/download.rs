@@ -13,9 +13,10 @@
 //! through the `dir` link (Go's `http.FileServer`: Range, Last-Modified) by the export path
 //! ([`crate::export`]): resumed after errors, sha256 while streaming, `FILE.partial` until
 //! complete, the export deleted after success and kept (with the resume command) after a
-//! failure.
+//! failure. `--format gzip` still fetches raw (resumable; the server has no gzip of one file)
+//! and compresses the complete file before it takes its final name ([`export::compress`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -35,6 +36,8 @@ pub struct DownloadRequest {
     pub vm: VmRef,
     /// The file to write.
     pub output: PathBuf,
+    /// Raw (the ELF core as served) or gzip (compressed once downloaded).
+    pub format: Format,
     /// Continue `FILE.partial` from an earlier run.
     pub resume: bool,
     /// Use this existing export (one a failed run kept).
@@ -49,6 +52,51 @@ pub struct DownloadRequest {
     pub max_retries: u32,
     /// The first retry's delay.
     pub retry_delay: Duration,
+}
+
+impl DownloadRequest {
+    /// A request with the usual transfer settings: no resume, no reuse, the export deleted
+    /// after success, 8 retries from 1 s, 10 minutes to wait (`timeout` zero: no limit).
+    pub fn new(vm: VmRef, output: PathBuf, format: Format) -> DownloadRequest {
+        DownloadRequest {
+            vm,
+            output,
+            format,
+            resume: false,
+            reuse: None,
+            keep: false,
+            insecure: false,
+            timeout: Duration::from_secs(600),
+            max_retries: 8,
+            retry_delay: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Checks where a dump goes and how, before any request: a file (not stdout, not a
+/// directory), `--resume` only with the export a failed run kept (`--reuse NAME`).
+pub fn check_transfer(output: &Path, resume: bool, reuse: Option<&str>) -> Result<()> {
+    if output.as_os_str().is_empty() || output.as_os_str() == "-" {
+        return Err(Error::Usage(
+            "memory-dump download needs -o FILE (a memory dump is not written to stdout)".into(),
+        ));
+    }
+    if output.is_dir() || output.as_os_str().to_string_lossy().ends_with('/') {
+        return Err(Error::Usage(format!(
+            "-o {} is a directory: name the file to write",
+            output.display()
+        )));
+    }
+    if let Some(reuse) = reuse {
+        crate::target::validate_name(reuse)
+            .map_err(|why| Error::Usage(format!("invalid --reuse {reuse:?}: {why}")))?;
+    }
+    if resume && reuse.is_none() {
+        return Err(Error::Usage(
+            "--resume continues a download whose export was kept: pass it with --reuse NAME".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Progress of a download: the dump's state, then the export's events.
@@ -127,19 +175,25 @@ pub async fn download(
     on_event: &mut (dyn FnMut(DownloadEvent) + Send),
 ) -> Result<()> {
     check(platform.flavor)?;
+    check_transfer(&request.output, request.resume, request.reuse.as_deref())?;
     let vm = &request.vm;
+    // Zero: no limit.
+    let timeout = if request.timeout.is_zero() {
+        Duration::from_secs(365 * 24 * 3600)
+    } else {
+        request.timeout
+    };
     let sink = std::sync::Mutex::new(&mut *on_event);
     let found = tokio::time::timeout(
-        request.timeout,
+        timeout,
         completed_dump(cluster, vm, &|e| {
             (sink.lock().unwrap_or_else(|p| p.into_inner()))(DownloadEvent::Dump(e));
         }),
     )
     .await;
-    drop(sink);
     let (claim, file) = found.map_err(|_| {
         Error::Timeout(format!(
-            "the memory dump of {vm} to complete (after {}s; raise --timeout)",
+            "the memory dump of {vm} to complete (after {}s; raise --download-timeout)",
             request.timeout.as_secs()
         ))
     })??;
@@ -161,11 +215,20 @@ pub async fn download(
         resume: request.resume,
         ttl: Duration::from_secs(2 * 3600),
         insecure: request.insecure,
-        wait_timeout: request.timeout,
+        wait_timeout: timeout,
         max_retries: request.max_retries,
         retry_delay: request.retry_delay,
         dir_file: Some(file),
-        resume_command: Some(format!("kubectl vm memory-dump download {}", vm.name)),
+        resume_command: Some(format!(
+            "kubectl vm memory-dump download {}{}",
+            vm.name,
+            if request.format == Format::Gzip {
+                " --format gzip"
+            } else {
+                ""
+            }
+        )),
+        compress: request.format == Format::Gzip,
     };
     export::run(cluster, platform, &options, &mut |e| {
         on_event(DownloadEvent::Export(e))
