@@ -1,9 +1,13 @@
-//! `memory-dump get|remove` on KubeVirt (the claim virtctl would make, the subresource
-//! requests, progress to Completed) and its refusal on Deckhouse, which has no memory dump.
+//! `memory-dump get|download|remove` on KubeVirt (the claim virtctl would make, the
+//! subresource requests, progress to Completed, the dump downloaded through the export of its
+//! claim and checked with `file`, `readelf`, `sha256sum` and curl as independent readers) and
+//! its refusal on Deckhouse, which has no memory dump.
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, fails, ok, stderr};
+use std::process::Command;
+
+use crate::common::{Env, fails, ok, on_tty, stderr};
 use crate::lifecycle::{apply, changes, eventually};
 
 const SUB: &str = "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachines";
@@ -143,6 +147,7 @@ fn deckhouse_refuses_in_one_line() {
             "--create-claim",
         ][..],
         &["memory-dump", "remove", "linux-vm"][..],
+        &["memory-dump", "download", "linux-vm", "-o", "d.core"][..],
     ] {
         let err = fails(&env, args, 2);
         assert!(
@@ -182,6 +187,20 @@ fn bad_input_is_refused_before_any_request() {
             "Bad_SC",
         ][..],
         &["memory-dump", "remove", "web.Bad_NS"][..],
+        &["memory-dump", "download", "Bad_Name!", "-o", "d.core"][..],
+        &["memory-dump", "download", "web", "-o", "-"][..],
+        &["memory-dump", "download", "web", "-o", "/tmp/"][..],
+        &["memory-dump", "download", "web", "-o", "d.core", "--resume"][..],
+        &[
+            "memory-dump",
+            "download",
+            "web",
+            "-o",
+            "d.core",
+            "--reuse",
+            "Bad_Export",
+        ][..],
+        &["memory-dump", "get", "web", "--claim-name", "d", "-o", "-"][..],
     ] {
         fails(&env, args, 2);
     }
@@ -195,6 +214,8 @@ fn bad_input_is_refused_before_any_request() {
             "ReadWriteOnce",
         ][..],
         &["memory-dump", "nosuch", "web"][..],
+        &["memory-dump", "download", "web"][..],
+        &["memory-dump", "get", "web", "-o", "d.core", "--no-wait"][..],
     ] {
         let out = env.vm(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
@@ -204,4 +225,364 @@ fn bad_input_is_refused_before_any_request() {
         "{:?}",
         env.emulator.requests()
     );
+}
+
+/// Types into the console (flushed: the pty buffers otherwise).
+fn send(console: &mut rexpect::session::PtySession, text: &str) {
+    console.send(text).unwrap();
+    console.flush().unwrap();
+}
+
+/// Runs `program args… FILE` and returns its stdout.
+fn tool(program: &str, args: &[&str], file: &std::path::Path) -> String {
+    let out = Command::new(program).args(args).arg(file).output().unwrap();
+    assert!(out.status.success(), "{program}: {}", stderr(&out));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A string typed into the guest's console is in the dump `get -o` downloads; the dump is an
+/// ELF core (`file`, `readelf`); its sha256 is `sha256sum`'s and that of the same file fetched
+/// with curl from the export's `dir` link; `download` fetches it again, byte for byte.
+#[test]
+fn the_dump_is_downloaded_as_an_elf_core_holding_what_the_guest_printed() {
+    let env = Env::kubevirt();
+    let mut console = on_tty(&env, &["console", "web"]);
+    console
+        .exp_string("Successfully connected to web's serial console")
+        .unwrap();
+    send(&mut console, "\r");
+    console.exp_string("web login: ").unwrap();
+    send(&mut console, "cloud\r");
+    console.exp_string("Password: ").unwrap();
+    send(&mut console, "cloud\r");
+    console.exp_string("cloud@web:~$ ").unwrap();
+    // The marker exists only as the shell's output (the typed line says `$((6*7))`).
+    send(&mut console, "echo kubevm-marker-$((6*7))\r");
+    console.exp_string("kubevm-marker-42").unwrap();
+    send(&mut console, "\x1d");
+    console.exp_eof().unwrap();
+
+    let core = env.dir.path().join("web.core");
+    let out = env.vm(&[
+        "memory-dump",
+        "get",
+        "web",
+        "--claim-name",
+        "web-dump",
+        "--create-claim",
+        "-o",
+        core.to_str().unwrap(),
+    ]);
+    let err = stderr(&out);
+    let text = ok(out);
+    let vm = kubectl_json(&env, &["get", "vm", "web"]);
+    let file_name = vm["status"]["memoryDumpRequest"]["fileName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        text,
+        format!(
+            "memory dump of web completed: {file_name} in claim web-dump\nmemory dump of web downloaded to {}\n",
+            core.display()
+        )
+    );
+    assert!(
+        err.contains(&format!("web: memory dump {file_name} in claim web-dump")),
+        "{err}"
+    );
+
+    // Independent readers.
+    let kind = tool("file", &["-b"], &core);
+    assert!(
+        kind.starts_with("ELF 64-bit LSB core file, x86-64"),
+        "{kind}"
+    );
+    assert!(tool("readelf", &["-h"], &core).contains("CORE (Core file)"));
+    let segments = tool("readelf", &["-lW"], &core);
+    assert!(
+        segments.contains("NOTE") && segments.contains("LOAD"),
+        "{segments}"
+    );
+    let grep = Command::new("grep")
+        .args(["-a", "-c", "kubevm-marker-42"])
+        .arg(&core)
+        .output()
+        .unwrap();
+    assert!(grep.status.success(), "the marker is not in the dump");
+    let sum = tool("sha256sum", &[], &core);
+    let hex = sum.split_whitespace().next().unwrap();
+    assert!(err.contains(&format!("sha256:{hex}")), "{err}");
+    let sidecar = std::fs::read_to_string(env.dir.path().join("web.core.sha256")).unwrap();
+    assert!(sidecar.starts_with(hex), "{sidecar}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&core).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(!env.dir.path().join("web.core.partial").exists());
+    // The export it made is gone.
+    let left = ok(env.kubectl(&["get", "virtualmachineexports", "-o", "name"]));
+    assert_eq!(left, "");
+
+    // download again, keeping the export, and fetch the same file with curl from its link.
+    let again = env.dir.path().join("again.core");
+    let out = env.vm(&[
+        "memory-dump",
+        "download",
+        "web",
+        "-o",
+        again.to_str().unwrap(),
+        "--keep",
+    ]);
+    ok(out);
+    assert_eq!(
+        std::fs::read(&again).unwrap(),
+        std::fs::read(&core).unwrap()
+    );
+    let vme = kubectl_json(&env, &["get", "virtualmachineexports"]);
+    let vme = &vme["items"][0];
+    let link = &vme["status"]["links"]["external"];
+    let dir = link["volumes"][0]["formats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["format"] == "dir")
+        .unwrap()["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ca = env.dir.path().join("export-ca.pem");
+    std::fs::write(&ca, link["cert"].as_str().unwrap()).unwrap();
+    let secret = kubectl_json(
+        &env,
+        &[
+            "get",
+            "secret",
+            vme["spec"]["tokenSecretRef"].as_str().unwrap(),
+        ],
+    );
+    use base64::Engine;
+    let token = base64::engine::general_purpose::STANDARD
+        .decode(secret["data"]["token"].as_str().unwrap())
+        .unwrap();
+    let fetched = env.dir.path().join("curl.core");
+    let curl = Command::new("curl")
+        .args(["-sSf", "--cacert"])
+        .arg(&ca)
+        .args([
+            "-H",
+            &format!(
+                "x-kubevirt-export-token: {}",
+                String::from_utf8(token).unwrap()
+            ),
+            "-o",
+        ])
+        .arg(&fetched)
+        .arg(format!("{dir}{file_name}"))
+        .output()
+        .unwrap();
+    assert!(curl.status.success(), "{}", stderr(&curl));
+    assert_eq!(
+        tool("sha256sum", &[], &fetched).split_whitespace().next(),
+        Some(hex)
+    );
+}
+
+/// A completed dump of `web` in claim `web-dump`.
+fn dumped(env: &Env) {
+    ok(env.vm(&[
+        "memory-dump",
+        "get",
+        "web",
+        "--claim-name",
+        "web-dump",
+        "--create-claim",
+    ]));
+}
+
+fn sha256sum(path: &std::path::Path) -> String {
+    tool("sha256sum", &[], path)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// A run killed mid-transfer leaves only FILE.partial and its export; `--reuse NAME --resume`
+/// fetches just the rest, and the result is byte for byte what an uninterrupted run gets.
+#[test]
+fn a_killed_download_resumes_where_it_stopped() {
+    use kubevm_emulator::export::ExportFaults;
+    use std::time::{Duration, Instant};
+    let env = Env::kubevirt();
+    dumped(&env);
+    let whole = env.dir.path().join("whole.core");
+    ok(env.vm(&[
+        "memory-dump",
+        "download",
+        "web",
+        "-o",
+        whole.to_str().unwrap(),
+    ]));
+    let size = std::fs::metadata(&whole).unwrap().len();
+    assert!(size > 2 << 20, "{size}");
+
+    env.emulator.set_export_faults(ExportFaults {
+        bytes_per_sec: Some(1 << 20),
+        ..Default::default()
+    });
+    let file = env.dir.path().join("web.core");
+    let partial = env.dir.path().join("web.core.partial");
+    let mut child = env
+        .command(crate::common::BIN)
+        .args([
+            "memory-dump",
+            "download",
+            "web",
+            "-o",
+            file.to_str().unwrap(),
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(&partial).map(|m| m.len()).unwrap_or(0) < 1 << 20 {
+        assert!(Instant::now() < deadline, "no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let kept = std::fs::metadata(&partial).unwrap().len();
+    assert!(kept < size && !file.exists(), "{kept} of {size}");
+    let exports = env.emulator.objects(
+        "export.kubevirt.io",
+        "virtualmachineexports",
+        Some("default"),
+    );
+    assert_eq!(exports.len(), 1, "the export stays");
+    let name = exports[0]["metadata"]["name"].as_str().unwrap().to_owned();
+
+    env.emulator.set_export_faults(ExportFaults::default());
+    let served_before = env.emulator.export_bytes_served();
+    let out = env.vm(&[
+        "memory-dump",
+        "download",
+        "web",
+        "-o",
+        file.to_str().unwrap(),
+        "--reuse",
+        &name,
+        "--resume",
+    ]);
+    let err = stderr(&out);
+    ok(out);
+    assert!(
+        err.contains(&format!("resuming {}", partial.display())),
+        "{err}"
+    );
+    assert_eq!(
+        env.emulator.export_bytes_served() - served_before,
+        size - kept
+    );
+    assert_eq!(sha256sum(&file), sha256sum(&whole));
+    assert!(!partial.exists());
+    assert_eq!(
+        tool("file", &["-b"], &file).split(',').next(),
+        Some("ELF 64-bit LSB core file")
+    );
+}
+
+/// `--format gzip`: the file is gzip (`file`), `gzip -dc | sha256sum` is the sha256 of the raw
+/// dump (and the one printed), FILE.sha256 checks with `sha256sum -c`; connections cut during
+/// the raw transfer are resumed within the run.
+#[test]
+fn gzip_format_unpacks_to_the_dump() {
+    use kubevm_emulator::export::ExportFaults;
+    let env = Env::kubevirt();
+    dumped(&env);
+    let raw = env.dir.path().join("raw.core");
+    ok(env.vm(&[
+        "memory-dump",
+        "download",
+        "web",
+        "-o",
+        raw.to_str().unwrap(),
+    ]));
+    let raw_sum = sha256sum(&raw);
+
+    env.emulator.set_export_faults(ExportFaults {
+        cut_at: vec![1 << 20, 3 << 20],
+        ..Default::default()
+    });
+    let gz = env.dir.path().join("web.core.gz");
+    let out = env.vm(&[
+        "memory-dump",
+        "download",
+        "web",
+        "-o",
+        gz.to_str().unwrap(),
+        "--format",
+        "gzip",
+    ]);
+    let err = stderr(&out);
+    ok(out);
+    assert!(err.contains(&format!("sha256:{raw_sum}")), "{err}");
+    assert!(tool("file", &["-b"], &gz).starts_with("gzip compressed data"));
+    let unpacked = Command::new("sh")
+        .arg("-c")
+        .arg("gzip -dc \"$1\" | sha256sum")
+        .arg("sh")
+        .arg(&gz)
+        .output()
+        .unwrap();
+    assert!(unpacked.status.success());
+    let unpacked = String::from_utf8(unpacked.stdout).unwrap();
+    assert_eq!(unpacked.split_whitespace().next(), Some(raw_sum.as_str()));
+    let check = Command::new("sha256sum")
+        .args(["-c", "web.core.gz.sha256"])
+        .current_dir(env.dir.path())
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", stderr(&check));
+    for leftover in ["web.core.gz.partial", "web.core.gz.partial.gz"] {
+        assert!(!env.dir.path().join(leftover).exists(), "{leftover}");
+    }
+}
+
+/// A server that keeps failing: the run fails, nothing has the final name (raw or gzip), the
+/// export is kept and the message says how to resume.
+#[test]
+fn a_failed_download_leaves_no_file_under_the_final_name() {
+    use kubevm_emulator::export::ExportFaults;
+    let env = Env::kubevirt();
+    dumped(&env);
+    env.emulator.set_export_faults(ExportFaults {
+        fail_5xx: 1000,
+        ..Default::default()
+    });
+    for (file, format) in [("f.core", "raw"), ("f.core.gz", "gzip")] {
+        let path = env.dir.path().join(file);
+        let out = env.vm(&[
+            "memory-dump",
+            "download",
+            "web",
+            "-o",
+            path.to_str().unwrap(),
+            "--format",
+            format,
+            "--retries",
+            "1",
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{format}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("was kept: resume with `kubectl vm memory-dump download web"),
+            "{format}: {err}"
+        );
+        if format == "gzip" {
+            assert!(err.contains("--format gzip -n default"), "{err}");
+        }
+        assert!(!path.exists(), "{format}");
+    }
 }

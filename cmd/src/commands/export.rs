@@ -164,6 +164,9 @@ fn options(args: &ExportArgs) -> CommandResult<(Option<&'static str>, String, Ex
         },
         max_retries: args.retries,
         retry_delay: args.retry_delay,
+        dir_file: None,
+        compress: false,
+        resume_command: None,
     };
     Ok((prefix, name, options))
 }
@@ -201,7 +204,7 @@ pub async fn cmd_export(global: &GlobalArgs, args: ExportArgs) -> CommandResult 
 }
 
 /// Renders events on stderr.
-struct View {
+pub(crate) struct View {
     terminal: bool,
     bar: Option<ProgressBar>,
     spinner: Option<ProgressBar>,
@@ -213,7 +216,7 @@ struct View {
 const LINE_EVERY: Duration = Duration::from_secs(5);
 
 impl View {
-    fn new(terminal: bool) -> Self {
+    pub(crate) fn new(terminal: bool) -> Self {
         View {
             terminal,
             bar: None,
@@ -231,7 +234,7 @@ impl View {
         }
     }
 
-    fn show(&mut self, event: Event) {
+    pub(crate) fn show(&mut self, event: Event) {
         match event {
             Event::Created { kind, name } => self.say(format!("created {kind} {name}")),
             Event::Reusing { name } => self.say(format!("reusing export {name}")),
@@ -351,7 +354,7 @@ impl View {
         }
     }
 
-    fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if let Some(bar) = self.bar.take() {
             bar.abandon();
         }

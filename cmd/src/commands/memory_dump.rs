@@ -1,11 +1,15 @@
-//! `memory-dump get|remove VM`: flags into [`kubevm::memory_dump`] requests; progress on
-//! stderr, one result line on stdout.
+//! `memory-dump get|download|remove VM`: flags into [`kubevm::memory_dump`] requests; progress
+//! on stderr, one result line on stdout.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use clap_complete::engine::ArgValueCompleter;
+use kubevm::export::Format;
 use kubevm::lifecycle::VmRef;
+use kubevm::memory_dump::download::{DownloadEvent, DownloadRequest, check_transfer};
 use kubevm::memory_dump::{self, Event, GetRequest, NewClaim};
 use kubevm::target::Target;
 
@@ -21,6 +25,23 @@ pub enum MemoryDumpCommand {
         after_help = "KubeVirt: PUT …/virtualmachines/NAME/memorydump {claimName}, then the VM's\nstatus.memoryDumpRequest is watched until Completed. --create-claim sizes the claim as virtctl does:\nthe VMI's memory request + 100 MiB, plus the storage class's filesystem overhead from CDIConfig\n(5.5% if it cannot be read), rounded up to 1 MiB. Deckhouse: refused (it has no memory dump).\n\nExamples:\n  kubectl vm memory-dump get web --claim-name web-dump --create-claim\n  kubectl vm memory-dump get web --claim-name web-dump --no-wait\n  kubectl vm memory-dump get web            # dump again into the claim already associated"
     )]
     Get(GetArgs),
+    /// Download the VM's completed memory dump (an ELF core file) to a file
+    #[command(
+        after_help = "Waits for the dump to complete, exports its claim with a VirtualMachineExport and fetches the
+dump file through the export's `dir` link (KubeVirt serves a memory dump claim as `dir` and
+`tar.gz`; virtctl saves the tar.gz, this saves the dump itself): raw with HTTP Range, resumed
+after errors, FILE.partial until complete, FILE.sha256 written next to it. --format gzip still
+fetches raw (resumable) and gzips the complete file before it takes its name; the sha256 printed
+is the dump's (`gzip -dc FILE | sha256sum`), FILE.sha256 the gzip file's. On failure the export
+is kept and the message says how to resume (--reuse NAME --resume). Deckhouse: refused.
+
+Examples:
+  kubectl vm memory-dump download web -o web.core
+  file web.core                 # ELF 64-bit LSB core file, x86-64
+  kubectl vm memory-dump download web -o web.core.gz --format gzip
+  kubectl vm memory-dump download web -o web.core --reuse export-pvc-web-dump-x7k2p --resume"
+    )]
+    Download(DownloadArgs),
     /// Dissociate the dump claim from the VM (the claim and its dump stay)
     #[command(after_help = "Examples:\n  kubectl vm memory-dump remove web")]
     Remove(RemoveArgs),
@@ -56,8 +77,59 @@ pub struct GetArgs {
     #[arg(long, value_name = "MODE", requires = "create_claim")]
     pub access_mode: Option<String>,
 
+    /// Then download the dump to FILE (as `memory-dump download`)
+    #[arg(short = 'o', long, value_name = "FILE", conflicts_with = "no_wait")]
+    pub output: Option<PathBuf>,
+
     #[command(flatten)]
     pub wait: WaitArgs,
+}
+
+/// Arguments of `memory-dump download`.
+#[derive(Debug, Args)]
+pub struct DownloadArgs {
+    /// The VM: NAME or NAME.NAMESPACE
+    #[arg(value_name = "VM", add = ArgValueCompleter::new(complete::vm_names))]
+    pub target: String,
+
+    /// The file to write (the dump itself: an ELF core file)
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: PathBuf,
+
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+}
+
+/// How a dump is fetched (`download`, `get -o`).
+#[derive(Debug, Args)]
+pub struct TransferArgs {
+    /// raw (the ELF core as served) or gzip (compressed once downloaded)
+    #[arg(long, value_name = "FORMAT", default_value = "raw", value_parser = ["raw", "gzip"])]
+    pub format: String,
+
+    /// Continue FILE.partial left by an earlier run (with --reuse)
+    #[arg(long)]
+    pub resume: bool,
+
+    /// Use an existing VirtualMachineExport (one a failed run kept)
+    #[arg(long, value_name = "NAME")]
+    pub reuse: Option<String>,
+
+    /// Keep the export after a successful download
+    #[arg(long, conflicts_with = "reuse")]
+    pub keep: bool,
+
+    /// Do not verify the export server's TLS certificate (insecure)
+    #[arg(long)]
+    pub insecure: bool,
+
+    /// Retries after errors worth retrying (network, 5xx)
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub retries: u32,
+
+    /// How long to wait for the dump to complete and its export to be ready
+    #[arg(long = "download-timeout", value_name = "DURATION", default_value = "10m", value_parser = kubevm::cluster::parse_duration)]
+    pub timeout: Duration,
 }
 
 /// Arguments of `memory-dump remove`.
@@ -89,12 +161,74 @@ fn check_name(value: &str, flag: &str) -> Result<(), CommandError> {
 pub async fn cmd_memory_dump(global: &GlobalArgs, args: MemoryDumpArgs) -> CommandResult {
     match args.command {
         MemoryDumpCommand::Get(a) => get(global, a).await,
+        MemoryDumpCommand::Download(a) => download(global, a).await,
         MemoryDumpCommand::Remove(a) => remove(global, a).await,
     }
 }
 
+fn download_request(vm: &VmRef, output: PathBuf, transfer: &TransferArgs) -> DownloadRequest {
+    let format = if transfer.format == "gzip" {
+        Format::Gzip
+    } else {
+        Format::Raw
+    };
+    DownloadRequest {
+        resume: transfer.resume,
+        reuse: transfer.reuse.clone(),
+        keep: transfer.keep,
+        insecure: transfer.insecure,
+        timeout: transfer.timeout,
+        max_retries: transfer.retries,
+        ..DownloadRequest::new(vm.clone(), output, format)
+    }
+}
+
+async fn fetch(
+    cluster: &kubevm::cluster::Cluster,
+    platform: &kubevm::flavor::Platform,
+    request: &DownloadRequest,
+) -> CommandResult {
+    let vm = request.vm.name.clone();
+    let mut view = crate::commands::export::View::new(std::io::stderr().is_terminal());
+    let phase = say(&vm);
+    let result =
+        memory_dump::download::download(cluster, platform, request, &mut |event| match event {
+            DownloadEvent::Dump(e) => phase(e),
+            DownloadEvent::Found { claim, file } => {
+                eprintln!("{vm}: memory dump {file} in claim {claim}");
+            }
+            DownloadEvent::Export(e) => view.show(e),
+        })
+        .await;
+    view.finish();
+    result?;
+    writeln!(
+        std::io::stdout().lock(),
+        "memory dump of {vm} downloaded to {}",
+        request.output.display()
+    )?;
+    Ok(())
+}
+
+async fn download(global: &GlobalArgs, args: DownloadArgs) -> CommandResult {
+    let target = Target::parse(&args.target, false)?;
+    let t = &args.transfer;
+    check_transfer(&args.output, t.resume, t.reuse.as_deref())?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
+    memory_dump::check(platform.flavor)?;
+    let vm = VmRef {
+        namespace: target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?,
+        name: target.name.clone(),
+    };
+    let request = download_request(&vm, args.output, &args.transfer);
+    fetch(&cluster, &platform, &request).await
+}
+
 async fn get(global: &GlobalArgs, args: GetArgs) -> CommandResult {
     let target = Target::parse(&args.target, false)?;
+    if let Some(output) = &args.output {
+        check_transfer(output, false, None)?;
+    }
     if let Some(claim) = &args.claim_name {
         check_name(claim, "--claim-name")?;
     }
@@ -133,6 +267,11 @@ async fn get(global: &GlobalArgs, args: GetArgs) -> CommandResult {
             "memory dump of {} requested into claim {}",
             vm.name, done.claim
         )?,
+    }
+    drop(out);
+    if let Some(output) = args.output {
+        let request = DownloadRequest::new(vm.clone(), output, Format::Raw);
+        fetch(&cluster, &platform, &request).await?;
     }
     Ok(())
 }

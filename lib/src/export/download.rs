@@ -49,6 +49,8 @@ pub struct Job {
     pub decompress: bool,
     /// Final file; `None` writes to stdout.
     pub path: Option<PathBuf>,
+    /// Fetched raw, written gzip-compressed once complete ([`super::compress`]).
+    pub compress: bool,
 }
 
 /// What a finished download produced.
@@ -509,7 +511,28 @@ pub async fn download(
     }
     let mut checksum_file = None;
     if let (Some(path), Some(partial)) = (&job.path, &partial) {
-        std::fs::rename(partial, path).map_err(|e| io_err("rename", partial, e))?;
+        // The sidecar holds the digest of the file it names (`sha256sum -c`).
+        let file_hex = if job.compress {
+            let (raw, dst) = (partial.clone(), path.clone());
+            let packed =
+                tokio::task::spawn_blocking(move || super::compress::gzip_into(&raw, &dst, algo))
+                    .await
+                    .map_err(|e| Error::Internal(e.to_string()))?
+                    .map_err(|e| io_err("gzip", partial, e))?;
+            on_event(Event::Notice {
+                message: format!(
+                    "{} is gzip-compressed: {} bytes, {algo}:{} (written to {}); the data's {algo} follows",
+                    path.display(),
+                    packed.bytes,
+                    packed.hex,
+                    with_suffix(path, &format!(".{algo}")).display()
+                ),
+            });
+            packed.hex
+        } else {
+            std::fs::rename(partial, path).map_err(|e| io_err("rename", partial, e))?;
+            hex.clone()
+        };
         if let Some(m) = &meta_path {
             let _ = std::fs::remove_file(m);
         }
@@ -520,8 +543,9 @@ pub async fn download(
             .unwrap_or_default();
         let mut f = create_private(&sum_path, false).map_err(|e| io_err("create", &sum_path, e))?;
         // The `sha256sum` format: digest, two spaces, file name (relative to the sum file).
-        writeln!(f, "{hex}  {name}").map_err(|e| io_err("write", &sum_path, e))?;
-        checksum_file = Some(sum_path);
+        writeln!(f, "{file_hex}  {name}").map_err(|e| io_err("write", &sum_path, e))?;
+        // Compressed, the sum file is the gzip file's, not that of the data reported.
+        checksum_file = (!job.compress).then_some(sum_path);
     }
     on_event(Event::VolumeFinished {
         volume: job.volume.clone(),

@@ -376,6 +376,9 @@ pub fn volume_links(link: &Value, options: &ExportOptions) -> Result<Vec<VolumeL
     if chosen.is_empty() {
         return Err(Error::Transfer("the export has no volumes".into()));
     }
+    if let Some(file) = &options.dir_file {
+        return chosen.into_iter().map(|v| dir_file_link(v, file)).collect();
+    }
     let want_gzip = options.format == Format::Gzip || options.decompress;
     chosen
         .into_iter()
@@ -407,9 +410,73 @@ pub fn volume_links(link: &Value, options: &ExportOptions) -> Result<Vec<VolumeL
         .collect()
 }
 
+/// The link of `file` in a filesystem volume: its `dir` URL (Go's `http.FileServer` on the
+/// claim, kubevirt `virt-exportserver/exportserver.go` `dirHandler`) and the name escaped as
+/// one path segment.
+fn dir_file_link(volume: &Value, file: &str) -> Result<VolumeLink> {
+    let name = volume["name"].as_str().unwrap_or("").to_string();
+    if !crate::validate::is_single_file_name(file) {
+        return Err(Error::Transfer(format!(
+            "refusing the file name {file:?}: not a single file name"
+        )));
+    }
+    let formats = volume
+        .get("formats")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let dir = formats
+        .iter()
+        .find(|f| f["format"] == "dir")
+        .and_then(|f| f["url"].as_str())
+        .ok_or_else(|| {
+            let offered: Vec<&str> = formats
+                .iter()
+                .filter_map(|f| f["format"].as_str())
+                .collect();
+            Error::Transfer(format!(
+                "volume {name:?} is not offered as a directory (it offers: {})",
+                offered.join(", ")
+            ))
+        })?;
+    let escaped: String = file
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            b => format!("%{b:02X}"),
+        })
+        .collect();
+    let sep = if dir.ends_with('/') { "" } else { "/" };
+    Ok(VolumeLink {
+        name,
+        url: format!("{dir}{sep}{escaped}"),
+        gzip: false,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dir_file_is_one_escaped_segment_of_the_dir_link() {
+        let v = json!({"name": "dump", "formats": [
+            {"format": "dir", "url": "https://x/volumes/dump/dir/"},
+            {"format": "tar.gz", "url": "https://x/volumes/dump/disk.tar.gz"}]});
+        let link = dir_file_link(&v, "web dump#1.memory.dump").unwrap();
+        assert_eq!(
+            link.url,
+            "https://x/volumes/dump/dir/web%20dump%231.memory.dump"
+        );
+        assert!(!link.gzip);
+        for hostile in ["../x", "a/b", "..", "", "/etc/passwd"] {
+            assert!(dir_file_link(&v, hostile).is_err(), "{hostile:?}");
+        }
+        let disk = json!({"name": "d", "formats": [{"format": "raw", "url": "https://x/d"}]});
+        assert!(dir_file_link(&disk, "f").is_err());
+    }
 
     #[test]
     fn export_object_references_the_source_kind() {

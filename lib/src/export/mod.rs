@@ -8,6 +8,7 @@
 //! earlier kubectl-vm run that failed, created it).
 
 pub mod checksum;
+pub mod compress;
 pub mod deckhouse;
 pub mod download;
 pub mod file;
@@ -176,6 +177,16 @@ pub struct ExportOptions {
     pub max_retries: u32,
     /// The first retry's delay (doubles up to 8 s).
     pub retry_delay: Duration,
+    /// Fetch this one file of a filesystem claim through its `dir` link (KubeVirt serves a
+    /// claim not holding a disk image as `dir` and `tar.gz`), raw with Range: a memory dump.
+    /// One normal path component (checked).
+    pub dir_file: Option<String>,
+    /// The command the resume hint names (default `kubectl vm export SOURCE`).
+    pub resume_command: Option<String>,
+    /// Fetch raw (resumable) and write the file gzip-compressed once complete: for data the
+    /// server serves raw only (a `dir_file`). The checksum reported is the data's; the
+    /// `FILE.sha256` next to it is the compressed file's.
+    pub compress: bool,
 }
 
 /// Progress of an export run.
@@ -417,6 +428,7 @@ pub(crate) async fn download_all(
             gzip: volume.gzip,
             decompress: options.decompress,
             path,
+            compress: options.compress,
         };
         download::download(client, &job, options, on_event).await?;
     }
@@ -430,9 +442,12 @@ pub(crate) fn resume_hint(kind: &str, name: &str, options: &ExportOptions) -> St
         Output::Stdout => "-".into(),
         Output::Manifest => String::new(),
     };
+    let command = options
+        .resume_command
+        .clone()
+        .unwrap_or_else(|| format!("kubectl vm export {}", options.source.display()));
     format!(
-        "; the {kind} {name:?} was kept: resume with `kubectl vm export {} -n {} -o {output} --reuse {name} --resume`",
-        options.source.display(),
+        "; the {kind} {name:?} was kept: resume with `{command} -n {} -o {output} --reuse {name} --resume`",
         options.namespace
     )
 }

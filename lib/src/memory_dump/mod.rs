@@ -1,4 +1,5 @@
-//! `memory-dump get|remove`: KubeVirt's memory dump of a running VM into a claim.
+//! `memory-dump get|download|remove`: KubeVirt's memory dump of a running VM into a claim, and
+//! the dump out of it ([`download`]).
 //!
 //! - `PUT /apis/subresources.kubevirt.io/v1/namespaces/NS/virtualmachines/NAME/memorydump`
 //!   with a `VirtualMachineMemoryDumpRequest{claimName}` (202), and `…/removememorydump`
@@ -19,6 +20,8 @@
 //! (`subresources.virtualization.deckhouse.io`, deckhouse/virtualization
 //! `api/subresources/v1alpha2/register.go`) serves no `memorydump`, and its KubeVirt is internal.
 //! The platform table says so (`Capabilities::memory_dump`).
+
+pub mod download;
 
 use std::time::Duration;
 

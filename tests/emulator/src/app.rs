@@ -41,6 +41,8 @@ pub struct App {
     pub sessions: crate::streams::Sessions,
     /// Export server state (VirtualMachineExport / DataExport).
     pub exports: crate::export::ExportState,
+    /// Memory dump files written into claims.
+    pub claim_files: crate::memory_dump::ClaimFiles,
     /// CDI upload proxy state (UploadTokenRequest tokens, uploaded volumes).
     pub uploads: crate::upload::UploadState,
     /// ServiceAccount tokens issued through TokenRequest.
@@ -73,6 +75,7 @@ impl App {
             stream_faults: Default::default(),
             sessions: Default::default(),
             exports: Default::default(),
+            claim_files: Default::default(),
             uploads: Default::default(),
             sa_tokens: Default::default(),
             front_proxy: Default::default(),

@@ -418,6 +418,17 @@ pub fn kubevirt_export(app: &App, vme: &Value, _tick: bool) {
                     pvcs.iter()
                         .map(|p| {
                             let shown = faults.volume_name.as_deref().unwrap_or(p.as_str());
+                            // A filesystem claim is served as its directory and a tar.gz
+                            // (upstream `addVolumeEnvironmentVariables`: a claim not of
+                            // KubeVirt content type). Upstream decides by the CDI content-type
+                            // annotation; the emulator's CDI sets none, so here a claim holding
+                            // files (a memory dump, `crate::memory_core`) is the filesystem one.
+                            if app.claim_files.get(&ns, p).is_some() {
+                                return json!({"name": shown, "formats": [
+                                    {"format": "dir", "url": format!("{prefix}/volumes/{p}/dir/")},
+                                    {"format": "tar.gz", "url": format!("{prefix}/volumes/{p}/disk.tar.gz")},
+                                ]});
+                            }
                             json!({"name": shown, "formats": [
                                 {"format": "raw", "url": format!("{prefix}/volumes/{p}/disk.img")},
                                 {"format": "gzip", "url": format!("{prefix}/volumes/{p}/disk.img.gz")},

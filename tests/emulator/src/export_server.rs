@@ -215,12 +215,69 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
             .body(Body::from(text))
             .expect("response"),
         Ok(Resolved::Volume(vol)) => serve_volume(&app, req.method(), req.headers(), vol),
+        Ok(Resolved::Archive { ns, pvc }) => serve_archive(&app, req.method(), &ns, &pvc),
+        Ok(Resolved::Dir { ns, pvc, path }) => {
+            serve_dir(&app, req.method(), req.headers(), &ns, &pvc, &path)
+        }
     }
 }
 
 enum Resolved {
     Volume(Volume),
     Manifest(String),
+    /// A filesystem claim's `tar.gz`.
+    Archive {
+        ns: String,
+        pvc: String,
+    },
+    /// A path under a filesystem claim's `dir/` (segments, decoded).
+    Dir {
+        ns: String,
+        pvc: String,
+        path: Vec<String>,
+    },
+}
+
+/// The PVC behind volume `vol` of export `name`, if the export's `side` links list it.
+fn listed_pvc(vme: &Value, side: &str, name: &str, vol: &str) -> Option<String> {
+    let listed = vme
+        .pointer(&format!("/status/links/{side}/volumes"))
+        .and_then(Value::as_array)
+        .is_some_and(|v| v.iter().any(|v| v["name"] == vol));
+    if !listed {
+        return None;
+    }
+    // A snapshot's volume is the restore PVC `<export>-<volume>`.
+    Some(
+        if vme.pointer("/spec/source/kind").and_then(Value::as_str)
+            == Some("VirtualMachineSnapshot")
+        {
+            format!("{name}-{vol}")
+        } else {
+            vol.to_string()
+        },
+    )
+}
+
+/// `%XX` escapes of a URL path segment decoded (Go's `url.PathUnescape`).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[allow(clippy::result_large_err)] // an error is the response to send
@@ -271,6 +328,23 @@ fn kubevirt(
         _ => return Err(plain(StatusCode::UNAUTHORIZED, "Unauthorized")),
     }
     match rest {
+        ["volumes", vol, "disk.tar.gz"] => {
+            let pvc = listed_pvc(&vme, side, name, vol).ok_or_else(not_found)?;
+            Ok(Resolved::Archive {
+                ns: ns.to_string(),
+                pvc,
+            })
+        }
+        // `dirHandler`: `http.StripPrefix(".../dir/", http.FileServer(...))`; without the
+        // slash StripPrefix answers 404.
+        ["volumes", vol, "dir", path @ ..] if !path.is_empty() => {
+            let pvc = listed_pvc(&vme, side, name, vol).ok_or_else(not_found)?;
+            Ok(Resolved::Dir {
+                ns: ns.to_string(),
+                pvc,
+                path: path.iter().map(|p| percent_decode(p)).collect(),
+            })
+        }
         ["volumes", vol, file @ ("disk.img" | "disk.img.gz")] => {
             let listed = vme
                 .pointer(&format!("/status/links/{side}/volumes"))
@@ -441,12 +515,34 @@ fn serve_volume(app: &App, method: &Method, headers: &HeaderMap, vol: Volume) ->
             .body(body)
             .expect("response");
     }
+    serve_ranged(
+        app,
+        method,
+        headers,
+        content,
+        size,
+        Some(&etag),
+        LAST_MODIFIED,
+    )
+}
+
+/// Go's `http.ServeContent` of `content`: Range (one range), If-Range on the ETag (when there
+/// is one) or Last-Modified, HEAD.
+fn serve_ranged(
+    app: &App,
+    method: &Method,
+    headers: &HeaderMap,
+    content: Content,
+    size: u64,
+    etag: Option<&str>,
+    last_modified: &str,
+) -> Response {
     let mut range = (0, size);
     let mut partial = false;
     let if_range_ok = headers
         .get(header::IF_RANGE)
         .and_then(|v| v.to_str().ok())
-        .is_none_or(|v| v == etag || v == LAST_MODIFIED);
+        .is_none_or(|v| Some(v) == etag || v == last_modified);
     if let Some(value) = headers.get(header::RANGE).and_then(|v| v.to_str().ok())
         && if_range_ok
     {
@@ -468,9 +564,11 @@ fn serve_volume(app: &App, method: &Method, headers: &HeaderMap, vol: Volume) ->
     let mut response = Response::builder()
         .header(header::CONTENT_TYPE, "application/octet-stream")
         .header(header::ACCEPT_RANGES, "bytes")
-        .header(header::ETAG, &etag)
-        .header(header::LAST_MODIFIED, LAST_MODIFIED)
+        .header(header::LAST_MODIFIED, last_modified)
         .header(header::CONTENT_LENGTH, range.1 - range.0);
+    if let Some(etag) = etag {
+        response = response.header(header::ETAG, etag);
+    }
     if partial {
         response = response.status(StatusCode::PARTIAL_CONTENT).header(
             header::CONTENT_RANGE,
@@ -509,6 +607,10 @@ enum Content {
     Generated(u64),
     /// An uploaded volume's file (short reads past its end are zeros).
     File(Arc<std::fs::File>),
+    /// A memory dump file.
+    Core(Arc<crate::memory_core::Core>),
+    /// A filesystem claim's tar archive.
+    Tar(Arc<crate::memory_core::TarImage>),
 }
 
 impl Content {
@@ -521,6 +623,8 @@ impl Content {
                     buf.fill(0);
                 }
             }
+            Content::Core(core) => core.read(pos, buf),
+            Content::Tar(tar) => tar.read(pos, buf),
         }
     }
 }
@@ -604,6 +708,117 @@ fn gzip_stream(
             Some((Ok(Bytes::from(out.0)), (out.1, sent, out.2)))
         }
     })
+}
+
+/// `archiveHandler`: GET only (else 400), the claim's tar gzipped on the fly, no Range.
+fn serve_archive(app: &App, method: &Method, ns: &str, pvc: &str) -> Response {
+    if method != Method::GET {
+        return axum::response::IntoResponse::into_response(StatusCode::BAD_REQUEST);
+    }
+    let Some(dump) = app.claim_files.get(ns, pvc) else {
+        return axum::response::IntoResponse::into_response(StatusCode::INTERNAL_SERVER_ERROR);
+    };
+    let Ok(tar) = crate::memory_core::TarImage::new(&dump.name, dump.core, dump.modified) else {
+        return axum::response::IntoResponse::into_response(StatusCode::INTERNAL_SERVER_ERROR);
+    };
+    let size = tar.len();
+    // Go sniffs the first bytes written: gzip's magic.
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/x-gzip")
+        .body(Body::from_stream(gzip_stream(
+            app,
+            Content::Tar(Arc::new(tar)),
+            size,
+        )))
+        .expect("response")
+}
+
+/// `dirHandler`: Go's `http.FileServer` on the claim's root. `[""]` is the root's listing
+/// (`dirList`: entries sorted by name, `lost+found` aside as the emulator has none), `[NAME]`
+/// a file through `serveContent` (Last-Modified its mtime, no ETag), `[NAME, ""]` redirected to
+/// `../NAME` (301), anything else 404.
+fn serve_dir(
+    app: &App,
+    method: &Method,
+    headers: &HeaderMap,
+    ns: &str,
+    pvc: &str,
+    path: &[String],
+) -> Response {
+    let not_found = || plain(StatusCode::NOT_FOUND, "404 page not found");
+    let Some(dump) = app.claim_files.get(ns, pvc) else {
+        return not_found();
+    };
+    let last_modified = httpdate(dump.modified);
+    match path {
+        [root] if root.is_empty() => {
+            let href: String = dump
+                .name
+                .bytes()
+                .map(|b| match b {
+                    b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                        (b as char).to_string()
+                    }
+                    b => format!("%{b:02X}"),
+                })
+                .collect();
+            let text = dump
+                .name
+                .replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+                .replace('"', "&#34;")
+                .replace('\'', "&#39;");
+            let body = format!(
+                "<!doctype html>\n<meta name=\"viewport\" content=\"width=device-width\">\n<pre>\n<a href=\"{href}\">{text}</a>\n</pre>\n"
+            );
+            Response::builder()
+                .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+                .header(header::LAST_MODIFIED, &last_modified)
+                .body(if method == Method::HEAD {
+                    Body::empty()
+                } else {
+                    Body::from(body)
+                })
+                .expect("response")
+        }
+        [file] if *file == dump.name => {
+            let size = dump.core.len();
+            serve_ranged(
+                app,
+                method,
+                headers,
+                Content::Core(dump.core),
+                size,
+                None,
+                &last_modified,
+            )
+        }
+        [file, slash] if *file == dump.name && slash.is_empty() => Response::builder()
+            .status(StatusCode::MOVED_PERMANENTLY)
+            .header(header::LOCATION, format!("../{file}"))
+            .body(Body::empty())
+            .expect("response"),
+        _ => not_found(),
+    }
+}
+
+/// Unix seconds as an HTTP date (`http.TimeFormat`).
+fn httpdate(unix: u64) -> String {
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let rfc = crate::util::format_rfc3339(unix as i64); // YYYY-MM-DDTHH:MM:SSZ
+    let day = DAYS[((unix / 86400) % 7) as usize];
+    let month = rfc[5..7].parse::<usize>().unwrap_or(1);
+    format!(
+        "{day}, {} {} {} {} GMT",
+        &rfc[8..10],
+        MONTHS[month - 1],
+        &rfc[..4],
+        &rfc[11..19]
+    )
 }
 
 #[cfg(test)]

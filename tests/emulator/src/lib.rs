@@ -54,6 +54,7 @@ pub mod hotplug;
 pub mod internal_kinds;
 pub mod lifecycle;
 pub mod live_update;
+pub mod memory_core;
 pub mod memory_dump;
 pub mod objectgraph;
 pub mod openapi;

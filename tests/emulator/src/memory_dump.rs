@@ -19,12 +19,17 @@
 //!   `fileName` as virt-handler names it, `<vmi>-<claim>-YYYYMMDD-HHMMSS.memory.dump`,
 //!   `pkg/virt-handler/vm.go`) → Completed; Dissociating → the request is removed.
 //!
+//! - The dump file: virt-launcher writes it into the claim, removing earlier ones
+//!   (`pkg/virt-launcher/virtwrap/storage/memoryDump.go`); here an ELF core of the guest
+//!   ([`crate::memory_core::Core`]) kept in [`ClaimFiles`], which the export server serves as a
+//!   filesystem claim's `dir` and `tar.gz`.
+//!
 //! Not emulated: the memory dump volume added to the VM and VMI specs while the claim is
-//! mounted, and the dump file itself in the claim (its export serves the claim's generated
-//! bytes, not an ELF core).
+//! mounted.
 
 use crate::app::App;
 use crate::handlers::{Query, ResourcePath};
+use crate::memory_core::Core;
 use crate::status::ApiError;
 use crate::store::Key;
 use crate::util::{meta_str, now_rfc3339};
@@ -32,9 +37,97 @@ use axum::body::Bytes;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 const KV: &str = "kubevirt.io";
 const MIB: f64 = 1024.0 * 1024.0;
+
+/// A file a memory dump wrote into a claim.
+#[derive(Debug, Clone)]
+pub struct DumpFile {
+    /// Its name in the claim (`status.memoryDumpRequest.fileName`).
+    pub name: String,
+    /// Its bytes.
+    pub core: Arc<Core>,
+    /// When it was written (Unix seconds).
+    pub modified: u64,
+}
+
+/// The memory dump files in claims, by namespace and claim (one per claim: a new dump
+/// replaces the old, `removePreviousMemoryDump`).
+#[derive(Debug, Default)]
+pub struct ClaimFiles(Mutex<HashMap<(String, String), DumpFile>>);
+
+impl ClaimFiles {
+    /// The dump in claim `ns/claim`.
+    pub fn get(&self, ns: &str, claim: &str) -> Option<DumpFile> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(ns.to_owned(), claim.to_owned()))
+            .cloned()
+    }
+
+    fn put(&self, ns: &str, claim: &str, file: DumpFile) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((ns.to_owned(), claim.to_owned()), file);
+    }
+}
+
+/// The guest's RAM in its dump: `spec.domain.memory.guest`, else its memory request, else
+/// [`crate::memory_core::DEFAULT_RAM`], capped ([`crate::memory_core::dumped_ram`]).
+fn guest_ram(vmi: &Value) -> u64 {
+    crate::memory_core::dumped_ram(
+        vmi.pointer("/spec/domain/memory/guest")
+            .or_else(|| vmi.pointer("/spec/domain/resources/requests/memory"))
+            .and_then(Value::as_str)
+            .and_then(crate::export::parse_bytes)
+            .unwrap_or(crate::memory_core::DEFAULT_RAM),
+    )
+}
+
+/// Writes the dump of `ns/name`'s guest into `claim` as `file_name`.
+fn write_dump(app: &App, ns: &str, name: &str, claim: &str, file_name: &str) {
+    let vmi = app
+        .store
+        .get(&Key::new(KV, "virtualmachineinstances", ns, name))
+        .unwrap_or(Value::Null);
+    let uid = meta_str(&vmi, "uid");
+    // The guest of a running VMI (booted when first needed).
+    let _ = app.guests.get_or_boot(app, ns, name);
+    // What the guest printed since boot, without the log's timestamps.
+    let transcript = app
+        .guests
+        .transcript(uid)
+        .map(|t| {
+            let (lines, _) = t.lines_from(0);
+            let mut text = String::new();
+            for line in lines {
+                text.push_str(line.split_once(' ').map_or("", |(_, l)| l));
+                text.push('\n');
+            }
+            text.into_bytes()
+        })
+        .unwrap_or_default();
+    let vcpus = vmi
+        .pointer("/spec/domain/cpu/cores")
+        .and_then(Value::as_u64)
+        .unwrap_or(1) as u32;
+    let key = crate::export::content_key(&format!("{ns}/{name}/{uid}/memory"), 0);
+    let core = Core::new(key, guest_ram(&vmi), vcpus, &transcript);
+    app.claim_files.put(
+        ns,
+        claim,
+        DumpFile {
+            name: file_name.to_owned(),
+            core: Arc::new(core),
+            modified: crate::util::now_unix().max(0) as u64,
+        },
+    );
+}
 
 /// `PUT virtualmachines/NAME/{memorydump,removememorydump}`; `None` for anything else.
 pub fn action(
@@ -258,11 +351,9 @@ pub fn controller(app: &App, tick: bool) {
                 r["phase"] = json!("Unmounting");
                 r["endTimestamp"] = json!(now);
                 let stamp: String = now.chars().filter(char::is_ascii_digit).take(14).collect();
-                r["fileName"] = json!(format!(
-                    "{name}-{claim}-{}-{}.memory.dump",
-                    &stamp[..8],
-                    &stamp[8..]
-                ));
+                let file = format!("{name}-{claim}-{}-{}.memory.dump", &stamp[..8], &stamp[8..]);
+                write_dump(app, meta_str(&vm, "namespace"), &name, &claim, &file);
+                r["fileName"] = json!(file);
                 Some(r)
             }
             "Unmounting" => {

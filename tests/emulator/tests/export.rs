@@ -17,12 +17,24 @@ struct Env {
 
 impl Env {
     fn new(flavor: ServeFlavor) -> Env {
-        let emu = Emulator::start_blocking(EmulatorOptions {
+        Env::started(EmulatorOptions {
             flavor,
             import_step: Duration::from_millis(50),
             ..Default::default()
         })
-        .unwrap();
+    }
+
+    /// KubeVirt with a fixture's objects (and their running guests).
+    fn with_fixture(yaml: String) -> Env {
+        Env::started(EmulatorOptions {
+            fixture_yaml: vec![yaml],
+            import_step: Duration::from_millis(50),
+            ..Default::default()
+        })
+    }
+
+    fn started(options: EmulatorOptions) -> Env {
+        let emu = Emulator::start_blocking(options).unwrap();
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("api.pem"), emu.ca_pem()).unwrap();
         std::fs::write(dir.path().join("export.pem"), emu.export_ca_pem()).unwrap();
@@ -378,4 +390,178 @@ fn deckhouse_exporter_authorizes_and_expires_when_idle() {
     assert_eq!(de["status"]["serverState"], "IdleExpired");
     assert_eq!(de["status"]["conditions"][0]["reason"], "Expired");
     assert_eq!(env.get(&url, &["-H", &admin]).0, 404);
+}
+
+/// A memory dump claim is a filesystem claim: the export offers `dir` and `tar.gz`
+/// (kubevirt `export.go` `addVolumeEnvironmentVariables`), served as virt-exportserver does
+/// (`dirHandler`: Go's `http.FileServer`, its listing and `serveContent`; `archiveHandler`:
+/// `tar Scv .` gzipped). The dump is an ELF core (`file`, `readelf` as independent readers)
+/// holding the guest's console output.
+#[test]
+fn a_memory_dump_claim_is_served_as_dir_and_tar_gz() {
+    let fixture = std::fs::read_to_string(format!(
+        "{}/../fixtures/kubevirt.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let env = Env::with_fixture(fixture);
+    env.emu.put_object(pvc("dump", 200 << 20));
+    env.emu
+        .put_object(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "tok", "namespace": "default"}, "data": {"token": "czNjcjN0"}}));
+    // The guest (booted) and its console output: what the guest printed is in its memory.
+    let banner = "Emulated Linux guest (kubevm-emulator) ttyS0";
+    let guest = env.emu.guest("default", "web").unwrap().unwrap();
+    let transcript = guest.serial().transcript;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !transcript
+        .lines_from(0)
+        .0
+        .iter()
+        .any(|l| l.contains(banner))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the guest never printed its banner"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let put = Command::new("curl")
+        .args(["-sSf", "-X", "PUT", "--cacert"])
+        .arg(env.dir.path().join("api.pem"))
+        .args([
+            "-H",
+            &format!("Authorization: Bearer {}", env.token("admin")),
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            r#"{"claimName":"dump"}"#,
+        ])
+        .arg(format!(
+            "{}/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachines/web/memorydump",
+            env.emu.url()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        put.status.success(),
+        "{}",
+        String::from_utf8_lossy(&put.stderr)
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let file_name = loop {
+        let vm = env
+            .emu
+            .objects("kubevirt.io", "virtualmachines", Some("default"))
+            .into_iter()
+            .find(|o| o["metadata"]["name"] == "web")
+            .unwrap();
+        let req = &vm["status"]["memoryDumpRequest"];
+        if req["phase"] == "Completed" {
+            break req["fileName"].as_str().unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "{req}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    env.create(
+        "/apis/export.kubevirt.io/v1/namespaces/default/virtualmachineexports",
+        json!({"apiVersion": "export.kubevirt.io/v1", "kind": "VirtualMachineExport",
+            "metadata": {"name": "e"}, "spec": {"source": {"apiGroup": "", "kind": "PersistentVolumeClaim", "name": "dump"}, "tokenSecretRef": "tok"}}),
+    );
+    let vme = env.wait_for("export.kubevirt.io", "virtualmachineexports", "e", "Ready");
+    let formats = &vme["status"]["links"]["internal"]["volumes"][0]["formats"];
+    assert_eq!(
+        formats,
+        &json!([
+            {"format": "dir", "url": "https://virt-export-e.default.svc/volumes/dump/dir/"},
+            {"format": "tar.gz", "url": "https://virt-export-e.default.svc/volumes/dump/disk.tar.gz"},
+        ])
+    );
+    let ext = &vme["status"]["links"]["external"]["volumes"][0]["formats"];
+    let dir = ext[0]["url"].as_str().unwrap();
+    let archive = ext[1]["url"].as_str().unwrap();
+    let tok = ["-H", "x-kubevirt-export-token: s3cr3t"];
+    assert_eq!(env.get(dir, &[]).0, 401);
+
+    // The listing, as Go's dirList writes it; without the slash StripPrefix answers 404.
+    let (status, headers, body) = env.get(dir, &tok);
+    assert_eq!(status, 200);
+    assert_eq!(
+        header(&headers, "content-type"),
+        Some("text/html; charset=utf-8")
+    );
+    assert_eq!(
+        String::from_utf8(body).unwrap(),
+        format!(
+            "<!doctype html>\n<meta name=\"viewport\" content=\"width=device-width\">\n<pre>\n<a href=\"{file_name}\">{file_name}</a>\n</pre>\n"
+        )
+    );
+    assert_eq!(env.get(dir.trim_end_matches('/'), &tok).0, 404);
+    assert_eq!(env.get(&format!("{dir}nothing"), &tok).0, 404);
+
+    // The file: serveContent (Range, Last-Modified, no ETag).
+    let file_url = format!("{dir}{file_name}");
+    let (status, headers, dump) = env.get(&file_url, &tok);
+    assert_eq!(status, 200);
+    assert_eq!(header(&headers, "accept-ranges"), Some("bytes"));
+    assert!(header(&headers, "etag").is_none());
+    assert!(header(&headers, "last-modified").unwrap().ends_with(" gmt"));
+    // web's 2 GiB guest: the fake guest's dump carries 8 MiB of it, behind the headers and notes.
+    assert!(
+        dump.len() > 8 << 20 && dump.len() < (8 << 20) + 4096,
+        "{}",
+        dump.len()
+    );
+    let (status, _, tail) = env.get(&file_url, &[tok[0], tok[1], "-r", "1000-"]);
+    assert_eq!((status, tail.as_slice()), (206, &dump[1000..]));
+    let saved = env.dir.path().join("saved.dump");
+    std::fs::write(&saved, &dump).unwrap();
+    let tool = |cmd: &str, args: &[&str]| {
+        let out = Command::new(cmd).args(args).arg(&saved).output().unwrap();
+        assert!(out.status.success(), "{cmd}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert!(
+        tool("file", &["-b"]).starts_with("ELF 64-bit LSB core file, x86-64"),
+        "{}",
+        tool("file", &["-b"])
+    );
+    let header_text = tool("readelf", &["-h"]);
+    assert!(header_text.contains("CORE (Core file)"), "{header_text}");
+    let segments = tool("readelf", &["-lW"]);
+    assert!(
+        segments.contains("NOTE") && segments.contains("LOAD"),
+        "{segments}"
+    );
+    assert!(segments.contains("0x800000 0x800000"), "{segments}");
+    let notes = tool("readelf", &["-n"]);
+    assert!(notes.contains("NT_PRSTATUS"), "{notes}");
+    // The guest's console output is in its memory.
+    let banner = banner.as_bytes();
+    assert!(dump.windows(banner.len()).any(|w| w == banner));
+
+    // The archive: gzipped tar with `./` and `./FILE`, no Range; GET only.
+    let (status, headers, body) = env.get(archive, &tok);
+    assert_eq!(status, 200);
+    assert!(header(&headers, "accept-ranges").is_none());
+    let tgz = env.dir.path().join("a.tar.gz");
+    std::fs::write(&tgz, &body).unwrap();
+    let list = Command::new("tar").arg("tzf").arg(&tgz).output().unwrap();
+    assert!(list.status.success());
+    assert_eq!(
+        String::from_utf8(list.stdout).unwrap(),
+        format!("./\n./{file_name}\n")
+    );
+    let out = env.dir.path().join("x");
+    std::fs::create_dir(&out).unwrap();
+    let unpack = Command::new("tar")
+        .arg("xzf")
+        .arg(&tgz)
+        .arg("-C")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(unpack.status.success());
+    assert_eq!(std::fs::read(out.join(&file_name)).unwrap(), dump);
+    assert_eq!(env.get(archive, &[tok[0], tok[1], "-I"]).0, 400);
 }
