@@ -6,23 +6,12 @@
 #   peak RSS (GNU time) at two log sizes: it must not grow with the logs.
 # Usage: bench/collect-debug-info.sh [LINES] [LINES2]   (default 10000 and 40000)
 #        PROFILE=debug bench/collect-debug-info.sh       (skip the release build)
-set -euo pipefail
 lines=${1:-10000}
 lines2=${2:-40000}
-profile=${PROFILE:-release}
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-bash tests/tools/get-kubectl.sh "$root/.tools/bin" >/dev/null
-kubectl="$root/.tools/bin/kubectl"
-if [ "$profile" = release ]; then
-  cargo build --quiet --release --locked -p kubectl-vm -p kubevm-emulator
-else
-  cargo build --quiet --locked -p kubectl-vm -p kubevm-emulator
-fi
-vm="$root/target/$profile/kubectl-vm"
-
-work=$(mktemp -d)
-trap 'kill ${emulator:-} 2>/dev/null; wait ${emulator:-} 2>/dev/null; rm -rf "$work"' EXIT
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+need_gnu_time
+need_kubectl
+build
 export HOME="$work"
 
 # A VM with 20 launcher-labelled pods, each with a synthetic log of N lines (emulator annotation).
@@ -51,7 +40,8 @@ kind: Pod
 metadata:
   name: bench-pod-$i
   namespace: bench
-  labels: {vm.kubevirt.io/name: bench}
+  # launchers are what the bundle takes: pods labelled kubevirt.io=virt-launcher for the VM
+  labels: {kubevirt.io: virt-launcher, vm.kubevirt.io/name: bench}
   annotations: {emulator.kubevm.io/log-lines.compute: "$n"}
 spec:
   nodeName: node-1
@@ -61,17 +51,14 @@ YAML
   done
 }
 
-start_emulator() {
+# start N: a fresh emulator whose fixture has N log lines per container.
+start() {
+  [ -n "${emulator:-}" ] && stop_emulator "$emulator"
   fixture "$1" >"$work/bench.yaml"
-  rm -f "$work/kubeconfig"
-  "$root/target/$profile/kubevm-emulator" --fixture tests/fixtures/kubevirt.yaml --fixture "$work/bench.yaml" \
-    --flavor kubevirt --kubeconfig "$work/kubeconfig" >"$work/emulator.log" 2>&1 &
-  emulator=$!
-  for _ in $(seq 100); do [ -s "$work/kubeconfig" ] && break; sleep 0.1; done
-  export KUBECONFIG="$work/kubeconfig"
+  start_emulator bench kubevirt tests/fixtures/kubevirt.yaml "$work/bench.yaml"
+  emulator=$emulator_pid
+  export KUBECONFIG="$work/bench.kubeconfig"
 }
-
-stop_emulator() { kill "$emulator"; wait "$emulator" 2>/dev/null || true; }
 
 sequential_kubectl() {
   local out=$work/seq
@@ -88,25 +75,21 @@ sequential_kubectl() {
   tar czf "$out.tar.gz" -C "$out" .
 }
 
-seconds() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1; e=$(date +%s%N); echo "scale=3; ($e - $s) / 1000000000" | bc; }
-rss_kib() { /usr/bin/time -f %M "$@" 2>&1 >/dev/null | tail -1; }
 
-start_emulator "$lines"
+start "$lines"
 "$vm" collect-debug-info bench -n bench -o "$work/warm.tgz" 2>/dev/null   # warm-up
 t_vm=$(seconds "$vm" collect-debug-info bench -n bench --tail "$lines" -o "$work/a.tgz")
 t_kubectl=$(seconds sequential_kubectl x "$lines")
 rss1=$(rss_kib "$vm" collect-debug-info bench -n bench --tail -1 -o "$work/b.tgz")
 log1=$(tar xzf "$work/b.tgz" -O --wildcards '*/log/bench-pod-01/compute.log' | wc -c)
-stop_emulator
-start_emulator "$lines2"
+start "$lines2"
 rss2=$(rss_kib "$vm" collect-debug-info bench -n bench --tail -1 -o "$work/c.tgz")
 log2=$(tar xzf "$work/c.tgz" -O --wildcards '*/log/bench-pod-01/compute.log' | wc -c)
-stop_emulator
 
 echo "collect-debug-info, 20 pods x $lines log lines ($profile build):"
 echo "  kubectl-vm:            ${t_vm}s"
 echo "  sequential kubectl:    ${t_kubectl}s"
-echo "  ratio:                 $(echo "scale=3; $t_vm / $t_kubectl" | bc)  (goal <= 0.3)"
+echo "  ratio:                 $(ratio "$t_vm" "$t_kubectl")  (goal <= 0.3)"
 echo "peak RSS of kubectl-vm (all lines):"
 echo "  20 x $lines lines (log $((log1 / 1024)) KiB each): ${rss1} KiB"
 echo "  20 x $lines2 lines (log $((log2 / 1024)) KiB each): ${rss2} KiB"

@@ -7,17 +7,12 @@
 #         and curl piped into `dd oflag=direct`, the same write path (kubectl-vm writes whole
 #         blocks with O_DIRECT; plain `curl -o` goes through the page cache)
 # Usage: [ROUNDS=3] bench/export.sh [SIZE_GIB]   (default 2). Builds release binaries first.
-set -euo pipefail
 gib=${1:-2}
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-bash tests/tools/get-kubectl.sh "$root/.tools/bin" >/dev/null
-kubectl="$root/.tools/bin/kubectl"
-cargo build --quiet --release --locked -p kubectl-vm -p kubevm-emulator
-vm="$root/target/release/kubectl-vm"
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+need_kubectl
+build
 size=$((gib * 1024 * 1024 * 1024))
 
-work=$(mktemp -d)
 cat >"$work/fixture.yaml" <<YAML
 apiVersion: v1
 kind: PersistentVolumeClaim
@@ -25,12 +20,9 @@ metadata: {name: bench, namespace: default}
 spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: "$size"}}}
 status: {phase: Bound, capacity: {storage: "$size"}}
 YAML
-"$root/target/release/kubevm-emulator" --fixture "$work/fixture.yaml" --flavor kubevirt \
-  --kubeconfig "$work/kubeconfig" >"$work/emulator.log" 2>&1 &
-emulator=$!
-trap 'kill $emulator 2>/dev/null; wait $emulator 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 100); do [ -s "$work/kubeconfig" ] && break; sleep 0.1; done
-export KUBECONFIG="$work/kubeconfig" HOME="$work"
+start_emulator main kubevirt "$work/fixture.yaml"
+emulator=$emulator_pid
+export KUBECONFIG="$work/main.kubeconfig" HOME="$work"
 
 now() { date +%s%N; }
 # Rounds alternate kubectl-vm and curl; `sync` before each transfer so neither inherits the

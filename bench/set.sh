@@ -8,24 +8,12 @@
 #            observed the change and reads RestartRequired) vs the same kubectl patch
 # It also prints the requests one `set resources --no-wait` sends (`-v 6`).
 # Usage: bench/set.sh [RUNS]   (default 30). Builds release binaries first.
-set -euo pipefail
 runs=${1:-30}
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-bash tests/tools/get-kubectl.sh "$root/.tools/bin" >/dev/null
-kubectl="$root/.tools/bin/kubectl"
-cargo build --quiet --release --locked -p kubectl-vm -p kubevm-emulator
-vm="$root/target/release/kubectl-vm"
-
-work=$(mktemp -d)
-"$root/target/release/kubevm-emulator" --fixture tests/fixtures/kubevirt.yaml --flavor kubevirt \
-  --kubeconfig "$work/kubeconfig" >"$work/emulator.log" 2>&1 &
-emulator=$!
-trap 'kill $emulator 2>/dev/null; wait $emulator 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 100); do [ -s "$work/kubeconfig" ] && break; sleep 0.1; done
-export KUBECONFIG="$work/kubeconfig"
-# kubectl caches discovery under ~/.kube/cache; give it its own warm cache like a real user has.
-export HOME="$work"
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+need_kubectl
+build
+start_emulator main kubevirt tests/fixtures/kubevirt.yaml
+use_emulator main
 
 patch() { "$kubectl" patch vm web --type merge -p "{\"spec\":{\"template\":{\"spec\":{\"domain\":{\"memory\":{\"guest\":\"$1\"}}}}}}"; }
 set_nowait() { "$vm" set resources web --memory "$1" --no-wait; }
@@ -33,7 +21,7 @@ set_wait() { "$vm" set resources web --memory "$1"; }
 
 # mean wall time in microseconds of RUNS runs of `$1 SIZE`, SIZE alternating 3Gi/4Gi so that
 # every run changes the VM (after one warm-up pair)
-mean_us() {
+mean_alternating_us() {
   "$1" 3Gi >/dev/null 2>&1 && "$1" 4Gi >/dev/null 2>&1 || { echo "benchmark command failed: $1" >&2; exit 1; }
   local start end i
   start=$(date +%s%N)
@@ -43,7 +31,6 @@ mean_us() {
   end=$(date +%s%N)
   echo $(( (end - start) / runs / 1000 ))
 }
-ratio() { python3 -c "print(f'{$1/$2:.3f}')"; }
 report() {
   local name=$1 ours=$2 theirs=$3
   printf '%-8s kubectl-vm %8.2f ms   kubectl patch %8.2f ms   ratio %s\n' "$name" \
@@ -53,8 +40,8 @@ report() {
 echo "requests of one set resources --no-wait on the VM (-v 6):"
 "$vm" -v 6 set resources web --memory 3Gi --no-wait 2>&1 >/dev/null | grep 'virtualmachines' | sed 's/^/  /'
 echo "runs per command: $runs"
-theirs=$(mean_us patch)
-ours=$(mean_us set_nowait)
+theirs=$(mean_alternating_us patch)
+ours=$(mean_alternating_us set_nowait)
 report no-wait "$ours" "$theirs"
-ours=$(mean_us set_wait)
+ours=$(mean_alternating_us set_wait)
 report verdict "$ours" "$theirs"

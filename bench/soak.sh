@@ -8,19 +8,12 @@
 # Runs against the emulator, whose guest is a real sshd configured by the VM's cloud-init (needs
 # root, see tests/emulator/src/sshd_guest.rs).
 # Usage: bench/soak.sh            SOAK_IDLE=60 bench/soak.sh for a short run
-set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-cargo build --quiet --release --locked -p kubectl-vm -p kubevm-emulator
-vm="$root/target/release/kubectl-vm"
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+build
 
-work=$(mktemp -d)
-"$root/target/release/kubevm-emulator" --fixture tests/fixtures/kubevirt.yaml --flavor kubevirt \
-  --kubeconfig "$work/kubeconfig" >"$work/emulator.log" 2>&1 &
-emulator=$!
-trap 'kill $emulator 2>/dev/null; wait $emulator 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 100); do [ -s "$work/kubeconfig" ] && break; sleep 0.1; done
-export KUBECONFIG="$work/kubeconfig" HOME="$work"
+start_emulator main kubevirt tests/fixtures/kubevirt.yaml
+emulator=$emulator_pid
+export KUBECONFIG="$work/main.kubeconfig" HOME="$work"
 "$vm" ca init >/dev/null
 "$vm" create soak --image quay.io/containerdisks/ubuntu:24.04 --wait --timeout 60s >/dev/null
 "$vm" ssh soak -- true

@@ -7,44 +7,20 @@
 #   cat:       `ssh VM -- cat /tmp/bench.bin` throughput of SIZE_MIB, kubectl-vm / OpenSSH (goal >= 0.8)
 #   peak RSS of the client process(es) during the cat (kubectl-vm alone vs ssh + its ProxyCommand)
 # Usage: bench/ssh.sh [RUNS] [SIZE_MIB]   (defaults 20 and 1024). Builds release binaries first.
-set -euo pipefail
 runs=${1:-20}
 size=${2:-1024}
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-cargo build --quiet --release --locked -p kubectl-vm -p kubevm-emulator
-vm="$root/target/release/kubectl-vm"
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+build
 
-work=$(mktemp -d)
-"$root/target/release/kubevm-emulator" --fixture tests/fixtures/kubevirt.yaml --flavor kubevirt \
-  --kubeconfig "$work/kubeconfig" >"$work/emulator.log" 2>&1 &
-emulator=$!
-trap 'kill $emulator 2>/dev/null; wait $emulator 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 100); do [ -s "$work/kubeconfig" ] && break; sleep 0.1; done
-export KUBECONFIG="$work/kubeconfig" HOME="$work"
+start_emulator main kubevirt tests/fixtures/kubevirt.yaml
+emulator=$emulator_pid
+export KUBECONFIG="$work/main.kubeconfig" HOME="$work"
 "$vm" ca init >/dev/null
 "$vm" create bench --image quay.io/containerdisks/ubuntu:24.04 --wait --timeout 60s >/dev/null
 "$vm" ssh-config --install >/dev/null
 cfg="$HOME/.ssh/config"
 "$vm" ssh bench -- "head -c ${size}M /dev/zero > /tmp/bench.bin"
 
-mean_us() {
-  "$@" >/dev/null 2>&1 || { echo "benchmark command failed: $*" >&2; exit 1; }
-  local start end
-  start=$(date +%s%N)
-  for _ in $(seq "$runs"); do "$@" >/dev/null 2>&1; done
-  end=$(date +%s%N)
-  echo $(( (end - start) / runs / 1000 ))
-}
-# wall time in microseconds and peak RSS (KiB, summed over the client's processes) of one run
-timed_rss() {
-  local out="$work/time.$$"
-  local start end
-  start=$(date +%s%N)
-  /usr/bin/time -f '%M' -o "$out" "$@" >/dev/null 2>&1
-  end=$(date +%s%N)
-  echo "$(( (end - start) / 1000 )) $(tail -1 "$out")"
-}
 py() { python3 -c "print($1)"; }
 
 echo "runs: $runs, cat size: ${size} MiB"
@@ -55,10 +31,10 @@ printf 'roundtrip  kubectl-vm %8.1f ms   openssh %8.1f ms   ratio %s\n' \
 
 # The same tunnel without the per-connection certificate hook (a certificate issued once).
 "$vm" ssh-cert bench.default.vm
-plain=(ssh -F /dev/null -o BatchMode=yes -o "ProxyCommand=$vm port-forward --stdio bench.default 22"
-  -o HostKeyAlias=bench.default -o "KnownHostsCommand=$vm ssh-known-hosts"
-  -o StrictHostKeyChecking=yes -i "$HOME/.kube/kubectl-vm/ssh/id_ed25519"
-  -o "CertificateFile=$HOME/.kube/kubectl-vm/ssh/certs/kubevm@bench.default.vm-cert.pub" kubevm@bench)
+plain=(ssh -F /dev/null -o BatchMode=yes -o "ProxyCommand=$vm port-forward --stdio --ssh-host bench.default.vm 22"
+  -o "KnownHostsCommand=$vm ssh-known-hosts" -o UserKnownHostsFile=/dev/null -o GlobalKnownHostsFile=/dev/null
+  -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes -i "$HOME/.kube/kubectl-vm/ssh/id_ed25519"
+  -o "CertificateFile=$HOME/.kube/kubectl-vm/ssh/certs/kubevm@bench.default.vm-cert.pub" kubevm@bench.default.vm)
 bare=$(mean_us "${plain[@]}" true)
 printf 'roundtrip  kubectl-vm %8.1f ms   openssh, cert issued once %8.1f ms   ratio %s\n' \
   "$(py "$ours/1000")" "$(py "$bare/1000")" "$(py "round($ours/$bare, 3)")"

@@ -19,28 +19,20 @@
 # with other builds, so noisy; release, 2 GiB, ROUNDS=2): round 1 kubectl-vm 246.7 MiB/s vs
 # curl -T 200.9 MiB/s = 1.23x, round 2 262.6 vs 284.3 MiB/s = 0.92x (goal 0.9x met in both);
 # peak RSS 20.0 MB (goal 32 MB met; 4 MiB of chunks in flight between reader and sender).
-set -euo pipefail
 gib=${1:-2}
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-bash tests/tools/get-kubectl.sh "$root/.tools/bin" >/dev/null
-kubectl="$root/.tools/bin/kubectl"
-cargo build --quiet --release --locked -p kubectl-vm -p kubevm-emulator
-vm="$root/target/release/kubectl-vm"
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+need_kubectl
+build
 size=$((gib * 1024 * 1024 * 1024))
 flavor=${FLAVOR:-kubevirt}
 case $flavor in kubevirt | deckhouse) ;; *) echo "FLAVOR is kubevirt or deckhouse" >&2; exit 2 ;; esac
 
-work=$(mktemp -d)
 echo "apiVersion: v1
 kind: ConfigMap
 metadata: {name: bench, namespace: default}" >"$work/fixture.yaml"
-"$root/target/release/kubevm-emulator" --fixture "$work/fixture.yaml" --flavor "$flavor" \
-  --kubeconfig "$work/kubeconfig" >"$work/emulator.log" 2>&1 &
-emulator=$!
-trap 'kill $emulator 2>/dev/null; wait $emulator 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 100); do [ -s "$work/kubeconfig" ] && break; sleep 0.1; done
-export KUBECONFIG="$work/kubeconfig" HOME="$work"
+start_emulator main "$flavor" "$work/fixture.yaml"
+emulator=$emulator_pid
+export KUBECONFIG="$work/main.kubeconfig" HOME="$work"
 head -c "$size" /dev/urandom >"$work/disk.raw"
 # The uploader checks the checksum before it answers: curl's disk carries the same one, so
 # both runs make the server do the same work.

@@ -63,6 +63,25 @@ pub fn create_dependent(
     plural: &str,
     obj: Value,
 ) -> bool {
+    let key = Key::of(group, plural, &obj);
+    create_dependent_object(app, owner_key, owner, group, plural, obj).is_some()
+        || (app
+            .store
+            .get(owner_key)
+            .is_some_and(|o| meta_str(&o, "uid") == meta_str(owner, "uid"))
+            && app.store.get(&key).is_some())
+}
+
+/// [`create_dependent`] that returns the object as stored (`None` when it was not created or
+/// was removed again because its owner went).
+pub fn create_dependent_object(
+    app: &App,
+    owner_key: &Key,
+    owner: &Value,
+    group: &str,
+    plural: &str,
+    obj: Value,
+) -> Option<Value> {
     let uid = meta_str(owner, "uid");
     let owner_alive = || {
         app.store
@@ -70,12 +89,13 @@ pub fn create_dependent(
             .is_some_and(|o| meta_str(&o, "uid") == uid)
     };
     if !owner_alive() {
-        return false;
+        return None;
     }
     let key = Key::of(group, plural, &obj);
-    if app.store.create(group, plural, obj).is_ok() && !owner_alive() {
+    let created = app.store.create(group, plural, obj).ok()?;
+    if !owner_alive() {
         app.store.delete(&key, Propagation::Cascade);
-        return false;
+        return None;
     }
-    true
+    Some(created)
 }

@@ -415,7 +415,8 @@ fn sync_launcher_pod(app: &App, vm: &Value, running: bool, ip: &str) {
         "status": {"phase": "Running", "podIP": ip, "hostIP": "192.168.0.11",
                    "containerStatuses": [{"name": "compute", "ready": true, "restartCount": 0, "image": image}]},
     });
-    let _ = app.store.create("", "pods", pod);
+    let vm_key = Key::of("virtualization.deckhouse.io", "virtualmachines", vm);
+    crate::gc::create_dependent(app, &vm_key, vm, "", "pods", pod);
 }
 
 /// The store key of a Deckhouse block device reference `{kind, name}` in `ns`.

@@ -64,7 +64,11 @@ pub(super) fn kubevirt_vm(app: &App, vm: &Value, _tick: bool) {
             meta["namespace"] = json!(ns);
             meta["ownerReferences"] = json!([owner_ref(vm)]);
             let dv = json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume", "metadata": meta, "spec": t["spec"]});
-            let _ = app.store.create("cdi.kubevirt.io", "datavolumes", dv);
+            // The VM may be gone since it was read (a pool or cascade deleting it): the DataVolume is
+            // then collected at once, as the garbage collector removes a dependent whose owner is
+            // absent (garbagecollector.go `attemptToDeleteItem`).
+            let vm_key = Key::of("kubevirt.io", "virtualmachines", vm);
+            crate::gc::create_dependent(app, &vm_key, vm, "cdi.kubevirt.io", "datavolumes", dv);
         }
         dv_names.push(dv_name);
     }
@@ -298,6 +302,30 @@ mod tests {
         for _ in 0..6 {
             reconcile_all(app, true);
         }
+    }
+
+    /// A controller acting on a VM it read just before the VM was deleted (a pool's replica
+    /// collected with its pool) must not leave a DataVolume, VMI or pod behind whose owner is
+    /// gone: the garbage collector deletes such dependents (pkg/controller/garbagecollector
+    /// `attemptToDeleteItem`). Under load this left a replica's DataVolume behind and `delete
+    /// POOL` waited for it until its timeout.
+    #[test]
+    fn a_vm_read_before_its_deletion_leaves_no_dependents() {
+        let app = App::new(Registry::new(ServeFlavor::KubeVirt), Duration::from_secs(1));
+        let stale = app
+            .store
+            .create("kubevirt.io", "virtualmachines", vm())
+            .unwrap();
+        app.store.delete(
+            &Key::of("kubevirt.io", "virtualmachines", &stale),
+            Propagation::Cascade,
+        );
+        for _ in 0..6 {
+            kubevirt_vm(&app, &stale, true);
+        }
+        assert!(get(&app, "cdi.kubevirt.io", "datavolumes", "web-root").is_none());
+        assert!(get(&app, "kubevirt.io", "virtualmachineinstances", "web").is_none());
+        assert!(app.store.list("", "pods", Some("default")).0.is_empty());
     }
 
     #[test]

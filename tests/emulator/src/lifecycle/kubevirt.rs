@@ -120,7 +120,10 @@ fn create_vmi(app: &App, vm: &Value, paused: bool) -> Option<Value> {
     if annotation(vm, UNSCHEDULABLE) == Some("true") {
         set_annotation(&mut vmi, UNSCHEDULABLE, Some("true"));
     }
-    app.store.create(KV, "virtualmachineinstances", vmi).ok()
+    // The VM may have been deleted since it was read: a VMI made for it then is collected at
+    // once, as the garbage collector removes a dependent whose owner is gone.
+    let vm_key = Key::of(KV, "virtualmachines", vm);
+    crate::gc::create_dependent_object(app, &vm_key, vm, KV, "virtualmachineinstances", vmi)
 }
 
 /// Whether a cloud-init Secret the VMI names (`secretRef`, `networkDataSecretRef`) is absent.
@@ -209,7 +212,8 @@ pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
             )]);
         }
         pod["status"] = json!({"phase": "Pending"});
-        let _ = app.store.create("", "pods", pod);
+        let vmi_key = Key::of(KV, "virtualmachineinstances", vmi);
+        crate::gc::create_dependent(app, &vmi_key, vmi, "", "pods", pod);
     }
     let mut template = new_vmi_status_running(vmi);
     if app.guests.real_agent() {
@@ -503,5 +507,6 @@ fn move_launcher_pod(app: &App, vmi: &Value, target: &str) {
         random_suffix(5)
     ));
     pod["spec"]["nodeName"] = json!(target);
-    let _ = app.store.create("", "pods", pod);
+    let vmi_key = Key::of(KV, "virtualmachineinstances", vmi);
+    crate::gc::create_dependent(app, &vmi_key, vmi, "", "pods", pod);
 }
