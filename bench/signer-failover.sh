@@ -130,7 +130,8 @@ for name, runs, failed in [("ssh-cert", certs, failed_certs), ("ssh", sshs, fail
     window = [r for r in runs if r[1] <= events["endpoint removed"] and r[2] >= events["kill"]]
     print(f"{name:8} {len(runs)} runs, {len(failed)} failed; wall time p50 {pct(times, 0.5):.0f} ms "
           f"p99 {pct(times, 0.99):.0f} ms max {pct(times, 1):.0f} ms; "
-          f"{len(window)} overlapped the kill-to-removal window")
+          f"{len(window)} overlapped the kill-to-removal window, "
+          f"{sum(1 for r in failed if r in window)} of the failures")
 for r in (failed_certs + failed_ssh)[:10]:
     print(f"  failed {r[0]} at {r[1]:.1f}-{r[2]:.1f} s (exit {r[3]}): {r[4]}")
 bad, signers = [], {}
