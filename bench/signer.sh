@@ -8,25 +8,15 @@
 #   ssh:       `kubectl vm ssh VM -- true`, mean wall time, signer mode / direct mode (goal <= 1.15)
 #   signer RSS idle, and its peak while answering REQUESTS with 50 at once
 # Needs root (the emulator's guest runs a real sshd), curl, ssh-keygen and kubectl >= 1.26
-# (tests/tools/get-kubectl.sh). Usage: bench/signer.sh [REQUESTS] [RUNS]   (defaults 200, 20)
-set -euo pipefail
+# (fetched by bench/common.sh). Usage: bench/signer.sh [REQUESTS] [RUNS]   (defaults 200, 20;
+# PROFILE=debug for no release build)
 requests=${1:-200}
 runs=${2:-20}
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-cargo build --quiet --release --locked -p kubectl-vm -p kubevm-emulator
-vm="$root/target/release/kubectl-vm"
-bash tests/tools/get-kubectl.sh "$root/.tools/bin" >/dev/null
-kubectl="$root/.tools/bin/kubectl"
-
-work=$(mktemp -d)
-"$root/target/release/kubevm-emulator" --fixture tests/fixtures/kubevirt.yaml --flavor kubevirt \
-  --kubeconfig "$work/kubeconfig" >"$work/emulator.log" 2>&1 &
-emulator=$!
-signer=""
-trap 'kill $emulator $signer 2>/dev/null; wait $emulator $signer 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 100); do [ -s "$work/kubeconfig" ] && break; sleep 0.1; done
-export KUBECONFIG="$work/kubeconfig" HOME="$work"
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+build
+need_kubectl
+start_emulator main kubevirt tests/fixtures/kubevirt.yaml
+use_emulator main
 "$vm" ca init --signer --image bench >/dev/null
 # (kubectl's discovery complains about the APIService until the signer runs.)
 token=$("$kubectl" create token kubevm-ssh-signer -n kubevm-system 2>/dev/null)
@@ -35,10 +25,11 @@ token=$("$kubectl" create token kubevm-ssh-signer -n kubevm-system 2>/dev/null)
 "$kubectl" config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d >"$work/ca.crt"
 server=$("$kubectl" config view --minify -o jsonpath='{.clusters[0].cluster.server}')
 admin=$("$kubectl" config view --raw --minify -o jsonpath='{.users[0].user.token}')
-sed "s/token: .*/token: $token/" "$work/kubeconfig" >"$work/signer.kubeconfig"
+sed "s/token: .*/token: $token/" "$KUBECONFIG" >"$work/signer.kubeconfig"
 "$vm" --kubeconfig "$work/signer.kubeconfig" signer serve --listen 127.0.0.1:0 \
   --tls-cert-file "$work/tls.crt" --tls-private-key-file "$work/tls.key" >"$work/signer.log" 2>&1 &
 signer=$!
+bench_pids+=("$signer")
 for _ in $(seq 100); do grep -q '"listening"' "$work/signer.log" 2>/dev/null && break; sleep 0.1; done
 port=$(sed -n 's/.*"address":"127\.0\.0\.1:\([0-9]*\)".*/\1/p' "$work/signer.log" | head -1)
 printf '%s\n' 'apiVersion: v1' 'kind: Endpoints' \
@@ -89,14 +80,6 @@ seq "$requests" | xargs -P 50 -I{} bash -c issue >"$work/concurrent"
 printf 'signer RSS idle %s KiB, peak after %s requests 50 at once %s KiB (%s answered 201)\n' \
   "$idle" "$requests" "$(rss VmHWM)" "$(grep -c '^201 ' "$work/concurrent")"
 
-mean_us() {
-  "$@" >/dev/null 2>&1 || { echo "benchmark command failed: $*" >&2; exit 1; }
-  local start end
-  start=$(date +%s%N)
-  for _ in $(seq "$runs"); do "$@" >/dev/null 2>&1; done
-  end=$(date +%s%N)
-  echo $(( (end - start) / runs / 1000 ))
-}
 with_signer=$(mean_us "$vm" ssh bench --strict-host-key-checking yes -- true)
 "$kubectl" delete apiservice v1alpha1.ssh.kubevm.io >/dev/null 2>&1
 direct=$(mean_us "$vm" ssh bench --strict-host-key-checking yes -- true)

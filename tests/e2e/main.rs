@@ -50,6 +50,7 @@ mod scripts;
 mod server_errors;
 mod set;
 mod signer;
+mod signer_failover;
 mod signer_network;
 mod sizes;
 mod snapshot;

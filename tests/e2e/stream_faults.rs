@@ -265,3 +265,255 @@ fn a_cut_after_the_exit_status_is_not_a_success() {
         }
     }
 }
+
+const SCREENSHOT: &str = "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/web/vnc/screenshot";
+
+/// The faults every stream test runs besides the seeds: a cut in the first bytes, a truncation
+/// mid-data, a stall and a slow link.
+fn fixed_faults() -> [Fault; 4] {
+    [
+        Fault::Cut { after: 100 },
+        Fault::Truncate { after: 70_000 },
+        Fault::Stall {
+            after: 5000,
+            pause: Duration::from_millis(1500),
+        },
+        Fault::Delay {
+            each: Duration::from_millis(1),
+        },
+    ]
+}
+
+/// `vnc screenshot` with its answer cut, truncated, stalled or slowed: the PNG the server sends
+/// (as real kubectl reads it) under the final name, or one line, a non-zero exit, the older file
+/// under that name untouched and no `.partial` left.
+#[test]
+fn vnc_screenshot_completes_or_fails_without_a_partial_png() {
+    let env = Env::kubevirt();
+    let raw = env.kubectl(&["get", "--raw", SCREENSHOT]);
+    assert!(raw.status.success(), "{}", stderr(&raw));
+    let want = raw.stdout;
+    let png = env.dir.path().join("shot.png");
+    let partial = env.dir.path().join("shot.png.partial");
+    let mut last_good = b"an older screenshot".to_vec();
+    std::fs::write(&png, &last_good).unwrap();
+    let sources = fixed_faults()
+        .into_iter()
+        .map(FaultSource::Fixed)
+        .chain(seeds().into_iter().map(FaultSource::Seeded));
+    for source in sources {
+        env.emulator.set_stream_faults(Some(source));
+        let out = env.vm(&["vnc", "screenshot", "web", "-o", png.to_str().unwrap()]);
+        let fault = env.emulator.stream_faults_applied().last().map(|(_, f)| *f);
+        let what = format!("{source:?} ({fault:?})");
+        if out.status.success() {
+            assert!(std::fs::read(&png).unwrap() == want, "{what}: wrong PNG");
+            last_good = want.clone();
+        } else {
+            failed_cleanly(&out, &what);
+            assert!(
+                std::fs::read(&png).unwrap() == last_good,
+                "{what}: the file under the final name changed"
+            );
+        }
+        assert!(!partial.exists(), "{what}: {} left", partial.display());
+    }
+}
+
+/// The defect the screenshot test above looks for, forced: a screenshot whose write fails
+/// half-way (a file size limit) wrote straight to FILE, leaving a cut PNG there in place of the
+/// older one. It is written as FILE.partial and renamed when complete.
+#[test]
+fn a_screenshot_that_cannot_be_written_keeps_the_older_file() {
+    let env = Env::kubevirt();
+    let png = env.dir.path().join("shot.png");
+    std::fs::write(&png, b"an older screenshot").unwrap();
+    // A file size limit far below the PNG's size; EFBIG instead of SIGXFSZ.
+    let out = env
+        .command("sh")
+        .args(["-c", "trap '' XFSZ; ulimit -f 128; exec \"$0\" \"$@\""])
+        .args([BIN, "vnc", "screenshot", "web", "-o", png.to_str().unwrap()])
+        .output()
+        .unwrap();
+    failed_cleanly(&out, "a write over the file size limit");
+    assert!(stderr(&out).contains("cannot write"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&png).unwrap(), b"an older screenshot");
+    assert!(!env.dir.path().join("shot.png.partial").exists());
+}
+
+/// An RFB 3.8 viewer through the proxy at `port`: handshake with security None, then one
+/// full framebuffer update read to its end. Err says where the session ended.
+fn rfb_session(port: u16) -> Result<(), String> {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(15)))
+        .map_err(|e| e.to_string())?;
+    let mut read = |n: usize, what: &str| {
+        let mut buf = vec![0u8; n];
+        s.read_exact(&mut buf)
+            .map(|()| buf)
+            .map_err(|e| format!("{what}: {e}"))
+    };
+    let version = read(12, "version")?;
+    if version != b"RFB 003.008\n" {
+        return Err(format!("version {version:?}"));
+    }
+    let mut w = s.try_clone().map_err(|e| e.to_string())?;
+    let mut write = |b: &[u8]| w.write_all(b).map_err(|e| e.to_string());
+    write(b"RFB 003.008\n")?;
+    let mut read = |n: usize, what: &str| {
+        let mut buf = vec![0u8; n];
+        s.read_exact(&mut buf)
+            .map(|()| buf)
+            .map_err(|e| format!("{what}: {e}"))
+    };
+    let count = read(1, "security types")?[0] as usize;
+    read(count, "security types")?;
+    write(&[1])?;
+    read(4, "security result")?;
+    write(&[1])?;
+    let init = read(24, "server init")?;
+    let u16_at = |b: &[u8], at: usize| u16::from_be_bytes([b[at], b[at + 1]]);
+    let (width, height) = (u16_at(&init, 0), u16_at(&init, 2));
+    let bpp = init[4] as usize / 8;
+    let name_len = u32::from_be_bytes([init[20], init[21], init[22], init[23]]) as usize;
+    read(name_len, "desktop name")?;
+    let mut request = vec![3, 0, 0, 0, 0, 0];
+    request.extend_from_slice(&width.to_be_bytes());
+    request.extend_from_slice(&height.to_be_bytes());
+    write(&request)?;
+    let head = read(4, "update")?;
+    let mut covered = 0usize;
+    for _ in 0..u16_at(&head, 2) {
+        let rect = read(12, "rectangle")?;
+        let (rw, rh) = (u16_at(&rect, 4) as usize, u16_at(&rect, 6) as usize);
+        read(rw * rh * bpp, "pixels")?;
+        covered += rw * rh;
+    }
+    if covered != width as usize * height as usize {
+        return Err(format!("{covered} pixels of {width}x{height}"));
+    }
+    Ok(())
+}
+
+/// `vnc --proxy-only` with its VM stream cut, truncated, stalled or slowed: each viewer session
+/// either carries a whole frame or ends (the viewer sees the connection close, never a hang),
+/// the proxy says in one line why it ended, and it serves the next viewer with a working
+/// session.
+#[test]
+fn vnc_proxy_sessions_complete_or_end_in_one_line_under_faults() {
+    let env = Env::kubevirt();
+    let sources = fixed_faults()
+        .into_iter()
+        .map(FaultSource::Fixed)
+        .chain(seeds().into_iter().map(FaultSource::Seeded));
+    for source in sources {
+        env.emulator.set_stream_faults(Some(source));
+        let mut child = env
+            .command(BIN)
+            .args(["vnc", "web", "--proxy-only"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = serde_json::from_str::<serde_json::Value>(&line)
+            .unwrap_or_else(|e| panic!("{source:?}: {line:?}: {e}"))["port"]
+            .as_u64()
+            .unwrap() as u16;
+        let faulted = rfb_session(port);
+        let fault = env.emulator.stream_faults_applied().last().map(|(_, f)| *f);
+        let what = format!("{source:?} ({fault:?})");
+        if let Err(e) = &faulted {
+            assert!(
+                !e.contains("timed out") && !e.contains("would block"),
+                "{what}: hung: {e}"
+            );
+        }
+        // The next viewer, on a sound link, gets a working session from the same proxy.
+        env.emulator.set_stream_faults(None);
+        let next = rfb_session(port);
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(next, Ok(()), "{what}: the next session: {err}");
+        let ended: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("VNC session of web ended: "))
+            .collect();
+        assert!(
+            !ended.is_empty(),
+            "{what}: no line on the session's end: {err}"
+        );
+        if faulted.is_err() {
+            let unexplained: Vec<&str> = err
+                .lines()
+                .filter(|l| !l.starts_with("VNC session of web ended: "))
+                .filter(|l| !l.trim().is_empty() && !l.starts_with("VNC client "))
+                .collect();
+            assert!(unexplained.is_empty(), "{what}: {err}");
+        }
+    }
+}
+
+/// `upload` with the upload server's connections cut, truncated, stalled or slowed: it retries
+/// from the beginning (CDI's upload server cannot resume) and the DataVolume holds the file
+/// byte for byte (`sha256sum` of the file against that of the exported PVC), or it fails in one
+/// line with a non-zero exit and deletes the DataVolume it created.
+#[test]
+fn upload_completes_or_fails_in_one_line_under_seeded_faults() {
+    let env = Env::kubevirt();
+    let file = env.dir.path().join("noise.raw");
+    crate::upload::noise(&file, 768 * 1024);
+    let want = sha256_of(&file);
+    let sources = fixed_faults()
+        .into_iter()
+        .map(FaultSource::Fixed)
+        .chain(seeds().into_iter().map(FaultSource::Seeded));
+    for (i, source) in sources.enumerate() {
+        let name = format!("up-{i}");
+        env.emulator.set_stream_faults(Some(source));
+        let out = env.vm(&[
+            "upload",
+            file.to_str().unwrap(),
+            &format!("dv/{name}"),
+            "--format",
+            "raw",
+            "--retry-delay",
+            "10ms",
+        ]);
+        let faults = env.emulator.stream_faults_applied();
+        env.emulator.set_stream_faults(None);
+        let what = format!("{source:?} ({faults:?})");
+        let dvs = env.kubectl(&["get", "datavolumes", "-o", "name"]);
+        let listed = stdout(&dvs).contains(&format!("datavolume.cdi.kubevirt.io/{name}\n"));
+        if out.status.success() {
+            let exported = env.dir.path().join(format!("{name}.img"));
+            let pvc = format!("pvc/{name}");
+            let got = env.vm(&["export", &pvc, "-o", exported.to_str().unwrap()]);
+            assert!(got.status.success(), "{what}: export: {}", stderr(&got));
+            // The PVC is the disk's size; the file is its start.
+            let head = env.dir.path().join(format!("{name}.head"));
+            let bytes = std::fs::read(&exported).unwrap();
+            std::fs::write(&head, &bytes[..768 * 1024]).unwrap();
+            assert_eq!(sha256_of(&head), want, "{what}: wrong data, exit 0");
+            assert!(listed, "{what}: uploaded but no DataVolume");
+        } else {
+            // Progress lines come first (stderr is not a terminal); the failure is one line, the
+            // last.
+            let err = stderr(&out);
+            assert!(out.status.code().is_some_and(|c| c != 0), "{what}: {err}");
+            let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("Error:")).collect();
+            assert_eq!(errors.len(), 1, "{what}: {err}");
+            assert_eq!(
+                err.trim_end().lines().last(),
+                Some(errors[0]),
+                "{what}: {err}"
+            );
+            assert!(!listed, "{what}: a failed upload left DataVolume {name}");
+        }
+    }
+}

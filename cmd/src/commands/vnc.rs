@@ -221,16 +221,27 @@ async fn cmd_screenshot(global: &GlobalArgs, args: ScreenshotArgs) -> CommandRes
         args.move_cursor,
     )
     .await?;
-    let mut file = std::fs::OpenOptions::new()
+    // Written as FILE.partial and renamed once complete: a write that fails (a full disk, a
+    // file size limit) leaves no partial PNG under the final name and keeps an older FILE.
+    let partial = kubevm::export::download::partial_path(&args.output);
+    let cannot = |e: std::io::Error| {
+        CommandError::Failed(format!("cannot write {}: {e}", args.output.display()))
+    };
+    let written = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
-        .open(&args.output)
-        .map_err(|e| {
-            CommandError::Failed(format!("cannot write {}: {e}", args.output.display()))
-        })?;
-    file.write_all(&png)?;
+        .open(&partial)
+        .and_then(|mut file| {
+            file.write_all(&png)?;
+            file.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&partial, &args.output));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&partial);
+        return Err(cannot(e));
+    }
     eprintln!(
         "Wrote a screenshot of {} to {}",
         target.name,

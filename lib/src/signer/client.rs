@@ -99,6 +99,25 @@ pub async fn mode(cluster: &Cluster, platform: Option<&Platform>) -> Result<Mode
     }
 }
 
+/// How long the client waits before its one retry of an issuance that failed in a way another
+/// signer replica may not ([`is_transient`]). The API server picks an endpoint at random for each
+/// request and never retries itself (kube-aggregator's proxy answers 503 for a dead replica);
+/// waiting a second lets the endpoints controller drop a replica that has just gone before the
+/// second request is routed.
+pub const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether an issuance that failed with `err` is worth one more request: the aggregator could
+/// not reach the replica it chose or lost it mid-answer (502, 503, 504: a dead or restarting
+/// replica, which another replica may not be), or the connection carrying the request broke.
+/// Refusals (RBAC, the signer's policy, bad input) and other errors are final.
+pub fn is_transient(err: &kube::Error) -> bool {
+    match err {
+        kube::Error::Api(status) => matches!(status.code, 502..=504),
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
 async fn post(
     cluster: &Cluster,
     namespace: &str,
@@ -112,12 +131,15 @@ async fn post(
         spec,
         status: None,
     };
-    let request = http::Request::post(format!(
-        "/apis/{GROUP}/{VERSION}/namespaces/{namespace}/virtualmachines/{vm}/{subresource}"
-    ))
-    .header(http::header::CONTENT_TYPE, "application/json")
-    .body(serde_json::to_vec(&body).map_err(|e| Error::Internal(e.to_string()))?)
-    .map_err(|e| Error::Internal(e.to_string()))?;
+    let body = serde_json::to_vec(&body).map_err(|e| Error::Internal(e.to_string()))?;
+    let request = || {
+        http::Request::post(format!(
+            "/apis/{GROUP}/{VERSION}/namespaces/{namespace}/virtualmachines/{vm}/{subresource}"
+        ))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(body.clone())
+        .map_err(|e| Error::Internal(e.to_string()))
+    };
     let action = Action::new(
         "create",
         format!("virtualmachines/{subresource}.{GROUP}"),
@@ -125,11 +147,23 @@ async fn post(
     )
     .named(vm)
     .in_namespace(Some(namespace));
-    cluster
+    // Issuing twice is harmless (two certificates for the same key, each audited), so a
+    // transient failure gets one retry; the second answer is final.
+    let first = cluster
         .client
-        .request::<CertificateRequest>(request)
-        .await
-        .map_err(|e| SignerError::from_kube(e, cluster, &action))
+        .request::<CertificateRequest>(request()?)
+        .await;
+    let answer = match first {
+        Err(e) if is_transient(&e) => {
+            tokio::time::sleep(RETRY_PAUSE).await;
+            cluster
+                .client
+                .request::<CertificateRequest>(request()?)
+                .await
+        }
+        other => other,
+    };
+    answer.map_err(|e| SignerError::from_kube(e, cluster, &action))
 }
 
 fn certificate_of(answer: CertificateRequest, key: &PublicKey) -> Result<Certificate, SignerError> {
@@ -176,4 +210,39 @@ pub async fn host_certificate(
     };
     let answer = post(cluster, namespace, vm, HOST_CERTIFICATE, spec).await?;
     certificate_of(answer, key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("m", reason)
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    /// Only what another replica (or another connection) may not fail again is retried: the
+    /// aggregator's 502/503/504; never a refusal or a malformed answer.
+    #[test]
+    fn only_unreachable_replicas_are_retried() {
+        for code in [502, 503, 504] {
+            assert!(is_transient(&api(code, "ServiceUnavailable")), "{code}");
+        }
+        for (code, reason) in [
+            (400, "BadRequest"),
+            (401, "Unauthorized"),
+            (403, "Forbidden"),
+            (404, "NotFound"),
+            (422, "Invalid"),
+            (429, "TooManyRequests"),
+            (500, "InternalError"),
+        ] {
+            assert!(!is_transient(&api(code, reason)), "{code}");
+        }
+        let parse = serde_json::from_str::<serde_json::Value>("{").unwrap_err();
+        assert!(!is_transient(&kube::Error::SerdeError(parse)));
+    }
 }

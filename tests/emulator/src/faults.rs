@@ -1,6 +1,7 @@
 //! Seeded faults in the platform's streams (issue 37): the websocket connections of console,
 //! VNC and port-forward (and so ssh and scp) and the HTTP connections of the export and upload
-//! servers can be cut, truncated mid-frame, stalled or slowed at a chosen or seeded byte offset.
+//! servers, and KubeVirt's `vnc/screenshot` answer, can be cut, truncated mid-frame, stalled or
+//! slowed at a chosen or seeded byte offset.
 //! A test switches them on for the connections opened after it (`set`); with none set every
 //! connection passes through untouched.
 //!
@@ -81,6 +82,54 @@ impl StreamFaults {
 
     /// `io` with the fault the next connection of `stream` gets.
     pub fn wrap<T>(&self, stream: &'static str, io: T) -> Faulty<T> {
+        Faulty::new(io, self.next(stream))
+    }
+
+    /// `data` as a response body with the fault the next response of `stream` gets: a cut or
+    /// truncation ends the body with an error after that many bytes (the server aborts the
+    /// connection mid-body, as a dropped link does), a stall pauses it there, a delay waits
+    /// before each 4 KiB chunk.
+    pub fn body(&self, stream: &'static str, data: Vec<u8>) -> axum::body::Body {
+        let fault = self.next(stream);
+        if fault == Fault::None {
+            return axum::body::Body::from(data);
+        }
+        // State: the data, the offset sent so far, whether the body ended, whether it stalled.
+        let start = (data, 0usize, false, false);
+        let chunks = futures::stream::unfold(start, move |(data, at, done, stalled)| async move {
+            if done || at >= data.len() {
+                return None;
+            }
+            let mut end = (at + 4096).min(data.len());
+            let mut stalled_now = stalled;
+            match fault {
+                Fault::Cut { after } | Fault::Truncate { after } => {
+                    let after = after as usize;
+                    if at >= after {
+                        return Some((Err(ended()), (data, at, true, stalled)));
+                    }
+                    end = end.min(after);
+                }
+                Fault::Stall { after, pause } if !stalled => {
+                    let after = after as usize;
+                    if at >= after {
+                        tokio::time::sleep(pause).await;
+                        stalled_now = true;
+                    } else {
+                        end = end.min(after);
+                    }
+                }
+                Fault::Delay { each } => tokio::time::sleep(each).await,
+                _ => {}
+            }
+            let chunk = bytes::Bytes::copy_from_slice(&data[at..end]);
+            Some((Ok(chunk), (data, end, false, stalled_now)))
+        });
+        axum::body::Body::from_stream(chunks)
+    }
+
+    /// The fault the next connection (or response) of `stream` gets, recorded if any.
+    fn next(&self, stream: &'static str) -> Fault {
         let fault = match *self.source.lock().unwrap() {
             None => Fault::None,
             Some(FaultSource::Fixed(f)) => f,
@@ -92,7 +141,7 @@ impl StreamFaults {
         if fault != Fault::None {
             self.applied.lock().unwrap().push((stream, fault));
         }
-        Faulty::new(io, fault)
+        fault
     }
 }
 

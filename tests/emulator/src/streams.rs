@@ -121,7 +121,10 @@ pub async fn handle(
             if crate::guest::boot_id(app, &ns, &name).is_none() {
                 return Some(Err(ApiError::bad_request("VMI is not running")));
             }
-            let mut response = Response::new(Body::from(crate::rfb::screenshot_png()));
+            let body = app
+                .stream_faults
+                .body("screenshot", crate::rfb::screenshot_png());
+            let mut response = Response::new(body);
             response
                 .headers_mut()
                 .insert(header::CONTENT_TYPE, HeaderValue::from_static("image/png"));

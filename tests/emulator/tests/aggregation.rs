@@ -602,3 +602,92 @@ fn kubectl_gets_apiservices_and_creates_tokens() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// Endpoints of the Service with one subset per port (all on 127.0.0.1), as the endpoints
+/// controller writes replicas that listen on different ports.
+fn endpoints(emu: &Emulator, ports: &[u16]) {
+    let subsets: Vec<Value> = ports
+        .iter()
+        .map(|p| json!({"addresses": [{"ip": "127.0.0.1"}], "ports": [{"name": "https", "port": p}]}))
+        .collect();
+    emu.put_object(
+        json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": SVC, "namespace": NS},
+        "subsets": subsets}),
+    );
+}
+
+/// Which backend port answered a proxied request (the proxy sends `Host: IP:PORT`), or the
+/// 503 body when none did.
+async fn answered_by(client: &kube::Client) -> Result<u16, (u16, String)> {
+    let (code, _, body) = send(client, "POST", CERT_PATH, &[], "{}").await;
+    if code != 200 {
+        return Err((code, body));
+    }
+    let echo = json_of(&body);
+    let host = header_values(&echo, "host").pop().unwrap();
+    Ok(host.rsplit_once(':').unwrap().1.parse().unwrap())
+}
+
+/// kube-aggregator's endpoint routing (apiserver `pkg/util/proxy/proxy.go` `ResolveEndpoint`,
+/// kube-aggregator `handler_proxy.go`): every request goes to a ready endpoint chosen at random;
+/// a dead one is the proxy's 503 with the dial error, not retried on the other endpoint; once
+/// the endpoint is removed every request reaches the live replica.
+#[tokio::test]
+async fn each_request_goes_to_a_random_endpoint_and_a_dead_one_is_not_retried() {
+    use base64::Engine;
+    let (emu, client) = start().await;
+    let (_, ca) = front_proxy_ca(&client).await;
+    let a = Backend::start(SVC, NS, &ca).await;
+    let b = Backend::start(SVC, NS, &ca).await;
+    // One caBundle trusting both replicas' serving CAs.
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut bundle = b64.decode(&a.ca_bundle).unwrap();
+    bundle.extend(b64.decode(&b.ca_bundle).unwrap());
+    register(&emu, None, &b64.encode(bundle));
+    let (pa, pb) = (a.port, b.port);
+    endpoints(&emu, &[pa, pb]);
+    available(&emu, "True").await;
+    // 40 requests: both replicas answer (all on one: probability 2^-39).
+    let mut seen = std::collections::BTreeMap::new();
+    for _ in 0..40 {
+        let port = answered_by(&client).await.expect("both replicas are up");
+        *seen.entry(port).or_insert(0) += 1;
+    }
+    assert_eq!(seen.keys().copied().collect::<Vec<_>>(), {
+        let mut both = vec![pa, pb];
+        both.sort();
+        both
+    });
+    // Replica a dies; its endpoint is still listed. About half the requests pick it and get
+    // the proxy's 503 (no retry on b: a retry would have answered 200).
+    a.stop().await;
+    let (mut ok, mut refused) = (0, 0);
+    for _ in 0..40 {
+        match answered_by(&client).await {
+            Ok(port) => {
+                assert_eq!(port, pb);
+                ok += 1;
+            }
+            Err((code, body)) => {
+                assert_eq!(
+                    (code, body),
+                    (
+                        503,
+                        format!("dial tcp 127.0.0.1:{pa}: connect: connection refused\n")
+                    )
+                );
+                refused += 1;
+            }
+        }
+    }
+    assert!(ok > 0 && refused > 0, "ok {ok}, refused {refused}");
+    // The endpoints controller drops the dead pod: every request reaches b, and the APIService
+    // stays Available (its five discovery attempts go to b).
+    endpoints(&emu, &[pb]);
+    let cond = available(&emu, "True").await;
+    assert_eq!(cond["reason"], "Passed");
+    for _ in 0..20 {
+        assert_eq!(answered_by(&client).await, Ok(pb));
+    }
+    b.stop().await;
+}

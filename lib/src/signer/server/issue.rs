@@ -78,6 +78,26 @@ impl From<Refusal> for Failure {
     }
 }
 
+/// A request body as sent: the [`CertificateRequest`] and its public key, or 400 (not a
+/// request) or 422 (no OpenSSH public key, or one too weak).
+fn decode_request(
+    body: &[u8],
+    min_rsa_bits: u32,
+) -> Result<(CertificateRequest, PublicKey), Failure> {
+    let request: CertificateRequest = serde_json::from_slice(body)
+        .map_err(|e| Failure::new(400, "BadRequest", format!("invalid {KIND}: {e}")))?;
+    let public_key = PublicKey::from_openssh(request.spec.public_key.trim()).map_err(|e| {
+        Failure::new(
+            422,
+            "Invalid",
+            format!("spec.publicKey is not an OpenSSH public key: {e}"),
+        )
+    })?;
+    check_key(&public_key, min_rsa_bits)
+        .map_err(|why| Failure::new(422, "Invalid", format!("spec.publicKey: {why}")))?;
+    Ok((request, public_key))
+}
+
 /// `/apis/ssh.kubevm.io/v1alpha1/namespaces/NS/virtualmachines/NAME/SUB`.
 fn parse_path(path: &str) -> Option<(&str, &str, &str)> {
     let rest = path.strip_prefix(&format!("/apis/{GROUP}/{VERSION}/namespaces/"))?;
@@ -234,17 +254,7 @@ impl Signer {
                 ),
             ));
         }
-        let mut request: CertificateRequest = serde_json::from_slice(body)
-            .map_err(|e| Failure::new(400, "BadRequest", format!("invalid {KIND}: {e}")))?;
-        let public_key = PublicKey::from_openssh(request.spec.public_key.trim()).map_err(|e| {
-            Failure::new(
-                422,
-                "Invalid",
-                format!("spec.publicKey is not an OpenSSH public key: {e}"),
-            )
-        })?;
-        check_key(&public_key, self.min_rsa_bits)
-            .map_err(|why| Failure::new(422, "Invalid", format!("spec.publicKey: {why}")))?;
+        let (mut request, public_key) = decode_request(body, self.min_rsa_bits)?;
         let vm_kind = Kind::vm(self.flavor);
         let vm = vm_kind
             .api(&self.cluster.client, Some(namespace))
@@ -468,3 +478,7 @@ impl Signer {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "issue_properties.rs"]
+mod properties;

@@ -3,7 +3,8 @@
 //! remote_available_controller.go): the Service must exist; a ClusterIP Service must have the
 //! port and endpoints with a ready address on that port's name; then a discovery GET of
 //! `/apis/GROUP/VERSION` at the endpoint (front-proxy certificate, server certificate not
-//! verified, as `system:kube-aggregator` in `system:masters`, 5 s timeout) must answer 2xx/3xx.
+//! verified, as `system:kube-aggregator` in `system:masters`, 5 s timeout) must answer 2xx/3xx,
+//! for one of five attempts made at once, each to an endpoint chosen at random.
 //!
 //! v1.36 reads EndpointSlices; the emulator reads the Endpoints object of the Service's name,
 //! as the EndpointSlice mirroring controller would mirror it, and words the reasons as v1.36
@@ -133,20 +134,29 @@ async fn check(app: &App, backend: &super::Backend) -> (bool, &'static str, Stri
             );
         }
     }
-    let Some(addr) = super::resolve(app, backend) else {
-        return (
+    // Five discovery GETs at once, each to an endpoint resolved at random as the proxy does;
+    // one success is enough, else the last error (remote_available_controller.go: `attempts :=
+    // 5`, "if we had at least one success, we are successful overall").
+    let attempts = (0..5).map(|_| async {
+        let Some(addr) = super::resolve(app, backend) else {
+            return Err(format!("no endpoints available for service \"{name}\""));
+        };
+        let url = format!("https://{addr}/apis/{}/{}", backend.group, backend.version);
+        discovery_get(app, backend, &addr)
+            .await
+            .map_err(|e| format!("failing or missing response from {url}: {e}"))
+    });
+    let results = futures::future::join_all(attempts).await;
+    match results.iter().find(|r| r.is_ok()) {
+        Some(_) => (true, "Passed", "all checks passed".into()),
+        None => (
             false,
             "FailedDiscoveryCheck",
-            format!("no endpoints available for service \"{name}\""),
-        );
-    };
-    let url = format!("https://{addr}/apis/{}/{}", backend.group, backend.version);
-    match discovery_get(app, backend, &addr).await {
-        Ok(()) => (true, "Passed", "all checks passed".into()),
-        Err(e) => (
-            false,
-            "FailedDiscoveryCheck",
-            format!("failing or missing response from {url}: {e}"),
+            results
+                .into_iter()
+                .filter_map(Result::err)
+                .next_back()
+                .unwrap_or_default(),
         ),
     }
 }

@@ -10,7 +10,9 @@
 //!
 //! Backends are resolved by endpoint routing (`--enable-aggregator-routing=true`): the
 //! Service's port named by `spec.service.port` (default 443), then a ready address of the
-//! Endpoints object of the same name with the port of the same port name.
+//! Endpoints object of the same name with the port of the same port name, chosen at random for
+//! each request. A request whose chosen endpoint is dead gets the proxy's `503` with the dial
+//! error; the aggregator does not try another endpoint (see [`resolve`]).
 
 pub mod available;
 pub mod proxy;
@@ -211,29 +213,59 @@ pub async fn serve(
     Ok(proxy::forward(&target, parts, user, body).await)
 }
 
-/// The `IP:PORT` to send a request for `backend` to (apiserver/pkg/util/proxy
-/// `ResolveEndpoint`): the Service's port equal to `spec.service.port`, a ClusterIP,
-/// NodePort or LoadBalancer Service, the Endpoints of the same name, its first ready address
-/// with the port of the same name as the Service's port. None when anything is missing.
+/// The `IP:PORT` to send a request for `backend` to, as kube-aggregator's endpoint routing
+/// picks it for every proxied request (kube-aggregator `pkg/apiserver/resolvers.go`
+/// `aggregatorEndpointRouting.ResolveEndpoint` → k8s.io/apiserver `pkg/util/proxy/proxy.go`
+/// `ResolveEndpoint`): of every ready address ([`resolve_all`]), one chosen uniformly at random
+/// (`rand.Intn`). `handler_proxy.go` resolves once per request and hands the one location to the
+/// UpgradeAwareHandler: a dead endpoint is the responder's `503` with the dial error, never a
+/// retry on another endpoint (`ResolveEndpointWithVisited`, the retrying resolver, serves
+/// webhooks, not the proxy). None when anything is missing (`service unavailable`).
 pub fn resolve(app: &App, backend: &Backend) -> Option<String> {
-    let svc = app.store.get(&Key::new(
+    let mut all = resolve_all(app, backend);
+    if all.is_empty() {
+        return None;
+    }
+    Some(all.swap_remove(random_below(all.len())))
+}
+
+/// Every `IP:PORT` the proxy may send a request for `backend` to (`ResolveEndpoints`): the
+/// Service's port equal to `spec.service.port`, a ClusterIP, NodePort or LoadBalancer Service,
+/// the Endpoints of the same name, each ready address of each subset with the port of the same
+/// name as the Service's port, in order. Empty when anything is missing.
+pub fn resolve_all(app: &App, backend: &Backend) -> Vec<String> {
+    let Some(svc) = app.store.get(&Key::new(
         "",
         "services",
         &backend.namespace,
         &backend.service,
-    ))?;
-    let port_name = service_port_name(&svc, backend.port)?;
+    )) else {
+        return vec![];
+    };
+    let Some(port_name) = service_port_name(&svc, backend.port) else {
+        return vec![];
+    };
     let ty = svc["spec"]["type"].as_str().unwrap_or("ClusterIP");
     if !matches!(ty, "ClusterIP" | "NodePort" | "LoadBalancer") {
-        return None;
+        return vec![];
     }
-    let eps = app.store.get(&Key::new(
+    let Some(eps) = app.store.get(&Key::new(
         "",
         "endpoints",
         &backend.namespace,
         &backend.service,
-    ))?;
-    ready_addresses(&eps, &port_name).into_iter().next()
+    )) else {
+        return vec![];
+    };
+    ready_addresses(&eps, &port_name)
+}
+
+/// A uniformly random index below `n` (> 0), from the OS generator.
+fn random_below(n: usize) -> usize {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("the OS random number generator failed");
+    // n is tiny next to 2^64: the modulo bias is negligible.
+    (u64::from_le_bytes(bytes) % n as u64) as usize
 }
 
 /// The name ("" when unnamed) of the Service port whose `port` is `port`.
