@@ -7,7 +7,7 @@
 # At 1/3 of the run replica A is killed (SIGKILL) and, REMOVE_AFTER seconds later (default 1),
 # its endpoint removed as the endpoints controller does once the pod is gone; at 2/3 `ca rotate`
 # runs. Prints the issuances (count, failed commands, p50/p99 of the client's wall time, which
-# includes its one retry), the ssh runs and failures, and checks every certificate issued with
+# includes its retries), the ssh runs and failures, and checks every certificate issued with
 # OpenSSH's `ssh-keygen -L` (which reads a certificate only if its CA's signature verifies):
 # its signing CA is one the guest trusts at the moment (the key it booted with: the rotation's
 # new key reaches a guest at its next boot, and the signer signs with the key every guest

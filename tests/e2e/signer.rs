@@ -449,8 +449,8 @@ fn a_signer_that_is_down_fails_in_one_line_and_no_secret_is_read() {
     signer.stop();
     env.emulator.clear_requests();
     let err = one_line_255(&ssh_as(&env, &[], &["web", "--", "true"]));
-    // The client retries a 503 once by itself (another replica may answer), then fails with
-    // the second answer: two requests to the signer's API, no more.
+    // The client tries a 503 again four times, 0.25 s to 2 s apart (another replica may
+    // answer), then fails with the last answer: five requests to the signer's API, no more.
     let asked: Vec<_> = env
         .emulator
         .requests()
@@ -458,7 +458,10 @@ fn a_signer_that_is_down_fails_in_one_line_and_no_secret_is_read() {
         .filter(|r| r.path.ends_with("/sshcertificate"))
         .map(|r| r.status)
         .collect();
-    assert_eq!(asked, [503, 503], "one request to the signer and one retry");
+    assert_eq!(
+        asked, [503; 5],
+        "one request to the signer and four retries"
+    );
     assert!(
         err.contains(
             "the SSH certificate signer (APIService v1alpha1.ssh.kubevm.io) is unavailable"

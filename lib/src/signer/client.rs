@@ -99,12 +99,20 @@ pub async fn mode(cluster: &Cluster, platform: Option<&Platform>) -> Result<Mode
     }
 }
 
-/// How long the client waits before its one retry of an issuance that failed in a way another
-/// signer replica may not ([`is_transient`]). The API server picks an endpoint at random for each
-/// request and never retries itself (kube-aggregator's proxy answers 503 for a dead replica);
-/// waiting a second lets the endpoints controller drop a replica that has just gone before the
-/// second request is routed.
-pub const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+/// The pauses between the client's tries of an issuance that failed in a way another signer
+/// replica may not ([`is_transient`]): 0.25 s doubling to 2 s, five tries over about 4 s. The API
+/// server picks an endpoint at random for each request and never retries itself
+/// (kube-aggregator's proxy answers 503 for a dead replica), and a replica that has just gone
+/// stays listed until its pod is marked not ready and the endpoints controller drops it (a
+/// second or two for a killed container, longer for a hung one): with two replicas each try
+/// has an even chance of meeting the dead one, so one retry a second later left a quarter of
+/// those issuances failed while the endpoint stayed.
+pub const RETRY_PAUSES: [std::time::Duration; 4] = [
+    std::time::Duration::from_millis(250),
+    std::time::Duration::from_millis(500),
+    std::time::Duration::from_secs(1),
+    std::time::Duration::from_secs(2),
+];
 
 /// Whether an issuance that failed with `err` is worth one more request: the aggregator could
 /// not reach the replica it chose or lost it mid-answer (502, 503, 504: a dead or restarting
@@ -148,21 +156,23 @@ async fn post(
     .named(vm)
     .in_namespace(Some(namespace));
     // Issuing twice is harmless (two certificates for the same key, each audited), so a
-    // transient failure gets one retry; the second answer is final.
-    let first = cluster
+    // transient failure is tried again after each pause; the last answer is final.
+    let mut answer = cluster
         .client
         .request::<CertificateRequest>(request()?)
         .await;
-    let answer = match first {
-        Err(e) if is_transient(&e) => {
-            tokio::time::sleep(RETRY_PAUSE).await;
-            cluster
-                .client
-                .request::<CertificateRequest>(request()?)
-                .await
+    for pause in RETRY_PAUSES {
+        match &answer {
+            Err(e) if is_transient(e) => {
+                tokio::time::sleep(pause).await;
+                answer = cluster
+                    .client
+                    .request::<CertificateRequest>(request()?)
+                    .await;
+            }
+            _ => break,
         }
-        other => other,
-    };
+    }
     answer.map_err(|e| SignerError::from_kube(e, cluster, &action))
 }
 
