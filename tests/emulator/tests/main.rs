@@ -15,6 +15,7 @@ mod delete_preconditions;
 mod export;
 mod faithful;
 mod fixtures;
+mod http_import;
 mod images;
 mod kube_client;
 mod kubectl;
