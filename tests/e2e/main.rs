@@ -28,6 +28,7 @@ mod generated;
 mod get;
 mod guest_info;
 mod image;
+mod image_http;
 mod kubectl_like;
 mod lifecycle;
 mod lifecycle_deckhouse;
