@@ -29,6 +29,7 @@ mod get;
 mod guest_info;
 mod image;
 mod image_http;
+mod image_sources;
 mod kubectl_like;
 mod lifecycle;
 mod lifecycle_deckhouse;

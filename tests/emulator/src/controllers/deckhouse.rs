@@ -186,6 +186,62 @@ pub(super) fn virtual_image(app: &App, img: &Value, tick: bool) {
     {
         return fetched_http(app, img, plural, tick, url);
     }
+    // An image from a VirtualDiskSnapshot waits for the snapshot to be Ready
+    // (virtualization-artifact vi/internal/source/object_ref_vdsnapshot_cr.go
+    // `validateVirtualDiskSnapshot`; datasource_ready.go: condition `DatasourceReady` `False`,
+    // reason `VirtualDiskSnapshotNotReady`, "VirtualDiskSnapshot NAME not ready.").
+    if img
+        .pointer("/spec/dataSource/objectRef/kind")
+        .and_then(Value::as_str)
+        == Some("VirtualDiskSnapshot")
+    {
+        let vds_name = img
+            .pointer("/spec/dataSource/objectRef/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let vds_ns = img
+            .pointer("/spec/dataSource/objectRef/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or(ns);
+        let vds_ready = app
+            .store
+            .get(&Key::new(DH, "virtualdisksnapshots", vds_ns, vds_name))
+            .is_some_and(|v| v.pointer("/status/phase").and_then(Value::as_str) == Some("Ready"));
+        let message = format!("VirtualDiskSnapshot {vds_name} not ready.");
+        let current = img
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|c| c.iter().find(|c| c["type"] == "DatasourceReady"));
+        if !vds_ready {
+            if phase != "Pending"
+                || current.and_then(|c| c["message"].as_str()) != Some(message.as_str())
+            {
+                app.store.modify(&key_of(DH, plural, img), |o| {
+                    let mut st = o.get("status").cloned().unwrap_or(json!({}));
+                    st["phase"] = json!("Pending");
+                    set_condition(
+                        &mut st,
+                        "DatasourceReady",
+                        false,
+                        "VirtualDiskSnapshotNotReady",
+                        &message,
+                    );
+                    set_condition(&mut st, "Ready", false, "ProvisioningNotStarted", "");
+                    st["observedGeneration"] = o["metadata"]["generation"].clone();
+                    o["status"] = st;
+                });
+            }
+            return;
+        }
+        if current.is_none_or(|c| c["status"] != "True") {
+            app.store.modify(&key_of(DH, plural, img), |o| {
+                let mut st = o.get("status").cloned().unwrap_or(json!({}));
+                set_condition(&mut st, "DatasourceReady", true, "DatasourceReady", "");
+                o["status"] = st;
+            });
+            return;
+        }
+    }
     let (next, progress) = if !imports {
         ("Ready", "100%".to_string())
     } else {
