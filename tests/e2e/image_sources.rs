@@ -1,6 +1,7 @@
 //! Images from other sources: a Deckhouse VirtualImage from a VirtualDiskSnapshot waits for the
 //! snapshot as the platform does (`DatasourceReady` `False`, `VirtualDiskSnapshotNotReady`),
-//! then is Ready; KubeVirt has no such kind and refuses it without changing anything.
+//! then is Ready; KubeVirt has no such kind and refuses it without changing anything. On
+//! KubeVirt `create --infer-from-image` sizes a VM from the labels of its DataSource.
 
 use serde_json::{Value, json};
 
@@ -86,4 +87,88 @@ fn kubevirt_refuses_a_disk_snapshot_source_without_changing_anything() {
         "{:?}",
         env.emulator.requests()
     );
+}
+
+#[test]
+fn kubevirt_create_infers_the_sizes_from_the_data_source_labels() {
+    let env = Env::kubevirt();
+    env.emulator.put_object(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "golden", "namespace": "default"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}));
+    env.emulator.put_object(json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
+        "metadata": {"name": "golden", "namespace": "default", "labels": {
+            "instancetype.kubevirt.io/default-instancetype": "u1.medium",
+            "instancetype.kubevirt.io/default-instancetype-kind": "VirtualMachineClusterInstancetype"}},
+        "spec": {"source": {"pvc": {"name": "golden", "namespace": "default"}}}}));
+    let out = env.vm(&[
+        "create",
+        "sized",
+        "--image",
+        "ds/golden",
+        "--infer-from-image",
+        "--stopped",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // virt-api put the labels' instancetype in the VM; no preference label, no preference.
+    let vm = kubectl_json(&env, &["get", "vm", "sized"]);
+    assert_eq!(
+        vm["spec"]["instancetype"],
+        json!({"name": "u1.medium", "kind": "VirtualMachineClusterInstancetype"})
+    );
+    assert!(vm["spec"].get("preference").is_none(), "{}", vm["spec"]);
+    assert!(
+        vm["spec"]["template"]["spec"]["domain"]
+            .get("memory")
+            .is_none()
+    );
+    // Sizes given as well, or no DataSource to read: refused before any change.
+    for (args, message) in [
+        (
+            vec![
+                "create",
+                "x",
+                "--image",
+                "ds/golden",
+                "--infer-from-image",
+                "--memory",
+                "2Gi",
+            ],
+            "--infer-from-image cannot be used with --memory: the instancetype sets CPU and memory",
+        ),
+        (
+            vec![
+                "create",
+                "x",
+                "--image",
+                "quay.io/containerdisks/fedora:41",
+                "--infer-from-image",
+            ],
+            "--infer-from-image reads the labels of a DataSource: boot from one with --image ds/[NAMESPACE/]NAME",
+        ),
+    ] {
+        let out = env.vm(&args);
+        assert!(!out.status.success());
+        assert!(stderr(&out).contains(message), "{}", stderr(&out));
+    }
+    // A DataSource without the instancetype label: virt-api's refusal, and nothing is left.
+    env.emulator.put_object(
+        json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
+        "metadata": {"name": "bare", "namespace": "default"},
+        "spec": {"source": {"pvc": {"name": "golden", "namespace": "default"}}}}),
+    );
+    let out = env.vm(&[
+        "create",
+        "y",
+        "--image",
+        "ds/bare",
+        "--infer-from-image",
+        "--stopped",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("unable to find required instancetype.kubevirt.io/default-instancetype label on the volume"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!env.kubectl(&["get", "vm", "y"]).status.success());
 }

@@ -53,6 +53,7 @@ pub mod handlers;
 pub mod hold;
 pub mod hotplug;
 pub mod http_import;
+pub mod infer;
 pub mod internal_kinds;
 pub mod lifecycle;
 pub mod live_update;

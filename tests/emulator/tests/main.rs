@@ -17,6 +17,7 @@ mod faithful;
 mod fixtures;
 mod http_import;
 mod images;
+mod infer;
 mod kube_client;
 mod kubectl;
 mod live_update;
