@@ -683,3 +683,19 @@ fn deckhouse_bundle_holds_the_importer_pods_of_the_vms_disks() {
     let pod = read(&top, &format!("pod/{mine}.yaml"));
     assert!(pod.contains("app: dvcr-data-importer"), "{pod}");
 }
+
+#[test]
+fn kubevirt_bundle_holds_the_data_source_a_vm_boots_from() {
+    let env = Env::kubevirt();
+    env.emulator
+        .put_object(serde_json::json!({"apiVersion": "cdi.kubevirt.io/v1beta1",
+        "kind": "DataSource", "metadata": {"name": "golden", "namespace": "default"},
+        "spec": {"source": {"pvc": {"name": "golden-pvc", "namespace": "default"}}}}));
+    ok(env.vm(&["create", "fromds", "--image", "ds/golden", "--stopped"]));
+    let (archive, _) = collect(&env, &["fromds", "-n", "default"]);
+    let files = listing(&archive);
+    assert_has(&files, &["datasource/golden.yaml"]);
+    let top = extract(&env, &archive);
+    let ds = read(&top, "datasource/golden.yaml");
+    assert!(ds.contains("name: golden-pvc"), "{ds}");
+}

@@ -445,7 +445,7 @@ fn bad_urls_and_checksums_are_refused_before_any_request() {
             ),
             (
                 vec!["image", "get", "xx/name"],
-                "Error: image \"xx/name\": unknown kind \"xx\" (one of vi, cvi, ds, pvc, vd)",
+                "Error: image \"xx/name\": unknown kind \"xx\" (one of vi, cvi, ds, pvc, vd, vds)",
             ),
             (
                 vec!["image", "delete", "cvi/ns/x"],

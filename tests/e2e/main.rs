@@ -29,6 +29,8 @@ mod generated;
 mod get;
 mod guest_info;
 mod image;
+mod image_http;
+mod image_sources;
 mod krl;
 mod kubectl_like;
 mod lifecycle;

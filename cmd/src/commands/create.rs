@@ -97,6 +97,10 @@ pub struct CreateArgs {
     /// Preference (KubeVirt)
     #[arg(long, value_name = "NAME", help_heading = "Machine")]
     pub preference: Option<String>,
+    /// Take the instancetype (and preference, unless --preference) from the labels of the
+    /// DataSource named by --image ds/NAME (KubeVirt; instancetype.kubevirt.io/default-*)
+    #[arg(long, help_heading = "Machine")]
+    pub infer_from_image: bool,
     /// Firmware: efi or bios
     #[arg(long, value_name = "FIRMWARE", help_heading = "Machine")]
     pub firmware: Option<String>,
@@ -526,6 +530,7 @@ fn build_plan(
             KindRef::preference(v).map_err(|e| CommandError::usage(format!("--preference: {e}")))
         })
         .transpose()?;
+    plan.infer_from_image = args.infer_from_image;
     plan.firmware = parse::<Firmware>("firmware", &args.firmware)?;
     plan.os = parse::<OsType>("os", &args.os)?.unwrap_or_default();
     plan.timezone = args.timezone.clone();

@@ -106,7 +106,7 @@ pub struct CreateArgs {
     #[arg(long, value_name = "IMAGE")]
     pub registry: Option<String>,
 
-    /// Copy another image, disk or PVC: vi/NAME, cvi/NAME, vd/NAME (Deckhouse),
+    /// Copy another image, disk, snapshot or PVC: vi/NAME, cvi/NAME, vd/NAME, vds/NAME (Deckhouse),
     /// pvc/[NAMESPACE/]NAME, ds/[NAMESPACE/]NAME (KubeVirt)
     #[arg(long, value_name = "KIND/NAME")]
     pub from: Option<String>,

@@ -212,10 +212,15 @@ impl VmPlan {
                 "--sockets and --threads are KubeVirt-only: Deckhouse lays out the --cpu cores in sockets itself (shown in status.resources.cpu.topology) and has no threads setting",
             ));
         }
-        if self.instancetype.is_some() {
-            return Err(conflict(
-                "--instancetype cannot be used with --sockets or --threads: the instancetype sets the CPU",
-            ));
+        if self.instancetype.is_some() || self.infer_from_image {
+            let sizing = if self.infer_from_image {
+                "--infer-from-image"
+            } else {
+                "--instancetype"
+            };
+            return Err(conflict(format!(
+                "{sizing} cannot be used with --sockets or --threads: the instancetype sets the CPU"
+            )));
         }
         let per_core = topology.sockets * topology.threads;
         let vcpus = self.cpu.unwrap_or(per_core);

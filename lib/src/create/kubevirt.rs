@@ -88,7 +88,7 @@ pub(super) fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Va
     let mut domain = json!({
         "devices": { "disks": disks, "interfaces": [interface], "rng": {} },
     });
-    if plan.instancetype.is_none() {
+    if plan.instancetype.is_none() && !plan.infer_from_image {
         domain["cpu"] = match plan.topology() {
             Some(t) => json!({ "sockets": t.sockets, "cores": t.cores, "threads": t.threads }),
             None => json!({ "cores": plan.cores() }),
@@ -159,6 +159,18 @@ pub(super) fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Va
     }
     if let Some(pref) = &plan.preference {
         spec["preference"] = json!({ "kind": pref.kind, "name": pref.name });
+    }
+    if plan.infer_from_image {
+        // virt-api's mutator replaces these with what the labels of the boot volume's
+        // DataSource name (kubevirt pkg/instancetype/infer): the instancetype must be found;
+        // a DataSource without a preference label leaves the VM without one.
+        spec["instancetype"] = json!({ "inferFromVolume": BOOT_VOLUME });
+        if plan.preference.is_none() {
+            spec["preference"] = json!({
+                "inferFromVolume": BOOT_VOLUME,
+                "inferFromVolumeFailurePolicy": "Ignore",
+            });
+        }
     }
     json!({
         "apiVersion": "kubevirt.io/v1",

@@ -241,6 +241,10 @@ pub struct VmPlan {
     pub instancetype: Option<KindRef>,
     /// `--preference` (KubeVirt).
     pub preference: Option<KindRef>,
+    /// `--infer-from-image` (KubeVirt): virt-api takes the instancetype (and, unless
+    /// `--preference` is given, the preference) from the labels CDI defines on the DataSource
+    /// the VM boots from.
+    pub infer_from_image: bool,
     /// `--firmware`; the platform default (BIOS) when absent.
     pub firmware: Option<Firmware>,
     /// `--os`.
@@ -286,6 +290,7 @@ impl VmPlan {
             class: None,
             instancetype: None,
             preference: None,
+            infer_from_image: false,
             firmware: None,
             os: OsType::Linux,
             timezone: None,
@@ -512,14 +517,34 @@ impl VmPlan {
                         )));
                     }
                 }
-                if self.instancetype.is_some() {
+                if self.infer_from_image {
+                    if self.instancetype.is_some() {
+                        return Err(conflict(
+                            "--infer-from-image cannot be used with --instancetype: the image names the instancetype",
+                        ));
+                    }
+                    let from_data_source = matches!(&self.boot,
+                        BootSource::ContainerDisk { image, .. }
+                            if matches!(ImageRef::parse(image), ImageRef::DataSource { .. }));
+                    if !from_data_source {
+                        return Err(conflict(
+                            "--infer-from-image reads the labels of a DataSource: boot from one with --image ds/[NAMESPACE/]NAME",
+                        ));
+                    }
+                }
+                if self.instancetype.is_some() || self.infer_from_image {
+                    let sizing = if self.infer_from_image {
+                        "--infer-from-image"
+                    } else {
+                        "--instancetype"
+                    };
                     for (set, flag) in [
                         (self.cpu.is_some(), "--cpu"),
                         (self.memory.is_some(), "--memory"),
                     ] {
                         if set {
                             return Err(conflict(format!(
-                                "--instancetype cannot be used with {flag}: the instancetype sets CPU and memory"
+                                "{sizing} cannot be used with {flag}: the instancetype sets CPU and memory"
                             )));
                         }
                     }
@@ -529,6 +554,7 @@ impl VmPlan {
                 for (set, flag) in [
                     (self.instancetype.is_some(), "--instancetype"),
                     (self.preference.is_some(), "--preference"),
+                    (self.infer_from_image, "--infer-from-image"),
                 ] {
                     if set {
                         return Err(conflict(format!(

@@ -1,5 +1,5 @@
 //! What belongs to a KubeVirt VM: its VMI, migrations, DataVolumes and PVCs, the
-//! virt-launcher, hotplug and importer pods, its snapshots, restores and clones, the domain XML
+//! DataSources its disks are cloned from, the virt-launcher, hotplug and importer pods, its snapshots, restores and clones, the domain XML
 //! (`virsh dumpxml` in `compute`) and the guest agent's view (`guestosinfo`, `userlist`,
 //! `filesystemlist`).
 
@@ -7,6 +7,14 @@ use serde_json::Value;
 
 use super::{Collector, POD, kind, node_names, owned_pods};
 use crate::api::{DATA_VOLUME, KUBEVIRT_VMI, Kind};
+
+const DATA_SOURCE: Kind = kind(
+    "cdi.kubevirt.io",
+    "v1beta1",
+    "DataSource",
+    "datasources",
+    true,
+);
 
 const VMIM: Kind = kind(
     "kubevirt.io",
@@ -100,6 +108,25 @@ pub(crate) async fn collect(c: &Collector, vm: &Value) {
             ));
             dvs.sort();
             dvs.dedup();
+            // The golden images its disks are cloned from: CDI DataSources named by
+            // `sourceRef` (in the VM's namespace unless the reference names another).
+            let sources: Vec<(String, String)> = vm["spec"]["dataVolumeTemplates"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|t| &t["spec"]["sourceRef"])
+                .filter(|r| r["kind"] == "DataSource")
+                .filter_map(|r| {
+                    let ds_ns = r["namespace"].as_str().unwrap_or(&ns);
+                    Some((ds_ns.to_owned(), r["name"].as_str()?.to_owned()))
+                })
+                .collect();
+            futures::future::join_all(
+                sources
+                    .iter()
+                    .map(|(ds_ns, ds)| c.get_in(&DATA_SOURCE, ds_ns, ds)),
+            )
+            .await;
             futures::future::join_all(dvs.iter().map(|dv| async move {
                 let got = c.get(&DATA_VOLUME, dv).await;
                 c.events("DataVolume", dv).await;

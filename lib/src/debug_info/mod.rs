@@ -220,6 +220,28 @@ impl Collector {
         }
     }
 
+    /// GET one object in namespace `ns` (not necessarily the VM's) and archive it.
+    pub async fn get_in(&self, kind: &Kind, ns: &str, name: &str) -> Option<Value> {
+        let _permit = self.limit.acquire().await.ok()?;
+        let api = kind.api(&self.cluster.client, Some(ns));
+        match api.get(name).await {
+            Ok(object) => {
+                let value = serde_json::to_value(object).ok()?;
+                self.put_object(kind, &value).await;
+                Some(value)
+            }
+            Err(e) => {
+                let action = kind.action("get", Some(ns));
+                self.error(format!(
+                    "{}/{name}: {}",
+                    kind.kind.to_ascii_lowercase(),
+                    self.cluster.error(e, &action)
+                ));
+                None
+            }
+        }
+    }
+
     /// LIST objects in the namespace (labels/fields selectors), keep those `keep` accepts,
     /// archive them.
     pub async fn list(

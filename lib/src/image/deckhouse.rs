@@ -370,9 +370,12 @@ fn manifest(request: &CreateRequest) -> Result<(Kind, Value)> {
                 Some(ImageKind::Vi) => "VirtualImage",
                 Some(ImageKind::Cvi) => "ClusterVirtualImage",
                 Some(ImageKind::Vd) => "VirtualDisk",
+                // The snapshot's volume snapshot is restored into the image
+                // (virtualization-artifact vi/internal/source/object_ref_vdsnapshot_*.go).
+                Some(ImageKind::Vds) => "VirtualDiskSnapshot",
                 _ => {
                     return Err(Error::Usage(format!(
-                        "--from {}: on Deckhouse an image is made from vi/NAME, cvi/NAME or vd/NAME",
+                        "--from {}: on Deckhouse an image is made from vi/NAME, cvi/NAME, vd/NAME or vds/NAME",
                         from.name
                     )));
                 }

@@ -76,7 +76,12 @@ struct DvInfo {
 fn dv_info(dv: &Value) -> DvInfo {
     let running = condition(dv, "Running");
     let error = running
-        .filter(|c| c["status"] == "False" && c["reason"] == "Error")
+        // `Error`: the importer exited and is restarted; `ChecksumError`: CDI gave up
+        // (import-controller.go marks a checksum mismatch fatal, the DataVolume `Failed`).
+        .filter(|c| {
+            c["status"] == "False"
+                && matches!(c["reason"].as_str(), Some("Error" | "ChecksumError"))
+        })
         .map(|c| text(c, "/message").to_owned())
         .unwrap_or_default();
     DvInfo {
@@ -156,8 +161,8 @@ fn summarize(ds: &Value, dv: Option<&DvInfo>, whole: bool) -> Image {
             } else {
                 String::new()
             },
-            if dv.error.is_empty() {
-                String::new()
+            if dv.error.is_empty() || dv.restarts == 0 {
+                dv.error.clone()
             } else {
                 format!("{} (importer restarts: {})", dv.error, dv.restarts)
             },
@@ -599,11 +604,16 @@ async fn wait_ready(
                     });
                     last = now;
                 }
-                if dv.phase == "Failed" || (!dv.error.is_empty() && dv.restarts > 0) {
+                if dv.phase == "Failed" {
+                    return Some(Err(Error::Stuck(format!(
+                        "the import of image {name} failed: {} (CDI does not retry it; `kubectl vm image delete {name}` removes it)",
+                        if dv.error.is_empty() { "DataVolume Failed" } else { &dv.error },
+                    ))));
+                }
+                if !dv.error.is_empty() && dv.restarts > 0 {
                     return Some(Err(Error::Stuck(format!(
                         "the import of image {name} fails: {} (CDI restarted the importer {} times and keeps retrying; `kubectl vm image delete {name}` gives up)",
-                        if dv.error.is_empty() { "DataVolume Failed" } else { &dv.error },
-                        dv.restarts
+                        dv.error, dv.restarts
                     ))));
                 }
             }

@@ -47,6 +47,8 @@ pub enum ImageKind {
     Pvc,
     /// Deckhouse VirtualDisk (as a source only).
     Vd,
+    /// Deckhouse VirtualDiskSnapshot (as a source only).
+    Vds,
 }
 
 impl ImageKind {
@@ -58,6 +60,7 @@ impl ImageKind {
             ImageKind::Ds => "ds",
             ImageKind::Pvc => "pvc",
             ImageKind::Vd => "vd",
+            ImageKind::Vds => "vds",
         }
     }
 
@@ -68,13 +71,14 @@ impl ImageKind {
             "ds" | "das" | "datasource" => ImageKind::Ds,
             "pvc" | "persistentvolumeclaim" => ImageKind::Pvc,
             "vd" | "virtualdisk" => ImageKind::Vd,
+            "vds" | "virtualdisksnapshot" => ImageKind::Vds,
             _ => return None,
         })
     }
 }
 
 /// An image named on the command line: `NAME`, `KIND/NAME` or `KIND/NAMESPACE/NAME`
-/// (KIND `vi`, `cvi`, `ds`, `pvc`, `vd`; a namespace only for namespaced kinds).
+/// (KIND `vi`, `cvi`, `ds`, `pvc`, `vd`, `vds`; a namespace only for namespaced kinds).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageName {
     /// The kind, when given.
@@ -103,7 +107,9 @@ impl ImageName {
         let kind = match kind {
             None => None,
             Some(k) => Some(ImageKind::parse(k).ok_or_else(|| {
-                usage(format!("unknown kind {k:?} (one of vi, cvi, ds, pvc, vd)"))
+                usage(format!(
+                    "unknown kind {k:?} (one of vi, cvi, ds, pvc, vd, vds)"
+                ))
             })?),
         };
         if namespace.is_some() && kind == Some(ImageKind::Cvi) {

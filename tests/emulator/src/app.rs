@@ -45,6 +45,8 @@ pub struct App {
     pub claim_files: crate::memory_dump::ClaimFiles,
     /// CDI upload proxy state (UploadTokenRequest tokens, uploaded volumes).
     pub uploads: crate::upload::UploadState,
+    /// The importers' real downloads (URLs on this machine).
+    pub imports: crate::http_import::Imports,
     /// ServiceAccount tokens issued through TokenRequest.
     pub sa_tokens: crate::sa_tokens::ServiceAccountTokens,
     /// The aggregator's front-proxy identity (set at start).
@@ -77,6 +79,7 @@ impl App {
             exports: Default::default(),
             claim_files: Default::default(),
             uploads: Default::default(),
+            imports: Default::default(),
             sa_tokens: Default::default(),
             front_proxy: Default::default(),
             exec_hangs: Default::default(),

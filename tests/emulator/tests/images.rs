@@ -292,3 +292,59 @@ async fn cloning_from_another_namespace_needs_datavolumes_source_there() {
     );
     dvs.create(&PostParams::default(), &dv).await.unwrap();
 }
+
+fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
+    obj.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+#[tokio::test]
+async fn a_virtual_image_from_a_disk_snapshot_waits_until_the_snapshot_is_ready() {
+    let (emu, client) = start(ServeFlavor::Deckhouse, "deckhouse.yaml").await;
+    let images = api(
+        &client,
+        "virtualization.deckhouse.io",
+        "VirtualImage",
+        "virtualimages",
+        Some("dev"),
+    );
+    create(
+        &images,
+        json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualImage",
+        "metadata": {"name": "from-snap", "namespace": "dev"},
+        "spec": {"storage": "ContainerRegistry",
+                 "dataSource": {"type": "ObjectRef",
+                                "objectRef": {"kind": "VirtualDiskSnapshot", "name": "snap"}}}}),
+    )
+    .await;
+    // No snapshot: Pending, DatasourceReady False with the platform's reason and message.
+    let seen = states(&images, "from-snap", |o| {
+        condition(o, "DatasourceReady").is_some_and(|c| c["status"] == "False")
+    })
+    .await;
+    let pending = seen.last().unwrap();
+    assert_eq!(pending["status"]["phase"], "Pending");
+    let cond = condition(pending, "DatasourceReady").unwrap();
+    assert_eq!(cond["reason"], "VirtualDiskSnapshotNotReady");
+    assert_eq!(cond["message"], "VirtualDiskSnapshot snap not ready.");
+    // A snapshot still in progress changes nothing; a Ready one lets the image be made.
+    let snapshot = |phase: &str| {
+        json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDiskSnapshot",
+        "metadata": {"name": "snap", "namespace": "dev"},
+        "spec": {"virtualDiskName": "root", "requiredConsistency": true},
+        "status": {"phase": phase, "volumeSnapshotName": "snap-vs", "consistent": true}})
+    };
+    emu.put_object(snapshot("InProgress"));
+    let again = serde_json::to_value(images.get("from-snap").await.unwrap()).unwrap();
+    assert_eq!(again["status"]["phase"], "Pending");
+    emu.put_object(snapshot("Ready"));
+    let seen = states(&images, "from-snap", |o| o["status"]["phase"] == "Ready").await;
+    let done = seen.last().unwrap();
+    assert_eq!(
+        condition(done, "DatasourceReady").unwrap()["status"],
+        "True"
+    );
+    assert_eq!(ready(done).unwrap()["reason"], "Ready");
+}

@@ -367,3 +367,40 @@ fn seed_extras_use_the_api_fields() {
     }
     assert!(spec["domain"].get("firmware").is_none());
 }
+
+#[test]
+fn infer_from_image_asks_virt_api_for_the_labels_of_the_boot_volume() {
+    let mut plan = fixtures::plan(
+        Flavor::KubeVirt,
+        BootSource::ContainerDisk {
+            image: "ds/os-images/fedora".into(),
+            ephemeral: false,
+        },
+    );
+    plan.infer_from_image = true;
+    let vm = vm(&plan);
+    assert_eq!(
+        vm["spec"]["instancetype"],
+        json!({"inferFromVolume": "rootdisk"})
+    );
+    assert_eq!(
+        vm["spec"]["preference"],
+        json!({"inferFromVolume": "rootdisk", "inferFromVolumeFailurePolicy": "Ignore"})
+    );
+    let domain = &vm["spec"]["template"]["spec"]["domain"];
+    assert!(
+        domain.get("memory").is_none() && domain.get("cpu").is_none(),
+        "{domain}"
+    );
+    assert_eq!(
+        volume(&vm, "rootdisk")["dataVolume"]["name"],
+        json!(plan.boot_disk_name())
+    );
+    // An explicit preference is kept; only the instancetype is inferred.
+    plan.preference = Some(KindRef::preference("fedora").unwrap());
+    let vm = self::vm(&plan);
+    assert_eq!(
+        vm["spec"]["preference"],
+        json!({"kind": "VirtualMachineClusterPreference", "name": "fedora"})
+    );
+}

@@ -270,3 +270,35 @@ fn small_parsers() {
         ImageRef::Registry("docker.io/vi/x")
     );
 }
+
+#[test]
+fn infer_from_image_needs_a_data_source_and_no_sizes() {
+    let ds = BootSource::ContainerDisk {
+        image: "ds/os-images/fedora".into(),
+        ephemeral: false,
+    };
+    let mut p = image(Flavor::KubeVirt);
+    p.boot = ds.clone();
+    p.infer_from_image = true;
+    p.validate().unwrap();
+    p.preference = Some(KindRef::preference("fedora").unwrap());
+    p.validate().unwrap();
+    p.memory = Some(Quantity::parse("2Gi").unwrap());
+    assert!(err(&p).contains("--infer-from-image cannot be used with --memory"));
+
+    let mut p = image(Flavor::KubeVirt);
+    p.boot = ds;
+    p.infer_from_image = true;
+    p.instancetype = Some(KindRef::instancetype("u1.small").unwrap());
+    assert!(err(&p).contains("--infer-from-image cannot be used with --instancetype"));
+
+    let mut p = image(Flavor::KubeVirt);
+    p.infer_from_image = true;
+    assert!(err(&p).contains(
+        "--infer-from-image reads the labels of a DataSource: boot from one with --image ds/[NAMESPACE/]NAME"
+    ));
+
+    let mut p = image(Flavor::Deckhouse);
+    p.infer_from_image = true;
+    assert!(err(&p).contains("--infer-from-image is KubeVirt-only"));
+}

@@ -72,6 +72,14 @@ pub(super) fn data_volume(app: &App, dv: &Value, tick: bool) {
         }
         return;
     }
+    if let Some(url) = dv
+        .pointer("/spec/source/http/url")
+        .and_then(Value::as_str)
+        .filter(|u| crate::http_import::fetched(u))
+        && crate::storage::import_error(dv).is_none()
+    {
+        return fetched_http(app, dv, phase, tick, url);
+    }
     if phase == "ImportInProgress"
         && tick
         && let Some(message) = crate::storage::import_error(dv)
@@ -141,6 +149,123 @@ pub(super) fn data_volume(app: &App, dv: &Value, tick: bool) {
             );
             o["status"] = st;
         });
+}
+
+/// A DataVolume importing from a URL on this machine: the importer really downloads it
+/// ([`crate::http_import`]). `ImportScheduled` → (importer started) `ImportInProgress` with
+/// the bytes read as progress → `Succeeded` with the converted data in the PVC; an importer
+/// that fails is restarted (`status.restartCount`, condition `Running` `False`, reason
+/// `Error`, its termination message: CDI `import-controller.go` `updatePvcFromPod`), except
+/// for a checksum mismatch, which CDI marks fatal: phase `Failed`, reason `ChecksumError`.
+fn fetched_http(app: &App, dv: &Value, phase: &str, tick: bool, url: &str) {
+    let uid = meta_str(dv, "uid").to_string();
+    let dv_key = key_of("cdi.kubevirt.io", "datavolumes", dv);
+    let start = || {
+        let checksums = dv
+            .pointer("/spec/source/http/checksum")
+            .and_then(Value::as_str)
+            .and_then(|c| c.split_once(':'))
+            .map(|(a, h)| vec![(a.to_string(), h.to_string())])
+            .unwrap_or_default();
+        let capacity = crate::export::parse_bytes(&dv_size(dv)).unwrap_or(u64::MAX);
+        crate::http_import::start(
+            app,
+            &uid,
+            crate::http_import::Request {
+                url: url.to_string(),
+                checksums,
+                capacity,
+            },
+        );
+    };
+    let set = |phase: &str, progress: &str, running: (bool, &str, &str), ready: bool| {
+        app.store.modify(&dv_key, |o| {
+            let mut st = o.get("status").cloned().unwrap_or(json!({}));
+            st["phase"] = json!(phase);
+            st["progress"] = json!(progress);
+            st["claimName"] = o["metadata"]["name"].clone();
+            set_condition(&mut st, "Bound", true, "Bound", "PVC bound");
+            set_condition(&mut st, "Running", running.0, running.1, running.2);
+            set_condition(
+                &mut st,
+                "Ready",
+                ready,
+                if ready { "" } else { "TransferRunning" },
+                "",
+            );
+            o["status"] = st;
+        });
+    };
+    match phase {
+        "" | "PendingPopulation" => {
+            ensure_pvc(
+                app,
+                dv,
+                meta_str(dv, "name"),
+                &dv_size(dv),
+                dv_storage_class(dv),
+            );
+            set("ImportScheduled", "N/A", (false, "Pending", ""), false);
+        }
+        "ImportScheduled" if tick => {
+            start();
+            set("ImportInProgress", "0.0%", (true, "Pending", ""), false);
+        }
+        "ImportInProgress" if tick => {
+            let Some(job) = app.imports.job(&uid) else {
+                // The importer pod was restarted: it downloads again.
+                return start();
+            };
+            match job.outcome {
+                None => {
+                    let progress = format!("{:.1}%", job.percent());
+                    if dv.pointer("/status/progress").and_then(Value::as_str) != Some(&progress) {
+                        app.store
+                            .modify(&dv_key, |o| o["status"]["progress"] = json!(progress));
+                    }
+                }
+                Some(Ok(imported)) => {
+                    let pvc = app.store.get(&crate::store::Key::new(
+                        "",
+                        "persistentvolumeclaims",
+                        meta_str(dv, "namespace"),
+                        meta_str(dv, "name"),
+                    ));
+                    if let Some(pvc) = pvc {
+                        let pvc_uid = meta_str(&pvc, "uid");
+                        if std::fs::rename(&imported.path, app.uploads.data_path(pvc_uid)).is_ok() {
+                            app.uploads.finish(pvc_uid, Ok(()));
+                        }
+                    }
+                    app.imports.forget(&uid);
+                    set("Succeeded", "100.0%", (false, "Completed", ""), true);
+                }
+                Some(Err(failure)) if failure.permanent() => {
+                    let message = failure.cdi_message();
+                    set(
+                        "Failed",
+                        dv.pointer("/status/progress")
+                            .and_then(Value::as_str)
+                            .unwrap_or("N/A"),
+                        (false, "ChecksumError", &message),
+                        false,
+                    );
+                }
+                Some(Err(failure)) => {
+                    let message = failure.cdi_message();
+                    app.imports.forget(&uid);
+                    app.store.modify(&dv_key, |o| {
+                        let mut st = o.get("status").cloned().unwrap_or(json!({}));
+                        let restarts = st["restartCount"].as_i64().unwrap_or(0) + 1;
+                        st["restartCount"] = json!(restarts);
+                        set_condition(&mut st, "Running", false, "Error", &message);
+                        o["status"] = st;
+                    });
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 fn dv_size(dv: &Value) -> String {

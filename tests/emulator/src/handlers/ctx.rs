@@ -268,6 +268,10 @@ impl Ctx<'_> {
     ) -> Result<Vec<String>, ApiError> {
         let mode = FieldValidation::parse(self.q.get("fieldValidation").map(String::as_str))?;
         crate::strategy::prepare(self.def, obj)?;
+        // Mutating admission runs before the schema and the validating webhooks.
+        if self.def.group == "kubevirt.io" && self.def.plural == "virtualmachines" {
+            crate::infer::mutate(self.app, obj, self.ns)?;
+        }
         let warnings = crate::schema::validate(self.def, self.version, obj, old, mode)?;
         crate::admission::admit(self.def, obj)?;
         if old.is_none() {
