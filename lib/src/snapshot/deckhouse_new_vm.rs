@@ -469,6 +469,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn kept_objects_are_read_as_upstream_stores_them() {
+        use base64::Engine;
+        let b64 = &base64::engine::general_purpose::STANDARD;
+        // `base64 -w0 <<< '...'` twice, as `secret_restorer.go` leaves it in the API.
+        let provisioner =
+            r#"{"metadata":{"name":"web-cloudinit"},"data":{"userData":"I2Nsb3VkLWNvbmZpZwo="}}"#;
+        let twice = b64.encode(b64.encode(provisioner));
+        let secret = json!({"data": {"provisioner": twice, "vm": b64.encode(r#"{"kind":"VirtualMachine"}"#)}});
+        let kept = kept_object(&secret, "provisioner").unwrap();
+        assert_eq!(
+            identity::secret_user_data(&kept).as_deref(),
+            Some("#cloud-config\n")
+        );
+        // Once-encoded JSON is read too.
+        assert_eq!(
+            kept_object(&secret, "vm").unwrap()["kind"],
+            "VirtualMachine"
+        );
+        assert_eq!(kept_object(&secret, "vmip"), None);
+    }
+
+    #[test]
     fn the_operation_renames_the_vm_and_its_disks_and_is_ours() {
         let disks = [("web-root".to_owned(), new_name("web", "copy", "web-root"))];
         let op = operation_object(
