@@ -122,3 +122,47 @@ fn kubevirt_restore_as_a_new_vm_of_a_deleted_vm_is_refused_without_its_user_data
     assert!(names(&env, "snapshot.kubevirt.io", "virtualmachinerestores").is_empty());
     assert!(!names(&env, "", "secrets").contains(&"web2-cloudinit".to_owned()));
 }
+
+/// Deckhouse, a snapshot that does not keep the provisioning Secret (its `provisioner` key
+/// removed, as a snapshot taken without it) of a deleted VM: refused in one line, nothing made.
+#[test]
+fn deckhouse_restore_as_a_new_vm_without_any_user_data_is_refused() {
+    let env = Env::deckhouse();
+    let _signer = crate::signer::start_signer(&env, &[]);
+    web_snapshotted_and_deleted(&env, (DH, "virtualmachines"));
+    let snap = env
+        .emulator
+        .objects(DH, "virtualmachinesnapshots", Some("default"))
+        .into_iter()
+        .find(|o| o["metadata"]["name"] == "s1")
+        .expect("s1");
+    let kept = snap["status"]["virtualMachineSnapshotSecretName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    ok(env.kubectl(&[
+        "patch",
+        "secret",
+        &kept,
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op": "remove", "path": "/data/provisioner"}]"#,
+    ]));
+
+    let err = fails(&env, &["snapshot", "restore", "s1", "--new-vm", "web2"], 1);
+    assert!(
+        err.contains("web2 cannot get its own SSH identity")
+            && err.contains("\"web-cloudinit\"")
+            && err.contains("nothing was created"),
+        "{err}"
+    );
+    assert!(names(&env, DH, "virtualmachinesnapshotoperations").is_empty());
+    assert!(!names(&env, DH, "virtualmachines").contains(&"web2".to_owned()));
+    assert!(
+        !names(&env, DH, "virtualdisks")
+            .iter()
+            .any(|d| d.starts_with("web2"))
+    );
+    assert!(!names(&env, "", "secrets").contains(&"web2-cloudinit".to_owned()));
+}
