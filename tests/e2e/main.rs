@@ -57,6 +57,7 @@ mod signer_network;
 mod sizes;
 mod snapshot;
 mod snapshot_deckhouse;
+mod snapshot_gone_source;
 mod ssh;
 mod ssh_tools;
 mod stream_faults;

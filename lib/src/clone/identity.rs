@@ -232,6 +232,58 @@ pub async fn read_user_data(
     }
 }
 
+/// Where the user data of a VM restored from a snapshot comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kept {
+    /// The VM has no cloud-init user data.
+    None,
+    /// This text (what the snapshot holds, or the Secret it names).
+    Text(String),
+    /// It names this Secret, which is gone: a KubeVirt snapshot keeps only the reference.
+    Gone(String),
+}
+
+/// The user data of the KubeVirt VM `vm` as a snapshot keeps it (its content's
+/// `spec.source.virtualMachine`, kubevirt `pkg/storage/snapshot/snapshot.go` `createContent`):
+/// inline in its cloud-init volume, or in the Secret that volume names, which the snapshot does
+/// not hold (only the VM and its volumes' claims are captured), read as it is now.
+pub async fn kept_kubevirt(cluster: &Cluster, ns: &str, vm: &Value) -> Result<Kept> {
+    let mut vm = vm.clone();
+    vm["metadata"]["namespace"] = json!(ns);
+    let Some(volume) = volumes(&vm)
+        .into_iter()
+        .find_map(|v| cloud_init_source(&v).cloned())
+    else {
+        return Ok(Kept::None);
+    };
+    if let Some(name) = volume.pointer("/secretRef/name").and_then(Value::as_str) {
+        return Ok(match read_secret(cluster, ns, name).await? {
+            Some(text) => Kept::Text(text),
+            None => Kept::Gone(name.to_owned()),
+        });
+    }
+    Ok(
+        match read_user_data(cluster, Flavor::KubeVirt, &vm).await? {
+            Some((_, text)) => Kept::Text(text),
+            None => Kept::None,
+        },
+    )
+}
+
+/// The user data in the Secret object `secret` (as JSON; `userdata` or `userData`).
+pub fn secret_user_data(secret: &Value) -> Option<String> {
+    use base64::Engine;
+    USER_DATA_KEYS
+        .iter()
+        .find_map(|k| {
+            secret
+                .pointer(&format!("/data/{k}"))
+                .and_then(Value::as_str)
+        })
+        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+        .and_then(|b| String::from_utf8(b).ok())
+}
+
 fn volumes(vm: &Value) -> Vec<Value> {
     vm.pointer("/spec/template/spec/volumes")
         .and_then(Value::as_array)
@@ -425,13 +477,17 @@ mod tests;
 /// Secret, or the text inline). When that holds a platform part, `target` gets its own
 /// Secret (created with create semantics, owned by `target`) with its own identity, and its
 /// cloud-init volume is pointed at it (a merge patch carrying the resourceVersion read).
+/// The user data `text` is what the snapshot keeps ([`kept_kubevirt`], read before the
+/// restore was made): the source and its Secret may be gone by now.
 /// Returns the Secret's name, or `None` when there was nothing of ours to regenerate.
+#[allow(clippy::too_many_arguments)]
 pub async fn kubevirt_restored_vm(
     cluster: &Cluster,
     platform: &crate::flavor::Platform,
     ns: &str,
     source: &str,
     target: &str,
+    text: Option<&str>,
     notice: &mut dyn FnMut(String),
 ) -> Result<Option<String>> {
     let kind = crate::api::KUBEVIRT_VM;
@@ -441,14 +497,15 @@ pub async fn kubevirt_restored_vm(
         .await
         .map_err(|e| cluster.error(e, &kind.action("get", Some(ns)).named(target)))?;
     let vm = serde_json::to_value(vm).unwrap_or_default();
-    let Some((UserDataSource::Secret(_, Some(index)) | UserDataSource::Inline(Some(index)), text)) =
-        read_user_data(cluster, Flavor::KubeVirt, &vm).await?
+    let Some(index) = volumes(&vm)
+        .iter()
+        .position(|v| cloud_init_source(v).is_some())
     else {
         return Ok(None);
     };
-    if !has_platform_ssh(&text) {
+    let Some(text) = text.filter(|t| has_platform_ssh(t)).map(str::to_owned) else {
         return Ok(None);
-    }
+    };
     let name = secret_name(target);
     if read_secret_object(cluster, ns, &name).await? {
         return Err(Error::NotOurs(format!(

@@ -83,20 +83,45 @@ async fn ensure_free(cluster: &Cluster, kind: Kind, ns: &str, name: &str) -> Res
     Ok(())
 }
 
-/// The VM snapshot `snap` keeps (in its Secret `status.virtualMachineSnapshotSecretName`, key
-/// `vm`, JSON), else the live VM it was taken of; `None` when neither can be read.
-async fn kept_vm(cluster: &Cluster, ns: &str, snap: &Value) -> Result<Option<Value>> {
+/// Object `key` of the snapshot's Secret `secret` (as read): deckhouse/virtualization
+/// `service/restorer/secret_restorer.go` puts base64 of the JSON into `Data` (so base64 twice
+/// in the API); once-encoded JSON is taken too.
+fn kept_object(secret: &Value, key: &str) -> Option<Value> {
+    use base64::Engine;
+    let b64 = &base64::engine::general_purpose::STANDARD;
+    let once = b64
+        .decode(secret.pointer(&format!("/data/{key}"))?.as_str()?)
+        .ok()?;
+    serde_json::from_slice(&once)
+        .ok()
+        .or_else(|| serde_json::from_slice(&b64.decode(&once).ok()?).ok())
+}
+
+/// The snapshot's Secret (`status.virtualMachineSnapshotSecretName`), if it can be read.
+async fn snapshot_secret(cluster: &Cluster, ns: &str, snap: &Value) -> Result<Option<Value>> {
     let secret = text(snap, "/status/virtualMachineSnapshotSecretName");
-    if !secret.is_empty()
-        && let Some(s) = get_opt(cluster, SECRET, ns, secret).await?
-        && let Some(vm) = s
-            .pointer("/data/vm")
-            .and_then(Value::as_str)
-            .and_then(|b| {
-                use base64::Engine;
-                base64::engine::general_purpose::STANDARD.decode(b).ok()
-            })
-            .and_then(|raw| serde_json::from_slice::<Value>(&raw).ok())
+    if secret.is_empty() {
+        return Ok(None);
+    }
+    get_opt(cluster, SECRET, ns, secret).await
+}
+
+/// The user data of the provisioning Secret snapshot `snap` keeps (key `provisioner`,
+/// `secret_restorer.go` `setProvisioning`; the restorer makes the new VM's Secret from it,
+/// `snapshot_resources.go` `Prepare`).
+async fn kept_user_data(cluster: &Cluster, ns: &str, snap: &Value) -> Result<Option<String>> {
+    Ok(snapshot_secret(cluster, ns, snap)
+        .await?
+        .and_then(|s| kept_object(&s, "provisioner"))
+        .and_then(|p| identity::secret_user_data(&p)))
+}
+
+/// The VM snapshot `snap` keeps (in its Secret, key `vm`), else the live VM it was taken of;
+/// `None` when neither can be read.
+async fn kept_vm(cluster: &Cluster, ns: &str, snap: &Value) -> Result<Option<Value>> {
+    if let Some(vm) = snapshot_secret(cluster, ns, snap)
+        .await?
+        .and_then(|s| kept_object(&s, "vm"))
     {
         return Ok(Some(vm));
     }
@@ -159,6 +184,21 @@ pub async fn restore(
     if let Some((_, new)) = &secret {
         ensure_free(cluster, SECRET, ns, new).await?;
     }
+    // The user data the new VM gets: the copy the snapshot keeps (the source and its Secret
+    // may be gone), else the source's Secret as it is; without either NEW would have no
+    // identity of its own, so nothing is made.
+    let mut user_data = None;
+    if let Some((old, _)) = &secret {
+        user_data = match kept_user_data(cluster, ns, snap).await? {
+            Some(t) => Some(t),
+            None => identity::read_secret(cluster, ns, old).await?,
+        };
+        if user_data.is_none() {
+            return Err(Error::Platform(format!(
+                "{target} cannot get its own SSH identity: {source}'s user data (secret {old:?}) is neither kept by snapshot {snap_name} nor in namespace {ns:?}; nothing was created"
+            )));
+        }
+    }
     let mut outcome = Outcome {
         snapshot: snap_name.clone(),
         vm: format!("{target}.{ns}"),
@@ -177,11 +217,10 @@ pub async fn restore(
         DryRun::None => {}
     }
     // The copy's new identity, made before the operation so it is written as soon as the copy
-    // exists (the source's user data only tells whether it has a platform part).
+    // exists.
     let mut new_text = None;
-    if let Some((old, _)) = &secret
-        && let Some(text) = identity::read_secret(cluster, ns, old).await?
-        && identity::has_platform_ssh(&text)
+    if let Some(text) = &user_data
+        && identity::has_platform_ssh(text)
     {
         let host = crate::create::checks::vm_host_keys(
             cluster,
@@ -192,8 +231,8 @@ pub async fn restore(
             &mut |w| on_event(Event::Notice(w)),
         )
         .await?;
-        new_text = identity::reissue(&text, &source, target, ns, host.as_ref())
-            .map_err(Error::Platform)?;
+        new_text =
+            identity::reissue(text, &source, target, ns, host.as_ref()).map_err(Error::Platform)?;
     }
     let made = create_obj(cluster, VMSOP, ns, &obj, false).await?;
     let op_name = text(&made, "/metadata/name").to_owned();
@@ -428,6 +467,28 @@ async fn adopt(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kept_objects_are_read_as_upstream_stores_them() {
+        use base64::Engine;
+        let b64 = &base64::engine::general_purpose::STANDARD;
+        // `base64 -w0 <<< '...'` twice, as `secret_restorer.go` leaves it in the API.
+        let provisioner =
+            r#"{"metadata":{"name":"web-cloudinit"},"data":{"userData":"I2Nsb3VkLWNvbmZpZwo="}}"#;
+        let twice = b64.encode(b64.encode(provisioner));
+        let secret = json!({"data": {"provisioner": twice, "vm": b64.encode(r#"{"kind":"VirtualMachine"}"#)}});
+        let kept = kept_object(&secret, "provisioner").unwrap();
+        assert_eq!(
+            identity::secret_user_data(&kept).as_deref(),
+            Some("#cloud-config\n")
+        );
+        // Once-encoded JSON is read too.
+        assert_eq!(
+            kept_object(&secret, "vm").unwrap()["kind"],
+            "VirtualMachine"
+        );
+        assert_eq!(kept_object(&secret, "vmip"), None);
+    }
 
     #[test]
     fn the_operation_renames_the_vm_and_its_disks_and_is_ours() {

@@ -481,6 +481,31 @@ pub async fn restore(
             "{target}.{ns} is running: KubeVirt restores only a stopped VM (\"{NOT_POWERED_OFF}\"); stop it first, or pass --stop to stop it, restore and start it again (nothing was changed)"
         )));
     }
+    // The new VM's own identity is made from the user data the snapshot keeps, not from the
+    // source (which may be gone): a Secret it names that is gone refuses the restore here.
+    let mut user_data = None;
+    if request.new_vm.is_some() {
+        let content = get(
+            cluster,
+            VM_SNAPSHOT_CONTENT,
+            ns,
+            text(&snap, "/status/virtualMachineSnapshotContentName"),
+        )
+        .await?;
+        let kept = content
+            .pointer("/spec/source/virtualMachine")
+            .cloned()
+            .unwrap_or_default();
+        match crate::clone::identity::kept_kubevirt(cluster, ns, &kept).await? {
+            crate::clone::identity::Kept::None => {}
+            crate::clone::identity::Kept::Text(t) => user_data = Some(t),
+            crate::clone::identity::Kept::Gone(secret) => {
+                return Err(Error::Platform(format!(
+                    "{target} cannot get its own SSH identity: {source}'s user data was in secret {secret:?}, which is gone, and a KubeVirt snapshot keeps only its name; nothing was created"
+                )));
+            }
+        }
+    }
     let obj = restore_object(ns, snap_name, &target);
     let mut outcome = Outcome {
         snapshot: snap_name.clone(),
@@ -583,6 +608,7 @@ pub async fn restore(
             ns,
             &source,
             &target,
+            user_data.as_deref(),
             &mut |w| on_event(Event::Notice(w)),
         )
         .await?

@@ -507,6 +507,7 @@ fn deckhouse_plan(
     vm: &Value,
     spec: &Value,
     snapshot_uid: Option<&str>,
+    provisioner: Option<&Option<Value>>,
 ) -> Vec<Planned> {
     let ns = meta_str(vm, "namespace");
     let op_uid = meta_str(op, "uid");
@@ -539,7 +540,14 @@ fn deckhouse_plan(
     {
         let new_name = rename("Secret", secret, op);
         new_vm["spec"]["provisioning"]["userDataRef"]["name"] = json!(new_name);
-        if let Some(s) = app.store.get(&Key::new("", "secrets", ns, secret)) {
+        // A clone copies the live Secret; a VM made from a snapshot gets the one the snapshot
+        // keeps (`snapshot_resources.go` `Prepare`: `RestoreProvisioner`), even when the
+        // source's is gone.
+        let source = match provisioner {
+            Some(kept) => kept.clone(),
+            None => app.store.get(&Key::new("", "secrets", ns, secret)),
+        };
+        if let Some(s) = source {
             let mut annotations = without_emulator_state(&s["metadata"]["annotations"]);
             annotations[VMOP_RESTORE] = json!(op_uid);
             out.push(Planned {
@@ -664,7 +672,7 @@ fn validate(app: &App, op: &Value, p: &Planned) -> Result<(), String> {
 /// One step of an InProgress Deckhouse `Clone` operation: `Err((reason, message))` fails it,
 /// `Ok(true)` completes it.
 pub fn deckhouse_clone(app: &App, op: &Value, vm: &Value) -> Result<bool, (Value, String)> {
-    let plan = deckhouse_plan(app, op, vm, &op["spec"]["clone"], None);
+    let plan = deckhouse_plan(app, op, vm, &op["spec"]["clone"], None, None);
     let mode = op
         .pointer("/spec/clone/mode")
         .and_then(Value::as_str)
@@ -681,9 +689,10 @@ pub fn deckhouse_from_snapshot(
     op: &Value,
     kept: &Value,
     snapshot_uid: &str,
+    provisioner: &Option<Value>,
 ) -> Result<bool, (Value, String)> {
     let spec = &op["spec"]["createVirtualMachine"];
-    let plan = deckhouse_plan(app, op, kept, spec, Some(snapshot_uid));
+    let plan = deckhouse_plan(app, op, kept, spec, Some(snapshot_uid), Some(provisioner));
     let mode = spec["mode"].as_str().unwrap_or("Strict");
     restore_plan(
         app,

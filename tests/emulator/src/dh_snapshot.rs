@@ -193,7 +193,14 @@ pub fn vm_snapshot(app: &App, snap: &Value, _tick: bool) {
             "metadata": {"name": vm_name, "namespace": ns,
                 "labels": vm["metadata"]["labels"].clone(), "annotations": vm["metadata"]["annotations"].clone()},
             "spec": vm["spec"].clone()});
-        let encoded = base64::engine::general_purpose::STANDARD.encode(kept.to_string());
+        let mut data = json!({ "vm": stored(&kept) });
+        // setProvisioning: the provisioning Secret the VM refers to is kept whole (key
+        // `provisioner`), so a restore makes it again even when the source's is gone.
+        if let Some(p) =
+            provisioning_secret(&vm).and_then(|s| app.store.get(&Key::new("", "secrets", ns, s)))
+        {
+            data["provisioner"] = json!(stored(&p));
+        }
         crate::gc::create_dependent(
             app,
             &key,
@@ -202,7 +209,7 @@ pub fn vm_snapshot(app: &App, snap: &Value, _tick: bool) {
             "secrets",
             json!({"apiVersion": "v1", "kind": "Secret", "type": "virtualmachine.virtualization.deckhouse.io/snapshot",
                 "metadata": {"name": secret_name, "namespace": ns, "ownerReferences": [owner_ref(snap)]},
-                "data": {"vm": encoded}}),
+                "data": data}),
         );
     }
     let mut names = vec![];
@@ -440,18 +447,48 @@ fn resource(kind: &str, name: &str, status: &str, message: &str) -> Value {
         "status": status, "message": message})
 }
 
-/// The snapshot's VM as kept in its Secret (`status.virtualMachineSnapshotSecretName`).
-pub fn kept_vm(app: &App, ns: &str, snap: &Value) -> Option<Value> {
+/// An object as the snapshot's Secret keeps it: `secret_restorer.go` puts
+/// `base64.StdEncoding.EncodeToString(json.Marshal(obj))` into `Secret.Data`, so the API shows
+/// it base64-encoded twice.
+fn stored(obj: &Value) -> String {
+    let b64 = &base64::engine::general_purpose::STANDARD;
+    b64.encode(b64.encode(obj.to_string()))
+}
+
+/// The Secret `vm` takes its provisioning from (`setProvisioning`: `userDataRef` or
+/// `sysprepRef` of kind Secret).
+pub fn provisioning_secret(vm: &Value) -> Option<&str> {
+    let p = vm.pointer("/spec/provisioning")?;
+    p.get("userDataRef")
+        .or_else(|| p.get("sysprepRef"))
+        .filter(|r| r["kind"] == "Secret")
+        .and_then(|r| r["name"].as_str())
+}
+
+/// Object `key` kept in the snapshot's Secret (`status.virtualMachineSnapshotSecretName`;
+/// `secret_restorer.go` `get`: base64 of the JSON in `Data`).
+fn kept(app: &App, ns: &str, snap: &Value, key: &str) -> Option<Value> {
     let secret = app.store.get(&Key::new(
         "",
         "secrets",
         ns,
         text(snap, "/status/virtualMachineSnapshotSecretName"),
     ))?;
-    let raw = base64::engine::general_purpose::STANDARD
-        .decode(secret.pointer("/data/vm")?.as_str()?)
+    let b64 = &base64::engine::general_purpose::STANDARD;
+    let data = b64
+        .decode(secret.pointer(&format!("/data/{key}"))?.as_str()?)
         .ok()?;
-    serde_json::from_slice(&raw).ok()
+    serde_json::from_slice(&b64.decode(data).ok()?).ok()
+}
+
+/// The snapshot's VM as kept in its Secret (key `vm`).
+pub fn kept_vm(app: &App, ns: &str, snap: &Value) -> Option<Value> {
+    kept(app, ns, snap, "vm")
+}
+
+/// The VM's provisioning Secret as the snapshot keeps it (key `provisioner`), if it had one.
+pub fn kept_provisioner(app: &App, ns: &str, snap: &Value) -> Option<Value> {
+    kept(app, ns, snap, "provisioner")
 }
 
 /// One pass of an InProgress `Restore` operation on `vm` (see the module documentation).
@@ -648,10 +685,12 @@ mod tests {
     use crate::controllers::reconcile_all;
 
     fn app() -> App {
-        App::new(
+        let app = App::new(
             crate::registry::Registry::new(crate::ServeFlavor::Deckhouse),
             std::time::Duration::from_secs(1),
-        )
+        );
+        crate::vm_snapshot::snapshot_storage(&app);
+        app
     }
 
     fn ticks(app: &App, n: usize) {

@@ -97,7 +97,14 @@ pub fn vmsop(app: &App, op: &Value, _tick: bool) {
     };
     kept["apiVersion"] = json!("virtualization.deckhouse.io/v1alpha2");
     kept["metadata"]["namespace"] = json!(ns);
-    match crate::clone::deckhouse_from_snapshot(app, op, &kept, meta_str(&snap, "uid")) {
+    let provisioner = crate::dh_snapshot::kept_provisioner(app, ns, &snap);
+    match crate::clone::deckhouse_from_snapshot(
+        app,
+        op,
+        &kept,
+        meta_str(&snap, "uid"),
+        &provisioner,
+    ) {
         Ok(_) => {
             let mut msg = "VirtualMachineSnapshotOperation completed".to_string();
             if spec["mode"] == "DryRun" {
@@ -124,10 +131,12 @@ mod tests {
     use crate::controllers::reconcile_all;
 
     fn app() -> App {
-        App::new(
+        let app = App::new(
             crate::registry::Registry::new(crate::ServeFlavor::Deckhouse),
             std::time::Duration::from_secs(1),
-        )
+        );
+        crate::vm_snapshot::snapshot_storage(&app);
+        app
     }
 
     fn ticks(app: &App, n: usize) {
@@ -239,6 +248,99 @@ mod tests {
         assert_eq!(data(&app, &claim(&app, "copy-root")), b"before");
         // The source keeps its data and its disk.
         assert_eq!(data(&app, &claim(&app, "web-root")), b"after");
+    }
+
+    /// deckhouse/virtualization `service/restorer/secret_restorer.go` `setProvisioning` keeps
+    /// the provisioning Secret in the snapshot (key `provisioner`), and `snapshot_resources.go`
+    /// `Prepare` makes the new VM's from it: the source's Secret may be gone.
+    #[test]
+    fn the_provisioning_secret_comes_from_the_snapshot_when_the_source_is_gone() {
+        let app = app();
+        app.store
+            .create(
+                "",
+                "secrets",
+                json!({"apiVersion": "v1", "kind": "Secret", "type": "provisioning.virtualization.deckhouse.io/cloud-init",
+                "metadata": {"name": "web-cloudinit", "namespace": "default"},
+                "data": {"userData": "I2Nsb3VkLWNvbmZpZwo="}}),
+            )
+            .unwrap();
+        create(
+            &app,
+            "virtualdisks",
+            json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+            "kind": "VirtualDisk", "metadata": {"name": "web-root", "namespace": "default"},
+            "spec": {"persistentVolumeClaim": {"size": "1Mi"}}}),
+        );
+        create(
+            &app,
+            "virtualmachines",
+            json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+            "kind": "VirtualMachine", "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"runPolicy": "Manual", "blockDeviceRefs": [{"kind": "VirtualDisk", "name": "web-root"}],
+                "provisioning": {"type": "UserDataRef", "userDataRef": {"kind": "Secret", "name": "web-cloudinit"}}}}),
+        );
+        ticks(&app, 4);
+        create(
+            &app,
+            crate::dh_snapshot::VM_SNAPSHOTS,
+            json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+            "kind": "VirtualMachineSnapshot", "metadata": {"name": "s1", "namespace": "default"},
+            "spec": {"virtualMachineName": "web", "requiredConsistency": true, "keepIPAddress": "Never"}}),
+        );
+        ticks(&app, 3);
+        let snap = get(&app, crate::dh_snapshot::VM_SNAPSHOTS, "s1").unwrap();
+        assert_eq!(snap["status"]["phase"], "Ready", "{snap}");
+        // As upstream stores it: base64 of the JSON in Data, base64 again on the wire.
+        let kept = app
+            .store
+            .get(&Key::new(
+                "",
+                "secrets",
+                "default",
+                snap["status"]["virtualMachineSnapshotSecretName"]
+                    .as_str()
+                    .unwrap(),
+            ))
+            .unwrap();
+        let b64 = &base64::engine::general_purpose::STANDARD;
+        use base64::Engine;
+        let inner = b64
+            .decode(kept["data"]["provisioner"].as_str().unwrap())
+            .unwrap();
+        let secret: Value = serde_json::from_slice(&b64.decode(inner).unwrap()).unwrap();
+        assert_eq!(secret["metadata"]["name"], "web-cloudinit");
+        assert_eq!(secret["data"]["userData"], "I2Nsb3VkLWNvbmZpZwo=");
+        app.store
+            .delete(
+                &Key::new("", "secrets", "default", "web-cloudinit"),
+                crate::store::Propagation::Cascade,
+            )
+            .unwrap();
+        create(
+            &app,
+            VMSOPS,
+            json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+            "kind": "VirtualMachineSnapshotOperation", "metadata": {"name": "op", "namespace": "default"},
+            "spec": {"type": "CreateVirtualMachine", "virtualMachineSnapshotName": "s1",
+                "createVirtualMachine": {"mode": "Strict", "nameReplacement": [
+                    {"from": {"kind": "VirtualMachine", "name": "web"}, "to": "copy"},
+                    {"from": {"kind": "VirtualDisk", "name": "web-root"}, "to": "copy-root"},
+                    {"from": {"kind": "Secret", "name": "web-cloudinit"}, "to": "copy-cloudinit"}]}}}),
+        );
+        ticks(&app, 2);
+        let done = get(&app, VMSOPS, "op").unwrap();
+        assert_eq!(completed(&done).0, "Completed", "{done}");
+        let copy = app
+            .store
+            .get(&Key::new("", "secrets", "default", "copy-cloudinit"))
+            .unwrap();
+        assert_eq!(copy["data"]["userData"], "I2Nsb3VkLWNvbmZpZwo=");
+        let vm = get(&app, "virtualmachines", "copy").unwrap();
+        assert_eq!(
+            vm["spec"]["provisioning"]["userDataRef"]["name"],
+            "copy-cloudinit"
+        );
     }
 
     #[test]

@@ -928,6 +928,38 @@ pub fn vm_restore(app: &App, restore: &Value, _tick: bool) {
     });
 }
 
+/// Test storage: the default storage class `local-path` can snapshot (a VolumeSnapshotClass
+/// for its driver, the default one for it), `nfs` cannot.
+#[cfg(test)]
+pub(crate) fn snapshot_storage(app: &App) {
+    for (name, driver, default) in [
+        ("local-path", "rancher.io/local-path", "true"),
+        ("nfs", "nfs.csi.k8s.io", "false"),
+    ] {
+        app.store
+            .create(
+                "storage.k8s.io",
+                "storageclasses",
+                json!({"apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass", "metadata": {"name": name, "annotations":
+                    {"storageclass.kubernetes.io/is-default-class": default}},
+                "provisioner": driver}),
+            )
+            .unwrap();
+    }
+    app.store
+        .create(
+            "snapshot.storage.k8s.io",
+            "volumesnapshotclasses",
+            json!({
+            "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
+            "metadata": {"name": "local-path-snapshots", "annotations":
+                {"snapshot.storage.kubernetes.io/is-default-class": "true"}},
+            "driver": "rancher.io/local-path", "deletionPolicy": "Delete"}),
+        )
+        .unwrap();
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -936,35 +968,9 @@ mod tests {
     use crate::registry::Registry;
     use std::time::Duration;
 
-    /// The default storage class `local-path` can snapshot (a VolumeSnapshotClass for its
-    /// driver), `nfs` cannot.
     fn app() -> App {
         let app = App::new(Registry::new(ServeFlavor::KubeVirt), Duration::from_secs(1));
-        for (name, driver, default) in [
-            ("local-path", "rancher.io/local-path", "true"),
-            ("nfs", "nfs.csi.k8s.io", "false"),
-        ] {
-            app.store
-                .create(
-                    "storage.k8s.io",
-                    "storageclasses",
-                    json!({"apiVersion": "storage.k8s.io/v1",
-                    "kind": "StorageClass", "metadata": {"name": name, "annotations":
-                        {"storageclass.kubernetes.io/is-default-class": default}},
-                    "provisioner": driver}),
-                )
-                .unwrap();
-        }
-        app.store
-            .create(
-                "snapshot.storage.k8s.io",
-                "volumesnapshotclasses",
-                json!({
-                "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
-                "metadata": {"name": "local-path-snapshots"}, "driver": "rancher.io/local-path",
-                "deletionPolicy": "Delete"}),
-            )
-            .unwrap();
+        snapshot_storage(&app);
         app
     }
 
