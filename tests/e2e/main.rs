@@ -51,6 +51,7 @@ mod real_guest_snapshot;
 mod scripts;
 mod server_errors;
 mod set;
+mod set_placement;
 mod signer;
 mod signer_failover;
 mod signer_network;

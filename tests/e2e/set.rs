@@ -9,17 +9,17 @@ use serde_json::Value;
 
 use crate::common::{Env, fails, ok, stderr, stdout};
 
-const KV_VM: &str = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines/web";
-const DH_VM: &str =
+pub(crate) const KV_VM: &str = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines/web";
+pub(crate) const DH_VM: &str =
     "/apis/virtualization.deckhouse.io/v1alpha2/namespaces/default/virtualmachines/linux-vm";
 
-fn jsonpath(env: &Env, resource: &str, name: &str, path: &str) -> String {
+pub(crate) fn jsonpath(env: &Env, resource: &str, name: &str, path: &str) -> String {
     let expr = format!("jsonpath={path}");
     ok(env.kubectl(&["get", resource, name, "-o", &expr]))
 }
 
 /// (method, query) of the requests on `path` since the log was cleared.
-fn requests_on(env: &Env, path: &str) -> Vec<(String, String)> {
+pub(crate) fn requests_on(env: &Env, path: &str) -> Vec<(String, String)> {
     env.emulator
         .requests()
         .into_iter()
@@ -31,7 +31,7 @@ fn requests_on(env: &Env, path: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn writes(env: &Env) -> Vec<(String, String)> {
+pub(crate) fn writes(env: &Env) -> Vec<(String, String)> {
     env.emulator
         .requests()
         .into_iter()
@@ -291,7 +291,7 @@ fn deckhouse_policy_applies_at_once_but_the_grace_period_waits() {
 
 /// Someone labels the VM while `set` holds the VM it read: the write conflicts, the change is
 /// made again on the fresh VM, and both changes are there.
-fn concurrent_edit_is_kept(
+pub(crate) fn concurrent_edit_is_kept(
     env: &Env,
     resource: &str,
     name: &str,

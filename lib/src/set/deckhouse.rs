@@ -66,6 +66,10 @@ impl SetPlatform for Deckhouse {
         Ok(())
     }
 
+    fn placement_pointer(&self) -> &'static str {
+        "/spec"
+    }
+
     fn sizing_class<'a>(&self, vm: &'a Value) -> Option<&'a str> {
         vm.pointer("/spec/virtualMachineClassName")
             .and_then(Value::as_str)
@@ -138,7 +142,18 @@ impl SetPlatform for Deckhouse {
             return Applies::AtRestart { message, pending };
         }
         let phase = vm.pointer("/status/phase").and_then(Value::as_str);
-        if matches!(phase, Some("Running" | "Migrating")) {
+        // A placement change of a running VM is applied by a live migration (the workload
+        // updater's Migrate operation: `pkg/controller/workload-updater/internal/handler/
+        // nodeplacement.go`); the VM shows it as phase Migrating and its `Migrating` condition.
+        if phase == Some("Migrating") || true_condition(vm, "Migrating").is_some() {
+            let message = true_condition(vm, "Migrating")
+                .filter(|m| !m.is_empty())
+                .unwrap_or("the VM is in phase Migrating");
+            return Applies::Migrating {
+                message: message.to_owned(),
+            };
+        }
+        if matches!(phase, Some("Running")) {
             Applies::Live
         } else {
             Applies::AtStart

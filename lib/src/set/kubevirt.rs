@@ -200,11 +200,31 @@ impl SetPlatform for KubeVirt {
         Ok(())
     }
 
+    fn placement_pointer(&self) -> &'static str {
+        TEMPLATE_SPEC
+    }
+
     fn verdict(&self, vm: &Value) -> Applies {
         if let Some(message) = true_condition(vm, "RestartRequired") {
             return Applies::AtRestart {
                 message: message.to_owned(),
                 pending: vec![],
+            };
+        }
+        // The VMI's `NodePlacementNotMatched`, which virt-controller mirrors on the VM
+        // (`pkg/virt-controller/watch/vm/vm.go`, `syncConditions`): the workload updater
+        // live-migrates the VMI until its node matches the new placement
+        // (`pkg/virt-controller/watch/workload-updater/workload-updater.go`).
+        if let Some(c) = crate::lifecycle::condition(vm, "NodePlacementNotMatched")
+            .filter(|c| c["status"] == "True")
+        {
+            let message = c["message"].as_str().filter(|m| !m.is_empty());
+            return Applies::Migrating {
+                message: message
+                    .unwrap_or(
+                        "the VMI's node no longer matches its placement (NodePlacementNotMatched)",
+                    )
+                    .to_owned(),
             };
         }
         if vm.pointer("/status/created").and_then(Value::as_bool) != Some(true) {

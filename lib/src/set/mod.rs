@@ -12,10 +12,12 @@
 //!
 //! The platforms differ behind [`SetPlatform`] (`kubevirt.rs`, `deckhouse.rs`), picked in
 //! [`platform`]. Verbs: [`resources`] (CPU, memory, instancetype), [`policy`] (run and
-//! eviction policy, grace period, labels and annotations).
+//! eviction policy, grace period, labels and annotations), [`placement`] (node selector,
+//! tolerations, priority class).
 
 mod deckhouse;
 mod kubevirt;
+pub mod placement;
 pub mod policy;
 pub mod resources;
 
@@ -66,6 +68,8 @@ pub trait SetPlatform: Send + Sync {
     fn policy(&self, request: &policy::Policy, vm: &mut Value) -> Result<()>;
     /// Refuse policy values the platform does not know.
     fn check_policy(&self, request: &policy::Policy) -> Result<()>;
+    /// The JSON pointer of the pod-spec-like object holding the VM's placement.
+    fn placement_pointer(&self) -> &'static str;
     /// The VM's class, when its sizing policy limits CPU and memory (Deckhouse).
     fn sizing_class<'a>(&self, _vm: &'a Value) -> Option<&'a str> {
         None
@@ -111,6 +115,11 @@ impl std::fmt::Display for FieldChange {
 pub enum Applies {
     /// Nothing waits: the running VM has it (or it needs none).
     Live,
+    /// The platform moves the running VM by a live migration to apply it.
+    Migrating {
+        /// What the platform says (the condition's message or reason).
+        message: String,
+    },
     /// It waits for a restart; the platform's message and the fields it names.
     AtRestart {
         /// The condition's message.

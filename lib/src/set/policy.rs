@@ -20,7 +20,11 @@ impl MapEdit {
     /// Parse `key=value` or `key-` as a label (`label: true`: the value must be a label
     /// value) or an annotation (any value). The error is a usage error.
     pub fn parse(text: &str, label: bool) -> Result<MapEdit> {
-        let what = if label { "--label" } else { "--annotation" };
+        Self::parse_as(text, label, if label { "--label" } else { "--annotation" })
+    }
+
+    /// [`MapEdit::parse`] for flag `what` (`--node-selector`: a label map too).
+    pub fn parse_as(text: &str, label: bool, what: &str) -> Result<MapEdit> {
         if let Some(key) = text.strip_suffix('-')
             && !text.contains('=')
         {
@@ -41,7 +45,7 @@ impl MapEdit {
         Ok(MapEdit::Set(key.to_owned(), value.to_owned()))
     }
 
-    fn apply(&self, map: &mut serde_json::Map<String, Value>) {
+    pub(crate) fn apply(&self, map: &mut serde_json::Map<String, Value>) {
         match self {
             MapEdit::Set(k, v) => {
                 map.insert(k.clone(), Value::String(v.clone()));

@@ -63,6 +63,7 @@ pub mod objectgraph;
 pub mod openapi;
 pub mod paging;
 pub mod patch;
+pub mod placement;
 pub mod pod_portforward;
 pub mod podexec;
 pub mod podlog;

@@ -47,6 +47,8 @@ pub struct Started {
     kubevirt: Mutex<HashMap<String, Value>>,
     /// Deckhouse: VM uid → the VM spec last applied to its machine.
     deckhouse: Mutex<HashMap<String, Value>>,
+    /// KubeVirt: VMI uid → its launcher pod's node selector and affinity (`placement.rs`).
+    pub(crate) pods: Mutex<HashMap<String, Value>>,
 }
 
 /// The cluster's `KubeVirt` object's `spec.configuration`, if there is one.
@@ -56,6 +58,11 @@ fn kubevirt_configuration(app: &App) -> Value {
         .first()
         .and_then(|k| k.pointer("/spec/configuration").cloned())
         .unwrap_or(json!({}))
+}
+
+/// Whether the cluster's rollout strategy is LiveUpdate.
+pub fn kubevirt_live_update(app: &App) -> bool {
+    live_update(&kubevirt_configuration(app))
 }
 
 /// `IsVMRolloutStrategyLiveUpdate`: unset or `LiveUpdate`.

@@ -2,6 +2,7 @@
 //! `kubectl set`. The flags of each verb become a `kubevm::set` change; the library reads,
 //! changes and writes the VM with its resourceVersion and reports what the platform says.
 
+pub mod placement;
 pub mod policy;
 pub mod resources;
 
@@ -19,7 +20,7 @@ use crate::render::OutputFormat;
 /// Arguments of `set`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Each verb reads the VM, changes it and writes it back with its resourceVersion: when someone\nelse changed the VM in between, the change is made again on the fresh VM (never over theirs).\nThe summary lists each changed field (old → new) and then what the platform reports: applied\nlive, waiting for a restart (KubeVirt's RestartRequired condition; Deckhouse's\nAwaitingRestartToApplyConfiguration and status.restartAwaitingChanges), or taken at the next start\nof a stopped VM. --restart restarts the VM when the change waits for it.\n\nExamples:\n  kubectl vm set resources web --cpu 4 --memory 8Gi\n  kubectl vm set resources web --memory 4Gi --restart\n  kubectl vm set resources linux-vm --cpu 2 --core-fraction 50%\n  kubectl vm set policy web --run-strategy Manual --eviction-strategy LiveMigrate\n  kubectl vm set policy web --label team=web --label old-\n  kubectl vm set policy web --template --annotation note=canary --dry-run -o yaml"
+    after_help = "Each verb reads the VM, changes it and writes it back with its resourceVersion: when someone\nelse changed the VM in between, the change is made again on the fresh VM (never over theirs).\nThe summary lists each changed field (old → new) and then what the platform reports: applied\nlive, waiting for a restart (KubeVirt's RestartRequired condition; Deckhouse's\nAwaitingRestartToApplyConfiguration and status.restartAwaitingChanges), or taken at the next start\nof a stopped VM. --restart restarts the VM when the change waits for it.\n\nExamples:\n  kubectl vm set resources web --cpu 4 --memory 8Gi\n  kubectl vm set resources web --memory 4Gi --restart\n  kubectl vm set resources linux-vm --cpu 2 --core-fraction 50%\n  kubectl vm set policy web --run-strategy Manual --eviction-strategy LiveMigrate\n  kubectl vm set policy web --label team=web --label old-\n  kubectl vm set policy web --template --annotation note=canary --dry-run -o yaml\n  kubectl vm set placement web --node-selector disktype=ssd --toleration gpu=true:NoSchedule"
 )]
 pub struct SetArgs {
     #[command(subcommand)]
@@ -33,6 +34,8 @@ pub enum SetCommand {
     Resources(resources::ResourcesArgs),
     /// Change a VM's run and eviction policy, grace period, labels and annotations
     Policy(policy::PolicyArgs),
+    /// Change where a VM may run: node selector, tolerations, priority class
+    Placement(placement::PlacementArgs),
 }
 
 /// Flags every `set` verb has.
@@ -58,6 +61,7 @@ pub async fn cmd_set(global: &GlobalArgs, args: SetArgs) -> CommandResult {
     match args.command {
         SetCommand::Resources(a) => resources::cmd(global, a).await,
         SetCommand::Policy(a) => policy::cmd(global, a).await,
+        SetCommand::Placement(a) => placement::cmd(global, a).await,
     }
 }
 
@@ -171,6 +175,9 @@ fn applies(outcome: &Outcome, options: &Options) -> String {
             "restarted to apply it: the platform reports nothing left waiting".into()
         }
         Applies::Live => "applied live: the platform reports no restart needed".into(),
+        Applies::Migrating { message } => {
+            format!("{restarted}migrating to apply: {message} (`kubectl vm migrate list` follows it)")
+        }
         Applies::AtStart => format!("{restarted}the VM is not running: it takes the change when it starts"),
         Applies::AtRestart { message, pending } => {
             let fields = if pending.is_empty() {

@@ -130,9 +130,24 @@ pub(super) fn kubevirt_vm(app: &App, vm: &Value, _tick: bool) {
             &key_of("kubevirt.io", "virtualmachineinstances", v),
         )
     });
+    // A placement change moves the running VMI: placement.rs.
+    let placement_not_matched = vmi.as_ref().is_some_and(|v| {
+        crate::placement::kubevirt_sync(
+            app,
+            vm,
+            &key_of("kubevirt.io", "virtualmachineinstances", v),
+            crate::live_update::kubevirt_live_update(app),
+        )
+    });
     app.store
         .modify(&key_of("kubevirt.io", "virtualmachines", vm), |o| {
             let mut st = o.get("status").cloned().unwrap_or(json!({}));
+            // virt-controller mirrors the VMI's conditions on the VM (vm.go, syncConditions).
+            if placement_not_matched {
+                set_condition(&mut st, crate::placement::NOT_MATCHED, true, "", "");
+            } else if let Some(c) = st["conditions"].as_array_mut() {
+                c.retain(|c| c["type"] != crate::placement::NOT_MATCHED);
+            }
             if let Some(message) = &restart_required {
                 set_condition(&mut st, "RestartRequired", true, "", message);
             } else if let Some(c) = st["conditions"].as_array_mut() {

@@ -360,7 +360,9 @@ pub fn migration(app: &App, vmim: &Value, tick: bool) {
         .and_then(Value::as_str)
         .unwrap_or(NODE)
         .to_string();
-    let target = pick_target(app, &source, vmim.pointer("/spec/addedNodeSelector"));
+    // The target pod is scheduled with the VMI's node selector and the migration's own.
+    let selector = crate::placement::target_selector(&vmi, vmim.pointer("/spec/addedNodeSelector"));
+    let target = pick_target(app, &source, Some(&selector));
     // How many ticks the migration has been Running: kept in an emulator annotation, not in
     // `status.migrationState` (whose fields are upstream's VirtualMachineInstanceMigrationState).
     let step = annotation(vmim, MIGRATION_STEP)
@@ -416,6 +418,7 @@ pub fn migration(app: &App, vmim: &Value, tick: bool) {
     });
     if next == "Succeeded" {
         move_launcher_pod(app, &vmi, &target);
+        crate::placement::migrated(app, &vmi);
     }
     app.store.modify(&key, |o| {
         let mut st = o["status"].clone();
