@@ -12,7 +12,7 @@
 //!   (deckhouse/virtualization `api/core/v1alpha2/vicondition/condition.go`).
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, LocalBoxFuture};
 use serde_json::{Value, json};
 
 use super::{
@@ -39,7 +39,7 @@ fn kind_of(image: ImageKind) -> Kind {
 }
 
 /// A VirtualImage or ClusterVirtualImage as a catalog row.
-fn summarize(obj: &Value) -> Image {
+pub(crate) fn summarize(obj: &Value) -> Image {
     let cluster = obj["kind"] == "ClusterVirtualImage";
     let ns = text(obj, "/metadata/namespace").to_owned();
     let ds = obj.pointer("/spec/dataSource").cloned().unwrap_or_default();
@@ -209,8 +209,11 @@ impl Catalog for Deckhouse {
         request: &'a CreateRequest,
         options: &'a Options,
         on_event: &'a OnEvent<'a>,
-    ) -> BoxFuture<'a, Result<Outcome>> {
+    ) -> LocalBoxFuture<'a, Result<Outcome>> {
         async move {
+            if matches!(request.source, Source::Upload { .. }) {
+                return super::upload::deckhouse(cluster, request, options, on_event).await;
+            }
             let (kind, obj) = manifest(request)?;
             let ns = if request.cluster {
                 ""
@@ -272,7 +275,7 @@ impl Catalog for Deckhouse {
                 waited: true,
             })
         }
-        .boxed()
+        .boxed_local()
     }
 
     fn delete<'a>(
@@ -365,6 +368,9 @@ fn manifest(request: &CreateRequest) -> Result<(Kind, Value)> {
         Source::Registry(image) => {
             json!({"type": "ContainerImage", "containerImage": {"image": image}})
         }
+        // The upload path makes the object with the file's checksum
+        // (crate::upload::deckhouse::object).
+        Source::Upload { .. } => json!({"type": "Upload"}),
         Source::From(from) => {
             let kind = match from.kind {
                 Some(ImageKind::Vi) => "VirtualImage",

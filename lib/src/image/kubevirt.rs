@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, LocalBoxFuture};
 use serde_json::{Value, json};
 
 use super::{
@@ -381,9 +381,12 @@ impl Catalog for KubeVirt {
         request: &'a CreateRequest,
         options: &'a Options,
         on_event: &'a OnEvent<'a>,
-    ) -> BoxFuture<'a, Result<Outcome>> {
+    ) -> LocalBoxFuture<'a, Result<Outcome>> {
         async move {
             let (dv, ds) = manifests(request)?;
+            if matches!(request.source, Source::Upload { .. }) {
+                return super::upload::kubevirt(cluster, request, ds, options, on_event).await;
+            }
             let ns = &request.namespace;
             let made_dv = create_obj(cluster, &DATA_VOLUME, ns, &dv, options.dry_run)
                 .await
@@ -421,7 +424,7 @@ impl Catalog for KubeVirt {
                 waited: true,
             })
         }
-        .boxed()
+        .boxed_local()
     }
 
     fn delete<'a>(
@@ -526,6 +529,8 @@ fn manifests(request: &CreateRequest) -> Result<(Value, Value)> {
             };
             spec["source"] = json!({"registry": {"url": url}});
         }
+        // The upload path makes its own DataVolume (crate::upload::kubevirt::data_volume).
+        Source::Upload { .. } => spec["source"] = json!({"upload": {}}),
         Source::From(from) => match from.kind {
             Some(ImageKind::Pvc) | None => {
                 spec["source"] = json!({"pvc": {
@@ -574,9 +579,14 @@ fn manifests(request: &CreateRequest) -> Result<(Value, Value)> {
     Ok((dv, ds))
 }
 
+/// A DataSource just made, as a catalog row, with the DataVolume made for it.
+pub(crate) fn summarize_made(ds: &Value, dv: &Value) -> Image {
+    summarize(ds, Some(&dv_info(dv)), true)
+}
+
 /// Wait until the DataSource is ready, reporting the DataVolume's phase and progress; a
 /// DataVolume `Failed`, or whose importer keeps failing, ends the wait with CDI's reason.
-async fn wait_ready(
+pub(crate) async fn wait_ready(
     cluster: &Cluster,
     ns: &str,
     name: &str,
