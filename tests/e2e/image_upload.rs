@@ -3,7 +3,7 @@
 //! a VirtualImage / ClusterVirtualImage with dataSource Upload (Deckhouse); the image becomes
 //! Ready and a VM boots from it. The bytes the platform holds are compared with
 //! `qemu-img convert -O raw` and `sha256sum` of the file, never with what the tool says. Bad
-//! files are refused before any request.
+//! files are refused before any request. Also `--registry --schedule` (a CDI DataImportCron).
 
 use serde_json::{Value, json};
 
@@ -255,4 +255,103 @@ fn a_failed_kubevirt_upload_leaves_neither_the_data_volume_nor_the_data_source()
     assert!(err.contains("deleted DataVolume broken"), "{err}");
     let left = ok(env.kubectl(&["get", "datasources,datavolumes", "-o", "name"]));
     assert!(!left.contains("/broken\n"), "{left}");
+}
+
+/// `image create --registry --schedule` on KubeVirt: a DataImportCron; CDI (the emulator's
+/// controller) imports at once and makes the DataSource, which the list shows Ready with the
+/// cron's schedule. Bad schedules and non-registry sources are refused before any request;
+/// Deckhouse has no scheduled imports.
+#[test]
+fn a_scheduled_image_is_a_data_import_cron_and_its_data_source_is_listed_ready() {
+    let env = Env::kubevirt();
+    let out = env.vm(&[
+        "image",
+        "create",
+        "fedora",
+        "--registry",
+        "quay.io/containerdisks/fedora:41",
+        "--schedule",
+        "0 3 * * *",
+        "--size",
+        "1Gi",
+        "--timeout",
+        "60s",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("image ds/fedora created; ready"),
+        "{}",
+        stdout(&out)
+    );
+    let cron = kubectl_json(&env, &["get", "dataimportcron", "fedora"]);
+    assert_eq!(
+        cron["spec"],
+        json!({"schedule": "0 3 * * *", "managedDataSource": "fedora",
+            "importsToKeep": 3, "garbageCollect": "Outdated",
+            "template": {"spec": {
+                "source": {"registry": {"url": "docker://quay.io/containerdisks/fedora:41"}},
+                "storage": {"resources": {"requests": {"storage": "1Gi"}}}}}})
+    );
+    let pvc = cron["status"]["lastImportedPVC"]["name"].as_str().unwrap();
+    let ds = kubectl_json(&env, &["get", "datasource", "fedora"]);
+    assert_eq!(ds["spec"]["source"]["pvc"]["name"], pvc);
+    let list = ok(env.vm(&["image", "list"]));
+    let line = list
+        .lines()
+        .find(|l| l.starts_with("fedora "))
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(
+        line.contains("cron(0 3 * * *) registry quay.io/containerdisks/fedora@sha256:"),
+        "{line}"
+    );
+    assert!(line.contains(" Ready "), "{line}");
+
+    env.emulator.clear_requests();
+    for (args, want) in [
+        (
+            vec!["--registry", "quay.io/x:1", "--schedule", "0 3 * *"],
+            "Error: --schedule \"0 3 * *\": a cron schedule has 5 fields (minute hour day-of-month month day-of-week); got 4",
+        ),
+        (
+            vec!["--registry", "quay.io/x:1", "--schedule", "61 3 * * *"],
+            "Error: --schedule \"61 3 * * *\": the minute field \"61\" is not valid (0-59, *, ranges A-B, lists A,B, steps /N)",
+        ),
+        (
+            vec!["--url", "https://h/x.qcow2", "--schedule", "0 3 * * *"],
+            "Error: --schedule imports from a registry (--registry IMAGE): CDI's DataImportCron takes no other source",
+        ),
+    ] {
+        let mut all = vec!["image", "create", "x"];
+        all.extend(args);
+        assert_eq!(fails(&env, &all, 2), want);
+    }
+    assert!(
+        env.emulator.requests().is_empty(),
+        "{:?}",
+        env.emulator.requests()
+    );
+
+    let env = Env::deckhouse();
+    let err = fails(
+        &env,
+        &[
+            "image",
+            "create",
+            "x",
+            "--registry",
+            "quay.io/x:1",
+            "--schedule",
+            "0 3 * * *",
+        ],
+        2,
+    );
+    assert!(
+        err.contains("Deckhouse virtualization has no scheduled imports"),
+        "{err}"
+    );
+    assert!(
+        !env.emulator.requests().iter().any(|r| r.method != "GET"),
+        "{:?}",
+        env.emulator.requests()
+    );
 }

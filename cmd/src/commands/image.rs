@@ -16,7 +16,7 @@ use crate::render::{self, OutputFormat, Table, age, cell};
 /// Arguments of `image`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "KubeVirt: an image is a CDI DataSource naming the PVC a DataVolume imported; `create` makes\nthe DataVolume (from --url, --registry, --from pvc/NAME, or --file: a local file uploaded\nas `kubectl vm upload` does) and the DataSource, both labelled as made by kubectl vm. VMs boot from it with `kubectl vm create --image ds/NAME`.\n\nDeckhouse: a VirtualImage (kept in DVCR, or on a PVC with --storage pvc) or, with --cluster-wide, a\nClusterVirtualImage (with --file, dataSource Upload with the file's sha256). VMs boot from\nit with `kubectl vm create --image vi/NAME` (or cvi/NAME).\n\n`delete` removes only images kubectl vm made, with their uid as a precondition; it refuses\nwhile a VM's disk is being made from the image, and names the VMs that still use it.\n\nExamples:\n  kubectl vm image list -A\n  kubectl vm image create debian --url https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-generic-amd64.qcow2\n  kubectl vm image create fedora --registry quay.io/containerdisks/fedora:41\n  kubectl vm image create golden --file ./golden.qcow2\n  kubectl vm image create ubuntu --cluster-wide --url https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img\n  kubectl vm image get debian -o yaml\n  kubectl vm image delete debian"
+    after_help = "KubeVirt: an image is a CDI DataSource naming the PVC a DataVolume imported; `create` makes\nthe DataVolume (from --url, --registry, --from pvc/NAME, or --file: a local file uploaded\nas `kubectl vm upload` does) and the DataSource, both labelled as made by kubectl vm. VMs boot from it with `kubectl vm create --image ds/NAME`.\n\nDeckhouse: a VirtualImage (kept in DVCR, or on a PVC with --storage pvc) or, with --cluster-wide, a\nClusterVirtualImage (with --file, dataSource Upload with the file's sha256). VMs boot from\nit with `kubectl vm create --image vi/NAME` (or cvi/NAME).\n\n`delete` removes only images kubectl vm made, with their uid as a precondition; it refuses\nwhile a VM's disk is being made from the image, and names the VMs that still use it.\n\nExamples:\n  kubectl vm image list -A\n  kubectl vm image create debian --url https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-generic-amd64.qcow2\n  kubectl vm image create fedora --registry quay.io/containerdisks/fedora:41\n  kubectl vm image create golden --file ./golden.qcow2\n  kubectl vm image create fedora --registry quay.io/containerdisks/fedora:41 --schedule '0 3 * * *'\n  kubectl vm image create ubuntu --cluster-wide --url https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img\n  kubectl vm image get debian -o yaml\n  kubectl vm image delete debian"
 )]
 pub struct ImageArgs {
     #[command(subcommand)]
@@ -116,6 +116,15 @@ pub struct CreateArgs {
     /// VirtualImage or ClusterVirtualImage with dataSource Upload (Deckhouse)
     #[arg(long, value_name = "PATH")]
     pub file: Option<std::path::PathBuf>,
+
+    /// KubeVirt, with --registry: import on this cron schedule (5 fields, e.g. "0 3 * * *") as a
+    /// CDI DataImportCron managing the DataSource NAME, instead of once
+    #[arg(long, value_name = "CRON")]
+    pub schedule: Option<String>,
+
+    /// With --schedule: how many imports CDI keeps (default 3; older ones are deleted)
+    #[arg(long, value_name = "N", requires = "schedule")]
+    pub imports_to_keep: Option<u32>,
 
     /// With --file: take a file of no recognised format as a raw disk
     #[arg(long, value_name = "FORMAT", value_parser = ["raw"], requires = "file")]
@@ -416,6 +425,8 @@ fn request(args: &CreateArgs, namespace: &str) -> CommandResult<CreateRequest> {
         }),
         size: args.size.clone(),
         storage_class: args.storage_class.clone(),
+        schedule: args.schedule.clone(),
+        imports_to_keep: args.imports_to_keep,
     };
     image::check(&request)?;
     Ok(request)

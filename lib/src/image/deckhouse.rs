@@ -211,6 +211,12 @@ impl Catalog for Deckhouse {
         on_event: &'a OnEvent<'a>,
     ) -> LocalBoxFuture<'a, Result<Outcome>> {
         async move {
+            if request.schedule.is_some() {
+                // VirtualImage and ClusterVirtualImage have no schedule (their CRDs).
+                return Err(Error::Usage(
+                    "--schedule: Deckhouse virtualization has no scheduled imports (a VirtualImage or ClusterVirtualImage is imported once); create the image again to refresh it".into(),
+                ));
+            }
             if matches!(request.source, Source::Upload { .. }) {
                 return super::upload::deckhouse(cluster, request, options, on_event).await;
             }
@@ -511,6 +517,8 @@ mod tests {
             storage: None,
             size: None,
             storage_class: None,
+            schedule: None,
+            imports_to_keep: None,
         }
     }
 

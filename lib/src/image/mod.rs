@@ -18,6 +18,7 @@
 
 pub mod deckhouse;
 pub mod kubevirt;
+pub mod schedule;
 mod upload;
 
 use std::time::Duration;
@@ -231,6 +232,10 @@ pub struct CreateRequest {
     pub size: Option<String>,
     /// The StorageClass of the volume, if not the default.
     pub storage_class: Option<String>,
+    /// KubeVirt: import on this cron schedule (a CDI DataImportCron) instead of once.
+    pub schedule: Option<String>,
+    /// With `schedule`: how many imports CDI keeps (default 3).
+    pub imports_to_keep: Option<u32>,
 }
 
 /// The size of a KubeVirt import's volume when none is given (CDI needs one for imports).
@@ -398,6 +403,18 @@ pub fn check(request: &CreateRequest) -> Result<()> {
         return Err(Error::Usage(format!(
             "--registry {image:?}: not an image reference"
         )));
+    }
+    if let Some(schedule) = &request.schedule {
+        schedule::check_schedule(schedule)?;
+        if !matches!(request.source, Source::Registry(_)) {
+            return Err(Error::Usage(
+                "--schedule imports from a registry (--registry IMAGE): CDI's DataImportCron takes no other source".into(),
+            ));
+        }
+    } else if request.imports_to_keep.is_some() {
+        return Err(Error::Usage(
+            "--imports-to-keep applies to a scheduled import (--schedule)".into(),
+        ));
     }
     if let Some(size) = &request.size {
         crate::quantity::Quantity::parse(size)

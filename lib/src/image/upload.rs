@@ -212,6 +212,8 @@ mod tests {
             storage: None,
             size: None,
             storage_class: None,
+            schedule: None,
+            imports_to_keep: None,
         }
     }
 
