@@ -31,6 +31,7 @@ mod guest_info;
 mod image;
 mod image_http;
 mod image_sources;
+mod image_upload;
 mod krl;
 mod kubectl_like;
 mod lifecycle;

@@ -2,7 +2,7 @@
 //! DataSources and the DataVolumes behind them; Deckhouse VirtualImages and
 //! ClusterVirtualImages).
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use clap::{Args, Subcommand, ValueEnum};
 use clap_complete::engine::ArgValueCompleter;
@@ -16,7 +16,7 @@ use crate::render::{self, OutputFormat, Table, age, cell};
 /// Arguments of `image`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "KubeVirt: an image is a CDI DataSource naming the PVC a DataVolume imported; `create` makes\nthe DataVolume (from --url, --registry, or --from pvc/NAME) and the DataSource, both labelled\nas made by kubectl vm. VMs boot from it with `kubectl vm create --image ds/NAME`.\n\nDeckhouse: a VirtualImage (kept in DVCR, or on a PVC with --storage pvc) or, with --cluster-wide, a\nClusterVirtualImage. VMs boot from it with `kubectl vm create --image vi/NAME` (or cvi/NAME).\n\n`delete` removes only images kubectl vm made, with their uid as a precondition; it refuses\nwhile a VM's disk is being made from the image, and names the VMs that still use it.\n\nExamples:\n  kubectl vm image list -A\n  kubectl vm image create debian --url https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-generic-amd64.qcow2\n  kubectl vm image create fedora --registry quay.io/containerdisks/fedora:41\n  kubectl vm image create ubuntu --cluster-wide --url https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img\n  kubectl vm image get debian -o yaml\n  kubectl vm image delete debian"
+    after_help = "KubeVirt: an image is a CDI DataSource naming the PVC a DataVolume imported; `create` makes\nthe DataVolume (from --url, --registry, --from pvc/NAME, or --file: a local file uploaded\nas `kubectl vm upload` does) and the DataSource, both labelled as made by kubectl vm. VMs boot from it with `kubectl vm create --image ds/NAME`.\n\nDeckhouse: a VirtualImage (kept in DVCR, or on a PVC with --storage pvc) or, with --cluster-wide, a\nClusterVirtualImage (with --file, dataSource Upload with the file's sha256). VMs boot from\nit with `kubectl vm create --image vi/NAME` (or cvi/NAME).\n\n`delete` removes only images kubectl vm made, with their uid as a precondition; it refuses\nwhile a VM's disk is being made from the image, and names the VMs that still use it.\n\nExamples:\n  kubectl vm image list -A\n  kubectl vm image create debian --url https://cloud.debian.org/images/cloud/bookworm/latest/debian-12-generic-amd64.qcow2\n  kubectl vm image create fedora --registry quay.io/containerdisks/fedora:41\n  kubectl vm image create golden --file ./golden.qcow2\n  kubectl vm image create fedora --registry quay.io/containerdisks/fedora:41 --schedule '0 3 * * *'\n  kubectl vm image create ubuntu --cluster-wide --url https://cloud-images.ubuntu.com/noble/current/noble-server-cloudimg-amd64.img\n  kubectl vm image get debian -o yaml\n  kubectl vm image delete debian"
 )]
 pub struct ImageArgs {
     #[command(subcommand)]
@@ -30,7 +30,7 @@ pub enum ImageCommand {
     List(ListArgs),
     /// Show one image (NAME, vi/NAME, cvi/NAME, ds/[NAMESPACE/]NAME)
     Get(GetArgs),
-    /// Import an image from a URL or a registry, or copy one from an image, disk or PVC
+    /// Import an image from a URL, a registry or a local file, or copy one from an image, disk or PVC
     Create(Box<CreateArgs>),
     /// Delete images kubectl vm made (refused while a VM is being created from one)
     Delete(DeleteArgs),
@@ -87,7 +87,7 @@ pub enum StorageFlag {
 
 /// Arguments of `image create`.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("source").required(true).args(["url", "registry", "from"])))]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["url", "registry", "from", "file"])))]
 pub struct CreateArgs {
     /// The image's name
     #[arg(value_name = "NAME")]
@@ -110,6 +110,25 @@ pub struct CreateArgs {
     /// pvc/[NAMESPACE/]NAME, ds/[NAMESPACE/]NAME (KubeVirt)
     #[arg(long, value_name = "KIND/NAME")]
     pub from: Option<String>,
+
+    /// Upload a local disk image (qcow2, raw, ISO, VMDK, VHD, VHDX; gz/xz), as `kubectl vm
+    /// upload` sends it: a DataVolume with source upload and its DataSource (KubeVirt), a
+    /// VirtualImage or ClusterVirtualImage with dataSource Upload (Deckhouse)
+    #[arg(long, value_name = "PATH")]
+    pub file: Option<std::path::PathBuf>,
+
+    /// KubeVirt, with --registry: import on this cron schedule (5 fields, e.g. "0 3 * * *") as a
+    /// CDI DataImportCron managing the DataSource NAME, instead of once
+    #[arg(long, value_name = "CRON")]
+    pub schedule: Option<String>,
+
+    /// With --schedule: how many imports CDI keeps (default 3; older ones are deleted)
+    #[arg(long, value_name = "N", requires = "schedule")]
+    pub imports_to_keep: Option<u32>,
+
+    /// With --file: take a file of no recognised format as a raw disk
+    #[arg(long, value_name = "FORMAT", value_parser = ["raw"], requires = "file")]
+    pub format: Option<String>,
 
     /// Deckhouse: make a ClusterVirtualImage, usable from every namespace (kubectl's global
     /// --cluster names a kubeconfig cluster, hence the longer name)
@@ -375,6 +394,10 @@ async fn get(global: &GlobalArgs, args: GetArgs) -> CommandResult {
 /// The create request from the flags, checked locally (a usage error before any request).
 fn request(args: &CreateArgs, namespace: &str) -> CommandResult<CreateRequest> {
     let source = match (&args.url, &args.registry, &args.from) {
+        (None, None, None) if args.file.is_some() => Source::Upload {
+            file: args.file.clone().unwrap_or_default(),
+            raw: args.format.as_deref() == Some("raw"),
+        },
         (Some(url), None, None) => Source::Url {
             url: url.clone(),
             checksum: args
@@ -387,7 +410,7 @@ fn request(args: &CreateArgs, namespace: &str) -> CommandResult<CreateRequest> {
         (None, None, Some(from)) => Source::From(ImageName::parse(from)?),
         _ => {
             return Err(CommandError::usage(
-                "give exactly one of --url, --registry, --from",
+                "give exactly one of --url, --registry, --from, --file",
             ));
         }
     };
@@ -402,13 +425,16 @@ fn request(args: &CreateArgs, namespace: &str) -> CommandResult<CreateRequest> {
         }),
         size: args.size.clone(),
         storage_class: args.storage_class.clone(),
+        schedule: args.schedule.clone(),
+        imports_to_keep: args.imports_to_keep,
     };
     image::check(&request)?;
     Ok(request)
 }
 
-fn render_event(event: Event) {
+fn render_event(view: &std::sync::Mutex<crate::commands::upload::View>, event: Event) {
     match event {
+        Event::Upload(e) => view.lock().unwrap_or_else(|e| e.into_inner()).show(e),
         Event::Created(what) => eprintln!("{what} created"),
         Event::Progress { phase, progress } if progress.is_empty() => eprintln!("  {phase}"),
         Event::Progress { phase, progress } => eprintln!("  {phase} {progress}"),
@@ -421,14 +447,31 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> CommandResult {
     request(&args, "default")?;
     let (cluster, platform) = crate::connect::connect(global).await?;
     let request = request(&args, &cluster.namespace)?;
+    // Ctrl-C during an upload removes what this run made (a second press ends the program).
+    let (taken, interrupts) = crate::interrupt::take_over();
     let options = Options {
         dry_run: DryRun::lib(args.dry_run),
         wait: !args.wait.no_wait,
         timeout: args.wait.timeout,
+        interrupts: Some(interrupts.clone()),
     };
-    let outcome = image::catalog(platform.flavor)
-        .create(&cluster, &request, &options, &render_event)
-        .await?;
+    let view = std::sync::Mutex::new(crate::commands::upload::View::new(
+        std::io::stderr().is_terminal(),
+        std::time::Duration::from_secs(5),
+    ));
+    let result = image::catalog(platform.flavor)
+        .create(&cluster, &request, &options, &|e| render_event(&view, e))
+        .await;
+    drop(taken);
+    view.lock().unwrap_or_else(|e| e.into_inner()).finish();
+    let outcome = match result {
+        Ok(outcome) => outcome,
+        Err(e) if *interrupts.borrow() > 0 => {
+            eprintln!("Error: {e}");
+            return Err(CommandError::Interrupted);
+        }
+        Err(e) => return Err(e.into()),
+    };
     let mut out = std::io::stdout().lock();
     match args.output {
         Some(ChangeFormat::Name) => writeln!(out, "{}", outcome.object_ref)?,
@@ -483,6 +526,7 @@ async fn delete(global: &GlobalArgs, args: DeleteArgs) -> CommandResult {
         dry_run: DryRun::lib(args.dry_run),
         wait: false,
         timeout: std::time::Duration::from_secs(60),
+        interrupts: None,
     };
     let catalog = image::catalog(platform.flavor);
     for (name, text) in names.iter().zip(&args.names) {

@@ -197,8 +197,8 @@ pub async fn cmd_upload(global: &GlobalArgs, args: UploadArgs) -> CommandResult 
     Ok(())
 }
 
-/// Renders events on stderr.
-struct View {
+/// Renders events on stderr (also `image create --file`'s upload).
+pub(crate) struct View {
     terminal: bool,
     bar: Option<ProgressBar>,
     spinner: Option<ProgressBar>,
@@ -208,7 +208,7 @@ struct View {
 
 impl View {
     /// `line_every`: a plain progress line at most this often.
-    fn new(terminal: bool, line_every: Duration) -> Self {
+    pub(crate) fn new(terminal: bool, line_every: Duration) -> Self {
         View {
             terminal,
             bar: None,
@@ -232,7 +232,7 @@ impl View {
         }
     }
 
-    fn show(&mut self, event: Event) {
+    pub(crate) fn show(&mut self, event: Event) {
         match event {
             Event::Inspected {
                 format,
@@ -373,7 +373,7 @@ impl View {
         }
     }
 
-    fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if let Some(bar) = self.bar.take() {
             bar.abandon();
         }

@@ -12,7 +12,7 @@
 //!   (deckhouse/virtualization `api/core/v1alpha2/vicondition/condition.go`).
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, LocalBoxFuture};
 use serde_json::{Value, json};
 
 use super::{
@@ -39,7 +39,7 @@ fn kind_of(image: ImageKind) -> Kind {
 }
 
 /// A VirtualImage or ClusterVirtualImage as a catalog row.
-fn summarize(obj: &Value) -> Image {
+pub(crate) fn summarize(obj: &Value) -> Image {
     let cluster = obj["kind"] == "ClusterVirtualImage";
     let ns = text(obj, "/metadata/namespace").to_owned();
     let ds = obj.pointer("/spec/dataSource").cloned().unwrap_or_default();
@@ -209,8 +209,17 @@ impl Catalog for Deckhouse {
         request: &'a CreateRequest,
         options: &'a Options,
         on_event: &'a OnEvent<'a>,
-    ) -> BoxFuture<'a, Result<Outcome>> {
+    ) -> LocalBoxFuture<'a, Result<Outcome>> {
         async move {
+            if request.schedule.is_some() {
+                // VirtualImage and ClusterVirtualImage have no schedule (their CRDs).
+                return Err(Error::Usage(
+                    "--schedule: Deckhouse virtualization has no scheduled imports (a VirtualImage or ClusterVirtualImage is imported once); create the image again to refresh it".into(),
+                ));
+            }
+            if matches!(request.source, Source::Upload { .. }) {
+                return super::upload::deckhouse(cluster, request, options, on_event).await;
+            }
             let (kind, obj) = manifest(request)?;
             let ns = if request.cluster {
                 ""
@@ -272,7 +281,7 @@ impl Catalog for Deckhouse {
                 waited: true,
             })
         }
-        .boxed()
+        .boxed_local()
     }
 
     fn delete<'a>(
@@ -365,6 +374,9 @@ fn manifest(request: &CreateRequest) -> Result<(Kind, Value)> {
         Source::Registry(image) => {
             json!({"type": "ContainerImage", "containerImage": {"image": image}})
         }
+        // The upload path makes the object with the file's checksum
+        // (crate::upload::deckhouse::object).
+        Source::Upload { .. } => json!({"type": "Upload"}),
         Source::From(from) => {
             let kind = match from.kind {
                 Some(ImageKind::Vi) => "VirtualImage",
@@ -505,6 +517,8 @@ mod tests {
             storage: None,
             size: None,
             storage_class: None,
+            schedule: None,
+            imports_to_keep: None,
         }
     }
 

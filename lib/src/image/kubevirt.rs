@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 use futures::FutureExt;
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, LocalBoxFuture};
 use serde_json::{Value, json};
 
 use super::{
@@ -206,6 +206,42 @@ fn summarize(ds: &Value, dv: Option<&DvInfo>, whole: bool) -> Image {
     }
 }
 
+/// The schedules of the DataImportCrons in scope, by (namespace, name). A cluster whose CDI
+/// does not serve them (or a user who may not list them) shows no schedules.
+async fn schedules(
+    cluster: &Cluster,
+    namespace: Option<&str>,
+) -> HashMap<(String, String), String> {
+    let mut found = HashMap::new();
+    let _ = pages(
+        cluster,
+        &super::schedule::DATA_IMPORT_CRON,
+        namespace,
+        None,
+        |items| {
+            for cron in &items {
+                found.insert(key(cron), text(cron, "/spec/schedule").to_owned());
+            }
+            Ok(())
+        },
+    )
+    .await;
+    found
+}
+
+/// A DataSource a DataImportCron manages says so in SOURCE: `cron(SCHEDULE) SOURCE`.
+fn with_schedule(mut image: Image, schedules: &HashMap<(String, String), String>) -> Image {
+    let label = format!(
+        "/metadata/labels/{}",
+        super::schedule::CRON_LABEL.replace('/', "~1")
+    );
+    let cron = text(&image.object, &label).to_owned();
+    if let Some(schedule) = schedules.get(&(image.namespace.clone(), cron)) {
+        image.source = format!("cron({schedule}) {}", image.source);
+    }
+    image
+}
+
 /// The rows of the DataSources naming DataVolume `dv`, after it changed.
 fn rows_behind(
     sources: &HashMap<(String, String), Value>,
@@ -252,6 +288,7 @@ impl Catalog for KubeVirt {
                 Ok(())
             })
             .await?;
+            let schedules = schedules(cluster, namespace).await;
             pages(cluster, &DATA_SOURCE, namespace, selector, |items| {
                 let rows = items
                     .iter()
@@ -259,7 +296,7 @@ impl Catalog for KubeVirt {
                         let dv = ds_target(ds)
                             .filter(|(k, _, _)| *k == "pvc")
                             .and_then(|(_, ns, n)| dvs.get(&(ns, n)));
-                        summarize(ds, dv, true)
+                        with_schedule(summarize(ds, dv, true), &schedules)
                     })
                     .collect();
                 on_page(rows)
@@ -381,9 +418,15 @@ impl Catalog for KubeVirt {
         request: &'a CreateRequest,
         options: &'a Options,
         on_event: &'a OnEvent<'a>,
-    ) -> BoxFuture<'a, Result<Outcome>> {
+    ) -> LocalBoxFuture<'a, Result<Outcome>> {
         async move {
+            if let Some(schedule) = &request.schedule {
+                return scheduled(cluster, request, schedule, options, on_event).await;
+            }
             let (dv, ds) = manifests(request)?;
+            if matches!(request.source, Source::Upload { .. }) {
+                return super::upload::kubevirt(cluster, request, ds, options, on_event).await;
+            }
             let ns = &request.namespace;
             let made_dv = create_obj(cluster, &DATA_VOLUME, ns, &dv, options.dry_run)
                 .await
@@ -421,7 +464,7 @@ impl Catalog for KubeVirt {
                 waited: true,
             })
         }
-        .boxed()
+        .boxed_local()
     }
 
     fn delete<'a>(
@@ -477,6 +520,53 @@ impl Catalog for KubeVirt {
     }
 }
 
+/// `--schedule`: a DataImportCron, then the wait for the DataSource it manages.
+async fn scheduled(
+    cluster: &Cluster,
+    request: &CreateRequest,
+    schedule: &str,
+    options: &Options,
+    on_event: &OnEvent<'_>,
+) -> Result<Outcome> {
+    use super::schedule::{DATA_IMPORT_CRON, manifest, wait_ready};
+    if request.cluster || request.storage.is_some() {
+        return Err(Error::Usage(
+            "--cluster-wide and --storage are Deckhouse's; a DataImportCron lives in a namespace (-n)".into(),
+        ));
+    }
+    let cron = manifest(request, schedule)?;
+    let ns = &request.namespace;
+    create_obj(cluster, &DATA_IMPORT_CRON, ns, &cron, options.dry_run).await?;
+    on_event(Event::Created(format!("dataimportcron/{}", request.name)));
+    let object_ref = DATA_IMPORT_CRON.object_ref(&request.name);
+    if options.dry_run != DryRun::None || !options.wait {
+        // CDI makes the DataSource: as it is now (or not yet).
+        let ds = match options.dry_run {
+            DryRun::None => get_opt(cluster, &DATA_SOURCE, ns, &request.name).await?,
+            _ => None,
+        }
+        .unwrap_or_else(|| json!({"metadata": {"name": request.name, "namespace": ns}}));
+        return Ok(Outcome {
+            image: summarize(&ds, None, true),
+            object_ref,
+            waited: false,
+        });
+    }
+    let image = super::bounded(
+        options.timeout,
+        wait_ready(cluster, ns, &request.name, on_event, |ds| {
+            summarize(ds, None, true)
+        }),
+        &format!("image {} to be imported", request.name),
+    )
+    .await?;
+    Ok(Outcome {
+        image,
+        object_ref,
+        waited: true,
+    })
+}
+
 /// Deckhouse kinds named on KubeVirt: a usage error.
 fn not_deckhouse_kind(name: &ImageName) -> Result<()> {
     match name.kind {
@@ -526,6 +616,8 @@ fn manifests(request: &CreateRequest) -> Result<(Value, Value)> {
             };
             spec["source"] = json!({"registry": {"url": url}});
         }
+        // The upload path makes its own DataVolume (crate::upload::kubevirt::data_volume).
+        Source::Upload { .. } => spec["source"] = json!({"upload": {}}),
         Source::From(from) => match from.kind {
             Some(ImageKind::Pvc) | None => {
                 spec["source"] = json!({"pvc": {
@@ -574,9 +666,14 @@ fn manifests(request: &CreateRequest) -> Result<(Value, Value)> {
     Ok((dv, ds))
 }
 
+/// A DataSource just made, as a catalog row, with the DataVolume made for it.
+pub(crate) fn summarize_made(ds: &Value, dv: &Value) -> Image {
+    summarize(ds, Some(&dv_info(dv)), true)
+}
+
 /// Wait until the DataSource is ready, reporting the DataVolume's phase and progress; a
 /// DataVolume `Failed`, or whose importer keeps failing, ends the wait with CDI's reason.
-async fn wait_ready(
+pub(crate) async fn wait_ready(
     cluster: &Cluster,
     ns: &str,
     name: &str,
@@ -732,6 +829,8 @@ mod tests {
             storage: None,
             size: None,
             storage_class: None,
+            schedule: None,
+            imports_to_keep: None,
         }
     }
 

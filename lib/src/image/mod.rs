@@ -18,10 +18,12 @@
 
 pub mod deckhouse;
 pub mod kubevirt;
+pub mod schedule;
+mod upload;
 
 use std::time::Duration;
 
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, LocalBoxFuture};
 use kube::api::{ListParams, Preconditions};
 use kube::core::Request;
 use serde::{Deserialize, Serialize};
@@ -195,6 +197,13 @@ pub enum Source {
     Registry(String),
     /// Another image, disk or PVC.
     From(ImageName),
+    /// A local disk image, streamed through the upload path ([`crate::upload`]).
+    Upload {
+        /// The file.
+        file: std::path::PathBuf,
+        /// Take a file of no recognised format as a raw disk (`--format raw`).
+        raw: bool,
+    },
 }
 
 /// Where a Deckhouse VirtualImage keeps its data.
@@ -223,6 +232,10 @@ pub struct CreateRequest {
     pub size: Option<String>,
     /// The StorageClass of the volume, if not the default.
     pub storage_class: Option<String>,
+    /// KubeVirt: import on this cron schedule (a CDI DataImportCron) instead of once.
+    pub schedule: Option<String>,
+    /// With `schedule`: how many imports CDI keeps (default 3).
+    pub imports_to_keep: Option<u32>,
 }
 
 /// The size of a KubeVirt import's volume when none is given (CDI needs one for imports).
@@ -237,6 +250,8 @@ pub struct Options {
     pub wait: bool,
     /// How long to wait.
     pub timeout: Duration,
+    /// Ctrl-C presses (an upload stops and removes what it made); None: not watched.
+    pub interrupts: Option<tokio::sync::watch::Receiver<usize>>,
 }
 
 /// Progress of a change.
@@ -253,6 +268,8 @@ pub enum Event {
     },
     /// Something worth telling.
     Notice(String),
+    /// A step of the upload of a local file ([`Source::Upload`]).
+    Upload(crate::upload::Event),
 }
 
 /// What a create did.
@@ -311,14 +328,15 @@ pub trait Catalog: Sync {
         name: &'a ImageName,
     ) -> BoxFuture<'a, Result<Image>>;
 
-    /// Make an image and, with `options.wait`, wait until it is ready or has failed.
+    /// Make an image and, with `options.wait`, wait until it is ready or has failed. Not
+    /// `Send`: an upload ([`Source::Upload`]) streams the file on the caller's task.
     fn create<'a>(
         &'a self,
         cluster: &'a Cluster,
         request: &'a CreateRequest,
         options: &'a Options,
         on_event: &'a OnEvent<'a>,
-    ) -> BoxFuture<'a, Result<Outcome>>;
+    ) -> LocalBoxFuture<'a, Result<Outcome>>;
 
     /// Delete an image kubectl-vm made, refusing while a VM is being created from it.
     fn delete<'a>(
@@ -374,12 +392,29 @@ pub fn check(request: &CreateRequest) -> Result<()> {
     if let Source::Url { url, .. } = &request.source {
         check_url(url)?;
     }
+    if let Source::Upload { file, raw } = &request.source {
+        // The upload's own sniffing: a missing file or one of no disk image format is
+        // refused here, before any request.
+        crate::upload::format::inspect(file, *raw)?;
+    }
     if let Source::Registry(image) = &request.source
         && (image.is_empty() || image.chars().any(|c| c.is_whitespace() || c.is_control()))
     {
         return Err(Error::Usage(format!(
             "--registry {image:?}: not an image reference"
         )));
+    }
+    if let Some(schedule) = &request.schedule {
+        schedule::check_schedule(schedule)?;
+        if !matches!(request.source, Source::Registry(_)) {
+            return Err(Error::Usage(
+                "--schedule imports from a registry (--registry IMAGE): CDI's DataImportCron takes no other source".into(),
+            ));
+        }
+    } else if request.imports_to_keep.is_some() {
+        return Err(Error::Usage(
+            "--imports-to-keep applies to a scheduled import (--schedule)".into(),
+        ));
     }
     if let Some(size) = &request.size {
         crate::quantity::Quantity::parse(size)

@@ -18,6 +18,7 @@ mod faithful;
 mod fixtures;
 mod http_import;
 mod images;
+mod import_cron;
 mod infer;
 mod kube_client;
 mod kubectl;

@@ -12,6 +12,7 @@
 
 mod cdi;
 pub(crate) mod deckhouse;
+pub(crate) mod import_cron;
 pub mod importer;
 mod kubevirt;
 mod pool;
@@ -60,6 +61,11 @@ const RECONCILERS: &[(&str, &str, Reconciler)] = &[
     ),
     ("cdi.kubevirt.io", "datavolumes", cdi::data_volume),
     ("cdi.kubevirt.io", "datasources", cdi::data_source),
+    (
+        "cdi.kubevirt.io",
+        "dataimportcrons",
+        import_cron::data_import_cron,
+    ),
     // KubeVirt snapshots and restores (vm_snapshot.rs).
     (
         crate::export_snapshot::SNAPSHOT_GROUP,

@@ -73,6 +73,11 @@ embedded!(
 );
 embedded!(DATAVOLUME, "cdi", "datavolumes.cdi.kubevirt.io.yaml");
 embedded!(DATASOURCE, "cdi", "datasources.cdi.kubevirt.io.yaml");
+embedded!(
+    DATAIMPORTCRON,
+    "cdi",
+    "dataimportcrons.cdi.kubevirt.io.yaml"
+);
 embedded!(CDI, "cdi", "cdis.cdi.kubevirt.io.yaml");
 embedded!(CDICONFIG, "cdi", "cdiconfigs.cdi.kubevirt.io.yaml");
 embedded!(
@@ -327,6 +332,18 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
             true,
             vec![age()],
             SchemaRef::Embedded(&DATASOURCE),
+        ),
+        def(
+            "cdi.kubevirt.io",
+            &["v1beta1"],
+            "dataimportcrons",
+            "DataImportCron",
+            &["dic", "dics"],
+            &["all"],
+            true,
+            true,
+            vec![c("Format", "string", ".status.sourceFormat"), age()],
+            SchemaRef::Embedded(&DATAIMPORTCRON),
         ),
         def(
             "cdi.kubevirt.io",
