@@ -214,6 +214,15 @@ const CASES: &[(&str, &[Case])] = &[
             (Local, &["x", "--registry", "r/x", "--size", "lots"]),
             (Clap, &["x"]),
             (Clap, &["x", "--url", "https://h/x", "--registry", "r/x"]),
+            (
+                Local,
+                &["x", "--registry", "r/x:1", "--schedule", "0 3 * *"],
+            ),
+            (
+                Local,
+                &["x", "--url", "https://h/x", "--schedule", "0 3 * * *"],
+            ),
+            (Local, &["x", "--file", "/nonexistent.img"]),
         ],
     ),
     ("image delete", &[(Local, &[BAD]), (Local, &["cvi/ns/x"])]),
@@ -249,6 +258,17 @@ const CASES: &[(&str, &[Case])] = &[
             (Local, &[BAD, "--claim-name", "d"]),
             (Local, &["web", "--claim-name", BAD]),
             (Clap, &["web", "--create-claim"]),
+        ],
+    ),
+    (
+        "memory-dump download",
+        &[
+            (Local, &[BAD, "-o", "d.core"]),
+            (Local, &["web", "-o", "d.core", "--resume"]),
+            (Local, &["web", "-o", "d.core", "--reuse", BAD]),
+            (Clap, &["web", "-o", "d.core", "--download-timeout", "5x"]),
+            (Clap, &["web", "-o", "d.core", "--format", "zip"]),
+            (Clap, &["web"]),
         ],
     ),
     ("memory-dump remove", &[(Local, &[BAD])]),
@@ -321,6 +341,16 @@ const CASES: &[(&str, &[Case])] = &[
             (Local, &["web", "--annotation", "nokey"]),
             (Local, &["web"]),
             (Discovery, &["web", "--run-strategy", "Sometimes"]),
+        ],
+    ),
+    (
+        "set placement",
+        &[
+            (Local, &[BAD, "--node-selector", "a=b"]),
+            (Local, &["web", "--toleration", "k:Bogus"]),
+            (Local, &["web", "--node-selector", "bad!key=v"]),
+            (Local, &["web", "--priority-class", BAD]),
+            (Local, &["web"]),
         ],
     ),
     (
