@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
 use crate::common;
@@ -18,11 +18,6 @@ fn dh(client: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
         plural,
     );
     Api::namespaced_with(client.clone(), "default", &ar)
-}
-
-async fn create(api: &Api<DynamicObject>, object: Value) {
-    let object: DynamicObject = serde_json::from_value(object).unwrap();
-    api.create(&PostParams::default(), &object).await.unwrap();
 }
 
 async fn until(api: &Api<DynamicObject>, name: &str, done: impl Fn(&Value) -> bool) -> Value {
@@ -57,7 +52,7 @@ async fn a_disk_without_a_default_volume_snapshot_class_fails_the_vm_snapshot() 
     let (emu, client) = common::start(kubevm_emulator::ServeFlavor::Deckhouse).await;
     let vds = dh(&client, "VirtualDisk", "virtualdisks");
     // The fixture's `nfs` class: no VolumeSnapshotClass has its driver.
-    create(
+    common::create(
         &vds,
         json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDisk",
             "metadata": {"name": "scratch"},
@@ -66,7 +61,7 @@ async fn a_disk_without_a_default_volume_snapshot_class_fails_the_vm_snapshot() 
     .await;
     until(&vds, "scratch", |v| v["status"]["phase"] == "Ready").await;
     let vms = dh(&client, "VirtualMachine", "virtualmachines");
-    create(
+    common::create(
         &vms,
         json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualMachine",
             "metadata": {"name": "vm"},
@@ -77,7 +72,7 @@ async fn a_disk_without_a_default_volume_snapshot_class_fails_the_vm_snapshot() 
     .await;
     until(&vms, "vm", |v| v["status"]["phase"] == "Stopped").await;
     let snaps = dh(&client, "VirtualMachineSnapshot", "virtualmachinesnapshots");
-    create(&snaps, snapshot("s1", "vm")).await;
+    common::create(&snaps, snapshot("s1", "vm")).await;
     let failed = until(&snaps, "s1", |s| s["status"]["phase"] == "Failed").await;
     let uid = failed["metadata"]["uid"].as_str().unwrap();
     let vds_name = format!("scratch-{uid}");
@@ -111,7 +106,7 @@ async fn a_disk_without_a_default_volume_snapshot_class_fails_the_vm_snapshot() 
 
     // The default class has a default VolumeSnapshotClass for its driver: that VM's snapshot
     // is taken.
-    create(&snaps, snapshot("s2", "linux-vm")).await;
+    common::create(&snaps, snapshot("s2", "linux-vm")).await;
     until(&snaps, "s2", |s| s["status"]["phase"] == "Ready").await;
     emu.shutdown().await;
 }

@@ -9,24 +9,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kubevm_emulator::ServeFlavor;
 use kubevm_emulator::file_server::FileServer;
-use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
 use serde_json::{Value, json};
 
 use crate::common;
-
-async fn start(flavor: ServeFlavor, fixture_name: &str) -> (Emulator, kube::Client) {
-    let emu = Emulator::start(EmulatorOptions {
-        fixture_yaml: vec![common::fixture(fixture_name)],
-        flavor,
-        import_step: Duration::from_millis(20),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let client = common::client(&emu).await;
-    (emu, client)
-}
 
 fn api(
     client: &kube::Client,
@@ -127,7 +114,7 @@ async fn a_data_volume_downloads_its_url_with_progress_and_checks_it() {
     let server = FileServer::start();
     server.add("fedora.qcow2", &image);
     server.hold_after("fedora.qcow2", size / 2);
-    let (emu, client) = start(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
+    let (emu, client) = common::start_importing(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
     let dvs = api(
         &client,
         "cdi.kubevirt.io",
@@ -147,7 +134,7 @@ async fn a_data_volume_downloads_its_url_with_progress_and_checks_it() {
                      "storage": {"resources": {"requests": {"storage": "16Mi"}}}}})
     };
     let sha = digest("sha256sum", &image);
-    create(
+    common::create(
         &dvs,
         dv(
             "fedora",
@@ -202,7 +189,7 @@ async fn a_data_volume_downloads_its_url_with_progress_and_checks_it() {
 
     // A bad checksum is fatal: Failed, ChecksumError, once.
     let wrong = "0".repeat(64);
-    create(
+    common::create(
         &dvs,
         dv(
             "tampered",
@@ -237,7 +224,7 @@ async fn deckhouse_images_download_their_url_and_fail_with_the_importers_message
     server.add("ubuntu.qcow2", &image);
     server.add("broken.qcow2", &broken);
     server.hold_after("ubuntu.qcow2", size / 4);
-    let (emu, client) = start(ServeFlavor::Deckhouse, "deckhouse.yaml").await;
+    let (emu, client) = common::start_importing(ServeFlavor::Deckhouse, "deckhouse.yaml").await;
     let dh = "virtualization.deckhouse.io";
     let vis = api(
         &client,
@@ -259,7 +246,7 @@ async fn deckhouse_images_download_their_url_and_fail_with_the_importers_message
             "spec": {"storage": "ContainerRegistry", "dataSource": {"type": "HTTP", "http": http}}})
     };
     let md5 = digest("md5sum", &image);
-    create(
+    common::create(
         &vis,
         vi(
             "ubuntu",
@@ -328,7 +315,7 @@ async fn deckhouse_images_download_their_url_and_fail_with_the_importers_message
     );
 
     // Not an image: qemu-img's refusal, and the importer pod's log says it.
-    create(
+    common::create(
         &vis,
         vi("broken", json!({"url": server.url("broken.qcow2")})),
     )

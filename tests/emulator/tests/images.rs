@@ -7,23 +7,10 @@
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
-use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
+use kubevm_emulator::{Emulator, ServeFlavor};
 use serde_json::{Value, json};
 
 use crate::common;
-
-async fn start(flavor: ServeFlavor, fixture_name: &str) -> (Emulator, kube::Client) {
-    let emu = Emulator::start(EmulatorOptions {
-        fixture_yaml: vec![common::fixture(fixture_name)],
-        flavor,
-        import_step: Duration::from_millis(20),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let client = common::client(&emu).await;
-    (emu, client)
-}
 
 fn api(
     client: &kube::Client,
@@ -43,11 +30,6 @@ fn api(
         Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
         None => Api::all_with(client.clone(), &ar),
     }
-}
-
-async fn create(api: &Api<DynamicObject>, object: Value) {
-    let object: DynamicObject = serde_json::from_value(object).unwrap();
-    api.create(&PostParams::default(), &object).await.unwrap();
 }
 
 /// Every state `name` passes through until `done` holds (10 s at most); returns them.
@@ -79,7 +61,7 @@ fn ready(obj: &Value) -> Option<&Value> {
 
 #[tokio::test]
 async fn a_data_source_is_ready_once_its_data_volume_succeeded() {
-    let (_emu, client) = start(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
+    let (_emu, client) = common::start_importing(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
     let sources = api(
         &client,
         "cdi.kubevirt.io",
@@ -88,7 +70,7 @@ async fn a_data_source_is_ready_once_its_data_volume_succeeded() {
         Some("default"),
     );
     // Nothing behind it yet: NotFound.
-    create(
+    common::create(
         &sources,
         json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
         "metadata": {"name": "fedora", "namespace": "default"},
@@ -115,7 +97,7 @@ async fn a_data_source_is_ready_once_its_data_volume_succeeded() {
         "datavolumes",
         Some("default"),
     );
-    create(
+    common::create(
         &dvs,
         json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
         "metadata": {"name": "fedora", "namespace": "default",
@@ -146,7 +128,7 @@ async fn a_data_source_is_ready_once_its_data_volume_succeeded() {
     assert_eq!(cond["reason"], "Ready");
     assert_eq!(cond["message"], "DataSource is ready to be consumed");
     // No source at all.
-    create(
+    common::create(
         &sources,
         json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
         "metadata": {"name": "empty", "namespace": "default"}, "spec": {"source": {}}}),
@@ -158,7 +140,7 @@ async fn a_data_source_is_ready_once_its_data_volume_succeeded() {
 
 #[tokio::test]
 async fn a_virtual_image_from_a_url_provisions_with_progress_or_fails_with_the_reason() {
-    let (_emu, client) = start(ServeFlavor::Deckhouse, "deckhouse.yaml").await;
+    let (_emu, client) = common::start_importing(ServeFlavor::Deckhouse, "deckhouse.yaml").await;
     let images = api(
         &client,
         "virtualization.deckhouse.io",
@@ -166,7 +148,7 @@ async fn a_virtual_image_from_a_url_provisions_with_progress_or_fails_with_the_r
         "virtualimages",
         Some("dev"),
     );
-    create(&images, json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualImage",
+    common::create(&images, json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualImage",
         "metadata": {"name": "debian", "namespace": "dev"},
         "spec": {"storage": "ContainerRegistry",
                  "dataSource": {"type": "HTTP", "http": {"url": "https://images.example/debian.qcow2"}}}})).await;
@@ -198,7 +180,7 @@ async fn a_virtual_image_from_a_url_provisions_with_progress_or_fails_with_the_r
         "clustervirtualimages",
         None,
     );
-    create(&cluster_images, json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "ClusterVirtualImage",
+    common::create(&cluster_images, json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "ClusterVirtualImage",
         "metadata": {"name": "broken"},
         "spec": {"dataSource": {"type": "HTTP", "http": {"url": "https://nowhere.invalid/x.img"}}}})).await;
     let seen = states(&cluster_images, "broken", |o| {
@@ -228,7 +210,7 @@ fn grant(emu: &Emulator, ns: &str, name: &str, rules: Value) {
 
 #[tokio::test]
 async fn cloning_from_another_namespace_needs_datavolumes_source_there() {
-    let (emu, admin) = start(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
+    let (emu, admin) = common::start_importing(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
     let sources = api(
         &admin,
         "cdi.kubevirt.io",
@@ -236,7 +218,7 @@ async fn cloning_from_another_namespace_needs_datavolumes_source_there() {
         "datasources",
         Some("default"),
     );
-    create(
+    common::create(
         &sources,
         json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
         "metadata": {"name": "golden", "namespace": "default"},
@@ -302,7 +284,7 @@ fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
 
 #[tokio::test]
 async fn a_virtual_image_from_a_disk_snapshot_waits_until_the_snapshot_is_ready() {
-    let (emu, client) = start(ServeFlavor::Deckhouse, "deckhouse.yaml").await;
+    let (emu, client) = common::start_importing(ServeFlavor::Deckhouse, "deckhouse.yaml").await;
     let images = api(
         &client,
         "virtualization.deckhouse.io",
@@ -310,7 +292,7 @@ async fn a_virtual_image_from_a_disk_snapshot_waits_until_the_snapshot_is_ready(
         "virtualimages",
         Some("dev"),
     );
-    create(
+    common::create(
         &images,
         json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualImage",
         "metadata": {"name": "from-snap", "namespace": "dev"},

@@ -7,7 +7,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
 use serde_json::{Value, json};
 
@@ -25,11 +25,6 @@ fn api(
     let ar =
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
     Api::namespaced_with(client.clone(), "default", &ar)
-}
-
-async fn create(api: &Api<DynamicObject>, object: Value) {
-    let object: DynamicObject = serde_json::from_value(object).unwrap();
-    api.create(&PostParams::default(), &object).await.unwrap();
 }
 
 async fn until(api: &Api<DynamicObject>, name: &str, done: impl Fn(&Value) -> bool) -> Value {
@@ -95,7 +90,7 @@ async fn a_cron_imports_at_once_points_its_data_source_and_keeps_imports_to_keep
         ("fedora-old1", "2026-01-01T00:00:00Z"),
         ("fedora-old2", "2026-02-01T00:00:00Z"),
     ] {
-        create(
+        common::create(
             &pvcs,
             json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                 "metadata": {"name": name, "namespace": "default",
@@ -113,7 +108,7 @@ async fn a_cron_imports_at_once_points_its_data_source_and_keeps_imports_to_keep
         "DataImportCron",
         "dataimportcrons",
     );
-    create(
+    common::create(
         &crons,
         json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataImportCron",
             "metadata": {"name": "fedora-cron", "namespace": "default"},

@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams, WatchEvent,
-    WatchParams,
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, WatchEvent, WatchParams,
 };
 use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
 use serde_json::{Value, json};
@@ -49,11 +48,6 @@ fn pvcs(client: &kube::Client) -> Api<DynamicObject> {
         ("", "v1", "PersistentVolumeClaim"),
         "persistentvolumeclaims",
     )
-}
-
-async fn create(api: &Api<DynamicObject>, object: Value) {
-    let object: DynamicObject = serde_json::from_value(object).unwrap();
-    api.create(&PostParams::default(), &object).await.unwrap();
 }
 
 async fn merge(api: &Api<DynamicObject>, name: &str, patch: Value) {
@@ -129,7 +123,7 @@ fn resize_status(o: &Value) -> &str {
 }
 
 async fn expandable_class(client: &kube::Client) {
-    create(
+    common::create(
         &api(
             client,
             ("storage.k8s.io", "v1", "StorageClass"),
@@ -145,7 +139,7 @@ async fn expandable_class(client: &kube::Client) {
 /// A claim of `mode`, bound at 1Gi (its status written as the PV controller would).
 async fn bound_claim(client: &kube::Client, name: &str, mode: &str) {
     let claims = pvcs(client);
-    create(
+    common::create(
         &claims,
         json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "expandable",
@@ -218,7 +212,7 @@ async fn a_filesystem_claim_waits_for_a_running_pod_and_a_block_claim_does_not()
 
     // A running pod that mounts it: the kubelet finishes the resize.
     let pods = api(&client, ("", "v1", "Pod"), "pods");
-    create(
+    common::create(
         &pods,
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "user"},
             "spec": {"containers": [{"name": "c", "image": "busybox"}],
@@ -256,7 +250,7 @@ async fn a_stopped_kubevirt_vm_keeps_its_claim_pending_until_it_starts() {
         ("cdi.kubevirt.io", "v1beta1", "DataVolume"),
         "datavolumes",
     );
-    create(
+    common::create(
         &dvs,
         json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
             "metadata": {"name": "disk"},
@@ -270,7 +264,7 @@ async fn a_stopped_kubevirt_vm_keeps_its_claim_pending_until_it_starts() {
         ("kubevirt.io", "v1", "VirtualMachine"),
         "virtualmachines",
     );
-    create(
+    common::create(
         &vms,
         json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": "vm"},
             "spec": {"runStrategy": "Halted", "template": {"spec": {
@@ -314,7 +308,7 @@ async fn a_deckhouse_disk_of_a_stopped_vm_stays_ready_at_its_old_capacity() {
         )
     };
     let vds = dh("VirtualDisk", "virtualdisks");
-    create(
+    common::create(
         &vds,
         json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDisk",
             "metadata": {"name": "data"},
@@ -323,7 +317,7 @@ async fn a_deckhouse_disk_of_a_stopped_vm_stays_ready_at_its_old_capacity() {
     .await;
     until(&vds, "data", |v| v["status"]["phase"] == "Ready").await;
     let vms = dh("VirtualMachine", "virtualmachines");
-    create(
+    common::create(
         &vms,
         json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualMachine",
             "metadata": {"name": "vm"},

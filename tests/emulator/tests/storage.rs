@@ -6,29 +6,12 @@
 
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kubevm_emulator::storage::IMPORT_ERROR_ANNOTATION;
 use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
 use serde_json::{Value, json};
 
 use crate::common;
-
-fn fixture(name: &str) -> String {
-    std::fs::read_to_string(format!("{}/../fixtures/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
-}
-
-async fn start(flavor: ServeFlavor, fixture_name: &str) -> (Emulator, kube::Client) {
-    let emu = Emulator::start(EmulatorOptions {
-        fixture_yaml: vec![fixture(fixture_name)],
-        flavor,
-        import_step: Duration::from_millis(20),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let client = common::client(&emu).await;
-    (emu, client)
-}
 
 fn api(
     client: &kube::Client,
@@ -40,11 +23,6 @@ fn api(
     let ar =
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
     Api::namespaced_with(client.clone(), "default", &ar)
-}
-
-async fn create(api: &Api<DynamicObject>, object: Value) {
-    let object: DynamicObject = serde_json::from_value(object).unwrap();
-    api.create(&PostParams::default(), &object).await.unwrap();
 }
 
 /// Poll `name` until `done` holds for it (10 s at most); returns the object.
@@ -84,7 +62,7 @@ async fn run_kubevirt_vm_named(client: &kube::Client, name: &str, dv: &str) {
         "VirtualMachine",
         "virtualmachines",
     );
-    create(
+    common::create(
         &vms,
         json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
         "metadata": {"name": name},
@@ -115,15 +93,15 @@ fn http_dv(name: &str, annotations: Value) -> Value {
 
 #[tokio::test]
 async fn cdi_waits_for_a_consumer_on_wait_for_first_consumer_storage() {
-    let (emu, client) = start(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
+    let (emu, client) = common::start_importing(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
     let dvs = data_volumes(&client);
-    create(&dvs, http_dv("disk", json!({}))).await;
+    common::create(&dvs, http_dv("disk", json!({}))).await;
     let phase = |v: &Value| v["status"]["phase"].as_str().unwrap_or("").to_owned();
     let dv = until(&dvs, "disk", |v| !phase(v).is_empty()).await;
     assert_eq!(phase(&dv), "PendingPopulation");
     // Meanwhile a DataVolume with a consumer is imported to the end, over several controller
     // ticks: each of them left the one without a consumer alone.
-    create(&dvs, http_dv("other", json!({}))).await;
+    common::create(&dvs, http_dv("other", json!({}))).await;
     run_kubevirt_vm_named(&client, "other-vm", "other").await;
     until(&dvs, "other", |v| phase(v) == "Succeeded").await;
     assert_eq!(
@@ -140,10 +118,10 @@ async fn cdi_waits_for_a_consumer_on_wait_for_first_consumer_storage() {
 
 #[tokio::test]
 async fn a_failing_cdi_import_is_retried_with_a_growing_restart_count() {
-    let (emu, client) = start(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
+    let (emu, client) = common::start_importing(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
     let dvs = data_volumes(&client);
     let message = "Unable to connect to http data source: expected status code 200, got 404. Status: 404 Not Found";
-    create(
+    common::create(
         &dvs,
         http_dv("bad", json!({IMPORT_ERROR_ANNOTATION: message})),
     )
@@ -166,7 +144,7 @@ async fn a_failing_cdi_import_is_retried_with_a_growing_restart_count() {
 
 #[tokio::test]
 async fn deckhouse_disks_wait_for_first_consumer_or_fail() {
-    let (emu, client) = start(ServeFlavor::Deckhouse, "deckhouse.yaml").await;
+    let (emu, client) = common::start_importing(ServeFlavor::Deckhouse, "deckhouse.yaml").await;
     let vds = api(
         &client,
         "virtualization.deckhouse.io",
@@ -181,11 +159,11 @@ async fn deckhouse_disks_wait_for_first_consumer_or_fail() {
         "spec": {"persistentVolumeClaim": {"size": "1Gi"},
                  "dataSource": {"type": "HTTP", "http": {"url": "https://images.example.org/d.qcow2"}}}})
     };
-    create(&vds, disk("idle", json!({}))).await;
+    common::create(&vds, disk("idle", json!({}))).await;
     let phase = |v: &Value| v["status"]["phase"].as_str().unwrap_or("").to_owned();
     until(&vds, "idle", |v| phase(v) == "WaitForFirstConsumer").await;
 
-    create(
+    common::create(
         &vds,
         disk("broken", json!({IMPORT_ERROR_ANNOTATION: "404 Not Found"})),
     )
@@ -197,7 +175,7 @@ async fn deckhouse_disks_wait_for_first_consumer_or_fail() {
         "VirtualMachine",
         "virtualmachines",
     );
-    create(
+    common::create(
         &vms,
         json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualMachine",
         "metadata": {"name": "vm"},
@@ -223,7 +201,7 @@ async fn deckhouse_disks_wait_for_first_consumer_or_fail() {
 #[tokio::test]
 async fn deckhouse_importer_pods_live_while_disks_import() {
     let emu = Emulator::start(EmulatorOptions {
-        fixture_yaml: vec![fixture("deckhouse.yaml")],
+        fixture_yaml: vec![common::fixture("deckhouse.yaml")],
         flavor: ServeFlavor::Deckhouse,
         // Slow enough for the Provisioning phase to be seen.
         import_step: Duration::from_millis(300),
@@ -251,7 +229,7 @@ async fn deckhouse_importer_pods_live_while_disks_import() {
         ("good", json!({})),
         ("bad", json!({IMPORT_ERROR_ANNOTATION: "404 Not Found"})),
     ] {
-        create(
+        common::create(
             &vds,
             json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDisk",
             "metadata": {"name": name, "annotations": annotations},
@@ -260,7 +238,7 @@ async fn deckhouse_importer_pods_live_while_disks_import() {
         )
         .await;
         // A VM that uses it, so a WaitForFirstConsumer class lets the import start.
-        create(
+        common::create(
             &vms,
             json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualMachine",
             "metadata": {"name": format!("vm-{name}")},
@@ -333,7 +311,7 @@ async fn expandable_class(client: &kube::Client) {
         "storageclasses",
     );
     let classes: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-    create(
+    common::create(
         &classes,
         json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
             "metadata": {"name": "expandable"}, "provisioner": "example.org/csi",
@@ -362,10 +340,10 @@ async fn patch_storage(api: &Api<DynamicObject>, name: &str, patch: Value) -> Re
 /// follows it to the end).
 #[tokio::test]
 async fn claims_grow_only_where_their_class_allows() {
-    let (_emu, client) = start(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
+    let (_emu, client) = common::start_importing(ServeFlavor::KubeVirt, "kubevirt.yaml").await;
     expandable_class(&client).await;
     let dvs = data_volumes(&client);
-    create(
+    common::create(
         &dvs,
         json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
             "metadata": {"name": "grow"},
@@ -415,7 +393,7 @@ async fn claims_grow_only_where_their_class_allows() {
 /// `Resizing` False, `ResizingNotAvailable`, with the API server's refusal.
 #[tokio::test]
 async fn deckhouse_disks_grow_through_their_claims() {
-    let (_emu, client) = start(ServeFlavor::Deckhouse, "deckhouse.yaml").await;
+    let (_emu, client) = common::start_importing(ServeFlavor::Deckhouse, "deckhouse.yaml").await;
     expandable_class(&client).await;
     let vds = api(
         &client,
@@ -425,7 +403,7 @@ async fn deckhouse_disks_grow_through_their_claims() {
         "virtualdisks",
     );
     for (name, class) in [("grow", "expandable"), ("stuck", "manual")] {
-        create(
+        common::create(
             &vds,
             json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDisk",
                 "metadata": {"name": name},
@@ -444,7 +422,7 @@ async fn deckhouse_disks_grow_through_their_claims() {
         "VirtualMachine",
         "virtualmachines",
     );
-    create(
+    common::create(
         &vms,
         json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualMachine",
             "metadata": {"name": "grower"},

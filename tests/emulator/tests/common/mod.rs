@@ -35,6 +35,27 @@ pub async fn start(flavor: ServeFlavor) -> (Emulator, kube::Client) {
     (emu, client)
 }
 
+/// An emulator serving fixture `fixture_name` whose imports (CDI, Deckhouse images and disks)
+/// move one step every 20 ms, with a kube client.
+pub async fn start_importing(flavor: ServeFlavor, fixture_name: &str) -> (Emulator, kube::Client) {
+    let emu = Emulator::start(EmulatorOptions {
+        fixture_yaml: vec![fixture(fixture_name)],
+        flavor,
+        import_step: std::time::Duration::from_millis(20),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let client = client(&emu).await;
+    (emu, client)
+}
+
+/// Creates `object` through `api`; panics on any refusal.
+pub async fn create(api: &kube::Api<kube::api::DynamicObject>, object: Value) {
+    let object: kube::api::DynamicObject = serde_json::from_value(object).unwrap();
+    api.create(&Default::default(), &object).await.unwrap();
+}
+
 /// A kube client for the emulator's kubeconfig (its current context: admin, namespace default).
 pub async fn client(emu: &Emulator) -> kube::Client {
     let kc = kube::config::Kubeconfig::from_yaml(&emu.kubeconfig_yaml()).unwrap();
