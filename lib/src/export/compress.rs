@@ -5,7 +5,7 @@
 //! resumes with Range like any raw download; an interrupted compression leaves no `FILE`.
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, BufWriter, Write};
 use std::path::Path;
 
 use super::checksum::{Algo, Hasher};
@@ -56,14 +56,7 @@ pub fn gzip_into(raw: &Path, path: &Path, algo: Algo) -> std::io::Result<Compres
         // Level 6, gzip's default (`gzip -6`).
         let mut encoder = flate2::write::GzEncoder::new(tee, flate2::Compression::new(6));
         let mut input = BufReader::with_capacity(1 << 20, File::open(raw)?);
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = input.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            encoder.write_all(&buf[..n])?;
-        }
+        std::io::copy(&mut input, &mut encoder)?;
         let mut tee = encoder.finish()?;
         tee.flush()?;
         let Tee {
