@@ -155,6 +155,8 @@ pub struct CreateArgs {
         help_heading = "Machine"
     )]
     pub labels: Vec<String>,
+    #[command(flatten)]
+    pub placement: crate::commands::placement_flags::PlacementFlags,
 
     /// User data for cloud-init (#cloud-config, script or MIME multipart), merged with the platform's
     #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath, help_heading = "Guest")]
@@ -551,6 +553,7 @@ fn build_plan(
         .transpose()?;
     plan.labels = parse_all::<Label>("label", &args.labels)?;
     plan.data_disks = parse_all::<DataDisk>("data-disk", &args.data_disk)?;
+    plan.placement = args.placement.parse()?;
     plan.guest.user_data = inputs.cloud_init.clone();
     plan.guest.ssh_keys = inputs.ssh_keys.clone();
     plan.guest.user = args.guest_user.clone();

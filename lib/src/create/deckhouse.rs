@@ -152,12 +152,14 @@ fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Value {
             json!({ "type": "UserData", "userData": data.text })
         };
     }
-    json!({
+    let mut vm = json!({
         "apiVersion": api_version(),
         "kind": "VirtualMachine",
         "metadata": vm_metadata(plan),
         "spec": spec,
-    })
+    });
+    super::place(plan, &mut vm);
+    vm
 }
 
 #[cfg(test)]

@@ -222,6 +222,18 @@ fn vm_metadata(plan: &VmPlan) -> Value {
     meta
 }
 
+/// Write the plan's placement into the VM at the platform's fields (validated by the plan:
+/// additions only, a spread only in a pool, whose label the VM's pod carries).
+fn place(plan: &VmPlan, vm: &mut Value) {
+    if plan.placement.is_empty() {
+        return;
+    }
+    let fields = crate::platform::of(plan.flavor).placement;
+    if let Err(e) = plan.placement.edit(&fields, vm) {
+        unreachable!("a validated plan's placement applies: {e}");
+    }
+}
+
 /// The Secret carrying user data, owned by the VM.
 fn user_data_secret(plan: &VmPlan, type_: &str, key: &str, data: &UserData) -> PlannedObject {
     PlannedObject {

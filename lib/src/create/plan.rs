@@ -271,6 +271,9 @@ pub struct VmPlan {
     pub replicas: Option<u32>,
     /// The pool this plan is a replica (or the template) of; adds [`super::pool::POOL_LABEL`].
     pub pool: Option<String>,
+    /// `--node-selector`, `--toleration`, `--node-affinity`, `--spread-by`,
+    /// `--priority-class`: where the VM may run (additions only).
+    pub placement: crate::placement::Placement,
 }
 
 impl VmPlan {
@@ -304,6 +307,7 @@ impl VmPlan {
             extras: Extras::default(),
             replicas: None,
             pool: None,
+            placement: Default::default(),
         }
     }
 
@@ -380,7 +384,21 @@ impl VmPlan {
         self.validate_machine()?;
         self.validate_extras()?;
         self.validate_guest()?;
+        self.validate_placement()?;
         super::pool::validate(self)
+    }
+
+    /// A new VM's placement only adds, and `--spread-by` spreads the replicas of a pool.
+    fn validate_placement(&self) -> Result<(), PlanError> {
+        self.placement
+            .refuse_removals()
+            .map_err(|e| conflict(e.to_string()))?;
+        if self.placement.spread.is_some() && self.replicas.is_none() && self.pool.is_none() {
+            return Err(conflict(
+                "--spread-by spreads the replicas of a pool: give --replicas N",
+            ));
+        }
+        Ok(())
     }
 
     fn validate_boot(&self) -> Result<(), PlanError> {

@@ -22,6 +22,14 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     hotplug: None,
     disk_templates: None,
     attachments: Some(VMBDA),
+    // The CRD renames the Pod API's podAntiAffinity and podAffinityTerm
+    // (crds/virtualmachines.yaml, `spec.affinity`); the VM's own labels reach its pod.
+    placement: crate::placement::Fields {
+        spec: "/spec",
+        pod_labels: "/metadata/labels",
+        anti_affinity: "virtualMachineAndPodAntiAffinity",
+        affinity_term: "virtualMachineAndPodAffinityTerm",
+    },
     // A pool is N VirtualMachines labelled with the pool's name.
     pool: None,
     // `dataSource.http.checksum` is checked by the platform's importer.

@@ -22,6 +22,12 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     },
     disk_templates: Some("/spec/dataVolumeTemplates"),
     attachments: None,
+    placement: crate::placement::Fields {
+        spec: "/spec/template/spec",
+        pod_labels: "/spec/template/metadata/labels",
+        anti_affinity: "podAntiAffinity",
+        affinity_term: "podAffinityTerm",
+    },
     pool: Some(ApiResource {
         group: "pool.kubevirt.io",
         version: "v1beta1",

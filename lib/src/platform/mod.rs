@@ -93,6 +93,8 @@ pub struct Capabilities {
     /// The kind of a disk attachment, when attachments are objects of their own (Deckhouse
     /// VirtualMachineBlockDeviceAttachment); `None` when they live in the VM.
     pub attachments: Option<Kind>,
+    /// Where the VM's placement (node selector, tolerations, affinity, priority class) is.
+    pub placement: crate::placement::Fields,
     /// The API of a pool object holding a VM's replicas (KubeVirt VirtualMachinePool); `None`
     /// where `create --replicas` makes each replica a VM of its own.
     pub pool: Option<ApiResource>,

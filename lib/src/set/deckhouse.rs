@@ -66,10 +66,6 @@ impl SetPlatform for Deckhouse {
         Ok(())
     }
 
-    fn placement_pointer(&self) -> &'static str {
-        "/spec"
-    }
-
     fn sizing_class<'a>(&self, vm: &'a Value) -> Option<&'a str> {
         vm.pointer("/spec/virtualMachineClassName")
             .and_then(Value::as_str)

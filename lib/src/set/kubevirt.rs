@@ -200,10 +200,6 @@ impl SetPlatform for KubeVirt {
         Ok(())
     }
 
-    fn placement_pointer(&self) -> &'static str {
-        TEMPLATE_SPEC
-    }
-
     fn verdict(&self, vm: &Value) -> Applies {
         if let Some(message) = true_condition(vm, "RestartRequired") {
             return Applies::AtRestart {

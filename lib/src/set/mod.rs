@@ -68,8 +68,6 @@ pub trait SetPlatform: Send + Sync {
     fn policy(&self, request: &policy::Policy, vm: &mut Value) -> Result<()>;
     /// Refuse policy values the platform does not know.
     fn check_policy(&self, request: &policy::Policy) -> Result<()>;
-    /// The JSON pointer of the pod-spec-like object holding the VM's placement.
-    fn placement_pointer(&self) -> &'static str;
     /// The VM's class, when its sizing policy limits CPU and memory (Deckhouse).
     fn sizing_class<'a>(&self, _vm: &'a Value) -> Option<&'a str> {
         None

@@ -164,3 +164,74 @@ fn replicas_are_checked_before_anything_is_built() {
     let err = check(&p);
     assert!(err.contains("kubectl vm's own labels"), "{err}");
 }
+
+/// `create --replicas` with placement flags: every replica (KubeVirt: the pool's template)
+/// carries them at the platform's fields, valid against the real schemas (the Deckhouse CRD's
+/// renamed anti-affinity fields), and `--spread-by` selects the pool's label.
+#[test]
+fn placement_reaches_every_replica_at_the_platform_fields() {
+    let placement = crate::placement::Placement::parse_flags(
+        &["disktype=ssd".into()],
+        &["gpu=true:NoSchedule".into()],
+        &["topology.kubernetes.io/zone=a".into()],
+        Some("hostname"),
+        Some("high".into()),
+    )
+    .unwrap();
+    let node_affinity = json!({"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]}]}});
+    let term = json!({"labelSelector": {"matchLabels": {"kubevm.io/pool": "web"}},
+        "topologyKey": "kubernetes.io/hostname"});
+    let toleration =
+        json!([{"key": "gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]);
+    for flavor in [Flavor::KubeVirt, Flavor::Deckhouse] {
+        let mut plan = pool(flavor, 2);
+        plan.placement = placement.clone();
+        let manifests = build(&plan, &replicas(&plan)).unwrap();
+        let specs: Vec<&Value> = manifests
+            .objects
+            .iter()
+            .filter(|o| o.is_main())
+            .map(|o| {
+                let vm = match flavor {
+                    // The pool's template is a VM spec (the swagger has no pool kind).
+                    Flavor::KubeVirt => json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                        "metadata": {"name": "web"}, "spec": o.object["spec"]["virtualMachineTemplate"]["spec"]}),
+                    Flavor::Deckhouse => o.object.clone(),
+                };
+                crate::create::schema_check::assert_valid(&vm);
+                match flavor {
+                    Flavor::KubeVirt => &o.object["spec"]["virtualMachineTemplate"]["spec"]["template"]["spec"],
+                    Flavor::Deckhouse => &o.object["spec"],
+                }
+            })
+            .collect();
+        assert_eq!(specs.len(), if flavor == Flavor::KubeVirt { 1 } else { 2 });
+        for spec in specs {
+            assert_eq!(spec["nodeSelector"], json!({"disktype": "ssd"}), "{flavor}");
+            assert_eq!(spec["tolerations"], toleration, "{flavor}");
+            assert_eq!(spec["priorityClassName"], "high", "{flavor}");
+            assert_eq!(spec["affinity"]["nodeAffinity"], node_affinity, "{flavor}");
+            let (anti, term_field) = match flavor {
+                Flavor::KubeVirt => ("podAntiAffinity", "podAffinityTerm"),
+                Flavor::Deckhouse => (
+                    "virtualMachineAndPodAntiAffinity",
+                    "virtualMachineAndPodAffinityTerm",
+                ),
+            };
+            assert_eq!(
+                spec["affinity"][anti]["preferredDuringSchedulingIgnoredDuringExecution"],
+                json!([{"weight": 100, term_field: term}]),
+                "{flavor}"
+            );
+        }
+    }
+    // One VM has no pool to spread.
+    let mut single = fixtures::plan(Flavor::KubeVirt, fixtures::image());
+    single.placement = placement;
+    let e = crate::create::build(&single).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "--spread-by spreads the replicas of a pool: give --replicas N"
+    );
+}
