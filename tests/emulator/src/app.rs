@@ -111,6 +111,7 @@ impl App {
         }
         let stored = self.store.upsert(&def.group, &def.plural, obj);
         self.settle(&stored);
+        crate::placement::seeded(self, &stored);
         Ok(stored)
     }
 

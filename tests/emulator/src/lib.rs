@@ -76,6 +76,7 @@ pub mod requests;
 pub mod reviews;
 pub mod rfb;
 pub mod sa_tokens;
+pub mod scheduler;
 pub mod schema;
 pub mod selector;
 pub mod services;

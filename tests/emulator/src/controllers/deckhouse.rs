@@ -480,16 +480,27 @@ pub(super) fn deckhouse_vm(app: &App, vm: &Value, _tick: bool) {
     ref_status.extend(hotplugged_refs(app, vm));
     // Power state from runPolicy and operations: lifecycle/.
     let (power_phase, node) = crate::lifecycle::deckhouse_power(vm);
-    let phase = if !devices_ready {
+    let mut phase = if !devices_ready {
         "Pending"
     } else {
         power_phase
     };
-    let unschedulable = phase == "Starting"
+    let mut unschedulable = (phase == "Starting"
         && vm
             .pointer("/metadata/annotations")
             .and_then(|a| a.get(crate::lifecycle::UNSCHEDULABLE))
-            == Some(&json!("true"));
+            == Some(&json!("true")))
+    .then(|| crate::lifecycle::UNSCHEDULABLE_MESSAGE.to_string());
+    // Where it runs, and the workload updater's migration after a placement change
+    // (placement.rs); a VM no node fits stays Starting with the scheduler's message.
+    let node = match crate::placement::deckhouse_place(app, vm, phase, &node) {
+        Ok(node) => node,
+        Err(message) => {
+            phase = "Starting";
+            unschedulable = Some(message);
+            node
+        }
+    };
     let [a, b, ..] = uid_bytes(vm);
     let ip = format!("10.66.{}.{}", a, b % 254 + 1);
     let name = meta_str(vm, "name").to_string();
@@ -539,8 +550,8 @@ pub(super) fn deckhouse_vm(app: &App, vm: &Value, _tick: bool) {
             }
         }
         set_condition(&mut st, "BlockDevicesReady", devices_ready, if devices_ready { "BlockDevicesReady" } else { "BlockDevicesNotReady" }, "");
-        if unschedulable {
-            set_condition(&mut st, "Running", false, "PodNotStarted", crate::lifecycle::UNSCHEDULABLE_MESSAGE);
+        if let Some(message) = &unschedulable {
+            set_condition(&mut st, "Running", false, "PodNotStarted", message);
         } else {
             set_condition(&mut st, "Running", running, if running { "Running" } else { "NotRunning" }, "");
         }
@@ -555,6 +566,7 @@ pub(super) fn deckhouse_vm(app: &App, vm: &Value, _tick: bool) {
         vm,
         matches!(phase, "Running" | "Migrating" | "Stopping"),
         &ip,
+        &node,
     );
 }
 
@@ -564,7 +576,7 @@ pub(super) fn deckhouse_vm(app: &App, vm: &Value, _tick: bool) {
 /// `d8 v collect-debug-info` selects on, FACTS §8) and the VM's own labels, which the user
 /// guide's Service examples select on. Upstream the pod's owner is the internal VMI; the
 /// emulator has none, so the VM owns it (deleting the VM collects it all the same).
-fn sync_launcher_pod(app: &App, vm: &Value, running: bool, ip: &str) {
+fn sync_launcher_pod(app: &App, vm: &Value, running: bool, ip: &str, node: &str) {
     let ns = meta_str(vm, "namespace");
     let name = meta_str(vm, "name");
     let uid5 = meta_str(vm, "uid").get(..5).unwrap_or("00000");
@@ -577,7 +589,12 @@ fn sync_launcher_pod(app: &App, vm: &Value, running: bool, ip: &str) {
         }
         return;
     }
-    if existing.is_some() {
+    if let Some(pod) = existing {
+        // A migration moved the VM: the new pod runs on the target node.
+        if pod.pointer("/spec/nodeName").and_then(Value::as_str) != Some(node) {
+            app.store
+                .modify(&key, |o| o["spec"]["nodeName"] = json!(node));
+        }
         return;
     }
     let mut labels = vm
@@ -592,7 +609,7 @@ fn sync_launcher_pod(app: &App, vm: &Value, running: bool, ip: &str) {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": pod_name, "namespace": ns, "labels": labels,
                      "ownerReferences": [super::owner_ref(vm)]},
-        "spec": {"nodeName": super::NODE, "containers": [{"name": "compute", "image": image}]},
+        "spec": {"nodeName": node, "containers": [{"name": "compute", "image": image}]},
         "status": {"phase": "Running", "podIP": ip, "hostIP": "192.168.0.11",
                    "containerStatuses": [{"name": "compute", "ready": true, "restartCount": 0, "image": image}]},
     });

@@ -240,8 +240,22 @@ pub fn vmop(app: &App, op: &Value, tick: bool) {
                 .and_then(|p| p.trim_end_matches('%').parse::<u32>().ok())
                 .unwrap_or(0);
             let fail_mode = annotation(&vm, MIGRATION_FAIL).unwrap_or("");
-            let selector = op.pointer("/spec/migrate/nodeSelector");
-            let target = pick_target(app, &node, selector);
+            // The target pod is scheduled with the VM's placement and the operation's
+            // own node selector.
+            let mut selector = vm
+                .pointer("/spec/nodeSelector")
+                .filter(|s| s.is_object())
+                .cloned()
+                .unwrap_or(json!({}));
+            for (k, v) in op
+                .pointer("/spec/migrate/nodeSelector")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                selector[k] = v.clone();
+            }
+            let target = pick_target(app, &node, &selector, &vm["spec"]);
             if target.is_none() || fail_mode == "no-target" {
                 set_power(Some("on"), None);
                 fail("TargetUnschedulable", NO_TARGET_MESSAGE);
@@ -255,6 +269,7 @@ pub fn vmop(app: &App, op: &Value, tick: bool) {
             if pct >= 100 {
                 let target = target.unwrap_or_default();
                 set_power(Some("on"), Some(&target));
+                crate::placement::deckhouse_migrated(app, &vm, &target);
                 app.store.modify(&vm_key, |o| {
                     o["status"]["migrationState"] = json!({"startTimestamp": now_rfc3339(), "endTimestamp": now_rfc3339(),
                         "source": {"node": node}, "target": {"node": target}, "result": "Succeeded"});

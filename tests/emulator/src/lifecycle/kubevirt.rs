@@ -178,20 +178,20 @@ pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
         app.store
             .modify(&key, |o| o["status"]["volumeStatus"] = volume_status);
     }
+    // kube-scheduler binds the launcher pod to a node its placement fits (scheduler.rs).
+    let scheduled = crate::scheduler::schedule(app, &vmi["spec"]);
     let next = match phase(vmi) {
         "Pending" => "Scheduling",
         "Scheduling" if annotation(vmi, UNSCHEDULABLE) == Some("true") => {
-            app.store.modify(&key, |o| {
-                let mut st = o["status"].clone();
-                set_condition(
-                    &mut st,
-                    "PodScheduled",
-                    false,
-                    "Unschedulable",
-                    UNSCHEDULABLE_MESSAGE,
-                );
-                o["status"] = st;
-            });
+            unschedulable(app, vmi, UNSCHEDULABLE_MESSAGE);
+            return;
+        }
+        "Scheduling" if scheduled.is_err() => {
+            unschedulable(
+                app,
+                vmi,
+                scheduled.as_ref().err().map_or("", String::as_str),
+            );
             return;
         }
         "Scheduling" => "Scheduled",
@@ -216,6 +216,8 @@ pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
         crate::gc::create_dependent(app, &vmi_key, vmi, "", "pods", pod);
     }
     let mut template = new_vmi_status_running(vmi);
+    let node = scheduled.unwrap_or_else(|_| NODE.to_string());
+    template["nodeName"] = json!(node);
     if app.guests.real_agent() {
         // The real guest agent reports these once it answers (qemu_guest.rs).
         if let Some(c) = template["conditions"].as_array_mut() {
@@ -237,6 +239,13 @@ pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
             o["status"].clone()
         };
         st["phase"] = json!(next);
+        if next == "Running" {
+            o["metadata"]["labels"]["kubevirt.io/nodeName"] = json!(node);
+            // The scheduling failure is over.
+            if let Some(c) = st["conditions"].as_array_mut() {
+                c.retain(|c| !(c["type"] == "PodScheduled" && c["status"] == "False"));
+            }
+        }
         let mut ts = o["status"]["phaseTransitionTimestamps"]
             .as_array()
             .cloned()
@@ -260,6 +269,7 @@ pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
         let (pods, _) = app.store.list("", "pods", Some(meta_str(vmi, "namespace")));
         for p in pods.iter().filter(|p| owned(p, vmi)) {
             app.store.modify(&Key::of("", "pods", p), |o| {
+                o["spec"]["nodeName"] = json!(node);
                 let ip = running_ip.clone();
                 o["status"] = json!({"phase": "Running", "podIP": ip, "hostIP": "192.168.0.11",
                     "containerStatuses": [{"name": "compute", "ready": true, "restartCount": 0,
@@ -281,6 +291,35 @@ pub fn kubevirt_vmi(app: &App, vmi: &Value, tick: bool) {
                 }
             });
         }
+    }
+}
+
+/// No node takes the VMI's launcher pod: kube-scheduler leaves it Pending with condition
+/// `PodScheduled` `False`, reason `Unschedulable` and its message, and records a
+/// `FailedScheduling` Warning event on it (`pkg/scheduler/schedule_one.go`, `handleSchedulingFailure`);
+/// virt-controller copies the condition to the VMI (`pkg/virt-controller/watch/vmi/vmi.go`,
+/// `syncPodScheduledCondition`) and the VM controller to the VM.
+fn unschedulable(app: &App, vmi: &Value, message: &str) {
+    let key = Key::of(KV, "virtualmachineinstances", vmi);
+    let already =
+        crate::table::eval_first(vmi, ".status.conditions[?(@.type=='PodScheduled')].message")
+            == Some(&json!(message));
+    if already {
+        return;
+    }
+    app.store.modify(&key, |o| {
+        let mut st = o["status"].clone();
+        set_condition(&mut st, "PodScheduled", false, "Unschedulable", message);
+        o["status"] = st;
+    });
+    let (pods, _) = app.store.list("", "pods", Some(meta_str(vmi, "namespace")));
+    for p in pods.iter().filter(|p| owned(p, vmi)) {
+        app.store.modify(&Key::of("", "pods", p), |o| {
+            let mut st = o["status"].clone();
+            set_condition(&mut st, "PodScheduled", false, "Unschedulable", message);
+            o["status"] = st;
+        });
+        crate::scheduler::failed_scheduling_event(app, p, message);
     }
 }
 
@@ -362,7 +401,7 @@ pub fn migration(app: &App, vmim: &Value, tick: bool) {
         .to_string();
     // The target pod is scheduled with the VMI's node selector and the migration's own.
     let selector = crate::placement::target_selector(&vmi, vmim.pointer("/spec/addedNodeSelector"));
-    let target = pick_target(app, &source, Some(&selector));
+    let target = pick_target(app, &source, &selector, &vmi["spec"]);
     // How many ticks the migration has been Running: kept in an emulator annotation, not in
     // `status.migrationState` (whose fields are upstream's VirtualMachineInstanceMigrationState).
     let step = annotation(vmim, MIGRATION_STEP)

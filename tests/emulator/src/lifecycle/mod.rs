@@ -485,17 +485,9 @@ fn reset(app: &App, vmi_key: &Key) -> Result<Response, ApiError> {
 }
 
 /// A schedulable node other than `source` that has every label in `selector`.
-fn pick_target(app: &App, source: &str, selector: Option<&Value>) -> Option<String> {
-    let (nodes, _) = app.store.list("", "nodes", None);
-    nodes
-        .iter()
-        .filter(|n| meta_str(n, "name") != source)
-        .filter(|n| {
-            selector.and_then(Value::as_object).is_none_or(|sel| {
-                sel.iter()
-                    .all(|(k, v)| n.pointer("/metadata/labels").and_then(|l| l.get(k)) == Some(v))
-            })
-        })
-        .map(|n| meta_str(n, "name").to_string())
-        .next()
+/// Where a migration of a pod now on `source` may go: another node its node selector
+/// (`selector`, the VM's and the migration's own) and required node affinity (of `spec`) fit.
+fn pick_target(app: &App, source: &str, selector: &Value, spec: &Value) -> Option<String> {
+    let target_spec = json!({"nodeSelector": selector, "affinity": spec.get("affinity").cloned().unwrap_or(Value::Null)});
+    crate::scheduler::migration_target(app, source, &target_spec)
 }
