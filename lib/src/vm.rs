@@ -159,6 +159,10 @@ pub struct VmDetails {
     pub events: Vec<EventLine>,
     /// The instance object (KubeVirt, when running).
     pub instance: Option<Value>,
+    /// Where it may run: `(what, value)` lines of its placement ([`crate::placement::summary`]).
+    pub placement: Vec<(&'static str, String)>,
+    /// Why it cannot be scheduled, as the scheduler says it (from the platform's condition).
+    pub unschedulable: Option<String>,
 }
 
 /// The value KubeVirt gives the `vm.kubevirt.io/name` label of a VM's virt-launcher pod: the
@@ -465,6 +469,24 @@ pub async fn get(
         }
     };
     disk_imports(cluster, platform.flavor, namespace, &mut details.disks).await;
+    let caps = crate::platform::of(platform.flavor);
+    details.placement = crate::placement::summary(&caps.placement, &details.summary.object);
+    details.unschedulable = details
+        .conditions
+        .iter()
+        .find(|c| {
+            caps.unschedulable
+                .matches(&c.type_, &c.status, c.reason.as_deref())
+        })
+        .and_then(|c| c.message.clone())
+        .filter(|m| !m.is_empty());
+    if details.unschedulable.is_some() && caps.instance.is_some() {
+        // The launcher pod's FailedScheduling events, beside the VM's own.
+        details
+            .events
+            .extend(launcher_scheduling_events(cluster, name, namespace).await);
+        details.events.sort_by_key(|e| e.last_seen);
+    }
     Ok(details)
 }
 
@@ -545,6 +567,8 @@ pub fn kubevirt_details(vm: &Value, vmi: Option<Value>, events: Vec<EventLine>) 
         disks,
         events,
         instance: vmi,
+        placement: Vec::new(),
+        unschedulable: None,
     }
 }
 
@@ -643,11 +667,47 @@ pub fn deckhouse_details(vm: &Value, events: Vec<EventLine>) -> VmDetails {
         events,
         instance: None,
         summary,
+        placement: Vec::new(),
+        unschedulable: None,
     }
 }
 
 /// Events about the VM (and its instance), oldest first. Best effort: a user who may not
 /// read events still gets the rest of `get`.
+/// kube-scheduler's `FailedScheduling` events on the virt-launcher pods of KubeVirt VM `name`
+/// (pods `virt-launcher-NAME-…`); best effort.
+async fn launcher_scheduling_events(
+    cluster: &Cluster,
+    name: &str,
+    namespace: &str,
+) -> Vec<EventLine> {
+    let params = ListParams::default().fields("involvedObject.kind=Pod,reason=FailedScheduling");
+    let Ok(list) = EVENT
+        .api(&cluster.client, Some(namespace))
+        .list(&params)
+        .await
+    else {
+        return Vec::new();
+    };
+    let prefix = format!("virt-launcher-{name}-");
+    list.items
+        .into_iter()
+        .map(to_value)
+        .filter(|e| {
+            text(e, "/involvedObject/name").is_some_and(|n| n.starts_with(&prefix))
+                && text(e, "/reason").as_deref() == Some("FailedScheduling")
+        })
+        .map(|e| EventLine {
+            type_: text(&e, "/type").unwrap_or_else(|| "Warning".into()),
+            reason: text(&e, "/reason").unwrap_or_default(),
+            last_seen: timestamp(&e, "/lastTimestamp")
+                .or_else(|| timestamp(&e, "/eventTime"))
+                .or_else(|| timestamp(&e, "/metadata/creationTimestamp")),
+            message: text(&e, "/message").unwrap_or_default(),
+        })
+        .collect()
+}
+
 async fn events_for(cluster: &Cluster, name: &str, namespace: &str) -> Vec<EventLine> {
     let params = ListParams::default().fields(&format!("involvedObject.name={name}"));
     let Ok(list) = EVENT

@@ -96,7 +96,7 @@ fn describe(out: &mut dyn Write, d: &VmDetails, now: jiff::Timestamp) -> std::io
         ),
         None => NONE.to_owned(),
     };
-    let fields = [
+    let mut fields = vec![
         ("Name", s.name.clone()),
         ("Namespace", s.namespace.clone()),
         ("Platform", d.flavor.display_name().to_owned()),
@@ -112,8 +112,19 @@ fn describe(out: &mut dyn Write, d: &VmDetails, now: jiff::Timestamp) -> std::io
         ("Guest OS", cell(d.guest_os.as_ref())),
         ("SSH trust", cell(d.ssh_trust.as_ref())),
     ];
+    // Placement lines only where the VM has them; why it is not scheduled, when it is not.
+    fields.extend(d.placement.iter().cloned());
+    if let Some(why) = &d.unschedulable {
+        fields.push(("Unschedulable", why.clone()));
+    }
+    let width = fields
+        .iter()
+        .map(|(label, _)| label.len() + 2)
+        .max()
+        .unwrap_or(0)
+        .max(14);
     for (label, value) in fields {
-        writeln!(out, "{:<14}{value}", format!("{label}:"))?;
+        writeln!(out, "{:<width$}{value}", format!("{label}:"))?;
     }
     section(
         out,

@@ -63,7 +63,7 @@ pub fn operation(action: &Action, vm: &VmRef) -> Option<Value> {
     }))
 }
 
-fn is_terminal(op: &Value) -> bool {
+pub(crate) fn is_terminal(op: &Value) -> bool {
     matches!(
         text(op, "/status/phase"),
         "Completed" | "Failed" | "Superseded"

@@ -30,6 +30,13 @@ pub const CAPABILITIES: Capabilities = Capabilities {
         anti_affinity: "virtualMachineAndPodAntiAffinity",
         affinity_term: "virtualMachineAndPodAffinityTerm",
     },
+    // The VM's Running condition while its pod has not started (vmcondition
+    // ReasonPodNotStarted), with the pod's scheduling message.
+    unschedulable: super::UnschedulableCondition {
+        type_: "Running",
+        status: "False",
+        reason: Some("PodNotStarted"),
+    },
     // A pool is N VirtualMachines labelled with the pool's name.
     pool: None,
     // `dataSource.http.checksum` is checked by the platform's importer.

@@ -28,6 +28,13 @@ pub const CAPABILITIES: Capabilities = Capabilities {
         anti_affinity: "podAntiAffinity",
         affinity_term: "podAffinityTerm",
     },
+    // The launcher pod's PodScheduled condition, which virt-controller copies to the VMI and
+    // the VM (pkg/virt-controller/watch/vm/vm.go, syncConditions).
+    unschedulable: super::UnschedulableCondition {
+        type_: "PodScheduled",
+        status: "False",
+        reason: None,
+    },
     pool: Some(ApiResource {
         group: "pool.kubevirt.io",
         version: "v1beta1",

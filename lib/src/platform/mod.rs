@@ -68,6 +68,26 @@ pub struct ApiResource {
     pub resource: &'static str,
 }
 
+/// A condition type, status and (optionally) reason that say a VM's pod was not scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnschedulableCondition {
+    /// Condition type.
+    pub type_: &'static str,
+    /// Its status then.
+    pub status: &'static str,
+    /// Its reason then, where the type alone does not tell.
+    pub reason: Option<&'static str>,
+}
+
+impl UnschedulableCondition {
+    /// Whether a condition says so.
+    pub fn matches(&self, type_: &str, status: &str, reason: Option<&str>) -> bool {
+        type_ == self.type_
+            && status == self.status
+            && self.reason.is_none_or(|r| reason == Some(r))
+    }
+}
+
 /// Everything kubectl-vm needs to know about one platform as data.
 #[derive(Debug, Clone, Copy)]
 pub struct Capabilities {
@@ -95,6 +115,8 @@ pub struct Capabilities {
     pub attachments: Option<Kind>,
     /// Where the VM's placement (node selector, tolerations, affinity, priority class) is.
     pub placement: crate::placement::Fields,
+    /// The VM condition that carries the scheduler's message when its pod finds no node.
+    pub unschedulable: UnschedulableCondition,
     /// The API of a pool object holding a VM's replicas (KubeVirt VirtualMachinePool); `None`
     /// where `create --replicas` makes each replica a VM of its own.
     pub pool: Option<ApiResource>,

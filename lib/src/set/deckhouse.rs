@@ -9,9 +9,11 @@ use serde_json::{Value, json};
 
 use super::policy::{Policy, one_of};
 use super::resources::Resources;
-use super::{Applies, SetPlatform, object_at, true_condition};
+use super::{Applies, FieldChange, SetPlatform, object_at, true_condition};
+use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::flavor::Flavor;
+use crate::lifecycle::VmRef;
 
 /// Deckhouse's implementation.
 pub(super) struct Deckhouse;
@@ -111,6 +113,16 @@ impl SetPlatform for Deckhouse {
         Ok(())
     }
 
+    fn follow_move<'a>(
+        &'a self,
+        cluster: &'a Cluster,
+        vm: &'a VmRef,
+        changes: &'a [FieldChange],
+        observed: &'a Value,
+    ) -> futures::future::BoxFuture<'a, Result<Option<Applies>>> {
+        Box::pin(follow_placement(cluster, vm, changes, observed))
+    }
+
     fn verdict(&self, vm: &Value) -> Applies {
         if let Some(message) = true_condition(vm, "AwaitingRestartToApplyConfiguration") {
             let pending = vm
@@ -155,6 +167,143 @@ impl SetPlatform for Deckhouse {
             Applies::AtStart
         }
     }
+}
+
+/// The workload updater's annotation on the operations it creates (deckhouse/virtualization
+/// `pkg/common/annotations`, `AnnVMOPWorkloadUpdate`).
+const WORKLOAD_UPDATE: &str = "virtualization.deckhouse.io/workload-update";
+
+/// Whether the change moves a running VM: its node selector or affinity (what the workload
+/// updater's `genNodePlacementSum` hashes; tolerations only widen where it may run).
+fn moves(changes: &[FieldChange]) -> bool {
+    changes.iter().any(|c| {
+        ["spec.nodeSelector", "spec.affinity"].iter().any(|f| {
+            c.field == *f
+                || c.field.starts_with(&format!("{f}."))
+                || c.field.starts_with(&format!("{f}["))
+        })
+    })
+}
+
+/// When kubectl-vm last wrote `vm` (its managedFields entry), RFC 3339.
+fn written_at(vm: &Value) -> Option<&str> {
+    vm.pointer("/metadata/managedFields")
+        .and_then(Value::as_array)?
+        .iter()
+        .filter(|f| f["manager"] == crate::names::FIELD_MANAGER)
+        .filter_map(|f| f["time"].as_str())
+        .max()
+}
+
+/// The workload updater's operation for `vm` after the write at `since`: one unfinished, or
+/// one created since.
+fn updater_operation<'a>(ops: &'a [Value], vm: &str, since: Option<&str>) -> Option<&'a Value> {
+    ops.iter()
+        .filter(|o| {
+            o.pointer("/spec/virtualMachineName")
+                .and_then(Value::as_str)
+                == Some(vm)
+        })
+        .filter(|o| {
+            o.pointer("/metadata/annotations")
+                .and_then(|a| a.get(WORKLOAD_UPDATE))
+                .is_some()
+        })
+        .find(|o| {
+            !crate::lifecycle::deckhouse::is_terminal(o)
+                || since.is_some_and(|t| {
+                    o.pointer("/metadata/creationTimestamp")
+                        .and_then(Value::as_str)
+                        .is_some_and(|c| c >= t)
+                })
+        })
+}
+
+fn migrating(op: &Value) -> Applies {
+    Applies::Migrating {
+        message: format!(
+            "the workload updater's VirtualMachineOperation {} ({}) moves it to a node its placement fits",
+            op.pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("?"),
+            op.pointer("/spec/type")
+                .and_then(Value::as_str)
+                .unwrap_or("Evict"),
+        ),
+    }
+}
+
+/// A running VM whose node selector or affinity changed is moved by the workload updater
+/// (`pkg/controller/workload-updater/internal/handler/nodeplacement.go`: once its internal
+/// VMI reports `NodePlacementNotMatched`, `OnceMigrate` creates an `Evict` operation annotated
+/// `workload-update`), when it can migrate (condition `Migratable`); the operation is watched
+/// for until it appears.
+async fn follow_placement(
+    cluster: &Cluster,
+    vm: &VmRef,
+    changes: &[FieldChange],
+    observed: &Value,
+) -> Result<Option<Applies>> {
+    use futures::StreamExt;
+    use kube::api::{ListParams, WatchEvent, WatchParams};
+    if !moves(changes)
+        || observed.pointer("/status/phase").and_then(Value::as_str) != Some("Running")
+    {
+        return Ok(None);
+    }
+    if let Some(c) =
+        crate::lifecycle::condition(observed, "Migratable").filter(|c| c["status"] != "True")
+    {
+        let why = c["message"]
+            .as_str()
+            .filter(|m| !m.is_empty())
+            .or(c["reason"].as_str())
+            .unwrap_or("not migratable");
+        return Ok(Some(Applies::AtRestart {
+            message: format!("the VM cannot migrate ({why}): it keeps its node until a restart"),
+            pending: vec![],
+        }));
+    }
+    let vmop = crate::lifecycle::deckhouse::VMOP;
+    let api = vmop.api(&cluster.client, Some(&vm.namespace));
+    let action = || vmop.action("list", Some(&vm.namespace));
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| cluster.error(e, &action()))?;
+    let ops: Vec<Value> = list
+        .items
+        .iter()
+        .map(|o| serde_json::to_value(o).unwrap_or_default())
+        .collect();
+    let since = written_at(observed);
+    if let Some(op) = updater_operation(&ops, &vm.name, since) {
+        return Ok(Some(migrating(op)));
+    }
+    let rv = list.metadata.resource_version.unwrap_or_default();
+    let mut feed =
+        crate::vm::restartable_watch(api, WatchParams::default().timeout(290), rv).boxed();
+    while let Some(event) = feed.next().await {
+        match event.map_err(|e| cluster.error(e, &vmop.action("watch", Some(&vm.namespace))))? {
+            WatchEvent::Added(o) | WatchEvent::Modified(o) => {
+                let o = serde_json::to_value(o).unwrap_or_default();
+                if let Some(op) = updater_operation(std::slice::from_ref(&o), &vm.name, since) {
+                    return Ok(Some(migrating(op)));
+                }
+            }
+            WatchEvent::Error(status) => {
+                return Err(Error::from_status(
+                    status.code,
+                    &status.reason,
+                    &status.message,
+                    &vmop.action("watch", Some(&vm.namespace)),
+                    &cluster.server,
+                ));
+            }
+            WatchEvent::Deleted(_) | WatchEvent::Bookmark(_) => {}
+        }
+    }
+    Err(Error::Internal("the watch ended unexpectedly".into()))
 }
 
 #[cfg(test)]
@@ -211,5 +360,56 @@ mod tests {
             message.ends_with("Deckhouse restarts the VM by itself)"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_placement_move_is_the_updaters_operation_after_the_write() {
+        let change = |f: &str| FieldChange {
+            field: f.into(),
+            old: None,
+            new: Some("x".into()),
+        };
+        assert!(moves(&[change(
+            "spec.nodeSelector[kubernetes.io/hostname]"
+        )]));
+        assert!(moves(&[change("spec.affinity")]));
+        assert!(!moves(&[change("spec.tolerations")]));
+        assert!(!moves(&[change("spec.priorityClassName")]));
+        let op = |name: &str, phase: &str, created: &str, ours: bool| {
+            let mut o = json!({"metadata": {"name": name, "creationTimestamp": created},
+                "spec": {"type": "Evict", "virtualMachineName": "web"}, "status": {"phase": phase}});
+            if ours {
+                o["metadata"]["annotations"] = json!({WORKLOAD_UPDATE: "true"});
+            }
+            o
+        };
+        let since = Some("2026-12-05T10:00:00Z");
+        let ops = [
+            op("old", "Completed", "2026-12-05T09:00:00Z", true),
+            op("users", "InProgress", "2026-12-05T10:00:01Z", false),
+        ];
+        assert!(updater_operation(&ops, "web", since).is_none());
+        let ops = [
+            op("old", "Completed", "2026-12-05T09:00:00Z", true),
+            op(
+                "nodeplacement-update-abcde",
+                "Completed",
+                "2026-12-05T10:00:00Z",
+                true,
+            ),
+        ];
+        let found = updater_operation(&ops, "web", since).unwrap();
+        assert_eq!(
+            migrating(found),
+            Applies::Migrating {
+                message: "the workload updater's VirtualMachineOperation nodeplacement-update-abcde (Evict) moves it to a node its placement fits".into()
+            }
+        );
+        assert!(updater_operation(&ops, "other", since).is_none());
+        let written = json!({"metadata": {"managedFields": [
+            {"manager": "kubectl-vm", "time": "2026-12-05T10:00:00Z"},
+            {"manager": "kubectl-vm", "time": "2026-12-05T08:00:00Z"},
+            {"manager": "virtualization-controller", "time": "2026-12-05T11:00:00Z"}]}});
+        assert_eq!(written_at(&written), since);
     }
 }

@@ -74,6 +74,18 @@ pub trait SetPlatform: Send + Sync {
     }
     /// What the platform reports about a VM its controller has observed.
     fn verdict(&self, vm: &Value) -> Applies;
+    /// A move the platform makes to apply `changes` but reports apart from the VM (Deckhouse:
+    /// the workload updater's operation after a placement change), waited for when it is
+    /// bound to come; `None`: the VM's own verdict stands.
+    fn follow_move<'a>(
+        &'a self,
+        _cluster: &'a Cluster,
+        _vm: &'a VmRef,
+        _changes: &'a [FieldChange],
+        _observed: &'a Value,
+    ) -> futures::future::BoxFuture<'a, Result<Option<Applies>>> {
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// The implementation for `flavor`: the one place the platforms are told apart.
@@ -275,6 +287,22 @@ pub async fn run(
         Some(o) => set.verdict(o),
         None => Applies::NotObserved,
     };
+    if let (Applies::Live, Some(o)) = (&outcome.applies, &observed) {
+        let moved = tokio::time::timeout(
+            options.timeout,
+            set.follow_move(cluster, vm, &outcome.changes, o),
+        )
+        .await
+        .map_err(|_| {
+            Error::Timeout(format!(
+                "the platform to start moving {vm} to its new placement (after {}s; raise --timeout, or pass --no-wait)",
+                options.timeout.as_secs()
+            ))
+        })??;
+        if let Some(applies) = moved {
+            outcome.applies = applies;
+        }
+    }
     if let Some(o) = observed {
         outcome.object = o;
     }
