@@ -12,6 +12,7 @@ mod completion;
 mod console;
 mod create;
 mod create_extras;
+mod create_placement;
 mod create_safety;
 mod create_validation;
 mod credentials;
