@@ -280,34 +280,7 @@ pub async fn attach(
         )));
     }
     let existing = get_opt(cluster, dev_kind, ns, dev).await?;
-    match (&existing, request.size) {
-        (Some(d), Some(_)) => {
-            return Err(Error::Usage(format!(
-                "VirtualDisk {dev:?} exists in namespace {ns:?}{}; attach it without --size, or pick another name",
-                if is_ours(d) {
-                    ""
-                } else {
-                    " and is not kubectl vm's"
-                }
-            )));
-        }
-        (None, None) => {
-            return Err(Error::Usage(format!(
-                "no {kind} {dev:?}{}; nothing was changed{}",
-                if dev_kind.namespaced {
-                    format!(" in namespace {ns:?}")
-                } else {
-                    String::new()
-                },
-                if kind == "VirtualDisk" {
-                    " (a new disk needs --size)"
-                } else {
-                    ""
-                }
-            )));
-        }
-        _ => {}
-    }
+    check_source(existing.as_ref(), request, kind, dev_kind, ns)?;
     let all = attachments(cluster, ns, None).await?;
     let bda_name = attachment_name(name, dev);
     crate::validate::dns_subdomain("attachment", &bda_name)
@@ -323,41 +296,14 @@ pub async fn attach(
             }
         )));
     }
-    if kind == "VirtualDisk" && request.size.is_none() {
-        // A VirtualDisk is attached to one VM at a time.
-        let list = DECKHOUSE_VM
-            .api(&cluster.client, Some(ns))
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| cluster.error(e, &DECKHOUSE_VM.action("list", Some(ns))))?;
-        let holder = list
-            .items
-            .into_iter()
-            .map(|o| serde_json::to_value(o).unwrap_or_default())
-            .find(|v| {
-                array(v, "/spec/blockDeviceRefs")
-                    .any(|r| r["kind"] == "VirtualDisk" && r["name"] == json!(dev))
-            })
-            .map(|v| format!("VM {}", text(&v, "/metadata/name")))
-            .or_else(|| {
-                all.iter()
-                    .find(|b| {
-                        text(b, "/spec/blockDeviceRef/kind") == "VirtualDisk"
-                            && text(b, "/spec/blockDeviceRef/name") == dev
-                    })
-                    .map(|b| {
-                        format!(
-                            "VM {} (attachment {})",
-                            text(b, "/spec/virtualMachineName"),
-                            text(b, "/metadata/name")
-                        )
-                    })
-            });
-        if let Some(h) = holder {
-            return Err(Error::Usage(format!(
-                "VirtualDisk {dev} is in use by {h} in namespace {ns:?}; detach it there first (nothing was changed)"
-            )));
-        }
+    // A VirtualDisk is attached to one VM at a time.
+    if kind == "VirtualDisk"
+        && request.size.is_none()
+        && let Some(h) = disk_holder(cluster, ns, dev, &all).await?
+    {
+        return Err(Error::Usage(format!(
+            "VirtualDisk {dev} is in use by {h} in namespace {ns:?}; detach it there first (nothing was changed)"
+        )));
     }
     let server_dry = options.dry_run == DryRun::Server;
     let live = matches!(text(&vm, "/status/phase"), "Running" | "Migrating");
@@ -404,31 +350,118 @@ pub async fn attach(
         return Ok(outcome);
     }
     if options.wait {
-        let mut last = String::new();
-        watch::until(cluster, &[Watched::new(VMBDA, ns, &bda_name)], |objs| {
-            let Some(b) = objs[0].as_ref() else {
-                return Some(Err(Error::Platform(format!("attachment {bda_name} was deleted while attaching {dev}"))));
-            };
-            let phase = text(b, "/status/phase");
-            let message = why(b);
-            let seen = format!("{phase} {message}");
-            if !phase.is_empty() && seen != last {
-                last = seen;
-                on_event(Event::Phase { phase: phase.to_owned(), message: message.clone() });
-            }
-            match phase {
-                "Attached" => Some(Ok(())),
-                "Failed" => Some(Err(Error::Platform(format!(
-                    "{kind} {dev} could not be attached to {name}.{ns}: {message} (attachment {bda_name} is left for inspection; `kubectl vm disk detach {name}.{ns} {dev}` removes it)"
-                )))),
-                _ => None,
-            }
-        })
-        .await?;
+        wait_attached(cluster, ns, name, kind, dev, &bda_name, on_event).await?;
         outcome.waited = true;
     }
     outcome.object = get_opt(cluster, VMBDA, ns, &bda_name).await?;
     Ok(outcome)
+}
+
+/// Refuses a source that is there when a new disk was asked for (`--size`), or missing when
+/// an existing one was.
+fn check_source(
+    existing: Option<&Value>,
+    request: &AttachRequest,
+    kind: &str,
+    dev_kind: Kind,
+    ns: &str,
+) -> Result<()> {
+    let dev = &request.name;
+    match (existing, request.size) {
+        (Some(d), Some(_)) => Err(Error::Usage(format!(
+            "VirtualDisk {dev:?} exists in namespace {ns:?}{}; attach it without --size, or pick another name",
+            if is_ours(d) {
+                ""
+            } else {
+                " and is not kubectl vm's"
+            }
+        ))),
+        (None, None) => Err(Error::Usage(format!(
+            "no {kind} {dev:?}{}; nothing was changed{}",
+            if dev_kind.namespaced {
+                format!(" in namespace {ns:?}")
+            } else {
+                String::new()
+            },
+            if kind == "VirtualDisk" {
+                " (a new disk needs --size)"
+            } else {
+                ""
+            }
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Who holds VirtualDisk `dev` already: a VM naming it in its spec, or another attachment.
+async fn disk_holder(
+    cluster: &Cluster,
+    ns: &str,
+    dev: &str,
+    all: &[Value],
+) -> Result<Option<String>> {
+    let list = DECKHOUSE_VM
+        .api(&cluster.client, Some(ns))
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| cluster.error(e, &DECKHOUSE_VM.action("list", Some(ns))))?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|o| serde_json::to_value(o).unwrap_or_default())
+        .find(|v| {
+            array(v, "/spec/blockDeviceRefs")
+                .any(|r| r["kind"] == "VirtualDisk" && r["name"] == dev)
+        })
+        .map(|v| format!("VM {}", text(&v, "/metadata/name")))
+        .or_else(|| {
+            all.iter()
+                .find(|b| {
+                    text(b, "/spec/blockDeviceRef/kind") == "VirtualDisk"
+                        && text(b, "/spec/blockDeviceRef/name") == dev
+                })
+                .map(|b| {
+                    format!(
+                        "VM {} (attachment {})",
+                        text(b, "/spec/virtualMachineName"),
+                        text(b, "/metadata/name")
+                    )
+                })
+        }))
+}
+
+/// Watches the attachment until it is Attached, reporting its phases; Failed ends with the
+/// platform's reason.
+async fn wait_attached(
+    cluster: &Cluster,
+    ns: &str,
+    name: &str,
+    kind: &str,
+    dev: &str,
+    bda_name: &str,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<()> {
+    let mut last = String::new();
+    watch::until(cluster, &[Watched::new(VMBDA, ns, bda_name)], |objs| {
+        let Some(b) = objs[0].as_ref() else {
+            return Some(Err(Error::Platform(format!("attachment {bda_name} was deleted while attaching {dev}"))));
+        };
+        let phase = text(b, "/status/phase");
+        let message = why(b);
+        let seen = format!("{phase} {message}");
+        if !phase.is_empty() && seen != last {
+            last = seen;
+            on_event(Event::Phase { phase: phase.to_owned(), message: message.clone() });
+        }
+        match phase {
+            "Attached" => Some(Ok(())),
+            "Failed" => Some(Err(Error::Platform(format!(
+                "{kind} {dev} could not be attached to {name}.{ns}: {message} (attachment {bda_name} is left for inspection; `kubectl vm disk detach {name}.{ns} {dev}` removes it)"
+            )))),
+            _ => None,
+        }
+    })
+    .await
 }
 
 /// Detach device `disk` from VM `name`: delete our attachment of it.
