@@ -565,30 +565,7 @@ pub async fn resize(
     on_event: &(dyn Fn(Event) + Send + Sync),
 ) -> Result<Resized> {
     let vm = get_vm(cluster, ns, name).await?;
-    let own = array(&vm, "/spec/blockDeviceRefs")
-        .find(|r| r["name"] == json!(disk))
-        .map(|r| text(r, "/kind").to_owned());
-    let kind = match own {
-        Some(k) => Some(k),
-        None => attachments(cluster, ns, Some(name))
-            .await?
-            .into_iter()
-            .find(|b| text(b, "/spec/blockDeviceRef/name") == disk)
-            .map(|b| text(&b, "/spec/blockDeviceRef/kind").to_owned()),
-    };
-    match kind.as_deref() {
-        None => {
-            return Err(Error::Usage(format!(
-                "{name}.{ns} has no disk {disk:?} (see `kubectl vm disk list {name}.{ns}`)"
-            )));
-        }
-        Some("VirtualDisk") => {}
-        Some(other) => {
-            return Err(Error::Usage(format!(
-                "{disk} of {name}.{ns} is a {other}, which is read-only: only a VirtualDisk grows"
-            )));
-        }
-    }
+    check_grows(cluster, &vm, ns, name, disk).await?;
     let Some(vd) = get_opt(cluster, VIRTUAL_DISK, ns, disk).await? else {
         return Err(Error::Usage(format!(
             "no VirtualDisk {disk:?} in namespace {ns:?}; nothing was changed"
@@ -659,34 +636,82 @@ pub async fn resize(
     let (mut disk_now, short) =
         wait_disk(cluster, ns, disk, size, stopped, generation, on_event).await?;
     if short {
-        let claim = text(&disk_now, "/status/target/persistentVolumeClaimName").to_owned();
-        let readable = match get_opt(cluster, crate::api::PVC, ns, &claim).await {
-            Ok(found) => found.is_some(),
-            // A user who may not read claims still gets Deckhouse's own account below.
-            Err(Error::Forbidden { .. }) => false,
-            Err(e) => return Err(e),
-        };
-        if readable {
-            let grown =
-                super::growth::wait_claim(cluster, ns, &claim, size, true, on_event).await?;
-            if grown.pending.is_some() {
-                outcome.pending = grown.pending;
-            } else {
-                // The claim grew after all (a pod mounted it): the disk follows.
-                disk_now = wait_disk(cluster, ns, disk, size, false, generation, on_event)
-                    .await?
-                    .0;
-            }
-        } else {
-            outcome.pending = Some(format!(
-                "Deckhouse reports VirtualDisk {disk} Ready at {}",
-                text(&disk_now, "/status/capacity")
-            ));
-        }
+        (disk_now, outcome.pending) =
+            follow_claim(cluster, ns, disk, size, generation, disk_now, on_event).await?;
     }
     outcome.object = Some(disk_now);
     outcome.waited = true;
     Ok(outcome)
+}
+
+/// Refuses a disk the VM does not have, or one that is not a VirtualDisk (images are
+/// read-only).
+async fn check_grows(
+    cluster: &Cluster,
+    vm: &Value,
+    ns: &str,
+    name: &str,
+    disk: &str,
+) -> Result<()> {
+    let own = array(vm, "/spec/blockDeviceRefs")
+        .find(|r| r["name"] == json!(disk))
+        .map(|r| text(r, "/kind").to_owned());
+    let kind = match own {
+        Some(k) => Some(k),
+        None => attachments(cluster, ns, Some(name))
+            .await?
+            .into_iter()
+            .find(|b| text(b, "/spec/blockDeviceRef/name") == disk)
+            .map(|b| text(&b, "/spec/blockDeviceRef/kind").to_owned()),
+    };
+    match kind.as_deref() {
+        None => Err(Error::Usage(format!(
+            "{name}.{ns} has no disk {disk:?} (see `kubectl vm disk list {name}.{ns}`)"
+        ))),
+        Some("VirtualDisk") => Ok(()),
+        Some(other) => Err(Error::Usage(format!(
+            "{disk} of {name}.{ns} is a {other}, which is read-only: only a VirtualDisk grows"
+        ))),
+    }
+}
+
+/// The disk reported Ready short of the new size: follow its claim, which (the VM stopped)
+/// may wait for a pod to finish growing. Returns the disk as last seen and what is still
+/// pending, if anything.
+async fn follow_claim(
+    cluster: &Cluster,
+    ns: &str,
+    disk: &str,
+    size: Quantity,
+    generation: i64,
+    mut disk_now: Value,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<(Value, Option<String>)> {
+    let mut pending = None;
+    let claim = text(&disk_now, "/status/target/persistentVolumeClaimName").to_owned();
+    let readable = match get_opt(cluster, crate::api::PVC, ns, &claim).await {
+        Ok(found) => found.is_some(),
+        // A user who may not read claims still gets Deckhouse's own account below.
+        Err(Error::Forbidden { .. }) => false,
+        Err(e) => return Err(e),
+    };
+    if readable {
+        let grown = super::growth::wait_claim(cluster, ns, &claim, size, true, on_event).await?;
+        if grown.pending.is_some() {
+            pending = grown.pending;
+        } else {
+            // The claim grew after all (a pod mounted it): the disk follows.
+            disk_now = wait_disk(cluster, ns, disk, size, false, generation, on_event)
+                .await?
+                .0;
+        }
+    } else {
+        pending = Some(format!(
+            "Deckhouse reports VirtualDisk {disk} Ready at {}",
+            text(&disk_now, "/status/capacity")
+        ));
+    }
+    Ok((disk_now, pending))
 }
 
 /// Watch VirtualDisk `disk` through `Resizing` until it is `Ready` at `size` (`(disk, false)`)
