@@ -506,24 +506,10 @@ async fn execute(
     out.flush()?;
     drop(out);
     if !is_bulk {
-        if let Some((vm, e)) = failed.pop() {
-            // A pool's name is not a VM: point at its replicas (looked up only on failure).
-            if matches!(&e, kubevm::Error::NotFound { kind, .. } if kind == "virtualmachine")
-                && let Ok(Some((_, members))) =
-                    kubevm::delete::pool::members(cluster, platform, &vm.name, &vm.namespace).await
-            {
-                return Err(CommandError::Failed(format!(
-                    "{e}; {:?} is a pool of {} virtual machines ({}): use pool/{} to {} them all",
-                    vm.name,
-                    members.len(),
-                    members.join(", "),
-                    vm.name,
-                    action.verb()
-                )));
-            }
-            return Err(e.into());
-        }
-        return Ok(());
+        return match failed.pop() {
+            Some((vm, e)) => Err(single_failure(cluster, platform, action, &vm, e).await),
+            None => Ok(()),
+        };
     }
     for (vm, e) in &failed {
         eprintln!("Error: {vm}: {e}");
@@ -539,6 +525,31 @@ async fn execute(
             ok + failed.len()
         )))
     }
+}
+
+/// The error of a one-VM command; a name that is not a VM but a pool's points at its
+/// replicas (looked up only on failure).
+async fn single_failure(
+    cluster: &kubevm::cluster::Cluster,
+    platform: &kubevm::flavor::Platform,
+    action: &Action,
+    vm: &VmRef,
+    e: kubevm::Error,
+) -> CommandError {
+    if matches!(&e, kubevm::Error::NotFound { kind, .. } if kind == "virtualmachine")
+        && let Ok(Some((_, members))) =
+            kubevm::delete::pool::members(cluster, platform, &vm.name, &vm.namespace).await
+    {
+        return CommandError::Failed(format!(
+            "{e}; {:?} is a pool of {} virtual machines ({}): use pool/{} to {} them all",
+            vm.name,
+            members.len(),
+            members.join(", "),
+            vm.name,
+            action.verb()
+        ));
+    }
+    e.into()
 }
 
 /// `virtualmachine.kubevirt.io/web started`, `… start requested`, `… started (server dry run)`.
