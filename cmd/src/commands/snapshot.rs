@@ -385,17 +385,17 @@ async fn restore(global: &GlobalArgs, args: RestoreArgs) -> CommandResult {
     let state = if options.dry_run != LibDryRun::None {
         String::new()
     } else if !outcome.waited {
-        match platform.flavor {
-            kubevm::flavor::Flavor::KubeVirt => "; not waited for: see `kubectl get vmrestore`",
-            kubevm::flavor::Flavor::Deckhouse if args.new_vm.is_some() => {
-                "; not waited for: see `kubectl get vmsop`"
-            }
-            kubevm::flavor::Flavor::Deckhouse => "; not waited for: see `kubectl get vmop`",
-        }
-        .into()
+        let (in_place, new_vm) = kubevm::platform::of(platform.flavor).restore_tracked_by;
+        let kind = if args.new_vm.is_some() {
+            new_vm
+        } else {
+            in_place
+        };
+        format!("; not waited for: see `kubectl get {kind}`")
     } else if outcome.restarted {
         "; it was stopped for the restore and started again".into()
-    } else if args.new_vm.is_some() && platform.flavor == kubevm::flavor::Flavor::KubeVirt {
+    } else if args.new_vm.is_some() && kubevm::platform::of(platform.flavor).restored_new_vm_stopped
+    {
         "; the new VM is stopped: start it with `kubectl vm start`".into()
     } else {
         String::new()

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use kubevm::flavor::Flavor;
 use kubevm::upload::{self, Event, Target, UploadOptions};
 
 use crate::error::{CommandError, CommandResult};
@@ -137,7 +136,7 @@ pub async fn cmd_upload(global: &GlobalArgs, args: UploadArgs) -> CommandResult 
     let mut plan = plan(&args, String::new())?;
     let (cluster, platform) = crate::connect::connect(global).await?;
     let deckhouse = plan.options.target.is_deckhouse();
-    if deckhouse != (platform.flavor == Flavor::Deckhouse) {
+    if plan.options.target.flavor() != platform.flavor {
         return Err(CommandError::usage(format!(
             "upload to {} needs {}; this cluster runs {}: upload to {}",
             plan.options.target.display(),

@@ -272,3 +272,25 @@ pub(crate) async fn add_owner(
     .map_err(|e| cluster.error(e, &kind.action("patch", Some(ns)).named(name)))?;
     Ok(())
 }
+
+/// Points a cloned VM's cloud-init at its own Secret: the copied spec holds the source's text
+/// inline (`provisioning.userData`).
+pub(super) async fn point_user_data_at(
+    cluster: &Cluster,
+    ns: &str,
+    vm: &str,
+    secret: &str,
+) -> Result<()> {
+    DECKHOUSE_VM
+        .api(&cluster.client, Some(ns))
+        .patch(
+            vm,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"provisioning": {
+                "type": "UserDataRef", "userData": null,
+                "userDataRef": {"kind": "Secret", "name": secret}}}})),
+        )
+        .await
+        .map_err(|e| cluster.error(e, &DECKHOUSE_VM.action("patch", Some(ns)).named(vm)))?;
+    Ok(())
+}

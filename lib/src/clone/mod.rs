@@ -430,21 +430,12 @@ async fn run_clone(
             &identity::owner_of(&new_vm),
         )
         .await?;
-        if flavor == Flavor::Deckhouse {
-            // The copied spec holds the source's text inline: point it at the new Secret.
-            vm_kind
-                .api(&cluster.client, Some(ns))
-                .patch(
-                    &request.target,
-                    &kube::api::PatchParams::default(),
-                    &kube::api::Patch::Merge(json!({"spec": {"provisioning": {
-                        "type": "UserDataRef", "userData": null,
-                        "userDataRef": {"kind": "Secret", "name": secret}}}})),
-                )
-                .await
-                .map_err(|e| {
-                    cluster.error(e, &vm_kind.action("patch", Some(ns)).named(&request.target))
-                })?;
+        match flavor {
+            // The clone's spec already names the new Secret.
+            Flavor::KubeVirt => {}
+            Flavor::Deckhouse => {
+                deckhouse::point_user_data_at(cluster, ns, &request.target, &secret).await?
+            }
         }
     }
     on_event(Event::Labelled(disks.len()));

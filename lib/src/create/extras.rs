@@ -6,7 +6,6 @@
 use std::str::FromStr;
 
 use super::plan::{Firmware, OsType, PlanError, VmPlan};
-use crate::flavor::Flavor;
 use crate::validate::{self, ValidationError};
 
 /// Most `--ssh-key-secret` Secrets (seed: `cloudInit.sshPublicKeySecrets`, "Up to 8").
@@ -207,10 +206,8 @@ impl VmPlan {
         let Some(topology) = self.topology() else {
             return Ok(());
         };
-        if self.flavor == Flavor::Deckhouse {
-            return Err(conflict(
-                "--sockets and --threads are KubeVirt-only: Deckhouse lays out the --cpu cores in sockets itself (shown in status.resources.cpu.topology) and has no threads setting",
-            ));
+        if let Some(why) = crate::platform::of(self.flavor).cpu_topology.reason() {
+            return Err(conflict(why));
         }
         if self.instancetype.is_some() || self.infer_from_image {
             let sizing = if self.infer_from_image {
@@ -235,7 +232,8 @@ impl VmPlan {
 
     fn validate_firmware_identity(&self) -> Result<(), PlanError> {
         let x = &self.extras;
-        let deckhouse = self.flavor == Flavor::Deckhouse;
+        let caps = crate::platform::of(self.flavor);
+        let smbios = caps.smbios_fields;
         if let Some(uuid) = &x.uuid
             && !is_uuid_v4(uuid)
         {
@@ -250,15 +248,13 @@ impl VmPlan {
                 "--serial {serial:?}: give printable ASCII characters"
             )));
         }
-        if deckhouse {
+        if let Some(why) = smbios.reason() {
             for (set, flag) in [
                 (x.uuid.is_some(), "--uuid"),
                 (x.serial.is_some(), "--serial"),
             ] {
                 if set {
-                    return Err(conflict(format!(
-                        "{flag} is KubeVirt-only: a Deckhouse VirtualMachine has no SMBIOS fields (the platform sets them)"
-                    )));
+                    return Err(conflict(format!("{flag} {why}")));
                 }
             }
         }
@@ -280,12 +276,8 @@ impl VmPlan {
             }
         }
         if x.secure_boot {
-            if deckhouse {
-                // Deckhouse's EFIWithSecureBoot builds a KubeVirt EFI bootloader without
-                // `persistent` (virtualization-controller kvbuilder `SetBootloader`).
-                return Err(conflict(
-                    "--secure-boot is refused on Deckhouse: it keeps no persistent EFI NVRAM, and without it a Secure Boot guest loses its boot state on reboot",
-                ));
+            if let Some(why) = caps.secure_boot.reason() {
+                return Err(conflict(why));
             }
             if !x.persistent_efi {
                 return Err(conflict(
@@ -293,10 +285,10 @@ impl VmPlan {
                 ));
             }
         }
-        if deckhouse && x.persistent_efi {
-            return Err(conflict(
-                "--persistent-efi is KubeVirt-only: a Deckhouse VirtualMachine has no persistent EFI store",
-            ));
+        if x.persistent_efi
+            && let Some(why) = caps.persistent_efi.reason()
+        {
+            return Err(conflict(why));
         }
         if let Some(subdomain) = &x.subdomain {
             validate::dns_label("subdomain", subdomain).map_err(|_| {
@@ -304,10 +296,8 @@ impl VmPlan {
                     "--subdomain {subdomain:?} is not valid: use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
                 ))
             })?;
-            if deckhouse {
-                return Err(conflict(
-                    "--subdomain is KubeVirt-only: a Deckhouse VirtualMachine has no subdomain field",
-                ));
+            if let Some(why) = caps.subdomain.reason() {
+                return Err(conflict(why));
             }
         }
         Ok(())
@@ -383,10 +373,10 @@ impl VmPlan {
     /// Credentials whose keys kubectl-vm reads at creation and writes into the user data:
     /// `configDrive` ones, and on Deckhouse (which has no `accessCredentials`) all of them.
     pub fn boot_time_credentials(&self) -> impl Iterator<Item = &AccessCredential> {
-        self.extras
-            .access_credentials
-            .iter()
-            .filter(|c| self.flavor == Flavor::Deckhouse || c.method == DeliveryMethod::ConfigDrive)
+        self.extras.access_credentials.iter().filter(|c| {
+            !crate::platform::of(self.flavor).access_credentials.is_yes()
+                || c.method == DeliveryMethod::ConfigDrive
+        })
     }
 }
 

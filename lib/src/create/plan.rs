@@ -402,7 +402,7 @@ impl VmPlan {
     }
 
     fn validate_boot(&self) -> Result<(), PlanError> {
-        let deckhouse = self.flavor == Flavor::Deckhouse;
+        let caps = crate::platform::of(self.flavor);
         match &self.boot {
             BootSource::ContainerDisk { image, ephemeral } => {
                 if image.is_empty() {
@@ -435,10 +435,8 @@ impl VmPlan {
                         validate::dns_subdomain("image", name)?;
                     }
                 }
-                if *ephemeral && deckhouse {
-                    return Err(conflict(
-                        "--ephemeral is KubeVirt-only: Deckhouse always copies the image into a VirtualDisk; drop --ephemeral",
-                    ));
+                if *ephemeral && let Some(why) = caps.ephemeral_boot.reason() {
+                    return Err(conflict(why));
                 }
             }
             BootSource::Url { url, checksums } => {
@@ -456,7 +454,7 @@ impl VmPlan {
                         )));
                     }
                 }
-                if !deckhouse
+                if caps.cdi_checksums_only
                     && !checksums.is_empty()
                     && !checksums.iter().any(|c| c.algo.supported_by_cdi())
                 {
@@ -466,10 +464,8 @@ impl VmPlan {
                 }
             }
             BootSource::ClonePvc { name } => {
-                if deckhouse {
-                    return Err(conflict(
-                        "--clone-pvc is KubeVirt-only; on Deckhouse make a VirtualImage from the disk and use --image vi/NAME",
-                    ));
+                if let Some(why) = caps.clone_pvc.reason() {
+                    return Err(conflict(why));
                 }
                 let (namespace, pvc) = name.split_once('/').unwrap_or(("", name));
                 if !namespace.is_empty() {
@@ -513,10 +509,10 @@ impl VmPlan {
             validate::dns_label("disk", &self.boot_disk_name())
                 .map_err(|_| conflict(format!("the VM name is too long for its boot disk name {}: use a VM name of at most 58 characters", self.boot_disk_name())))?;
         }
-        if deckhouse && self.boot_bus.is_some() {
-            return Err(conflict(
-                "--boot-bus is KubeVirt-only: Deckhouse picks the bus itself",
-            ));
+        if self.boot_bus.is_some()
+            && let Some(why) = caps.boot_bus_choice.reason()
+        {
+            return Err(conflict(why));
         }
         Ok(())
     }

@@ -10,7 +10,6 @@ use super::extras::{USER_DATA_KEYS, keys_in_secret};
 use super::plan::{DeliveryMethod, VmPlan};
 use crate::cluster::Cluster;
 use crate::error::{Action, Error, Result};
-use crate::flavor::Flavor;
 use crate::validate;
 
 /// The data of Secret `name` in `namespace`, key by key; a missing Secret is an error naming
@@ -112,7 +111,7 @@ pub async fn load(
         for user in &credential.users {
             boot_keys.push((user.clone(), keys.clone()));
         }
-        if plan.flavor == Flavor::Deckhouse {
+        if !crate::platform::of(plan.flavor).access_credentials.is_yes() {
             let how = match credential.method {
                 DeliveryMethod::QemuGuestAgent => " instead of by the guest agent",
                 DeliveryMethod::ConfigDrive => "",

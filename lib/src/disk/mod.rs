@@ -51,10 +51,22 @@ pub enum SourceKind {
 impl SourceKind {
     /// Whether the platform has this kind.
     pub fn on(self, flavor: Flavor) -> bool {
+        self.prefix().is_none_or(|p| {
+            crate::platform::of(flavor)
+                .disk_source_prefixes
+                .contains(&p)
+        })
+    }
+
+    /// The short kind prefix (`pvc`, `dv`, `vd`, `vi`, `cvi`); `None` for a bare name.
+    pub fn prefix(self) -> Option<&'static str> {
         match self {
-            SourceKind::Auto => true,
-            SourceKind::Pvc | SourceKind::DataVolume => flavor == Flavor::KubeVirt,
-            _ => flavor == Flavor::Deckhouse,
+            SourceKind::Auto => None,
+            SourceKind::Pvc => Some("pvc"),
+            SourceKind::DataVolume => Some("dv"),
+            SourceKind::VirtualDisk => Some("vd"),
+            SourceKind::VirtualImage => Some("vi"),
+            SourceKind::ClusterVirtualImage => Some("cvi"),
         }
     }
 }
@@ -66,10 +78,7 @@ pub fn parse_source(text: &str, flavor: Flavor) -> Result<(SourceKind, String)> 
         return Err(Error::Usage(format!(
             "disk {text:?}: {} has no such kind; use {}",
             flavor.display_name(),
-            match flavor {
-                Flavor::KubeVirt => "pvc/NAME or dv/NAME",
-                Flavor::Deckhouse => "vd/NAME, vi/NAME or cvi/NAME",
-            }
+            crate::platform::of(flavor).disk_source_hint
         )));
     }
     Ok((kind, name))
@@ -208,30 +217,24 @@ impl AttachRequest {
                 SourceKind::Auto | SourceKind::DataVolume | SourceKind::VirtualDisk
             )
         {
+            let caps = crate::platform::of(flavor);
             return bad(format!(
-                "--size makes a new {}; name it NAME{}",
-                match flavor {
-                    Flavor::KubeVirt => "DataVolume",
-                    Flavor::Deckhouse => "VirtualDisk",
-                },
-                match flavor {
-                    Flavor::KubeVirt => " or dv/NAME",
-                    Flavor::Deckhouse => " or vd/NAME",
-                }
+                "--size makes a new {}; name it NAME or {}/NAME",
+                caps.disk.kind, caps.new_disk_prefix
             ));
         }
-        if flavor == Flavor::Deckhouse {
-            if self.volume.is_some() || self.serial.is_some() || self.bus != Bus::Scsi {
-                return bad(
-                    "--name, --serial and --bus are KubeVirt's: Deckhouse names the device after the disk and always uses SCSI".into(),
-                );
-            }
-            if self.read_only
-                && self.kind != SourceKind::VirtualImage
-                && self.kind != SourceKind::ClusterVirtualImage
-            {
-                return bad("Deckhouse attaches a VirtualDisk read-write; images (vi/NAME, cvi/NAME) are read-only".into());
-            }
+        let caps = crate::platform::of(flavor);
+        if let Some(why) = caps.disk_device_options.reason()
+            && (self.volume.is_some() || self.serial.is_some() || self.bus != Bus::Scsi)
+        {
+            return bad(why.into());
+        }
+        if let Some(why) = caps.read_only_disks.reason()
+            && self.read_only
+            && self.kind != SourceKind::VirtualImage
+            && self.kind != SourceKind::ClusterVirtualImage
+        {
+            return bad(why.into());
         }
         Ok(())
     }

@@ -67,6 +67,46 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     console_log: Support::No(
         "Deckhouse virtualization keeps no serial console history: its module sets disableSerialConsoleLog in the KubeVirt it runs and VirtualMachine has no setting to enable it; capture while attached with `kubectl vm console VM --log FILE`, or read the launcher with `kubectl vm logs VM --launcher`",
     ),
+    disk_source_prefixes: &["vd", "vi", "cvi"],
+    disk_source_hint: "vd/NAME, vi/NAME or cvi/NAME",
+    new_disk_prefix: "vd",
+    disk_device_options: Support::No(
+        "--name, --serial and --bus are KubeVirt's: Deckhouse names the device after the disk and always uses SCSI",
+    ),
+    read_only_disks: Support::No(
+        "Deckhouse attaches a VirtualDisk read-write; images (vi/NAME, cvi/NAME) are read-only",
+    ),
+    cpu_topology: Support::No(
+        "--sockets and --threads are KubeVirt-only: Deckhouse lays out the --cpu cores in sockets itself (shown in status.resources.cpu.topology) and has no threads setting",
+    ),
+    // VirtualMachine has no hostname field: cloud-init sets it.
+    hostname_in_spec: false,
+    smbios_fields: Support::No(
+        "is KubeVirt-only: a Deckhouse VirtualMachine has no SMBIOS fields (the platform sets them)",
+    ),
+    ephemeral_boot: Support::No(
+        "--ephemeral is KubeVirt-only: Deckhouse always copies the image into a VirtualDisk; drop --ephemeral",
+    ),
+    clone_pvc: Support::No(
+        "--clone-pvc is KubeVirt-only; on Deckhouse make a VirtualImage from the disk and use --image vi/NAME",
+    ),
+    // The importer also checks Streebog (`checksum.streebog256/512`... and the CDI set).
+    cdi_checksums_only: false,
+    // Deckhouse's EFIWithSecureBoot builds a KubeVirt EFI bootloader without `persistent`
+    // (virtualization-controller kvbuilder `SetBootloader`).
+    secure_boot: Support::No(
+        "--secure-boot is refused on Deckhouse: it keeps no persistent EFI NVRAM, and without it a Secure Boot guest loses its boot state on reboot",
+    ),
+    persistent_efi: Support::No(
+        "--persistent-efi is KubeVirt-only: a Deckhouse VirtualMachine has no persistent EFI store",
+    ),
+    subdomain: Support::No(
+        "--subdomain is KubeVirt-only: a Deckhouse VirtualMachine has no subdomain field",
+    ),
+    boot_bus_choice: Support::No("--boot-bus is KubeVirt-only: Deckhouse picks the bus itself"),
+    // VirtualMachineOperation `Restore`; VirtualMachineSnapshotOperation `CreateVirtualMachine`.
+    restore_tracked_by: ("vmop", "vmsop"),
+    restored_new_vm_stopped: false,
     start_paused: Support::No("--paused is not supported by Deckhouse virtualization"),
     stop_grace_period: Support::No(
         "--grace-period is not supported by Deckhouse virtualization; use --force to stop at once",

@@ -9,6 +9,8 @@
 
 pub mod deckhouse;
 pub mod kubevirt;
+#[cfg(test)]
+mod seam_scan;
 
 use crate::api::Kind;
 use crate::error::{Error, Result};
@@ -157,6 +159,41 @@ pub struct Capabilities {
     pub memory_dump: Support,
     /// Whether the platform can keep the guest's serial console history (`kubectl vm logs`).
     pub console_log: Support,
+    /// The short kind prefixes of the disks `disk attach` takes (`pvc`, `dv`, ...), as
+    /// `parse_source` reads them.
+    pub disk_source_prefixes: &'static [&'static str],
+    /// How to name an attachable disk, for the usage error of a kind the platform lacks.
+    pub disk_source_hint: &'static str,
+    /// The short prefix of the kind `disk attach --size` creates.
+    pub new_disk_prefix: &'static str,
+    /// Choosing an attached disk's device name, serial and bus (`--name`, `--serial`, `--bus`).
+    pub disk_device_options: Support,
+    /// Attaching a writable disk read-only (images are read-only everywhere).
+    pub read_only_disks: Support,
+    /// `create --sockets/--threads`: a CPU topology chosen by the user.
+    pub cpu_topology: Support,
+    /// The VM spec has a hostname field (KubeVirt `spec.hostname`); otherwise cloud-init sets it.
+    pub hostname_in_spec: bool,
+    /// SMBIOS fields of the VM (`create --uuid`, `--serial`; the reason follows the flag).
+    pub smbios_fields: Support,
+    /// A container image booted without copying it into a disk (`create --ephemeral`).
+    pub ephemeral_boot: Support,
+    /// A boot disk cloned from a PVC (`create --clone-pvc`).
+    pub clone_pvc: Support,
+    /// The importer checks only CDI's checksum algorithms (md5, sha1, sha256, sha512).
+    pub cdi_checksums_only: bool,
+    /// Secure Boot with persistent EFI NVRAM (`create --secure-boot`).
+    pub secure_boot: Support,
+    /// A persistent EFI store (`create --persistent-efi`).
+    pub persistent_efi: Support,
+    /// A VM's DNS subdomain (`create --subdomain`).
+    pub subdomain: Support,
+    /// Choosing the boot disk's bus (`create --boot-bus`).
+    pub boot_bus_choice: Support,
+    /// The `kubectl get` name of what a snapshot restore is tracked by (in place, into a new VM).
+    pub restore_tracked_by: (&'static str, &'static str),
+    /// A VM restored from a snapshot as a new VM is left stopped.
+    pub restored_new_vm_stopped: bool,
 }
 
 impl Capabilities {

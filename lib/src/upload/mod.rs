@@ -71,6 +71,14 @@ impl Target {
         matches!(self, Target::Vi(_) | Target::Cvi(_) | Target::Vd(_))
     }
 
+    /// The platform that serves the target's kind.
+    pub fn flavor(&self) -> crate::Flavor {
+        match self {
+            Target::Dv(_) | Target::Pvc(_) => crate::Flavor::KubeVirt,
+            Target::Vi(_) | Target::Cvi(_) | Target::Vd(_) => crate::Flavor::Deckhouse,
+        }
+    }
+
     /// `kind/name`, as written.
     pub fn display(&self) -> String {
         let kind = match self {

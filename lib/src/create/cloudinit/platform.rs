@@ -13,7 +13,6 @@ pub use crate::names::{
 use yaml_serde::{Mapping, Value};
 
 use crate::create::plan::VmPlan;
-use crate::flavor::Flavor;
 use crate::validate::EnvVar;
 
 /// sudoers drop-in for the platform user.
@@ -76,7 +75,7 @@ pub fn platform_config(plan: &VmPlan, user_has_users: bool) -> Mapping {
         }
         doc.insert(s("users"), Value::Sequence(users));
     }
-    if plan.flavor == Flavor::Deckhouse {
+    if !crate::platform::of(plan.flavor).hostname_in_spec {
         // KubeVirt sets the hostname through spec.hostname; Deckhouse has no such field.
         if let Some(hostname) = &plan.hostname {
             doc.insert(s("hostname"), s(hostname));

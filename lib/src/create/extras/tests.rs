@@ -1,5 +1,6 @@
 use super::*;
 use crate::create::fixtures;
+use crate::flavor::Flavor;
 
 fn plan(flavor: Flavor) -> VmPlan {
     fixtures::plan(flavor, fixtures::image())

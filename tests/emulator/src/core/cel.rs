@@ -5,7 +5,7 @@
 //! runtime and generated parser into the emulator's build and lacks the Kubernetes extension
 //! libraries the rules use (`replace` from the strings library, `type()` on int-or-string), so
 //! the rules would need custom functions anyway. The subset here is exactly what
-//! `grep -rn x-kubernetes-validations -A3 tests/emulator/schemas` lists:
+//! `grep -rn x-kubernetes-validations -A3 schemas` lists:
 //!
 //! - literals (single/double-quoted strings, ints, doubles, `true`/`false`/`null`, lists),
 //!   `self`, `oldSelf` (transition rules), the type names `int`, `string`, `bool`, `double`,
@@ -853,7 +853,7 @@ mod shipped {
     /// request).
     #[test]
     fn every_shipped_rule_parses() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schemas");
         let mut found = vec![];
         for sub in ["crds/kubevirt", "crds/cdi", "deckhouse"] {
             for entry in std::fs::read_dir(dir.join(sub)).expect("schemas") {

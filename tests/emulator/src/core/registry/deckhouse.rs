@@ -25,51 +25,51 @@ pub(super) fn aggregated() -> AggregatedGroup {
 pub const DECKHOUSE_CRDS: &[(&str, &str)] = &[
     (
         "virtualmachines.yaml",
-        include_str!("../../../schemas/deckhouse/virtualmachines.yaml"),
+        include_str!("../../../../../schemas/deckhouse/virtualmachines.yaml"),
     ),
     (
         "virtualdisks.yaml",
-        include_str!("../../../schemas/deckhouse/virtualdisks.yaml"),
+        include_str!("../../../../../schemas/deckhouse/virtualdisks.yaml"),
     ),
     (
         "virtualimages.yaml",
-        include_str!("../../../schemas/deckhouse/virtualimages.yaml"),
+        include_str!("../../../../../schemas/deckhouse/virtualimages.yaml"),
     ),
     (
         "clustervirtualimages.yaml",
-        include_str!("../../../schemas/deckhouse/clustervirtualimages.yaml"),
+        include_str!("../../../../../schemas/deckhouse/clustervirtualimages.yaml"),
     ),
     (
         "virtualmachineclasses.yaml",
-        include_str!("../../../schemas/deckhouse/virtualmachineclasses.yaml"),
+        include_str!("../../../../../schemas/deckhouse/virtualmachineclasses.yaml"),
     ),
     (
         "virtualmachineoperations.yaml",
-        include_str!("../../../schemas/deckhouse/virtualmachineoperations.yaml"),
+        include_str!("../../../../../schemas/deckhouse/virtualmachineoperations.yaml"),
     ),
     (
         "virtualmachineblockdeviceattachments.yaml",
-        include_str!("../../../schemas/deckhouse/virtualmachineblockdeviceattachments.yaml"),
+        include_str!("../../../../../schemas/deckhouse/virtualmachineblockdeviceattachments.yaml"),
     ),
     (
         "virtualdisksnapshots.yaml",
-        include_str!("../../../schemas/deckhouse/virtualdisksnapshots.yaml"),
+        include_str!("../../../../../schemas/deckhouse/virtualdisksnapshots.yaml"),
     ),
     (
         "virtualmachinesnapshots.yaml",
-        include_str!("../../../schemas/deckhouse/virtualmachinesnapshots.yaml"),
+        include_str!("../../../../../schemas/deckhouse/virtualmachinesnapshots.yaml"),
     ),
     (
         "virtualmachinesnapshotoperations.yaml",
-        include_str!("../../../schemas/deckhouse/virtualmachinesnapshotoperations.yaml"),
+        include_str!("../../../../../schemas/deckhouse/virtualmachinesnapshotoperations.yaml"),
     ),
     (
         "virtualmachineipaddresses.yaml",
-        include_str!("../../../schemas/deckhouse/virtualmachineipaddresses.yaml"),
+        include_str!("../../../../../schemas/deckhouse/virtualmachineipaddresses.yaml"),
     ),
     (
         "dataexports.yaml",
-        include_str!("../../../schemas/deckhouse/dataexports.yaml"),
+        include_str!("../../../../../schemas/deckhouse/dataexports.yaml"),
     ),
 ];
 

@@ -1,5 +1,5 @@
 //! KubeVirt and CDI kinds (names, versions and columns described here; schemas from the CRDs
-//! the operators install, embedded from `schemas/crds/`) and the aggregated
+//! the operators install, embedded from the repository's `schemas/crds/`) and the aggregated
 //! `subresources.kubevirt.io` group.
 
 use super::{AggregatedGroup, Column, EmbeddedCrd, ResourceDef, SchemaRef, def};
@@ -8,7 +8,7 @@ macro_rules! embedded {
     ($name:ident, $dir:literal, $file:literal) => {
         static $name: EmbeddedCrd = EmbeddedCrd::new(
             $file,
-            include_str!(concat!("../../../schemas/crds/", $dir, "/", $file)),
+            include_str!(concat!("../../../../../schemas/crds/", $dir, "/", $file)),
         );
     };
 }
