@@ -48,6 +48,7 @@ mod real_guest_copy;
 mod real_guest_disks;
 mod real_guest_enroll;
 mod real_guest_extras;
+mod real_guest_memory;
 mod real_guest_snapshot;
 mod scripts;
 mod server_errors;
