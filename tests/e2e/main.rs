@@ -29,6 +29,7 @@ mod generated;
 mod get;
 mod guest_info;
 mod image;
+mod image_cron;
 mod image_http;
 mod image_sources;
 mod image_upload;
