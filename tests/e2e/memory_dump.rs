@@ -595,7 +595,7 @@ fn a_failed_download_leaves_no_file_under_the_final_name() {
 /// file unpacks (`gzip -dc | sha256sum`) to the dump `download` fetches raw.
 #[test]
 fn get_downloads_as_gzip_and_resumes_like_download() {
-    use kubevm_emulator::export::ExportFaults;
+    use kubevm_emulator::kubevirt::export::ExportFaults;
     let env = Env::kubevirt();
     dumped(&env);
     env.emulator.set_export_faults(ExportFaults {
