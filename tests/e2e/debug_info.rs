@@ -699,3 +699,59 @@ fn kubevirt_bundle_holds_the_data_source_a_vm_boots_from() {
     let ds = read(&top, "datasource/golden.yaml");
     assert!(ds.contains("name: golden-pvc"), "{ds}");
 }
+
+/// A Deckhouse VM being created from an image that is still importing: the bundle holds the
+/// image (VirtualImage) and its importer pod (`d8v-vi-importer-<image uid>`) with its log.
+#[test]
+fn deckhouse_bundle_holds_the_importer_of_the_image_a_vm_is_created_from() {
+    let env = Env::deckhouse();
+    ok(env.vm(&[
+        "image",
+        "create",
+        "stuck",
+        "--url",
+        "https://images.invalid/stuck.qcow2",
+        "--no-wait",
+    ]));
+    ok(env.vm(&["create", "fromimg", "-n", "default", "--image", "vi/stuck"]));
+    let image_uid = env
+        .emulator
+        .objects(
+            "virtualization.deckhouse.io",
+            "virtualimages",
+            Some("default"),
+        )
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == "stuck")
+        .unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let importer = format!("d8v-vi-importer-{image_uid}");
+    crate::lifecycle::eventually("the image's importer fails", || {
+        env.emulator
+            .objects("", "pods", Some("default"))
+            .iter()
+            .any(|p| {
+                p["metadata"]["name"] == importer.as_str()
+                    && p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                        == "CrashLoopBackOff"
+            })
+    });
+    let (archive, _) = collect(&env, &["fromimg", "-n", "default"]);
+    let files = listing(&archive);
+    assert_has(
+        &files,
+        &[
+            "virtualimage/stuck.yaml",
+            &format!("pod/{importer}.yaml"),
+            &format!("log/{importer}/d8v-dvcr-importer.log"),
+        ],
+    );
+    let top = extract(&env, &archive);
+    let log = read(&top, &format!("log/{importer}/d8v-dvcr-importer.log"));
+    assert!(
+        log.contains("https://images.invalid/stuck.qcow2") && log.contains("no such host"),
+        "{log}"
+    );
+}

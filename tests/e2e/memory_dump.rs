@@ -201,6 +201,9 @@ fn bad_input_is_refused_before_any_request() {
             "Bad_Export",
         ][..],
         &["memory-dump", "get", "web", "--claim-name", "d", "-o", "-"][..],
+        &["memory-dump", "get", "web", "--format", "gzip"][..],
+        &["memory-dump", "get", "web", "--reuse", "x", "--resume"][..],
+        &["memory-dump", "get", "web", "-o", "d.core", "--resume"][..],
     ] {
         fails(&env, args, 2);
     }
@@ -585,4 +588,68 @@ fn a_failed_download_leaves_no_file_under_the_final_name() {
         }
         assert!(!path.exists(), "{format}");
     }
+}
+
+/// `get -o` takes `download`'s transfer flags through the same code: a gzip download cut
+/// short keeps FILE.partial and its export, `get … --reuse NAME --resume` finishes it, and the
+/// file unpacks (`gzip -dc | sha256sum`) to the dump `download` fetches raw.
+#[test]
+fn get_downloads_as_gzip_and_resumes_like_download() {
+    use kubevm_emulator::kubevirt::export::ExportFaults;
+    let env = Env::kubevirt();
+    dumped(&env);
+    env.emulator.set_export_faults(ExportFaults {
+        cut_at: vec![1 << 20],
+        ..Default::default()
+    });
+    let gz = env.dir.path().join("web.core.gz");
+    let get = |extra: &[&str]| {
+        let mut args = vec!["memory-dump", "get", "web", "-o", gz.to_str().unwrap()];
+        args.extend_from_slice(&["--format", "gzip"]);
+        args.extend_from_slice(extra);
+        env.vm(&args)
+    };
+    let out = get(&["--retries", "0"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("was kept: resume with `kubectl vm memory-dump download web --format gzip"),
+        "{err}"
+    );
+    let partial = env.dir.path().join("web.core.gz.partial");
+    assert_eq!(std::fs::metadata(&partial).unwrap().len(), 1 << 20);
+    assert!(!gz.exists());
+    let exports = env.emulator.objects(
+        "export.kubevirt.io",
+        "virtualmachineexports",
+        Some("default"),
+    );
+    assert_eq!(exports.len(), 1, "the export stays");
+    let name = exports[0]["metadata"]["name"].as_str().unwrap().to_owned();
+
+    env.emulator.set_export_faults(ExportFaults::default());
+    let out = get(&["--reuse", &name, "--resume"]);
+    let err = stderr(&out);
+    ok(out);
+    assert!(!partial.exists());
+    assert!(tool("file", &["-b"], &gz).starts_with("gzip compressed data"));
+    let raw = env.dir.path().join("raw.core");
+    ok(env.vm(&[
+        "memory-dump",
+        "download",
+        "web",
+        "-o",
+        raw.to_str().unwrap(),
+    ]));
+    let raw_sum = sha256sum(&raw);
+    assert!(err.contains(&format!("sha256:{raw_sum}")), "{err}");
+    let unpacked = Command::new("sh")
+        .arg("-c")
+        .arg("gzip -dc \"$1\" | sha256sum")
+        .arg("sh")
+        .arg(&gz)
+        .output()
+        .unwrap();
+    let unpacked = String::from_utf8(unpacked.stdout).unwrap();
+    assert_eq!(unpacked.split_whitespace().next(), Some(raw_sum.as_str()));
 }

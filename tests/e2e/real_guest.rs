@@ -9,7 +9,9 @@
 //! `snapshot restore --stop` (the second boot), the file as it was → CA-signed ssh again → `cloud-init status --long` done without errors → `stop --wait` (qemu has exited) →
 //! a copy (`clone` on KubeVirt, `snapshot restore --new-vm` on Deckhouse) boots with an SSH
 //! identity of its own (the third boot; real_guest_copy.rs) → `delete`. KubeVirt runs with the guest's network
-//! restricted (no package mirror), Deckhouse with user-mode networking open.
+//! restricted (no package mirror), Deckhouse with user-mode networking open. On KubeVirt a
+//! memory dump of the first boot holds a string written into the guest's RAM
+//! (real_guest_memory.rs).
 //!
 //! `cargo test -p kubectl-vm --test e2e real_guest -- --ignored` (both flavors = 2 guests).
 
@@ -290,6 +292,12 @@ fn scenario(env: Env, restricted: bool) {
 
     // A disk hotplugged into the running guest, and unplugged.
     crate::real_guest_disks::hotplug_a_new_disk(&env, flavor, vm, restricted);
+
+    // KubeVirt: a memory dump of the running guest holds what it wrote (Deckhouse has none).
+    if restricted {
+        let ram = guests.config().memory_mib;
+        crate::real_guest_memory::dump_holds_what_the_guest_wrote(&env, flavor, vm, ram);
+    }
 
     // A file for the snapshot to keep (written while ssh still trusts the host).
     let login = ["-i", ident, &format!("ops@{vm}")].map(String::from);

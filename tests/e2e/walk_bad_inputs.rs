@@ -274,6 +274,9 @@ const CASES: &[(&str, &[Case])] = &[
             (Local, &[BAD, "--claim-name", "d"]),
             (Local, &["web", "--claim-name", BAD]),
             (Clap, &["web", "--create-claim"]),
+            (Local, &["web", "--format", "gzip"]),
+            (Local, &["web", "-o", "d.core", "--resume"]),
+            (Clap, &["web", "-o", "d.core", "--format", "zip"]),
         ],
     ),
     (

@@ -22,7 +22,7 @@ use crate::flags::{GlobalArgs, WaitArgs};
 pub enum MemoryDumpCommand {
     /// Dump the memory of a running VM into a claim and wait for it to complete
     #[command(
-        after_help = "KubeVirt: PUT …/virtualmachines/NAME/memorydump {claimName}, then the VM's\nstatus.memoryDumpRequest is watched until Completed. --create-claim sizes the claim as virtctl does:\nthe VMI's memory request + 100 MiB, plus the storage class's filesystem overhead from CDIConfig\n(5.5% if it cannot be read), rounded up to 1 MiB. Deckhouse: refused (it has no memory dump).\n\nExamples:\n  kubectl vm memory-dump get web --claim-name web-dump --create-claim\n  kubectl vm memory-dump get web --claim-name web-dump --no-wait\n  kubectl vm memory-dump get web            # dump again into the claim already associated"
+        after_help = "KubeVirt: PUT …/virtualmachines/NAME/memorydump {claimName}, then the VM's\nstatus.memoryDumpRequest is watched until Completed. --create-claim sizes the claim as virtctl does:\nthe VMI's memory request + 100 MiB, plus the storage class's filesystem overhead from CDIConfig\n(5.5% if it cannot be read), rounded up to 1 MiB. Deckhouse: refused (it has no memory dump).\n\nExamples:\n  kubectl vm memory-dump get web --claim-name web-dump --create-claim\n  kubectl vm memory-dump get web --claim-name web-dump --no-wait\n  kubectl vm memory-dump get web -o web.core.gz --format gzip   # dump, then download\n  kubectl vm memory-dump get web            # dump again into the claim already associated"
     )]
     Get(GetArgs),
     /// Download the VM's completed memory dump (an ELF core file) to a file
@@ -81,6 +81,10 @@ pub struct GetArgs {
     #[arg(short = 'o', long, value_name = "FILE", conflicts_with = "no_wait")]
     pub output: Option<PathBuf>,
 
+    /// With -o: how the dump is fetched, as `memory-dump download` does
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+
     #[command(flatten)]
     pub wait: WaitArgs,
 }
@@ -128,8 +132,8 @@ pub struct TransferArgs {
     pub retries: u32,
 
     /// How long to wait for the dump to complete and its export to be ready
-    #[arg(long = "download-timeout", value_name = "DURATION", default_value = "10m", value_parser = kubevm::cluster::parse_duration)]
-    pub timeout: Duration,
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = kubevm::cluster::parse_duration)]
+    pub download_timeout: Duration,
 }
 
 /// Arguments of `memory-dump remove`.
@@ -151,6 +155,19 @@ fn say(vm: &str) -> impl Fn(Event) + Send + Sync + '_ {
         Event::Requested => eprintln!("{vm}: request accepted"),
         Event::Phase(phase) => eprintln!("{vm}: memory dump {phase}"),
     }
+}
+
+/// The first download flag `get` was given without `-o` (they would be ignored).
+fn transfer_flag_without_output(t: &TransferArgs) -> Option<&'static str> {
+    [
+        (t.format != "raw", "--format"),
+        (t.resume, "--resume"),
+        (t.reuse.is_some(), "--reuse"),
+        (t.keep, "--keep"),
+        (t.insecure, "--insecure"),
+    ]
+    .into_iter()
+    .find_map(|(given, flag)| given.then_some(flag))
 }
 
 fn check_name(value: &str, flag: &str) -> Result<(), CommandError> {
@@ -177,7 +194,7 @@ fn download_request(vm: &VmRef, output: PathBuf, transfer: &TransferArgs) -> Dow
         reuse: transfer.reuse.clone(),
         keep: transfer.keep,
         insecure: transfer.insecure,
-        timeout: transfer.timeout,
+        timeout: transfer.download_timeout,
         max_retries: transfer.retries,
         ..DownloadRequest::new(vm.clone(), output, format)
     }
@@ -226,8 +243,16 @@ async fn download(global: &GlobalArgs, args: DownloadArgs) -> CommandResult {
 
 async fn get(global: &GlobalArgs, args: GetArgs) -> CommandResult {
     let target = Target::parse(&args.target, false)?;
-    if let Some(output) = &args.output {
-        check_transfer(output, false, None)?;
+    let t = &args.transfer;
+    match &args.output {
+        Some(output) => check_transfer(output, t.resume, t.reuse.as_deref())?,
+        None => {
+            if let Some(flag) = transfer_flag_without_output(t) {
+                return Err(CommandError::usage(format!(
+                    "{flag} is about the download: pass it with -o FILE"
+                )));
+            }
+        }
     }
     if let Some(claim) = &args.claim_name {
         check_name(claim, "--claim-name")?;
@@ -270,7 +295,7 @@ async fn get(global: &GlobalArgs, args: GetArgs) -> CommandResult {
     }
     drop(out);
     if let Some(output) = args.output {
-        let request = DownloadRequest::new(vm.clone(), output, Format::Raw);
+        let request = download_request(&vm, output, &args.transfer);
         fetch(&cluster, &platform, &request).await?;
     }
     Ok(())

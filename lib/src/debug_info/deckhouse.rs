@@ -175,6 +175,26 @@ pub(crate) async fn collect(c: &Collector, vm: &Value) {
         futures::future::join_all(attached.iter().map(|(k, n)| block_device(c, k, n))),
     );
     devices.extend(more);
+    // The images its disks are made from (`spec.dataSource.objectRef`), with their importers:
+    // a VM being created from an image still importing waits on that image's import
+    // (`d8v-vi-importer-<uid>`, owned by the VirtualImage, in the VM's namespace).
+    let sources: Vec<(String, String)> = devices
+        .iter()
+        .filter_map(|(d, _)| d.as_ref())
+        .filter(|d| d["kind"] == "VirtualDisk")
+        .filter_map(|d| {
+            let r = &d["spec"]["dataSource"]["objectRef"];
+            Some((
+                r["kind"].as_str()?.to_owned(),
+                r["name"].as_str()?.to_owned(),
+            ))
+        })
+        .filter(|(k, _)| k == "VirtualImage" || k == "ClusterVirtualImage")
+        .filter(|r| !refs.contains(r) && !attached.contains(r))
+        .collect();
+    let images =
+        futures::future::join_all(sources.iter().map(|(k, n)| block_device(c, k, n))).await;
+    devices.extend(images);
     let pvcs: Vec<String> = devices.iter().filter_map(|(_, p)| p.clone()).collect();
     let launchers: Vec<Value> = all_pods
         .iter()

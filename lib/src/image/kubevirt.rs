@@ -484,12 +484,18 @@ impl Catalog for KubeVirt {
                     name: name.name.clone(),
                     namespace: Some(ns.to_owned()),
                 })?;
-            if !is_ours(&ds) {
-                return Err(Error::NotOurs(format!(
-                    "datasource {:?} in namespace {ns:?} was not made by kubectl vm; it is left as it is (nothing was deleted)",
-                    name.name
-                )));
-            }
+            // A DataSource CDI manages for a DataImportCron (`--schedule`) is ours through the
+            // cron: deleting the image deletes the cron and what CDI made for it.
+            let cron = match cron_of(cluster, ns, &ds).await? {
+                Some(cron) if is_ours(&cron) => Some(cron),
+                _ if is_ours(&ds) => None,
+                _ => {
+                    return Err(Error::NotOurs(format!(
+                        "datasource {:?} in namespace {ns:?} was not made by kubectl vm; it is left as it is (nothing was deleted)",
+                        name.name
+                    )));
+                }
+            };
             let target = ds_target(&ds);
             let dv = match &target {
                 Some(("pvc", tns, tname)) => get_opt(cluster, &DATA_VOLUME, tns, tname)
@@ -505,6 +511,14 @@ impl Catalog for KubeVirt {
                     users.creating.join(", ")
                 )));
             }
+            if let Some(cron) = &cron {
+                let object_refs =
+                    delete_cron(cluster, ns, cron, &ds, options.dry_run).await?;
+                return Ok(Deleted {
+                    object_refs,
+                    referenced_by: users.referencing,
+                });
+            }
             delete_obj(cluster, &DATA_SOURCE, &ds, options.dry_run).await?;
             let mut object_refs = vec![DATA_SOURCE.object_ref(&name.name)];
             if let Some(dv) = &dv {
@@ -518,6 +532,58 @@ impl Catalog for KubeVirt {
         }
         .boxed()
     }
+}
+
+/// The DataImportCron that manages `ds` (CDI labels it `cdi.kubevirt.io/dataImportCron: CRON`
+/// and the cron names it in `spec.managedDataSource`), if any.
+async fn cron_of(cluster: &Cluster, ns: &str, ds: &Value) -> Result<Option<Value>> {
+    use super::schedule::{CRON_LABEL, DATA_IMPORT_CRON};
+    let cron_name = text(
+        ds,
+        &format!("/metadata/labels/{}", CRON_LABEL.replace('/', "~1")),
+    );
+    if cron_name.is_empty() {
+        return Ok(None);
+    }
+    let cron = get_opt(cluster, &DATA_IMPORT_CRON, ns, cron_name).await?;
+    Ok(cron.filter(|c| text(c, "/spec/managedDataSource") == text(ds, "/metadata/name")))
+}
+
+/// Deletes our DataImportCron `cron` and what CDI made for it: the DataSource `ds` it manages
+/// and its DataVolumes (labelled with the cron; their PVCs are theirs). CDI deletes those
+/// itself only under `retentionPolicy: None` (`dataimportcron-controller.go` `cleanup`; unset
+/// or `All` keeps them), so they are deleted here, each with its uid as a precondition.
+async fn delete_cron(
+    cluster: &Cluster,
+    ns: &str,
+    cron: &Value,
+    ds: &Value,
+    dry_run: DryRun,
+) -> Result<Vec<String>> {
+    use super::schedule::{CRON_LABEL, DATA_IMPORT_CRON};
+    let cron_name = text(cron, "/metadata/name").to_owned();
+    let mut dvs = vec![];
+    super::pages(
+        cluster,
+        &DATA_VOLUME,
+        Some(ns),
+        Some(&format!("{CRON_LABEL}={cron_name}")),
+        |items| {
+            dvs.extend(items);
+            Ok(())
+        },
+    )
+    .await?;
+    // The cron first, so no import starts meanwhile.
+    delete_obj(cluster, &DATA_IMPORT_CRON, cron, dry_run).await?;
+    let mut refs = vec![DATA_IMPORT_CRON.object_ref(&cron_name)];
+    delete_obj(cluster, &DATA_SOURCE, ds, dry_run).await?;
+    refs.push(DATA_SOURCE.object_ref(text(ds, "/metadata/name")));
+    for dv in &dvs {
+        delete_obj(cluster, &DATA_VOLUME, dv, dry_run).await?;
+        refs.push(DATA_VOLUME.object_ref(text(dv, "/metadata/name")));
+    }
+    Ok(refs)
 }
 
 /// `--schedule`: a DataImportCron, then the wait for the DataSource it manages.

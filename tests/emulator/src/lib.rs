@@ -265,6 +265,18 @@ impl Handle {
         self.app.stream_faults.applied()
     }
 
+    /// Test hook: moves the clock DataImportCron schedules run on forward by `secs` (a
+    /// schedule that fires in between polls the registry on the next reconcile).
+    pub fn advance_cron_clock(&self, secs: i64) {
+        self.app.crons.advance(secs);
+    }
+
+    /// Test hook: the registry now serves `digest` for `url` (`docker://…` as a DataImportCron
+    /// names it): the cron's next scheduled poll sees it.
+    pub fn set_registry_digest(&self, url: &str, digest: &str) {
+        self.app.crons.set_digest(url, digest);
+    }
+
     pub fn set_exec_hangs(&self, hang: bool) {
         self.app
             .exec_hangs

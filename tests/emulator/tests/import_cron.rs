@@ -213,3 +213,120 @@ async fn a_cron_imports_at_once_points_its_data_source_and_keeps_imports_to_keep
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// The schedule fires on the emulator's cron clock (moved by the test, no waiting): a poll
+/// that finds the same digest imports nothing; a new digest is a new DataVolume, the
+/// DataSource repointed at it, and with `importsToKeep: 1` the older import collected, as
+/// CDI's poller and `garbageCollectOldImports` do. Before the schedule fires a new digest
+/// changes nothing.
+#[tokio::test]
+async fn the_schedule_firing_reimports_a_new_digest_and_collects_the_old_import() {
+    let emu = Emulator::start(EmulatorOptions {
+        fixture_yaml: vec![common::fixture("kubevirt.yaml")],
+        flavor: ServeFlavor::KubeVirt,
+        import_step: Duration::from_millis(20),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let client = common::client(&emu).await;
+    let crons = api(
+        &client,
+        "cdi.kubevirt.io",
+        "v1beta1",
+        "DataImportCron",
+        "dataimportcrons",
+    );
+    let sources = api(
+        &client,
+        "cdi.kubevirt.io",
+        "v1beta1",
+        "DataSource",
+        "datasources",
+    );
+    let dvs = api(
+        &client,
+        "cdi.kubevirt.io",
+        "v1beta1",
+        "DataVolume",
+        "datavolumes",
+    );
+    common::create(
+        &crons,
+        json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataImportCron",
+            "metadata": {"name": "fedora-cron", "namespace": "default"},
+            "spec": {"schedule": "0 3 * * *", "managedDataSource": "fedora",
+                "importsToKeep": 1, "garbageCollect": "Outdated",
+                "template": {"spec": {"source": {"registry": {"url": URL}},
+                    "storage": {"resources": {"requests": {"storage": "1Gi"}}}}}}}),
+    )
+    .await;
+    let first = format!("fedora-{}", &sha256sum(URL)[..12]);
+    let cron = until(&crons, "fedora-cron", |c| {
+        condition(c, "UpToDate").is_some_and(|u| u["status"] == "True")
+    })
+    .await;
+    let polled = |c: &Value| {
+        c["metadata"]["annotations"]["cdi.kubevirt.io/storage.import.lastCronTime"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    let t0 = polled(&cron);
+    let dv_names = || async {
+        let mine =
+            kube::api::ListParams::default().labels("cdi.kubevirt.io/dataImportCron=fedora-cron");
+        let mut names: Vec<String> = dvs
+            .list(&mine)
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|d| d.metadata.name)
+            .collect();
+        names.sort();
+        names
+    };
+
+    // A new digest, but the schedule has not fired: nothing changes.
+    let new = sha256sum("quay.io/containerdisks/fedora:41 rebuilt");
+    emu.set_registry_digest(URL, &format!("sha256:{new}"));
+    let cron = until(&crons, "fedora-cron", |_| true).await;
+    assert_eq!(polled(&cron), t0);
+    assert_eq!(dv_names().await, vec![first.clone()]);
+
+    // A day later the 03:00 run has happened: the new digest is imported and the DataSource
+    // follows it; the first import goes (importsToKeep 1).
+    emu.advance_cron_clock(86_400);
+    let second = format!("fedora-{}", &new[..12]);
+    let ds = until(&sources, "fedora", |d| {
+        d["spec"]["source"]["pvc"]["name"] == second.as_str()
+    })
+    .await;
+    assert_eq!(
+        condition(&ds, "Ready").map(|r| r["status"].clone()),
+        Some(json!("True"))
+    );
+    let cron = until(&crons, "fedora-cron", |c| {
+        c["status"]["lastImportedPVC"]["name"] == second.as_str()
+            && condition(c, "UpToDate").is_some_and(|u| u["status"] == "True")
+    })
+    .await;
+    assert!(polled(&cron).ends_with("T03:00:00Z"), "{}", polled(&cron));
+    assert_eq!(
+        cron["metadata"]["annotations"]["cdi.kubevirt.io/storage.import.sourceDesiredDigest"],
+        format!("sha256:{new}")
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while dv_names().await != vec![second.clone()] {
+        assert!(Instant::now() < deadline, "{:?}", dv_names().await);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // The next day's run finds the same digest: nothing new is imported.
+    emu.advance_cron_clock(86_400);
+    let before = polled(&cron);
+    let cron = until(&crons, "fedora-cron", |c| polled(c) != before).await;
+    assert_eq!(cron["status"]["lastImportedPVC"]["name"], second.as_str());
+    assert_eq!(dv_names().await, vec![second]);
+}

@@ -43,6 +43,8 @@ pub struct App {
     pub exports: crate::kubevirt::export::ExportState,
     /// Memory dump files written into claims.
     pub claim_files: crate::kubevirt::memory_dump::ClaimFiles,
+    /// The registry digests and the clock DataImportCron schedules see (tests move it).
+    pub crons: crate::core::controllers::cron_schedule::CronWorld,
     /// CDI upload proxy state (UploadTokenRequest tokens, uploaded volumes).
     pub uploads: crate::kubevirt::upload::UploadState,
     /// The importers' real downloads (URLs on this machine).
@@ -78,6 +80,7 @@ impl App {
             sessions: Default::default(),
             exports: Default::default(),
             claim_files: Default::default(),
+            crons: Default::default(),
             uploads: Default::default(),
             imports: Default::default(),
             sa_tokens: Default::default(),

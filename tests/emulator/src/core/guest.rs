@@ -150,6 +150,20 @@ pub trait Guest: Send + Sync {
     }
     /// Becomes `true` when the guest has stopped, for whatever reason.
     fn stopped(&self) -> watch::Receiver<bool>;
+    /// Starts writing the guest's memory to a file as an ELF core, as virt-launcher does
+    /// through libvirt; `None` for guests without real memory (the emulator then writes one
+    /// itself, [`crate::kubevirt::memory_core::Core`]).
+    fn start_memory_dump(&self) -> Option<io::Result<()>> {
+        None
+    }
+    /// The dump [`Guest::start_memory_dump`] started: `Ok(None)` while qemu writes it, then
+    /// the file, open (its path already removed).
+    fn finish_memory_dump(&self) -> io::Result<Option<std::fs::File>> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this emulator guest has no memory to dump",
+        ))
+    }
     /// The guest's sshd log so far (its `-e` output: accepted and refused logins with the
     /// certificate's key ID and serial), for guests that run a real sshd.
     fn sshd_log(&self) -> Option<String> {

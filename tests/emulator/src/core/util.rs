@@ -54,7 +54,7 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
 }
 
 // Howard Hinnant's algorithms, see http://howardhinnant.github.io/date_algorithms.html
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
+pub(crate) fn civil_from_days(z: i64) -> (i64, i64, i64) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);

@@ -47,7 +47,8 @@ const PHDR: usize = 56;
 /// `sizeof(x86_64_elf_prstatus)`.
 const PRSTATUS: usize = 336;
 
-/// An ELF core file of a guest: generated headers and notes, then its RAM.
+/// An ELF core file of a guest: generated headers and notes, then its RAM; or the file a
+/// real guest's qemu wrote ([`Core::from_file`]).
 #[derive(Debug)]
 pub struct Core {
     head: Vec<u8>,
@@ -55,6 +56,7 @@ pub struct Core {
     key: u64,
     marker: Vec<u8>,
     marker_at: u64,
+    written: Option<(std::fs::File, u64)>,
 }
 
 fn note(out: &mut Vec<u8>, name: &[u8], kind: u32, desc: &[u8]) {
@@ -124,12 +126,30 @@ impl Core {
             key,
             marker,
             marker_at,
+            written: None,
         }
+    }
+
+    /// The dump qemu wrote (`dump-guest-memory`), served as it is: `file` open (its path may
+    /// already be gone: the bytes live as long as the core).
+    pub fn from_file(file: std::fs::File) -> std::io::Result<Core> {
+        let len = file.metadata()?.len();
+        Ok(Core {
+            head: Vec::new(),
+            ram: 0,
+            key: 0,
+            marker: Vec::new(),
+            marker_at: 0,
+            written: Some((file, len)),
+        })
     }
 
     /// The file's size.
     pub fn len(&self) -> u64 {
-        self.head.len() as u64 + self.ram
+        match &self.written {
+            Some((_, len)) => *len,
+            None => self.head.len() as u64 + self.ram,
+        }
     }
 
     /// Whether the file is empty (never: it has headers).
@@ -140,6 +160,13 @@ impl Core {
     /// Fills `buf` with the file's bytes from `pos` (zeros past its end).
     pub fn read(&self, pos: u64, buf: &mut [u8]) {
         buf.fill(0);
+        if let Some((file, len)) = &self.written {
+            use std::os::unix::fs::FileExt;
+            let n = len.saturating_sub(pos).min(buf.len() as u64) as usize;
+            // A short or failed read leaves zeros (the file is not changed while served).
+            let _ = file.read_exact_at(&mut buf[..n], pos);
+            return;
+        }
         let head = self.head.len() as u64;
         let mut done = 0usize;
         if pos < head {
@@ -243,6 +270,32 @@ impl TarImage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_written_dump_is_served_as_it_is() {
+        let mut bytes = b"\x7fELF".to_vec();
+        bytes.extend((0..100_000u32).map(|i| (i % 251) as u8));
+        let path = std::env::temp_dir().join(format!("kubevm-core-{}", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let core = Core::from_file(file).unwrap();
+        assert_eq!(core.len(), bytes.len() as u64);
+        for split in [0usize, 1, 4095, 99_000] {
+            let mut part = vec![1u8; bytes.len() - split + 7];
+            core.read(split as u64, &mut part);
+            assert_eq!(
+                &part[..bytes.len() - split],
+                &bytes[split..],
+                "split {split}"
+            );
+            assert_eq!(
+                &part[bytes.len() - split..],
+                &[0u8; 7],
+                "zeros past the end"
+            );
+        }
+    }
 
     #[test]
     fn reads_agree_at_every_split() {

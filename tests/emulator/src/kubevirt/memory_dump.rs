@@ -37,7 +37,7 @@ use axum::body::Bytes;
 use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use serde_json::{Value, json};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 const KV: &str = "kubevirt.io";
@@ -55,14 +55,17 @@ pub struct DumpFile {
 }
 
 /// The memory dump files in claims, by namespace and claim (one per claim: a new dump
-/// replaces the old, `removePreviousMemoryDump`).
+/// replaces the old, `removePreviousMemoryDump`), and the VMs whose qemu is writing one.
 #[derive(Debug, Default)]
-pub struct ClaimFiles(Mutex<HashMap<(String, String), DumpFile>>);
+pub struct ClaimFiles {
+    files: Mutex<HashMap<(String, String), DumpFile>>,
+    writing: Mutex<HashSet<(String, String)>>,
+}
 
 impl ClaimFiles {
     /// The dump in claim `ns/claim`.
     pub fn get(&self, ns: &str, claim: &str) -> Option<DumpFile> {
-        self.0
+        self.files
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&(ns.to_owned(), claim.to_owned()))
@@ -70,10 +73,21 @@ impl ClaimFiles {
     }
 
     fn put(&self, ns: &str, claim: &str, file: DumpFile) {
-        self.0
+        self.files
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert((ns.to_owned(), claim.to_owned()), file);
+    }
+
+    /// Marks `ns/vm`'s dump as being written (`true`) or not; returns whether it was.
+    fn set_writing(&self, ns: &str, vm: &str, writing: bool) -> bool {
+        let mut set = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (ns.to_owned(), vm.to_owned());
+        if writing {
+            !set.insert(key)
+        } else {
+            set.remove(&key)
+        }
     }
 }
 
@@ -87,6 +101,66 @@ fn guest_ram(vmi: &Value) -> u64 {
             .and_then(crate::kubevirt::export::parse_bytes)
             .unwrap_or(crate::kubevirt::memory_core::DEFAULT_RAM),
     )
+}
+
+/// Where the dump of a VM stands after one step of [`dump_step`].
+enum Step {
+    /// qemu is still writing it.
+    Writing,
+    /// In the claim.
+    Done,
+    /// qemu's job failed (virt-launcher's `FailedDomainMemoryDump: …`).
+    Failed(String),
+}
+
+/// One step of dumping `ns/name`'s guest into `claim` as `file_name`: a real guest's qemu
+/// writes it ([`crate::core::guest::Guest::start_memory_dump`], started on the first step and polled
+/// on the next ones); other guests get one written here at once.
+fn dump_step(app: &App, ns: &str, name: &str, claim: &str, file_name: &str) -> Step {
+    let guest = app.guests.get_or_boot(app, ns, name).ok().flatten();
+    let Some(guest) = guest else {
+        app.claim_files.set_writing(ns, name, false);
+        write_dump(app, ns, name, claim, file_name);
+        return Step::Done;
+    };
+    if !app.claim_files.set_writing(ns, name, true) {
+        match guest.start_memory_dump() {
+            None => {
+                app.claim_files.set_writing(ns, name, false);
+                write_dump(app, ns, name, claim, file_name);
+                return Step::Done;
+            }
+            Some(Ok(())) => return Step::Writing,
+            Some(Err(e)) => {
+                app.claim_files.set_writing(ns, name, false);
+                return Step::Failed(format!("FailedDomainMemoryDump: {e}"));
+            }
+        }
+    }
+    let written = guest.finish_memory_dump().and_then(|file| match file {
+        Some(file) => Core::from_file(file).map(Some),
+        None => Ok(None),
+    });
+    match written {
+        Ok(None) => Step::Writing,
+        Ok(Some(core)) => {
+            app.claim_files.set_writing(ns, name, false);
+            app.claim_files.put(
+                ns,
+                claim,
+                DumpFile {
+                    name: file_name.to_owned(),
+                    core: Arc::new(core),
+                    modified: crate::core::util::now_unix().max(0) as u64,
+                },
+            );
+            Step::Done
+        }
+        Err(e) => {
+            app.claim_files.set_writing(ns, name, false);
+            Step::Failed(format!("FailedDomainMemoryDump: {e}"))
+        }
+    }
 }
 
 /// Writes the dump of `ns/name`'s guest into `claim` as `file_name`.
@@ -348,12 +422,28 @@ pub fn controller(app: &App, tick: bool) {
             }
             "InProgress" => {
                 let mut r = req.clone();
-                r["phase"] = json!("Unmounting");
-                r["endTimestamp"] = json!(now);
-                let stamp: String = now.chars().filter(char::is_ascii_digit).take(14).collect();
+                // virt-handler names the file when it starts the dump (the request's start).
+                let start = req["startTimestamp"].as_str().unwrap_or(&now).to_owned();
+                let stamp: String = start
+                    .chars()
+                    .filter(char::is_ascii_digit)
+                    .take(14)
+                    .collect();
                 let file = format!("{name}-{claim}-{}-{}.memory.dump", &stamp[..8], &stamp[8..]);
-                write_dump(app, meta_str(&vm, "namespace"), &name, &claim, &file);
-                r["fileName"] = json!(file);
+                match dump_step(app, meta_str(&vm, "namespace"), &name, &claim, &file) {
+                    Step::Writing => continue,
+                    Step::Done => {
+                        r["phase"] = json!("Unmounting");
+                        r["fileName"] = json!(file);
+                    }
+                    // `pkg/storage/memorydump/memorydump.go`: a failed dump is phase Failed
+                    // with the launcher's reason as its message.
+                    Step::Failed(why) => {
+                        r["phase"] = json!("Failed");
+                        r["message"] = json!(why);
+                    }
+                }
+                r["endTimestamp"] = json!(now);
                 Some(r)
             }
             "Unmounting" => {

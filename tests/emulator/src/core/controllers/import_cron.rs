@@ -2,6 +2,9 @@
 //! `initCron`, `update`, `createImportDataVolume`, `updateDataSource`,
 //! `garbageCollectOldImports`) and `dataimportcron-conditions.go` (the reasons).
 //!
+//! - Later polls run when the schedule fires, on a clock tests move (`cron_schedule.rs`); a
+//!   changed digest is a new import, the DataSource repointed once it succeeds, and the oldest
+//!   imports beyond `importsToKeep` collected.
 //! - A registry-URL cron's first poll runs at once (CDI creates the initial Job with the
 //!   CronJob); it writes the source's digest as `cdi.kubevirt.io/storage.import.sourceDesiredDigest`
 //!   and the poll time as `…/storage.import.lastCronTime`. The emulator has no registry, so the
@@ -23,10 +26,11 @@
 //!   used first, are deleted with their DataVolumes.
 //! - A DataSource already managed by another cron stops the reconcile (`shouldReconcileCron`).
 
+use super::cron_schedule::Schedule;
 use super::{key_of, set_condition};
 use crate::core::app::App;
 use crate::core::store::{Key, Propagation};
-use crate::core::util::{meta_str, now_rfc3339};
+use crate::core::util::{format_rfc3339, meta_str, now_rfc3339, parse_rfc3339};
 use serde_json::{Value, json};
 
 const GROUP: &str = "cdi.kubevirt.io";
@@ -111,15 +115,27 @@ pub(super) fn data_import_cron(app: &App, cron: &Value, _tick: bool) {
     let url = cron
         .pointer("/spec/template/spec/source/registry/url")
         .and_then(Value::as_str);
-    if let Some(url) = url
-        && annotation(cron, ANN_DESIRED_DIGEST).is_empty()
-    {
+    // Later polls run when the schedule fires (cron_schedule.rs): the digest the registry
+    // serves then, and the run's time.
+    let poll = match url {
+        Some(_) if annotation(cron, ANN_DESIRED_DIGEST).is_empty() => Some(app.crons.now()),
+        Some(_) => {
+            let now = app.crons.now();
+            let last = parse_rfc3339(annotation(cron, ANN_LAST_CRON_TIME)).unwrap_or(now);
+            cron.pointer("/spec/schedule")
+                .and_then(Value::as_str)
+                .and_then(Schedule::parse)
+                .and_then(|s| s.last_run(last, now))
+        }
+        None => None,
+    };
+    if let (Some(url), Some(at)) = (url, poll) {
         let anns = &mut next["metadata"]["annotations"];
         if !anns.is_object() {
             *anns = json!({});
         }
-        anns[ANN_DESIRED_DIGEST] = json!(digest_of(url));
-        anns[ANN_LAST_CRON_TIME] = json!(now_rfc3339());
+        anns[ANN_DESIRED_DIGEST] = json!(app.crons.digest(url));
+        anns[ANN_LAST_CRON_TIME] = json!(format_rfc3339(at));
     }
     update(app, &mut next, ns, name, ds_name);
     if next != *cron {

@@ -11,6 +11,7 @@
 //! Add a reconciler: write `fn reconcile_x(app, obj, tick)` and list it in [`RECONCILERS`].
 
 mod cdi;
+pub mod cron_schedule;
 pub(crate) mod deckhouse;
 pub(crate) mod import_cron;
 pub mod importer;

@@ -50,6 +50,7 @@ pub(crate) mod credentials;
 pub mod disk;
 pub mod hotplug;
 mod machine;
+mod memory;
 mod process;
 mod snapshot;
 pub mod stale;
@@ -281,6 +282,14 @@ impl Guest for QemuGuest {
 
     fn graceful(&self) -> bool {
         true
+    }
+
+    fn start_memory_dump(&self) -> Option<io::Result<()>> {
+        Some(memory::start(&self.proc_.qmp))
+    }
+
+    fn finish_memory_dump(&self) -> io::Result<Option<std::fs::File>> {
+        memory::finish(&self.proc_.qmp)
     }
 
     fn stopped(&self) -> watch::Receiver<bool> {
