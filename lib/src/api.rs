@@ -105,6 +105,24 @@ pub const VIRTUAL_DISK: Kind = Kind {
     namespaced: true,
 };
 
+/// Multus's NetworkAttachmentDefinition: a KubeVirt VM's secondary network.
+pub const NETWORK_ATTACHMENT_DEFINITION: Kind = Kind {
+    group: "k8s.cni.cncf.io",
+    version: "v1",
+    kind: "NetworkAttachmentDefinition",
+    plural: "network-attachment-definitions",
+    namespaced: true,
+};
+
+/// Deckhouse's VirtualMachineIPAddress: a VM's address in the main cluster network.
+pub const VIRTUAL_MACHINE_IP_ADDRESS: Kind = Kind {
+    group: "virtualization.deckhouse.io",
+    version: "v1alpha2",
+    kind: "VirtualMachineIPAddress",
+    plural: "virtualmachineipaddresses",
+    namespaced: true,
+};
+
 /// Deckhouse's VirtualMachineClass (cluster-scoped; also served as v1alpha3).
 pub const VIRTUAL_MACHINE_CLASS: Kind = Kind {
     group: "virtualization.deckhouse.io",

@@ -29,6 +29,7 @@ pub mod lifecycle;
 pub mod logs;
 pub mod memory_dump;
 pub mod names;
+pub mod network;
 pub mod platform;
 pub mod port_forward;
 pub mod quantity;

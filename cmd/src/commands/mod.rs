@@ -26,6 +26,7 @@ pub mod list;
 pub mod logs;
 pub mod memory_dump;
 pub mod migrations;
+pub mod network;
 pub mod port_forward;
 pub mod scp;
 pub mod set;

@@ -59,6 +59,7 @@ pub mod lifecycle;
 pub mod live_update;
 pub mod memory_core;
 pub mod memory_dump;
+pub mod network;
 pub mod objectgraph;
 pub mod openapi;
 pub mod paging;

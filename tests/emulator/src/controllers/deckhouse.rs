@@ -511,6 +511,8 @@ pub(super) fn deckhouse_vm(app: &App, vm: &Value, _tick: bool) {
                     "coreFraction": applied.pointer("/cpu/coreFraction").cloned().unwrap_or(json!("100%"))},
             "memory": {"size": applied.pointer("/memory/size").cloned().unwrap_or(json!("1Gi"))}
         });
+        // The networks the machine runs with (network.rs).
+        st["networks"] = crate::network::deckhouse_status_networks(o, &applied, uid_bytes(o));
         match &awaiting {
             Some((changes, message)) => {
                 st["restartAwaitingChanges"] = changes.clone();

@@ -239,6 +239,15 @@ fn uid_bytes(obj: &Value) -> [u8; 4] {
     [b(0), b(1), b(2), b(3)]
 }
 
+/// The seed of the MACs of VMI `vmi`'s interfaces: its VM's (the VMI's owner's) uid bytes.
+pub(crate) fn uid_seed(vmi: &Value) -> [u8; 4] {
+    let owner = vmi
+        .pointer("/metadata/ownerReferences/0/uid")
+        .cloned()
+        .unwrap_or(Value::Null);
+    uid_bytes(&json!({"metadata": {"uid": owner}}))
+}
+
 fn key_of(group: &str, plural: &str, obj: &Value) -> Key {
     Key::of(group, plural, obj)
 }

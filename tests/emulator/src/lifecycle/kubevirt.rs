@@ -419,6 +419,7 @@ pub fn migration(app: &App, vmim: &Value, tick: bool) {
     if next == "Succeeded" {
         move_launcher_pod(app, &vmi, &target);
         crate::placement::migrated(app, &vmi);
+        crate::network::migrated(app, &vmi_key, crate::controllers::uid_seed(&vmi));
     }
     app.store.modify(&key, |o| {
         let mut st = o["status"].clone();
