@@ -147,6 +147,11 @@ const CASES: &[(&str, &[Case])] = &[
         &[(Local, &[BAD, "data"]), (Local, &["web", BAD])],
     ),
     ("disk list", &[(Local, &[BAD])]),
+    ("network", &[(Clap, &["nosuch"])]),
+    (
+        "network list",
+        &[(Local, &[BAD]), (Clap, &["web", "-o", "bogus"])],
+    ),
     (
         "disk resize",
         &[
@@ -333,6 +338,17 @@ const CASES: &[(&str, &[Case])] = &[
         )],
     ),
     ("set", &[(Clap, &["nosuch"])]),
+    (
+        "set network",
+        &[
+            (Local, &[BAD, "--add", "storage"]),
+            (Local, &["web"]),
+            (Local, &["web", "--add", "=storage"]),
+            (Discovery, &["web", "--add", "Bad_Name"]),
+            (Discovery, &["web", "--add", "storage=infra/Bad_NAD"]),
+            (Discovery, &["web", "--remove", BAD]),
+        ],
+    ),
     (
         "set policy",
         &[

@@ -172,12 +172,14 @@ pub(super) fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Va
             });
         }
     }
-    json!({
+    let mut vm = json!({
         "apiVersion": "kubevirt.io/v1",
         "kind": "VirtualMachine",
         "metadata": vm_metadata(plan),
         "spec": spec,
-    })
+    });
+    super::networks::apply(plan, &mut vm);
+    vm
 }
 
 /// `domain.firmware`: the bootloader (`--firmware`, `--secure-boot`, `--persistent-efi`) and

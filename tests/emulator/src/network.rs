@@ -282,6 +282,108 @@ pub fn deckhouse_status_networks(vm: &Value, applied: &Value, seed: [u8; 4]) -> 
     Value::Array(list)
 }
 
+/// The main network's pool (`virtualMachineCIDRs` of the module settings) the emulator hands
+/// addresses from: the one its VMs' automatic addresses (`10.66.x.y`) come from.
+pub const VM_CIDR: (u8, u8) = (10, 66);
+
+/// The VirtualMachineIPAddress controller (the user guide, "IP addresses of VMs"; the CRD's
+/// `status.phase` Pending / Bound / Attached): a `Static` address is leased as asked, an `Auto`
+/// one picked from the pool (not one another address holds); it is `Bound` once leased and
+/// `Attached` while a VM names it in `spec.virtualMachineIPAddressName`
+/// (`status.virtualMachineName`).
+pub fn vmip(app: &App, ip: &Value, _tick: bool) {
+    const DH: &str = "virtualization.deckhouse.io";
+    let ns = meta_str(ip, "namespace").to_string();
+    let name = meta_str(ip, "name").to_string();
+    let (all, _) = app.store.list(DH, "virtualmachineipaddresses", None);
+    let taken: Vec<&str> = all
+        .iter()
+        .filter(|o| meta_str(o, "uid") != meta_str(ip, "uid"))
+        .filter_map(|o| o.pointer("/status/address").and_then(Value::as_str))
+        .collect();
+    let address = match ip.pointer("/status/address").and_then(Value::as_str) {
+        Some(a) => Some(a.to_string()),
+        None if ip.pointer("/spec/type").and_then(Value::as_str) == Some("Static") => ip
+            .pointer("/spec/staticIP")
+            .and_then(Value::as_str)
+            .filter(|a| !taken.contains(a))
+            .map(str::to_owned),
+        None => {
+            let [a, b, ..] = crate::controllers::uid_seed_of(ip);
+            (0..=u16::MAX).find_map(|n| {
+                let v = (u16::from(a) << 8 | u16::from(b)).wrapping_add(n);
+                let (x, y) = ((v >> 8) as u8, (v & 0xff) as u8);
+                // The first and last address of a subnet are not handed out.
+                let cand = format!("{}.{}.{x}.{y}", VM_CIDR.0, VM_CIDR.1);
+                (!(x == 0 && y == 0) && !(x == 255 && y == 255) && !taken.contains(&cand.as_str()))
+                    .then_some(cand)
+            })
+        }
+    };
+    let (vms, _) = app.store.list(DH, "virtualmachines", Some(&ns));
+    let vm = vms.iter().find(|v| {
+        v.pointer("/spec/virtualMachineIPAddressName")
+            .and_then(Value::as_str)
+            == Some(&name)
+    });
+    let phase = match (&address, vm) {
+        (None, _) => "Pending",
+        (Some(_), None) => "Bound",
+        (Some(_), Some(_)) => "Attached",
+    };
+    let vm_name = vm.map(|v| meta_str(v, "name").to_string());
+    app.store
+        .modify(&Key::of(DH, "virtualmachineipaddresses", ip), |o| {
+            let generation = o["metadata"]["generation"].clone();
+            let st = &mut o["status"];
+            if !st.is_object() {
+                *st = json!({});
+            }
+            st["phase"] = json!(phase);
+            match &address {
+                Some(a) => st["address"] = json!(a),
+                None => {
+                    st.as_object_mut().map(|m| m.remove("address"));
+                }
+            }
+            match &vm_name {
+                Some(v) => st["virtualMachineName"] = json!(v),
+                None => {
+                    st.as_object_mut().map(|m| m.remove("virtualMachineName"));
+                }
+            }
+            st["observedGeneration"] = generation;
+        });
+}
+
+/// Deckhouse VM `vm`'s address when it names a VirtualMachineIPAddress: `Ok(None)` when it
+/// names none, `Err(())` while that address does not exist or has no address yet (the VM
+/// waits: its condition `VirtualMachineIPAddressReady` is False).
+pub fn deckhouse_vm_address(app: &App, vm: &Value) -> Result<Option<(String, String)>, ()> {
+    let Some(name) = vm
+        .pointer("/spec/virtualMachineIPAddressName")
+        .and_then(Value::as_str)
+    else {
+        return Ok(None);
+    };
+    let key = Key::new(
+        "virtualization.deckhouse.io",
+        "virtualmachineipaddresses",
+        meta_str(vm, "namespace"),
+        name,
+    );
+    let address = app
+        .store
+        .get(&key)
+        .and_then(|o| {
+            o.pointer("/status/address")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .ok_or(())?;
+    Ok(Some((name.to_string(), address)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
