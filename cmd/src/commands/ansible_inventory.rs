@@ -83,30 +83,7 @@ pub async fn cmd_ansible_inventory(
     args: AnsibleInventoryArgs,
 ) -> CommandResult {
     crate::connect::check_ca_namespace(&args.ca_namespace)?;
-    if args.all_namespaces && global.namespace.is_some() {
-        return Err(CommandError::usage(
-            "-A/--all-namespaces and -n/--namespace cannot be used together",
-        ));
-    }
-    if let Some(selector) = &args.selector {
-        kubevm::selector::check(selector)?;
-    }
-    if args.group_by_label.iter().any(|k| k.trim().is_empty()) {
-        return Err(CommandError::usage("--group-by-label needs a label key"));
-    }
-    if args.list && args.host.is_some() {
-        return Err(CommandError::usage(
-            "--list and --host cannot be used together",
-        ));
-    }
-    if args.host.is_some() && args.output.is_some_and(|o| o != InventoryFormat::Json) {
-        return Err(CommandError::usage("--host prints JSON only"));
-    }
-    let format = args.output.unwrap_or(if args.list || args.host.is_some() {
-        InventoryFormat::Json
-    } else {
-        InventoryFormat::Yaml
-    });
+    let format = check_args(global, &args)?;
     let home = super::ssh_config::home()?;
     let program = std::env::current_exe()
         .map(|p| p.display().to_string())
@@ -171,9 +148,51 @@ pub async fn cmd_ansible_inventory(
         &built.vms,
     );
     files::write_private(&ssh_config_path, text.as_bytes())?;
-    let body = match format {
+    let body = render(&built, format, &mut warn)?;
+    // One write: a reader of the pipe sees the padding whole (see yaml_pipe_padding).
+    let mut out = std::io::stdout().lock();
+    out.write_all(body.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The local checks of the flags, before any request; returns the output format.
+fn check_args(global: &GlobalArgs, args: &AnsibleInventoryArgs) -> CommandResult<InventoryFormat> {
+    if args.all_namespaces && global.namespace.is_some() {
+        return Err(CommandError::usage(
+            "-A/--all-namespaces and -n/--namespace cannot be used together",
+        ));
+    }
+    if let Some(selector) = &args.selector {
+        kubevm::selector::check(selector)?;
+    }
+    if args.group_by_label.iter().any(|k| k.trim().is_empty()) {
+        return Err(CommandError::usage("--group-by-label needs a label key"));
+    }
+    if args.list && args.host.is_some() {
+        return Err(CommandError::usage(
+            "--list and --host cannot be used together",
+        ));
+    }
+    if args.host.is_some() && args.output.is_some_and(|o| o != InventoryFormat::Json) {
+        return Err(CommandError::usage("--host prints JSON only"));
+    }
+    Ok(args.output.unwrap_or(if args.list || args.host.is_some() {
+        InventoryFormat::Json
+    } else {
+        InventoryFormat::Yaml
+    }))
+}
+
+/// The inventory in the asked format (INI warns of hosts it cannot express).
+fn render(
+    built: &inventory::Inventory,
+    format: InventoryFormat,
+    warn: &mut dyn FnMut(inventory::Event),
+) -> CommandResult<String> {
+    Ok(match format {
         InventoryFormat::Json => {
-            let mut s = serde_json::to_string_pretty(&inventory::list_json(&built))
+            let mut s = serde_json::to_string_pretty(&inventory::list_json(built))
                 .map_err(std::io::Error::from)?;
             s.push('\n');
             s
@@ -182,15 +201,10 @@ pub async fn cmd_ansible_inventory(
             format!(
                 "{}{}",
                 inventory::yaml_pipe_padding(),
-                inventory::yaml(&built)
+                inventory::yaml(built)
             )
         }
-        InventoryFormat::Yaml => inventory::yaml(&built),
-        InventoryFormat::Ini => inventory::ini(&built, &mut warn),
-    };
-    // One write: a reader of the pipe sees the padding whole (see yaml_pipe_padding).
-    let mut out = std::io::stdout().lock();
-    out.write_all(body.as_bytes())?;
-    out.flush()?;
-    Ok(())
+        InventoryFormat::Yaml => inventory::yaml(built),
+        InventoryFormat::Ini => inventory::ini(built, warn),
+    })
 }

@@ -78,30 +78,7 @@ pub async fn cmd_collect_debug_info(
     global: &GlobalArgs,
     args: CollectDebugInfoArgs,
 ) -> CommandResult {
-    let target = Target::parse(&args.target, false)?;
-    if target.kind == TargetKind::Vmi {
-        return Err(CommandError::usage(format!(
-            "collect-debug-info takes a VM (NAME or vm/NAME), not {}",
-            args.target
-        )));
-    }
-    if args.tail < -1 {
-        return Err(CommandError::usage(format!(
-            "--tail must be -1 (all lines) or more, not {}",
-            args.tail
-        )));
-    }
-    let destination = match args.output.as_deref() {
-        None => None,
-        Some(p) if p == Path::new("-") => None,
-        Some(p) => Some(p.to_path_buf()),
-    };
-    if destination.is_none() && std::io::stdout().is_terminal() {
-        return Err(CommandError::usage(format!(
-            "refusing to write a binary archive to the terminal; redirect it (kubectl vm collect-debug-info {} > debug-info.tar.gz) or use -o FILE",
-            args.target
-        )));
-    }
+    let (target, destination) = check_args(&args)?;
     let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     if args.include_secrets {
@@ -117,29 +94,7 @@ pub async fn cmd_collect_debug_info(
         ..Options::default()
     };
 
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-        bar.set_style(
-            ProgressStyle::with_template("{spinner} collecting {prefix}: {pos} files {wide_msg}")
-                .expect("valid template"),
-        );
-        bar.set_prefix(format!("{}.{namespace}", target.name));
-        bar.enable_steady_tick(Duration::from_millis(120));
-        bar
-    });
-    let shared = Arc::new(bar.clone());
-    let progress = move |event: Progress| match event {
-        Progress::File { path, done } => {
-            if let Some(bar) = shared.as_ref() {
-                bar.set_position(done as u64);
-                bar.set_message(path);
-            }
-        }
-        Progress::Warning(message) => match shared.as_ref() {
-            Some(bar) => bar.println(format!("Warning: {message}")),
-            None => eprintln!("Warning: {message}"),
-        },
-    };
+    let (bar, progress) = progress_reporter(&target.name, &namespace);
 
     let dest = match destination {
         None => Destination::Stdout,
@@ -218,6 +173,70 @@ pub async fn cmd_collect_debug_info(
         target.name,
     );
     Ok(())
+}
+
+/// The target and the archive's destination (`None`: stdout), checked before any request.
+fn check_args(args: &CollectDebugInfoArgs) -> CommandResult<(Target, Option<PathBuf>)> {
+    let target = Target::parse(&args.target, false)?;
+    if target.kind == TargetKind::Vmi {
+        return Err(CommandError::usage(format!(
+            "collect-debug-info takes a VM (NAME or vm/NAME), not {}",
+            args.target
+        )));
+    }
+    if args.tail < -1 {
+        return Err(CommandError::usage(format!(
+            "--tail must be -1 (all lines) or more, not {}",
+            args.tail
+        )));
+    }
+    let destination = match args.output.as_deref() {
+        None => None,
+        Some(p) if p == Path::new("-") => None,
+        Some(p) => Some(p.to_path_buf()),
+    };
+    if destination.is_none() && std::io::stdout().is_terminal() {
+        return Err(CommandError::usage(format!(
+            "refusing to write a binary archive to the terminal; redirect it (kubectl vm collect-debug-info {} > debug-info.tar.gz) or use -o FILE",
+            args.target
+        )));
+    }
+    Ok((target, destination))
+}
+
+/// A spinner with the count of files collected (on a terminal) and the warnings, as the
+/// collection's progress callback.
+fn progress_reporter(
+    name: &str,
+    namespace: &str,
+) -> (
+    Option<ProgressBar>,
+    impl Fn(Progress) + Send + Sync + 'static,
+) {
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} collecting {prefix}: {pos} files {wide_msg}")
+                .expect("valid template"),
+        );
+        bar.set_prefix(format!("{name}.{namespace}"));
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bar
+    });
+    let shared = Arc::new(bar.clone());
+    let progress = move |event: Progress| match event {
+        Progress::File { path, done } => {
+            if let Some(bar) = shared.as_ref() {
+                bar.set_position(done as u64);
+                bar.set_message(path);
+            }
+        }
+        Progress::Warning(message) => match shared.as_ref() {
+            Some(bar) => bar.println(format!("Warning: {message}")),
+            None => eprintln!("Warning: {message}"),
+        },
+    };
+    (bar, progress)
 }
 
 /// How long the domain-XML exec may take: [`debug_info::EXEC_TIMEOUT`], or

@@ -61,11 +61,42 @@ pub async fn cmd_console(global: &GlobalArgs, args: ConsoleArgs) -> CommandResul
     let mut hangup = signal(SignalKind::hangup())?;
     let raw = RawMode::enable()
         .map_err(|e| CommandError::Failed(format!("cannot set up the terminal: {e}")))?;
-    let name = target.name.clone();
-    let eol = if raw.is_some() { "\r\n" } else { "\n" };
+    let mut on_event = event_printer(target.name.clone(), terminal, raw.is_some());
+    // SIGTERM, SIGHUP and SIGINT end the session cleanly: the KubeVirt Lease released (others
+    // see the console free at once, not after its 30 s), then the terminal restored. In raw
+    // mode Ctrl+C is a byte for the guest, so SIGINT only comes from outside (`kill -INT`).
+    let (_ctrl_c, mut presses) = crate::interrupt::take_over();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    plan.stop = Some(stop_rx);
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = hangup.recv() => {}
+            _ = presses.changed() => {}
+        }
+        let _ = stop_tx.send(true);
+    });
+    let outcome = console::run(
+        &cluster,
+        &plan,
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+        log,
+        &mut on_event,
+    )
+    .await;
+    drop(raw);
+    session_end(outcome, &target.name, terminal)
+}
+
+/// Prints the session's events on stderr as virtctl does (a spinner while waiting on a
+/// terminal, one line per phase otherwise); `raw`: the terminal is in raw mode, so lines end
+/// in CR LF.
+fn event_printer(name: String, terminal: bool, raw: bool) -> impl FnMut(ConsoleEvent) + Send {
+    let eol = if raw { "\r\n" } else { "\n" };
     let mut spinner = 0usize;
     let mut last_phase = String::new();
-    let mut on_event = move |event: ConsoleEvent| {
+    move |event: ConsoleEvent| {
         let mut err = std::io::stderr().lock();
         let _ = match event {
             ConsoleEvent::Waiting { phase } => {
@@ -110,31 +141,11 @@ pub async fn cmd_console(global: &GlobalArgs, args: ConsoleArgs) -> CommandResul
             ConsoleEvent::Warning(message) => write!(err, "Warning: {message}{eol}"),
         };
         let _ = err.flush();
-    };
-    // SIGTERM, SIGHUP and SIGINT end the session cleanly: the KubeVirt Lease released (others
-    // see the console free at once, not after its 30 s), then the terminal restored. In raw
-    // mode Ctrl+C is a byte for the guest, so SIGINT only comes from outside (`kill -INT`).
-    let (_ctrl_c, mut presses) = crate::interrupt::take_over();
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    plan.stop = Some(stop_rx);
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = hangup.recv() => {}
-            _ = presses.changed() => {}
-        }
-        let _ = stop_tx.send(true);
-    });
-    let outcome = console::run(
-        &cluster,
-        &plan,
-        tokio::io::stdin(),
-        tokio::io::stdout(),
-        log,
-        &mut on_event,
-    )
-    .await;
-    drop(raw);
+    }
+}
+
+/// How the session's end is said and what it exits with.
+fn session_end(outcome: kubevm::Result<ConsoleEnd>, name: &str, terminal: bool) -> CommandResult {
     match outcome {
         Ok(ConsoleEnd::Stopped) => Err(CommandError::Interrupted),
         Ok(ConsoleEnd::Escaped) | Ok(ConsoleEnd::InputEnded) => {
@@ -144,11 +155,11 @@ pub async fn cmd_console(global: &GlobalArgs, args: ConsoleArgs) -> CommandResul
             Ok(())
         }
         Ok(ConsoleEnd::Displaced) => {
-            eprintln!("\n{}", console::displaced_message(&target.name));
+            eprintln!("\n{}", console::displaced_message(name));
             Ok(())
         }
         Ok(ConsoleEnd::Disconnected) => {
-            eprintln!("\n{}", console::disconnected_message(&target.name));
+            eprintln!("\n{}", console::disconnected_message(name));
             Ok(())
         }
         Err(e) => Err(e.into()),

@@ -192,6 +192,48 @@ pub enum Power {
 }
 
 pub async fn cmd_power(global: &GlobalArgs, command: Power) -> CommandResult {
+    let (action, bulk) = power_action(command)?;
+    let (names, pools) = parse_targets(&action, &bulk)?;
+    let (cluster, platform) = crate::connect::connect(global).await?;
+    let dry_run = DryRun::lib(bulk.dry_run);
+    action.check(platform.flavor, dry_run)?;
+    let selection = selection(&cluster, &platform, &bulk, &names, &pools).await?;
+    let is_bulk = !pools.is_empty() || !matches!(&selection, Selection::Names(n) if n.len() == 1);
+    let vms = lifecycle::select(&cluster, platform.flavor, &selection).await?;
+    if vms.is_empty() {
+        return Err(CommandError::Failed(match &bulk.selector {
+            Some(s) => format!("no virtual machines match {s:?}"),
+            None => "there are no virtual machines".into(),
+        }));
+    }
+    if is_bulk && dry_run == LibDryRun::None && !bulk.yes {
+        confirm(&action, &vms).await?;
+    }
+    let wait = if is_bulk {
+        bulk.wait.wait
+    } else {
+        !bulk.wait.no_wait
+    };
+    let options = Options {
+        dry_run,
+        wait,
+        timeout: bulk.wait.timeout,
+        want_object: bulk.output == Some(ResultFormat::Json),
+    };
+    execute(
+        &cluster,
+        &platform,
+        &action,
+        vms,
+        &options,
+        bulk.output,
+        is_bulk,
+    )
+    .await
+}
+
+/// The lifecycle action a power command's flags ask for, checked locally.
+fn power_action(command: Power) -> CommandResult<(Action, BulkArgs)> {
     let (action, bulk) = match command {
         Power::Start(a) => (Action::Start { paused: a.paused }, a.bulk),
         Power::Stop(a) => (
@@ -234,7 +276,12 @@ pub async fn cmd_power(global: &GlobalArgs, command: Power) -> CommandResult {
     {
         return Err(CommandError::usage("--grace-period must be 0 or more"));
     }
-    // Local checks first: no request before the input is known to be good.
+    Ok((action, bulk))
+}
+
+/// The named VMs and `pool/NAME`s to act on, with the local checks of the selection flags:
+/// no request before the input is known to be good.
+fn parse_targets(action: &Action, bulk: &BulkArgs) -> CommandResult<(Vec<Target>, Vec<Target>)> {
     // `pool/NAME` stands for the pool's replicas (made by `create --replicas`).
     let mut names: Vec<Target> = Vec::new();
     let mut pools: Vec<Target> = Vec::new();
@@ -258,11 +305,20 @@ pub async fn cmd_power(global: &GlobalArgs, command: Power) -> CommandResult {
     if let Some(s) = &bulk.selector {
         kubevm::selector::check(s)?;
     }
-    let (cluster, platform) = crate::connect::connect(global).await?;
-    let dry_run = DryRun::lib(bulk.dry_run);
-    action.check(platform.flavor, dry_run)?;
+    Ok((names, pools))
+}
+
+/// Which VMs the command selects: by label selector, all, or by name (a pool's replicas
+/// looked up from the pool).
+async fn selection(
+    cluster: &kubevm::cluster::Cluster,
+    platform: &kubevm::flavor::Platform,
+    bulk: &BulkArgs,
+    names: &[Target],
+    pools: &[Target],
+) -> CommandResult<Selection> {
     let namespace = (!bulk.all_namespaces).then(|| cluster.namespace.clone());
-    let selection = if let Some(selector) = &bulk.selector {
+    Ok(if let Some(selector) = &bulk.selector {
         Selection::Selector {
             selector: selector.clone(),
             namespace,
@@ -279,51 +335,18 @@ pub async fn cmd_power(global: &GlobalArgs, command: Power) -> CommandResult {
                 })
             })
             .collect::<kubevm::Result<_>>()?;
-        for pool in &pools {
+        for pool in pools {
             let namespace = pool.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
-            let members =
-                kubevm::delete::pool::members(&cluster, &platform, &pool.name, &namespace)
-                    .await?
-                    .ok_or_else(|| crate::connect::pool_not_found(&pool.name, &namespace))?;
+            let members = kubevm::delete::pool::members(cluster, platform, &pool.name, &namespace)
+                .await?
+                .ok_or_else(|| crate::connect::pool_not_found(&pool.name, &namespace))?;
             refs.extend(members.1.into_iter().map(|name| VmRef {
                 namespace: namespace.clone(),
                 name,
             }));
         }
         Selection::Names(refs)
-    };
-    let is_bulk = !pools.is_empty() || !matches!(&selection, Selection::Names(n) if n.len() == 1);
-    let vms = lifecycle::select(&cluster, platform.flavor, &selection).await?;
-    if vms.is_empty() {
-        return Err(CommandError::Failed(match &bulk.selector {
-            Some(s) => format!("no virtual machines match {s:?}"),
-            None => "there are no virtual machines".into(),
-        }));
-    }
-    if is_bulk && dry_run == LibDryRun::None && !bulk.yes {
-        confirm(&action, &vms).await?;
-    }
-    let wait = if is_bulk {
-        bulk.wait.wait
-    } else {
-        !bulk.wait.no_wait
-    };
-    let options = Options {
-        dry_run,
-        wait,
-        timeout: bulk.wait.timeout,
-        want_object: bulk.output == Some(ResultFormat::Json),
-    };
-    execute(
-        &cluster,
-        &platform,
-        &action,
-        vms,
-        &options,
-        bulk.output,
-        is_bulk,
-    )
-    .await
+    })
 }
 
 pub async fn cmd_migrate(global: &GlobalArgs, args: MigrateArgs) -> CommandResult {
@@ -483,24 +506,10 @@ async fn execute(
     out.flush()?;
     drop(out);
     if !is_bulk {
-        if let Some((vm, e)) = failed.pop() {
-            // A pool's name is not a VM: point at its replicas (looked up only on failure).
-            if matches!(&e, kubevm::Error::NotFound { kind, .. } if kind == "virtualmachine")
-                && let Ok(Some((_, members))) =
-                    kubevm::delete::pool::members(cluster, platform, &vm.name, &vm.namespace).await
-            {
-                return Err(CommandError::Failed(format!(
-                    "{e}; {:?} is a pool of {} virtual machines ({}): use pool/{} to {} them all",
-                    vm.name,
-                    members.len(),
-                    members.join(", "),
-                    vm.name,
-                    action.verb()
-                )));
-            }
-            return Err(e.into());
-        }
-        return Ok(());
+        return match failed.pop() {
+            Some((vm, e)) => Err(single_failure(cluster, platform, action, &vm, e).await),
+            None => Ok(()),
+        };
     }
     for (vm, e) in &failed {
         eprintln!("Error: {vm}: {e}");
@@ -516,6 +525,31 @@ async fn execute(
             ok + failed.len()
         )))
     }
+}
+
+/// The error of a one-VM command; a name that is not a VM but a pool's points at its
+/// replicas (looked up only on failure).
+async fn single_failure(
+    cluster: &kubevm::cluster::Cluster,
+    platform: &kubevm::flavor::Platform,
+    action: &Action,
+    vm: &VmRef,
+    e: kubevm::Error,
+) -> CommandError {
+    if matches!(&e, kubevm::Error::NotFound { kind, .. } if kind == "virtualmachine")
+        && let Ok(Some((_, members))) =
+            kubevm::delete::pool::members(cluster, platform, &vm.name, &vm.namespace).await
+    {
+        return CommandError::Failed(format!(
+            "{e}; {:?} is a pool of {} virtual machines ({}): use pool/{} to {} them all",
+            vm.name,
+            members.len(),
+            members.join(", "),
+            vm.name,
+            action.verb()
+        ));
+    }
+    e.into()
 }
 
 /// `virtualmachine.kubevirt.io/web started`, `… start requested`, `… started (server dry run)`.

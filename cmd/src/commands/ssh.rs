@@ -199,45 +199,8 @@ pub async fn resolve(
 pub async fn cmd_ssh(global: &GlobalArgs, args: SshArgs) -> CommandResult {
     crate::connect::check_ca_namespace(&args.ca_namespace)?;
     let plan = plan(&args)?;
-    let known_hosts = sshvm::known_hosts_path().map_err(|e| CommandError::usage(e.to_string()))?;
-    let (cluster, platform, namespace) = resolve(global, &plan.target).await?;
-    let user = match &plan.user {
-        Some(user) => user.clone(),
-        None => {
-            sshvm::default_login(&cluster, platform.flavor, &namespace, &plan.target.name).await
-        }
-    };
-    let options = SshOptions {
-        flavor: platform.flavor,
-        namespace,
-        vm: plan.target.name.clone(),
-        user,
-        port: args.port,
-        ttl: args.ttl,
-        identity_file: args.identity.clone(),
-        strict: plan.strict,
-        known_hosts,
-        ca_namespace: args.ca_namespace.clone(),
-        pty: plan.pty,
-        port_forwarding: !plan.forwards.is_empty(),
-        mode: kubevm::signer::client::mode(&cluster, Some(&platform)).await?,
-    };
-    let connection = sshvm::connect(&cluster, &options, Some(terminal_prompt()), &print_event)
-        .await
-        .map_err(connect_error)?;
-    let connection = Arc::new(connection);
-    let mut forwarders = Vec::new();
-    for f in &plan.forwards {
-        let listener = forward::bind(f)
-            .await
-            .map_err(|e| CommandError::Connection(e.to_string()))?;
-        forwarders.push(tokio::spawn(forward::serve(
-            connection.clone(),
-            listener,
-            f.clone(),
-            Arc::new(|e| eprintln!("Warning: {e}")),
-        )));
-    }
+    let connection = Arc::new(connect_vm(global, &args, &plan).await?);
+    let forwarders = start_forwards(&connection, &plan).await?;
     let request = SessionRequest {
         command: plan.command.clone(),
         pty: plan.pty.then(|| {
@@ -258,31 +221,7 @@ pub async fn cmd_ssh(global: &GlobalArgs, args: SshArgs) -> CommandResult {
     } else {
         None
     };
-    let (resize, resized) = if plan.pty {
-        let (tx, rx) = mpsc::unbounded_channel();
-        if let Ok(mut winch) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
-        {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                while winch.recv().await.is_some() {
-                    if tx.send(terminal::size()).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-        (Some(rx), Some(tx))
-    } else {
-        (None, None)
-    };
-    let (stdin, disconnect): (Box<dyn AsyncRead + Send + Unpin>, _) = match plan.escape {
-        EscapeChar::None => (Box::new(tokio::io::stdin()), None),
-        EscapeChar::Char(_) => {
-            let (stdin, disconnect) = escaped_stdin(plan.escape, resized);
-            (stdin, Some(disconnect))
-        }
-    };
+    let (io, disconnect) = session_io(&plan);
     let disconnected = async {
         match disconnect {
             Some(rx) => {
@@ -293,12 +232,6 @@ pub async fn cmd_ssh(global: &GlobalArgs, args: SshArgs) -> CommandResult {
             }
             None => std::future::pending().await,
         }
-    };
-    let io = SessionIo {
-        stdin,
-        stdout: Box::new(tokio::io::stdout()),
-        stderr: Box::new(tokio::io::stderr()),
-        resize,
     };
     let outcome = tokio::select! {
         outcome = connection.run(&request, io) => Ended::Outcome(outcome),
@@ -324,18 +257,112 @@ pub async fn cmd_ssh(global: &GlobalArgs, args: SshArgs) -> CommandResult {
         f.abort();
     }
     connection.close().await;
+    exit_status(outcome, &plan.target.name)
+}
+
+/// Resolves the target, picks the login and the certificate mode, and opens the SSH
+/// connection through the API server (host identity checked).
+async fn connect_vm(
+    global: &GlobalArgs,
+    args: &SshArgs,
+    plan: &Plan,
+) -> CommandResult<kubevm::ssh::Connection> {
+    let known_hosts = sshvm::known_hosts_path().map_err(|e| CommandError::usage(e.to_string()))?;
+    let (cluster, platform, namespace) = resolve(global, &plan.target).await?;
+    let user = match &plan.user {
+        Some(user) => user.clone(),
+        None => {
+            sshvm::default_login(&cluster, platform.flavor, &namespace, &plan.target.name).await
+        }
+    };
+    let options = SshOptions {
+        flavor: platform.flavor,
+        namespace,
+        vm: plan.target.name.clone(),
+        user,
+        port: args.port,
+        ttl: args.ttl,
+        identity_file: args.identity.clone(),
+        strict: plan.strict,
+        known_hosts,
+        ca_namespace: args.ca_namespace.clone(),
+        pty: plan.pty,
+        port_forwarding: !plan.forwards.is_empty(),
+        mode: kubevm::signer::client::mode(&cluster, Some(&platform)).await?,
+    };
+    sshvm::connect(&cluster, &options, Some(terminal_prompt()), &print_event)
+        .await
+        .map_err(connect_error)
+}
+
+/// Binds every `-L` listener and serves it over the connection.
+async fn start_forwards(
+    connection: &Arc<kubevm::ssh::Connection>,
+    plan: &Plan,
+) -> CommandResult<Vec<tokio::task::JoinHandle<()>>> {
+    let mut forwarders = Vec::new();
+    for f in &plan.forwards {
+        let listener = forward::bind(f)
+            .await
+            .map_err(|e| CommandError::Connection(e.to_string()))?;
+        forwarders.push(tokio::spawn(forward::serve(
+            connection.clone(),
+            listener,
+            f.clone(),
+            Arc::new(|e| eprintln!("Warning: {e}")),
+        )));
+    }
+    Ok(forwarders)
+}
+
+/// The session's standard streams: stdin through the escape-character filter when one is
+/// set (its receiver fires on `~.`), and window-size changes when a terminal is requested.
+fn session_io(plan: &Plan) -> (SessionIo, Option<oneshot::Receiver<()>>) {
+    let (resize, resized) = if plan.pty {
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Ok(mut winch) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
+        {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                while winch.recv().await.is_some() {
+                    if tx.send(terminal::size()).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        (Some(rx), Some(tx))
+    } else {
+        (None, None)
+    };
+    let (stdin, disconnect): (Box<dyn AsyncRead + Send + Unpin>, _) = match plan.escape {
+        EscapeChar::None => (Box::new(tokio::io::stdin()), None),
+        EscapeChar::Char(_) => {
+            let (stdin, disconnect) = escaped_stdin(plan.escape, resized);
+            (stdin, Some(disconnect))
+        }
+    };
+    let io = SessionIo {
+        stdin,
+        stdout: Box::new(tokio::io::stdout()),
+        stderr: Box::new(tokio::io::stderr()),
+        resize,
+    };
+    (io, disconnect)
+}
+
+/// The remote command's exit status as ours; a connection lost before the channel closed is
+/// an error, never a success after partial output.
+fn exit_status(outcome: Result<kubevm::ssh::ExitOutcome, SshError>, vm: &str) -> CommandResult {
     let exit = outcome.map_err(|e| CommandError::Connection(e.to_string()))?;
     if let kubevm::ssh::ExitOutcome::Lost { status } = exit {
-        // Said in one line, as OpenSSH does, never a success after partial output: the
-        // channel did not close, so output after the exit status may be missing.
+        // Said in one line, as OpenSSH does: the channel did not close, so output after the
+        // exit status may be missing.
         return Err(CommandError::Connection(match status {
-            None => format!(
-                "the connection to {} was lost before the remote command finished",
-                plan.target.name
-            ),
+            None => format!("the connection to {vm} was lost before the remote command finished"),
             Some(s) => format!(
-                "the connection to {} was lost before all output arrived (the remote command exited {s})",
-                plan.target.name
+                "the connection to {vm} was lost before all output arrived (the remote command exited {s})"
             ),
         }));
     }

@@ -232,6 +232,25 @@ impl View {
         }
     }
 
+    /// Moves the bar on a terminal; elsewhere prints "VERB DONE of TOTAL (P%)" at most once
+    /// per `line_every`.
+    fn advance(&mut self, verb: &str, done: u64, total: u64) {
+        match &self.bar {
+            Some(bar) => bar.set_position(done),
+            None => {
+                if self.last_line.elapsed() >= self.line_every {
+                    self.last_line = Instant::now();
+                    eprintln!(
+                        "{verb} {} of {} ({:.0}%)",
+                        HumanBytes(done),
+                        HumanBytes(total),
+                        done as f64 * 100.0 / total.max(1) as f64
+                    );
+                }
+            }
+        }
+    }
+
     pub(crate) fn show(&mut self, event: Event) {
         match event {
             Event::Inspected {
@@ -251,16 +270,10 @@ impl View {
             Event::Hashing { total } => {
                 self.last_line = Instant::now();
                 if self.terminal {
-                    let bar =
-                        ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-                    bar.set_style(
-                        ProgressStyle::with_template(
-                            "sha256 [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec}",
-                        )
-                        .expect("valid template")
-                        .progress_chars("=> "),
-                    );
-                    self.bar = Some(bar);
+                    self.bar = Some(byte_bar(
+                        total,
+                        "sha256 [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec}",
+                    ));
                 } else {
                     eprintln!(
                         "computing the sha256 of {} first (the platform checks it)",
@@ -268,20 +281,7 @@ impl View {
                     );
                 }
             }
-            Event::Hashed { done, total } => match &self.bar {
-                Some(bar) => bar.set_position(done),
-                None => {
-                    if self.last_line.elapsed() >= self.line_every {
-                        self.last_line = Instant::now();
-                        eprintln!(
-                            "hashed {} of {} ({:.0}%)",
-                            HumanBytes(done),
-                            HumanBytes(total),
-                            done as f64 * 100.0 / total.max(1) as f64
-                        );
-                    }
-                }
-            },
+            Event::Hashed { done, total } => self.advance("hashed", done, total),
             Event::Checksum { sha256 } => {
                 if let Some(bar) = self.bar.take() {
                     bar.finish_and_clear();
@@ -312,34 +312,15 @@ impl View {
                     bar.finish_and_clear();
                 }
                 if self.terminal {
-                    let bar =
-                        ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-                    bar.set_style(
-                        ProgressStyle::with_template(
-                            "upload [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
-                        )
-                        .expect("valid template")
-                        .progress_chars("=> "),
-                    );
-                    self.bar = Some(bar);
+                    self.bar = Some(byte_bar(
+                        total,
+                        "upload [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+                    ));
                 } else {
                     eprintln!("uploading {}", HumanBytes(total));
                 }
             }
-            Event::Progress { sent, total } => match &self.bar {
-                Some(bar) => bar.set_position(sent),
-                None => {
-                    if self.last_line.elapsed() >= self.line_every {
-                        self.last_line = Instant::now();
-                        eprintln!(
-                            "uploaded {} of {} ({:.0}%)",
-                            HumanBytes(sent),
-                            HumanBytes(total),
-                            sent as f64 * 100.0 / total.max(1) as f64
-                        );
-                    }
-                }
-            },
+            Event::Progress { sent, total } => self.advance("uploaded", sent, total),
             Event::Retrying {
                 attempt,
                 max,
@@ -379,4 +360,15 @@ impl View {
         }
         self.clear_spinner();
     }
+}
+
+/// A byte progress bar on stderr with `template`.
+fn byte_bar(total: u64, template: &str) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template(template)
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar
 }

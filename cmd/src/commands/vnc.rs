@@ -138,27 +138,10 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
         VncEvent::ClientDone(reason) => eprintln!("VNC session of {name} ended: {reason}"),
         VncEvent::Warning(message) => eprintln!("Warning: {message}"),
     };
-    let mut proxy = vnc::open(&cluster, &plan, &mut on_event).await?;
+    let proxy = vnc::open(&cluster, &plan, &mut on_event).await?;
     let port = proxy.local_addr()?.port();
     if args.proxy_only {
-        // Listen for SIGTERM before telling anyone the port.
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        {
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "{{\"port\":{port}}}")?;
-            out.flush()?;
-        }
-        // Serves until interrupted; on SIGTERM the session Lease is released on the way out
-        // (Ctrl-C is taken by the global handler; the Lease then expires after 30 s).
-        let lease = proxy.take_lease();
-        let outcome = tokio::select! {
-            result = vnc::serve(&cluster, &plan, proxy, &mut on_event) => result.map_err(CommandError::from),
-            _ = term.recv() => Err(CommandError::Interrupted),
-        };
-        if let Some(lease) = lease {
-            lease.release().await;
-        }
-        return outcome;
+        return serve_proxy_only(&cluster, &plan, proxy, port, &mut on_event).await;
     }
     eprintln!("Connecting to {}'s VNC...", target.name);
     let Some(viewer) = chosen else {
@@ -167,6 +150,58 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
         );
         return Ok(vnc::serve(&cluster, &plan, proxy, &mut on_event).await?);
     };
+    serve_with_viewer(
+        &cluster,
+        &plan,
+        proxy,
+        port,
+        &viewer,
+        &connected,
+        &mut on_event,
+    )
+    .await
+}
+
+/// `--proxy-only`: prints the port as JSON and serves until interrupted; on SIGTERM the
+/// session Lease is released on the way out.
+async fn serve_proxy_only(
+    cluster: &kubevm::cluster::Cluster,
+    plan: &VncPlan,
+    mut proxy: vnc::VncProxy,
+    port: u16,
+    on_event: &mut (dyn FnMut(VncEvent) + Send),
+) -> CommandResult {
+    // Listen for SIGTERM before telling anyone the port.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{{\"port\":{port}}}")?;
+        out.flush()?;
+    }
+    // Serves until interrupted; on SIGTERM the session Lease is released on the way out
+    // (Ctrl-C is taken by the global handler; the Lease then expires after 30 s).
+    let lease = proxy.take_lease();
+    let outcome = tokio::select! {
+        result = vnc::serve(cluster, plan, proxy, on_event) => result.map_err(CommandError::from),
+        _ = term.recv() => Err(CommandError::Interrupted),
+    };
+    if let Some(lease) = lease {
+        lease.release().await;
+    }
+    outcome
+}
+
+/// Starts the viewer on the local port and serves it; the viewer must connect within the
+/// deadline, and the session then lasts as long as the viewer does.
+async fn serve_with_viewer(
+    cluster: &kubevm::cluster::Cluster,
+    plan: &VncPlan,
+    proxy: vnc::VncProxy,
+    port: u16,
+    viewer: &viewer::Viewer,
+    connected: &tokio::sync::watch::Receiver<bool>,
+    on_event: &mut (dyn FnMut(VncEvent) + Send),
+) -> CommandResult {
     let mut child = tokio::process::Command::new(&viewer.program)
         .args(viewer.args(port))
         .stdin(std::process::Stdio::null())
@@ -174,7 +209,7 @@ pub async fn cmd_vnc(global: &GlobalArgs, args: VncArgs) -> CommandResult {
         .map_err(|e| {
             CommandError::Failed(format!("cannot start {}: {e}", viewer.program.display()))
         })?;
-    let serving = vnc::serve(&cluster, &plan, proxy, &mut on_event);
+    let serving = vnc::serve(cluster, plan, proxy, on_event);
     tokio::pin!(serving);
     // The viewer must connect within the deadline; once it has, the session lasts as long as
     // the viewer does.

@@ -188,22 +188,14 @@ where
         }
         // 3. The stream ended under us: displaced, or reconnect.
         let end = stream.ended().await;
-        let verdict = if end.code() == 1001 {
-            Some(true)
-        } else {
-            match (&lease, plan.target.flavor) {
-                (Some(lease), Flavor::KubeVirt) => lease.still_ours().await.map(|ours| !ours),
-                (_, Flavor::Deckhouse) if my_session.is_some() => {
-                    match session::deckhouse::probe(cluster, &plan.target).await {
-                        Ok(holder) => {
-                            Some(holder.is_some_and(|h| Some(&h.session) != my_session.as_ref()))
-                        }
-                        Err(_) => None,
-                    }
-                }
-                _ => None,
-            }
-        };
+        let verdict = displaced(
+            cluster,
+            plan,
+            end.code(),
+            lease.as_ref(),
+            my_session.as_ref(),
+        )
+        .await;
         match verdict {
             Some(true) => {
                 drop(lease);
@@ -222,6 +214,32 @@ where
         on_event(ConsoleEvent::Reconnecting {
             reason: end.describe(),
         });
+    }
+}
+
+/// Whether another client took the console when the stream ended with close `code`:
+/// `Some(true)` displaced, `Some(false)` still ours, `None` when nothing tells. A 1001
+/// ("going away") is a displacement on both platforms; otherwise the platform's arbitration
+/// answers: our Lease (KubeVirt) or the server's record of the session (Deckhouse).
+async fn displaced(
+    cluster: &Cluster,
+    plan: &ConsolePlan,
+    code: u16,
+    lease: Option<&HeldLease>,
+    my_session: Option<&String>,
+) -> Option<bool> {
+    if code == 1001 {
+        return Some(true);
+    }
+    match platform::of(plan.target.flavor).sessions {
+        SessionArbitration::Lease => lease?.still_ours().await.map(|ours| !ours),
+        SessionArbitration::ServerProbe => {
+            let mine = my_session?;
+            let holder = session::deckhouse::probe(cluster, &plan.target)
+                .await
+                .ok()?;
+            Some(holder.is_some_and(|h| &h.session != mine))
+        }
     }
 }
 

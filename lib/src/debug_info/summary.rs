@@ -75,14 +75,23 @@ pub fn failing(condition: &Value, phase: &str) -> bool {
 /// The problems the facts show, one line each.
 pub fn problems(facts: &Facts, flavor: Flavor) -> Vec<String> {
     let mut out = Vec::new();
-    let phase = phase(&facts.vm, flavor);
+    condition_problems(facts, &phase(&facts.vm, flavor), &mut out);
+    pod_problems(facts, &mut out);
+    disk_problems(facts, &mut out);
+    pvc_problems(facts, &mut out);
+    migration_problems(facts, &mut out);
+    out
+}
+
+/// Failing conditions of the VM and its instance.
+fn condition_problems(facts: &Facts, phase: &str, out: &mut Vec<String>) {
     let mut objects: Vec<(&str, &Value)> = vec![("virtualmachine", &facts.vm)];
     if let Some(vmi) = &facts.instance {
         objects.push(("virtualmachineinstance", vmi));
     }
     for (what, object) in objects {
         for c in conditions(object) {
-            if failing(c, &phase) {
+            if failing(c, phase) {
                 out.push(format!(
                     "{what} {}: condition {} is {} ({}): {}",
                     s(&object["metadata"]["name"]),
@@ -94,6 +103,10 @@ pub fn problems(facts: &Facts, flavor: Flavor) -> Vec<String> {
             }
         }
     }
+}
+
+/// Containers stuck waiting (crash loops, image pulls) and failed pods.
+fn pod_problems(facts: &Facts, out: &mut Vec<String>) {
     for pod in &facts.pods {
         let name = s(&pod["metadata"]["name"]);
         for st in pod["status"]["containerStatuses"]
@@ -133,6 +146,10 @@ pub fn problems(facts: &Facts, flavor: Flavor) -> Vec<String> {
             ));
         }
     }
+}
+
+/// Disks and images whose import retries, failed or reports an error condition.
+fn disk_problems(facts: &Facts, out: &mut Vec<String>) {
     for disk in &facts.disks {
         let kind = s(&disk["kind"]).to_ascii_lowercase();
         let name = s(&disk["metadata"]["name"]);
@@ -160,6 +177,10 @@ pub fn problems(facts: &Facts, flavor: Flavor) -> Vec<String> {
             }
         }
     }
+}
+
+/// Claims still Pending.
+fn pvc_problems(facts: &Facts, out: &mut Vec<String>) {
     for pvc in &facts.pvcs {
         if s(&pvc["status"]["phase"]) == "Pending" {
             out.push(format!(
@@ -168,6 +189,10 @@ pub fn problems(facts: &Facts, flavor: Flavor) -> Vec<String> {
             ));
         }
     }
+}
+
+/// Failed migrations and evictions.
+fn migration_problems(facts: &Facts, out: &mut Vec<String>) {
     for m in &facts.migrations {
         let kind = s(&m["kind"]);
         let is_migration = kind == "VirtualMachineInstanceMigration"
@@ -191,7 +216,6 @@ pub fn problems(facts: &Facts, flavor: Flavor) -> Vec<String> {
             ));
         }
     }
-    out
 }
 
 fn phase(vm: &Value, flavor: Flavor) -> String {

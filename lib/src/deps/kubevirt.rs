@@ -79,7 +79,29 @@ pub(super) async fn graph(cluster: &Cluster, ns: &str, name: &str) -> Result<Gra
         ));
     }
 
-    // The VMI and its launcher pod (owned by the VMI).
+    depends.extend(instance_nodes(&vm, &pods, name, ns));
+    depends.extend(instancetype_nodes(&vm, ns));
+    depends.extend(access_credential_nodes(cluster, spec, ns).await);
+    depends.extend(volume_nodes(cluster, spec, ns, &dv_names).await);
+    depends.extend(network_nodes(spec, ns));
+
+    Ok(finish(
+        vm,
+        name,
+        ns,
+        depends,
+        &pods,
+        &svcs,
+        &snapshots,
+        exports_beta,
+        exports_v1,
+    ))
+}
+
+/// The VMI and its launcher pod (owned by the VMI), when the VM has an instance
+/// (`getLauncherPodNode`).
+fn instance_nodes(vm: &Value, pods: &[Value], name: &str, ns: &str) -> Vec<Node> {
+    let mut depends = Vec::new();
     if vm["status"]["created"] == true {
         let launcher = pods.iter().find(|p| {
             p["metadata"]["labels"]["kubevirt.io"] == "virt-launcher"
@@ -99,7 +121,13 @@ pub(super) async fn graph(cluster: &Cluster, ns: &str, name: &str) -> Result<Gra
                 .with_children(children),
         );
     }
-    // Instance type and preference (optional), with their ControllerRevisions.
+    depends
+}
+
+/// Instance type and preference (optional), with their ControllerRevisions
+/// (`getInstanceTypeMatcherResource`).
+fn instancetype_nodes(vm: &Value, ns: &str) -> Vec<Node> {
+    let mut depends = Vec::new();
     for (field, status) in [
         ("instancetype", "instancetypeRef"),
         ("preference", "preferenceRef"),
@@ -130,7 +158,12 @@ pub(super) async fn graph(cluster: &Cluster, ns: &str, name: &str) -> Result<Gra
             depends.push(Node::new("apps", "ControllerRevision", rev, Some(ns)));
         }
     }
-    // Access credentials.
+    depends
+}
+
+/// The Secrets of the access credentials (`getAccessCredentialNodes`).
+async fn access_credential_nodes(cluster: &Cluster, spec: &Value, ns: &str) -> Vec<Node> {
+    let mut depends = Vec::new();
     for ac in spec["accessCredentials"].as_array().into_iter().flatten() {
         let secret = ac["sshPublicKey"]["source"]["secret"]["secretName"]
             .as_str()
@@ -140,7 +173,18 @@ pub(super) async fn graph(cluster: &Cluster, ns: &str, name: &str) -> Result<Gra
             depends.push(Node::new("", "Secret", s, Some(ns)).missing_unless(ok));
         }
     }
-    // Volumes.
+    depends
+}
+
+/// What each volume reads: DataVolumes with their claims, claims, ConfigMaps, Secrets,
+/// ServiceAccounts and cloud-init Secrets (`addVolumeGraph`).
+async fn volume_nodes(
+    cluster: &Cluster,
+    spec: &Value,
+    ns: &str,
+    dv_names: &std::collections::BTreeSet<String>,
+) -> Vec<Node> {
+    let mut depends = Vec::new();
     for v in spec["volumes"].as_array().into_iter().flatten() {
         if let Some(dv) = v["dataVolume"]["name"].as_str() {
             let pvc = exists(cluster, core(ns, "persistentvolumeclaims", dv)).await;
@@ -175,7 +219,12 @@ pub(super) async fn graph(cluster: &Cluster, ns: &str, name: &str) -> Result<Gra
             }
         }
     }
-    // Multus networks (optional).
+    depends
+}
+
+/// Multus NetworkAttachmentDefinitions (optional; `handleNetworkNodes`).
+fn network_nodes(spec: &Value, ns: &str) -> Vec<Node> {
+    let mut depends = Vec::new();
     for net in spec["networks"].as_array().into_iter().flatten() {
         if let Some(full) = net["multus"]["networkName"]
             .as_str()
@@ -193,18 +242,7 @@ pub(super) async fn graph(cluster: &Cluster, ns: &str, name: &str) -> Result<Gra
             );
         }
     }
-
-    Ok(finish(
-        vm,
-        name,
-        ns,
-        depends,
-        &pods,
-        &svcs,
-        &snapshots,
-        exports_beta,
-        exports_v1,
-    ))
+    depends
 }
 
 /// The graph from the "depends on" half: what points at the VM and what owns it.

@@ -280,34 +280,7 @@ pub async fn attach(
         )));
     }
     let existing = get_opt(cluster, dev_kind, ns, dev).await?;
-    match (&existing, request.size) {
-        (Some(d), Some(_)) => {
-            return Err(Error::Usage(format!(
-                "VirtualDisk {dev:?} exists in namespace {ns:?}{}; attach it without --size, or pick another name",
-                if is_ours(d) {
-                    ""
-                } else {
-                    " and is not kubectl vm's"
-                }
-            )));
-        }
-        (None, None) => {
-            return Err(Error::Usage(format!(
-                "no {kind} {dev:?}{}; nothing was changed{}",
-                if dev_kind.namespaced {
-                    format!(" in namespace {ns:?}")
-                } else {
-                    String::new()
-                },
-                if kind == "VirtualDisk" {
-                    " (a new disk needs --size)"
-                } else {
-                    ""
-                }
-            )));
-        }
-        _ => {}
-    }
+    check_source(existing.as_ref(), request, kind, dev_kind, ns)?;
     let all = attachments(cluster, ns, None).await?;
     let bda_name = attachment_name(name, dev);
     crate::validate::dns_subdomain("attachment", &bda_name)
@@ -323,41 +296,14 @@ pub async fn attach(
             }
         )));
     }
-    if kind == "VirtualDisk" && request.size.is_none() {
-        // A VirtualDisk is attached to one VM at a time.
-        let list = DECKHOUSE_VM
-            .api(&cluster.client, Some(ns))
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| cluster.error(e, &DECKHOUSE_VM.action("list", Some(ns))))?;
-        let holder = list
-            .items
-            .into_iter()
-            .map(|o| serde_json::to_value(o).unwrap_or_default())
-            .find(|v| {
-                array(v, "/spec/blockDeviceRefs")
-                    .any(|r| r["kind"] == "VirtualDisk" && r["name"] == json!(dev))
-            })
-            .map(|v| format!("VM {}", text(&v, "/metadata/name")))
-            .or_else(|| {
-                all.iter()
-                    .find(|b| {
-                        text(b, "/spec/blockDeviceRef/kind") == "VirtualDisk"
-                            && text(b, "/spec/blockDeviceRef/name") == dev
-                    })
-                    .map(|b| {
-                        format!(
-                            "VM {} (attachment {})",
-                            text(b, "/spec/virtualMachineName"),
-                            text(b, "/metadata/name")
-                        )
-                    })
-            });
-        if let Some(h) = holder {
-            return Err(Error::Usage(format!(
-                "VirtualDisk {dev} is in use by {h} in namespace {ns:?}; detach it there first (nothing was changed)"
-            )));
-        }
+    // A VirtualDisk is attached to one VM at a time.
+    if kind == "VirtualDisk"
+        && request.size.is_none()
+        && let Some(h) = disk_holder(cluster, ns, dev, &all).await?
+    {
+        return Err(Error::Usage(format!(
+            "VirtualDisk {dev} is in use by {h} in namespace {ns:?}; detach it there first (nothing was changed)"
+        )));
     }
     let server_dry = options.dry_run == DryRun::Server;
     let live = matches!(text(&vm, "/status/phase"), "Running" | "Migrating");
@@ -404,31 +350,118 @@ pub async fn attach(
         return Ok(outcome);
     }
     if options.wait {
-        let mut last = String::new();
-        watch::until(cluster, &[Watched::new(VMBDA, ns, &bda_name)], |objs| {
-            let Some(b) = objs[0].as_ref() else {
-                return Some(Err(Error::Platform(format!("attachment {bda_name} was deleted while attaching {dev}"))));
-            };
-            let phase = text(b, "/status/phase");
-            let message = why(b);
-            let seen = format!("{phase} {message}");
-            if !phase.is_empty() && seen != last {
-                last = seen;
-                on_event(Event::Phase { phase: phase.to_owned(), message: message.clone() });
-            }
-            match phase {
-                "Attached" => Some(Ok(())),
-                "Failed" => Some(Err(Error::Platform(format!(
-                    "{kind} {dev} could not be attached to {name}.{ns}: {message} (attachment {bda_name} is left for inspection; `kubectl vm disk detach {name}.{ns} {dev}` removes it)"
-                )))),
-                _ => None,
-            }
-        })
-        .await?;
+        wait_attached(cluster, ns, name, kind, dev, &bda_name, on_event).await?;
         outcome.waited = true;
     }
     outcome.object = get_opt(cluster, VMBDA, ns, &bda_name).await?;
     Ok(outcome)
+}
+
+/// Refuses a source that is there when a new disk was asked for (`--size`), or missing when
+/// an existing one was.
+fn check_source(
+    existing: Option<&Value>,
+    request: &AttachRequest,
+    kind: &str,
+    dev_kind: Kind,
+    ns: &str,
+) -> Result<()> {
+    let dev = &request.name;
+    match (existing, request.size) {
+        (Some(d), Some(_)) => Err(Error::Usage(format!(
+            "VirtualDisk {dev:?} exists in namespace {ns:?}{}; attach it without --size, or pick another name",
+            if is_ours(d) {
+                ""
+            } else {
+                " and is not kubectl vm's"
+            }
+        ))),
+        (None, None) => Err(Error::Usage(format!(
+            "no {kind} {dev:?}{}; nothing was changed{}",
+            if dev_kind.namespaced {
+                format!(" in namespace {ns:?}")
+            } else {
+                String::new()
+            },
+            if kind == "VirtualDisk" {
+                " (a new disk needs --size)"
+            } else {
+                ""
+            }
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Who holds VirtualDisk `dev` already: a VM naming it in its spec, or another attachment.
+async fn disk_holder(
+    cluster: &Cluster,
+    ns: &str,
+    dev: &str,
+    all: &[Value],
+) -> Result<Option<String>> {
+    let list = DECKHOUSE_VM
+        .api(&cluster.client, Some(ns))
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| cluster.error(e, &DECKHOUSE_VM.action("list", Some(ns))))?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|o| serde_json::to_value(o).unwrap_or_default())
+        .find(|v| {
+            array(v, "/spec/blockDeviceRefs")
+                .any(|r| r["kind"] == "VirtualDisk" && r["name"] == dev)
+        })
+        .map(|v| format!("VM {}", text(&v, "/metadata/name")))
+        .or_else(|| {
+            all.iter()
+                .find(|b| {
+                    text(b, "/spec/blockDeviceRef/kind") == "VirtualDisk"
+                        && text(b, "/spec/blockDeviceRef/name") == dev
+                })
+                .map(|b| {
+                    format!(
+                        "VM {} (attachment {})",
+                        text(b, "/spec/virtualMachineName"),
+                        text(b, "/metadata/name")
+                    )
+                })
+        }))
+}
+
+/// Watches the attachment until it is Attached, reporting its phases; Failed ends with the
+/// platform's reason.
+async fn wait_attached(
+    cluster: &Cluster,
+    ns: &str,
+    name: &str,
+    kind: &str,
+    dev: &str,
+    bda_name: &str,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<()> {
+    let mut last = String::new();
+    watch::until(cluster, &[Watched::new(VMBDA, ns, bda_name)], |objs| {
+        let Some(b) = objs[0].as_ref() else {
+            return Some(Err(Error::Platform(format!("attachment {bda_name} was deleted while attaching {dev}"))));
+        };
+        let phase = text(b, "/status/phase");
+        let message = why(b);
+        let seen = format!("{phase} {message}");
+        if !phase.is_empty() && seen != last {
+            last = seen;
+            on_event(Event::Phase { phase: phase.to_owned(), message: message.clone() });
+        }
+        match phase {
+            "Attached" => Some(Ok(())),
+            "Failed" => Some(Err(Error::Platform(format!(
+                "{kind} {dev} could not be attached to {name}.{ns}: {message} (attachment {bda_name} is left for inspection; `kubectl vm disk detach {name}.{ns} {dev}` removes it)"
+            )))),
+            _ => None,
+        }
+    })
+    .await
 }
 
 /// Detach device `disk` from VM `name`: delete our attachment of it.
@@ -532,30 +565,7 @@ pub async fn resize(
     on_event: &(dyn Fn(Event) + Send + Sync),
 ) -> Result<Resized> {
     let vm = get_vm(cluster, ns, name).await?;
-    let own = array(&vm, "/spec/blockDeviceRefs")
-        .find(|r| r["name"] == json!(disk))
-        .map(|r| text(r, "/kind").to_owned());
-    let kind = match own {
-        Some(k) => Some(k),
-        None => attachments(cluster, ns, Some(name))
-            .await?
-            .into_iter()
-            .find(|b| text(b, "/spec/blockDeviceRef/name") == disk)
-            .map(|b| text(&b, "/spec/blockDeviceRef/kind").to_owned()),
-    };
-    match kind.as_deref() {
-        None => {
-            return Err(Error::Usage(format!(
-                "{name}.{ns} has no disk {disk:?} (see `kubectl vm disk list {name}.{ns}`)"
-            )));
-        }
-        Some("VirtualDisk") => {}
-        Some(other) => {
-            return Err(Error::Usage(format!(
-                "{disk} of {name}.{ns} is a {other}, which is read-only: only a VirtualDisk grows"
-            )));
-        }
-    }
+    check_grows(cluster, &vm, ns, name, disk).await?;
     let Some(vd) = get_opt(cluster, VIRTUAL_DISK, ns, disk).await? else {
         return Err(Error::Usage(format!(
             "no VirtualDisk {disk:?} in namespace {ns:?}; nothing was changed"
@@ -626,34 +636,82 @@ pub async fn resize(
     let (mut disk_now, short) =
         wait_disk(cluster, ns, disk, size, stopped, generation, on_event).await?;
     if short {
-        let claim = text(&disk_now, "/status/target/persistentVolumeClaimName").to_owned();
-        let readable = match get_opt(cluster, crate::api::PVC, ns, &claim).await {
-            Ok(found) => found.is_some(),
-            // A user who may not read claims still gets Deckhouse's own account below.
-            Err(Error::Forbidden { .. }) => false,
-            Err(e) => return Err(e),
-        };
-        if readable {
-            let grown =
-                super::growth::wait_claim(cluster, ns, &claim, size, true, on_event).await?;
-            if grown.pending.is_some() {
-                outcome.pending = grown.pending;
-            } else {
-                // The claim grew after all (a pod mounted it): the disk follows.
-                disk_now = wait_disk(cluster, ns, disk, size, false, generation, on_event)
-                    .await?
-                    .0;
-            }
-        } else {
-            outcome.pending = Some(format!(
-                "Deckhouse reports VirtualDisk {disk} Ready at {}",
-                text(&disk_now, "/status/capacity")
-            ));
-        }
+        (disk_now, outcome.pending) =
+            follow_claim(cluster, ns, disk, size, generation, disk_now, on_event).await?;
     }
     outcome.object = Some(disk_now);
     outcome.waited = true;
     Ok(outcome)
+}
+
+/// Refuses a disk the VM does not have, or one that is not a VirtualDisk (images are
+/// read-only).
+async fn check_grows(
+    cluster: &Cluster,
+    vm: &Value,
+    ns: &str,
+    name: &str,
+    disk: &str,
+) -> Result<()> {
+    let own = array(vm, "/spec/blockDeviceRefs")
+        .find(|r| r["name"] == json!(disk))
+        .map(|r| text(r, "/kind").to_owned());
+    let kind = match own {
+        Some(k) => Some(k),
+        None => attachments(cluster, ns, Some(name))
+            .await?
+            .into_iter()
+            .find(|b| text(b, "/spec/blockDeviceRef/name") == disk)
+            .map(|b| text(&b, "/spec/blockDeviceRef/kind").to_owned()),
+    };
+    match kind.as_deref() {
+        None => Err(Error::Usage(format!(
+            "{name}.{ns} has no disk {disk:?} (see `kubectl vm disk list {name}.{ns}`)"
+        ))),
+        Some("VirtualDisk") => Ok(()),
+        Some(other) => Err(Error::Usage(format!(
+            "{disk} of {name}.{ns} is a {other}, which is read-only: only a VirtualDisk grows"
+        ))),
+    }
+}
+
+/// The disk reported Ready short of the new size: follow its claim, which (the VM stopped)
+/// may wait for a pod to finish growing. Returns the disk as last seen and what is still
+/// pending, if anything.
+async fn follow_claim(
+    cluster: &Cluster,
+    ns: &str,
+    disk: &str,
+    size: Quantity,
+    generation: i64,
+    mut disk_now: Value,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<(Value, Option<String>)> {
+    let mut pending = None;
+    let claim = text(&disk_now, "/status/target/persistentVolumeClaimName").to_owned();
+    let readable = match get_opt(cluster, crate::api::PVC, ns, &claim).await {
+        Ok(found) => found.is_some(),
+        // A user who may not read claims still gets Deckhouse's own account below.
+        Err(Error::Forbidden { .. }) => false,
+        Err(e) => return Err(e),
+    };
+    if readable {
+        let grown = super::growth::wait_claim(cluster, ns, &claim, size, true, on_event).await?;
+        if grown.pending.is_some() {
+            pending = grown.pending;
+        } else {
+            // The claim grew after all (a pod mounted it): the disk follows.
+            disk_now = wait_disk(cluster, ns, disk, size, false, generation, on_event)
+                .await?
+                .0;
+        }
+    } else {
+        pending = Some(format!(
+            "Deckhouse reports VirtualDisk {disk} Ready at {}",
+            text(&disk_now, "/status/capacity")
+        ));
+    }
+    Ok((disk_now, pending))
 }
 
 /// Watch VirtualDisk `disk` through `Resizing` until it is `Ready` at `size` (`(disk, false)`)

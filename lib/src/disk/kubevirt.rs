@@ -300,42 +300,7 @@ pub async fn attach(
         )));
     }
     let dv = get_opt(cluster, DATA_VOLUME, ns, &request.name).await?;
-    let missing = |what: &str| {
-        Err(Error::Usage(format!(
-            "no {what} {:?} in namespace {ns:?}; nothing was changed (a new disk needs --size)",
-            request.name
-        )))
-    };
-    let data_volume = if request.size.is_some() {
-        if let Some(existing) = &dv {
-            let ours = existing
-                .pointer("/metadata/labels")
-                .and_then(|l| l.get(MANAGED_BY_LABEL))
-                == Some(&json!(MANAGED_BY));
-            return Err(Error::Usage(format!(
-                "DataVolume {:?} exists in namespace {ns:?}{}; attach it without --size, or pick another name",
-                request.name,
-                if ours { "" } else { " and is not kubectl vm's" }
-            )));
-        }
-        true
-    } else {
-        match request.kind {
-            SourceKind::DataVolume if dv.is_none() => return missing("DataVolume"),
-            SourceKind::DataVolume => true,
-            SourceKind::Auto if dv.is_some() => true,
-            kind => {
-                if get_opt(cluster, PVC, ns, &request.name).await?.is_none() {
-                    return missing(if kind == SourceKind::Pvc {
-                        "PersistentVolumeClaim"
-                    } else {
-                        "DataVolume or PersistentVolumeClaim"
-                    });
-                }
-                false
-            }
-        }
-    };
+    let data_volume = source_is_data_volume(cluster, ns, request, dv.as_ref()).await?;
     if request.size.is_none()
         && let Some(other) = used_by(cluster, ns, &request.name, name).await?
     {
@@ -357,25 +322,8 @@ pub async fn attach(
     };
     let mut created_uid = None;
     if request.size.is_some() {
-        let dv_obj = blank_data_volume(&vm, &request.name, request);
         if options.dry_run != DryRun::Client {
-            let obj: kube::api::DynamicObject =
-                serde_json::from_value(dv_obj).map_err(|e| Error::Internal(e.to_string()))?;
-            let params = PostParams {
-                dry_run: server_dry,
-                ..Default::default()
-            };
-            let made = DATA_VOLUME
-                .api(&cluster.client, Some(ns))
-                .create(&params, &obj)
-                .await
-                .map_err(|e| {
-                    cluster.error(
-                        e,
-                        &DATA_VOLUME.action("create", Some(ns)).named(&request.name),
-                    )
-                })?;
-            created_uid = made.metadata.uid.filter(|_| !server_dry);
+            created_uid = create_blank(cluster, ns, &vm, request, server_dry).await?;
         }
         on_event(Event::Created(format!("datavolume/{}", request.name)));
     }
@@ -405,6 +353,81 @@ pub async fn attach(
     }
     outcome.object = Some(get_vm(cluster, ns, name).await?);
     Ok(outcome)
+}
+
+/// Whether the source is a DataVolume (else a bare claim), refusing what `--size` or the
+/// source's kind does not allow: a new disk over an existing DataVolume, or a missing source.
+async fn source_is_data_volume(
+    cluster: &Cluster,
+    ns: &str,
+    request: &AttachRequest,
+    dv: Option<&Value>,
+) -> Result<bool> {
+    let missing = |what: &str| {
+        Err(Error::Usage(format!(
+            "no {what} {:?} in namespace {ns:?}; nothing was changed (a new disk needs --size)",
+            request.name
+        )))
+    };
+    Ok(if request.size.is_some() {
+        if let Some(existing) = &dv {
+            let ours = existing
+                .pointer("/metadata/labels")
+                .and_then(|l| l.get(MANAGED_BY_LABEL))
+                == Some(&json!(MANAGED_BY));
+            return Err(Error::Usage(format!(
+                "DataVolume {:?} exists in namespace {ns:?}{}; attach it without --size, or pick another name",
+                request.name,
+                if ours { "" } else { " and is not kubectl vm's" }
+            )));
+        }
+        true
+    } else {
+        match request.kind {
+            SourceKind::DataVolume if dv.is_none() => return missing("DataVolume"),
+            SourceKind::DataVolume => true,
+            SourceKind::Auto if dv.is_some() => true,
+            kind => {
+                if get_opt(cluster, PVC, ns, &request.name).await?.is_none() {
+                    return missing(if kind == SourceKind::Pvc {
+                        "PersistentVolumeClaim"
+                    } else {
+                        "DataVolume or PersistentVolumeClaim"
+                    });
+                }
+                false
+            }
+        }
+    })
+}
+
+/// Creates the blank DataVolume of `--size` for `vm`; its uid, to remove it again if the VM
+/// does not take it (none on a server dry run).
+async fn create_blank(
+    cluster: &Cluster,
+    ns: &str,
+    vm: &Value,
+    request: &AttachRequest,
+    server_dry: bool,
+) -> Result<Option<String>> {
+    let dv_obj = blank_data_volume(vm, &request.name, request);
+    let obj: kube::api::DynamicObject =
+        serde_json::from_value(dv_obj).map_err(|e| Error::Internal(e.to_string()))?;
+    let params = PostParams {
+        dry_run: server_dry,
+        ..Default::default()
+    };
+    let made = DATA_VOLUME
+        .api(&cluster.client, Some(ns))
+        .create(&params, &obj)
+        .await
+        .map_err(|e| {
+            cluster.error(
+                e,
+                &DATA_VOLUME.action("create", Some(ns)).named(&request.name),
+            )
+        })?;
+    Ok(made.metadata.uid.filter(|_| !server_dry))
 }
 
 /// Watch until volume `volume` is attached (`attach`) or gone: on the VMI when `live`, else in

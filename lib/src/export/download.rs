@@ -410,57 +410,21 @@ pub async fn download(
     let meta_path = partial.as_deref().map(|p| with_suffix(p, ".meta"));
 
     // What an earlier run left.
-    let mut offset = 0u64;
-    let mut meta: Option<PartialMeta> = None;
-    let mut hasher = algo.hasher();
-    if let (Some(partial), Some(meta_path)) = (&partial, &meta_path) {
-        let existing = std::fs::metadata(partial).ok().map(|m| m.len());
-        match (options.resume, existing) {
-            (true, Some(len)) if len > 0 => match read_meta(meta_path) {
-                Some(m) if ranged && m.format == format && len <= m.size => {
-                    let path = partial.clone();
-                    hasher = tokio::task::spawn_blocking(move || hash_prefix(&path, len, algo))
-                        .await
-                        .map_err(|e| Error::Internal(e.to_string()))?
-                        .map_err(|e| io_err("read", partial, e))?;
-                    offset = len;
-                    meta = Some(m);
-                    on_event(Event::Notice {
-                        message: format!(
-                            "resuming {} at byte {offset} of {}",
-                            partial.display(),
-                            meta.as_ref().map(|m| m.size).unwrap_or(0)
-                        ),
-                    });
-                }
-                _ if !ranged => on_event(Event::Notice {
-                    message: format!(
-                        "{} cannot be resumed (the gzip format has no ranges): starting over",
-                        partial.display()
-                    ),
-                }),
-                _ => on_event(Event::Notice {
-                    message: format!(
-                        "{} does not match this export: starting over",
-                        partial.display()
-                    ),
-                }),
-            },
-            (true, _) => on_event(Event::Notice {
-                message: format!(
-                    "no {} to resume: starting from the beginning",
-                    partial.display()
-                ),
-            }),
-            (false, Some(_)) => on_event(Event::Notice {
-                message: format!(
-                    "{} exists from an earlier run: starting over (--resume continues it)",
-                    partial.display()
-                ),
-            }),
-            (false, None) => {}
+    let (mut offset, mut meta, hasher) = match (&partial, &meta_path) {
+        (Some(partial), Some(meta_path)) => {
+            resume_point(
+                partial,
+                meta_path,
+                options.resume,
+                ranged,
+                &format,
+                algo,
+                on_event,
+            )
+            .await?
         }
-    }
+        _ => (0, None, algo.hasher()),
+    };
     if let Some(p) = &partial {
         // Emptied unless resuming; the kept part ends at `offset`.
         create_private(p, offset > 0).map_err(|e| io_err("create", p, e))?;
@@ -509,44 +473,21 @@ pub async fn download(
             job.volume, expected.algo, expected.hex
         )));
     }
-    let mut checksum_file = None;
-    if let (Some(path), Some(partial)) = (&job.path, &partial) {
-        // The sidecar holds the digest of the file it names (`sha256sum -c`).
-        let file_hex = if job.compress {
-            let (raw, dst) = (partial.clone(), path.clone());
-            let packed =
-                tokio::task::spawn_blocking(move || super::compress::gzip_into(&raw, &dst, algo))
-                    .await
-                    .map_err(|e| Error::Internal(e.to_string()))?
-                    .map_err(|e| io_err("gzip", partial, e))?;
-            on_event(Event::Notice {
-                message: format!(
-                    "{} is gzip-compressed: {} bytes, {algo}:{} (written to {}); the data's {algo} follows",
-                    path.display(),
-                    packed.bytes,
-                    packed.hex,
-                    with_suffix(path, &format!(".{algo}")).display()
-                ),
-            });
-            packed.hex
-        } else {
-            std::fs::rename(partial, path).map_err(|e| io_err("rename", partial, e))?;
-            hex.clone()
-        };
-        if let Some(m) = &meta_path {
-            let _ = std::fs::remove_file(m);
+    let checksum_file = match (&job.path, &partial) {
+        (Some(path), Some(partial)) => {
+            place_file(
+                job,
+                path,
+                partial,
+                meta_path.as_deref(),
+                algo,
+                &hex,
+                on_event,
+            )
+            .await?
         }
-        let sum_path = with_suffix(path, &format!(".{algo}"));
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let mut f = create_private(&sum_path, false).map_err(|e| io_err("create", &sum_path, e))?;
-        // The `sha256sum` format: digest, two spaces, file name (relative to the sum file).
-        writeln!(f, "{file_hex}  {name}").map_err(|e| io_err("write", &sum_path, e))?;
-        // Compressed, the sum file is the gzip file's, not that of the data reported.
-        checksum_file = (!job.compress).then_some(sum_path);
-    }
+        _ => None,
+    };
     on_event(Event::VolumeFinished {
         volume: job.volume.clone(),
         path: job.path.clone(),
@@ -561,6 +502,119 @@ pub async fn download(
         hex,
         fetched,
     })
+}
+
+/// Where an earlier run of this download stopped: the offset to continue from, the partial
+/// file's metadata and the hash of the bytes kept. Resumes only with `--resume`, a ranged
+/// (raw) transfer and a partial file that matches this export; says why otherwise.
+async fn resume_point(
+    partial: &Path,
+    meta_path: &Path,
+    resume: bool,
+    ranged: bool,
+    format: &str,
+    algo: Algo,
+    on_event: &mut (dyn FnMut(Event) + Send),
+) -> Result<(u64, Option<PartialMeta>, Hasher)> {
+    let mut offset = 0u64;
+    let mut meta: Option<PartialMeta> = None;
+    let mut hasher = algo.hasher();
+    let existing = std::fs::metadata(partial).ok().map(|m| m.len());
+    match (resume, existing) {
+        (true, Some(len)) if len > 0 => match read_meta(meta_path) {
+            Some(m) if ranged && m.format == format && len <= m.size => {
+                let path = partial.to_path_buf();
+                hasher = tokio::task::spawn_blocking(move || hash_prefix(&path, len, algo))
+                    .await
+                    .map_err(|e| Error::Internal(e.to_string()))?
+                    .map_err(|e| io_err("read", partial, e))?;
+                offset = len;
+                meta = Some(m);
+                on_event(Event::Notice {
+                    message: format!(
+                        "resuming {} at byte {offset} of {}",
+                        partial.display(),
+                        meta.as_ref().map(|m| m.size).unwrap_or(0)
+                    ),
+                });
+            }
+            _ if !ranged => on_event(Event::Notice {
+                message: format!(
+                    "{} cannot be resumed (the gzip format has no ranges): starting over",
+                    partial.display()
+                ),
+            }),
+            _ => on_event(Event::Notice {
+                message: format!(
+                    "{} does not match this export: starting over",
+                    partial.display()
+                ),
+            }),
+        },
+        (true, _) => on_event(Event::Notice {
+            message: format!(
+                "no {} to resume: starting from the beginning",
+                partial.display()
+            ),
+        }),
+        (false, Some(_)) => on_event(Event::Notice {
+            message: format!(
+                "{} exists from an earlier run: starting over (--resume continues it)",
+                partial.display()
+            ),
+        }),
+        (false, None) => {}
+    }
+    Ok((offset, meta, hasher))
+}
+
+/// Puts the finished partial file under its final name (gzip-compressed with `--compress`)
+/// and writes the checksum sidecar in `sha256sum` format; returns the sidecar's path when it
+/// is the data's own checksum (not the compressed file's).
+async fn place_file(
+    job: &Job,
+    path: &Path,
+    partial: &Path,
+    meta_path: Option<&Path>,
+    algo: Algo,
+    hex: &str,
+    on_event: &mut (dyn FnMut(Event) + Send),
+) -> Result<Option<PathBuf>> {
+    // The sidecar holds the digest of the file it names (`sha256sum -c`).
+    let file_hex = if job.compress {
+        let (raw, dst) = (partial.to_path_buf(), path.to_path_buf());
+        let packed =
+            tokio::task::spawn_blocking(move || super::compress::gzip_into(&raw, &dst, algo))
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))?
+                .map_err(|e| io_err("gzip", partial, e))?;
+        on_event(Event::Notice {
+            message: format!(
+                "{} is gzip-compressed: {} bytes, {algo}:{} (written to {}); the data's {algo} follows",
+                path.display(),
+                packed.bytes,
+                packed.hex,
+                with_suffix(path, &format!(".{algo}")).display()
+            ),
+        });
+        packed.hex
+    } else {
+        std::fs::rename(partial, path).map_err(|e| io_err("rename", partial, e))?;
+        hex.to_owned()
+    };
+    if let Some(m) = meta_path {
+        let _ = std::fs::remove_file(m);
+    }
+    let sum_path = with_suffix(path, &format!(".{algo}"));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut f = create_private(&sum_path, false).map_err(|e| io_err("create", &sum_path, e))?;
+    // The `sha256sum` format: digest, two spaces, file name (relative to the sum file).
+    writeln!(f, "{file_hex}  {name}").map_err(|e| io_err("write", &sum_path, e))?;
+    // Compressed, the sum file is the gzip file's, not that of the data reported.
+    Ok((!job.compress).then_some(sum_path))
 }
 
 /// The request loop: returns bytes fetched over the network.

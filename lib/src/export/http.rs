@@ -281,86 +281,9 @@ impl HttpClient {
         let host = uri.host().unwrap_or_default().to_string();
         let plain = uri.scheme_str() == Some("http");
         let port = uri.port_u16().unwrap_or(if plain { 80 } else { 443 });
-        if plain
-            && (!matches!(self.route, Route::PortForward { .. })
-                || !matches!(self.credentials, Credentials::None))
-        {
-            return Err(HttpError::Connect {
-                message: format!(
-                    "{url} is plain HTTP: kubectl vm speaks it only through a port-forward and without credentials"
-                ),
-                retryable: false,
-            });
-        }
-        if matches!(self.credentials, Credentials::Kube(_))
-            && matches!(self.route, Route::Direct)
-            && host_key(&host) != self.api_host
-        {
-            return Err(HttpError::Connect {
-                message: format!(
-                    "the export is served at {host}, which is not the API server's host ({}): \
-                     kubectl vm sends your cluster credentials only to the API server",
-                    self.api_host
-                ),
-                retryable: false,
-            });
-        }
-        let stream: Box<dyn Io> = match &self.route {
-            Route::Direct => {
-                let tcp = tokio::time::timeout(
-                    CONNECT_TIMEOUT,
-                    tokio::net::TcpStream::connect((host.trim_matches(['[', ']']), port)),
-                )
-                .await
-                .map_err(|_| connect_err(format!("connecting to {host}:{port} timed out")))?
-                .map_err(|e| connect_err(format!("cannot connect to {host}:{port}: {e}")))?;
-                let _ = tcp.set_nodelay(true);
-                Box::new(tcp)
-            }
-            Route::PortForward { pods, pod, port } => {
-                let mut forwarder = pods.portforward(pod, &[*port]).await.map_err(|e| {
-                    connect_err(format!("cannot port-forward to pod {pod}:{port}: {e}"))
-                })?;
-                let stream = forwarder.take_stream(*port).ok_or_else(|| {
-                    connect_err(format!("the port-forward to pod {pod} gave no stream"))
-                })?;
-                // The forwarder's task lives as long as the stream is used.
-                tokio::spawn(async move {
-                    let _ = forwarder.join().await;
-                });
-                Box::new(stream)
-            }
-        };
-        let mut sender = if plain {
-            handshake(stream, &host).await?
-        } else {
-            let server_name = ServerName::try_from(host.trim_matches(['[', ']']).to_string())
-                .map_err(|e| HttpError::Connect {
-                    message: format!("bad host name {host:?}: {e}"),
-                    retryable: false,
-                })?;
-            let connector = tokio_rustls::TlsConnector::from(self.tls.clone());
-            let tls = tokio::time::timeout(CONNECT_TIMEOUT, connector.connect(server_name, stream))
-                .await
-                .map_err(|_| connect_err(format!("TLS handshake with {host} timed out")))?
-                .map_err(|e| {
-                    let certificate = e
-                        .get_ref()
-                        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-                        .is_some_and(|r| matches!(r, rustls::Error::InvalidCertificate(_)));
-                    HttpError::Connect {
-                        message: if certificate {
-                            format!(
-                                "the export server's certificate is not trusted: {e} (--insecure skips verification)"
-                            )
-                        } else {
-                            format!("TLS handshake with {host} failed: {e}")
-                        },
-                        retryable: !certificate,
-                    }
-                })?;
-            handshake(tls, &host).await?
-        };
+        self.check_destination(url, &host, plain)?;
+        let stream = self.open_stream(&host, port).await?;
+        let mut sender = self.http_connection(stream, &host, plain).await?;
         let path = uri
             .path_and_query()
             .map(|p| p.as_str().to_string())
@@ -402,6 +325,119 @@ impl HttpClient {
         let code = response.status().as_u16();
         let message = first_line(response).await;
         Err(HttpError::Status { code, message })
+    }
+
+    /// Refuses plain HTTP except through a port-forward without credentials, and cluster
+    /// credentials for any host but the API server's.
+    fn check_destination(&self, url: &str, host: &str, plain: bool) -> Result<(), HttpError> {
+        if plain
+            && (!matches!(self.route, Route::PortForward { .. })
+                || !matches!(self.credentials, Credentials::None))
+        {
+            return Err(HttpError::Connect {
+                message: format!(
+                    "{url} is plain HTTP: kubectl vm speaks it only through a port-forward and without credentials"
+                ),
+                retryable: false,
+            });
+        }
+        if matches!(self.credentials, Credentials::Kube(_))
+            && matches!(self.route, Route::Direct)
+            && host_key(host) != self.api_host
+        {
+            return Err(HttpError::Connect {
+                message: format!(
+                    "the export is served at {host}, which is not the API server's host ({}): \
+                     kubectl vm sends your cluster credentials only to the API server",
+                    self.api_host
+                ),
+                retryable: false,
+            });
+        }
+        Ok(())
+    }
+
+    /// A byte stream to `host:port`: a TCP connection, or a port-forward to the pod.
+    async fn open_stream(&self, host: &str, port: u16) -> Result<Box<dyn Io>, HttpError> {
+        let connect_err = |message: String| HttpError::Connect {
+            message,
+            retryable: true,
+        };
+        Ok(match &self.route {
+            Route::Direct => {
+                let tcp = tokio::time::timeout(
+                    CONNECT_TIMEOUT,
+                    tokio::net::TcpStream::connect((host.trim_matches(['[', ']']), port)),
+                )
+                .await
+                .map_err(|_| connect_err(format!("connecting to {host}:{port} timed out")))?
+                .map_err(|e| connect_err(format!("cannot connect to {host}:{port}: {e}")))?;
+                let _ = tcp.set_nodelay(true);
+                Box::new(tcp)
+            }
+            Route::PortForward { pods, pod, port } => {
+                let mut forwarder = pods.portforward(pod, &[*port]).await.map_err(|e| {
+                    connect_err(format!("cannot port-forward to pod {pod}:{port}: {e}"))
+                })?;
+                let stream = forwarder.take_stream(*port).ok_or_else(|| {
+                    connect_err(format!("the port-forward to pod {pod} gave no stream"))
+                })?;
+                // The forwarder's task lives as long as the stream is used.
+                tokio::spawn(async move {
+                    let _ = forwarder.join().await;
+                });
+                Box::new(stream)
+            }
+        })
+    }
+
+    /// An HTTP/1.1 connection over `stream`, through TLS verified against the client's
+    /// roots unless `plain`.
+    async fn http_connection<B>(
+        &self,
+        stream: Box<dyn Io>,
+        host: &str,
+        plain: bool,
+    ) -> Result<SendRequest<B>, HttpError>
+    where
+        B: hyper::body::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let connect_err = |message: String| HttpError::Connect {
+            message,
+            retryable: true,
+        };
+        if plain {
+            handshake(stream, host).await
+        } else {
+            let server_name = ServerName::try_from(host.trim_matches(['[', ']']).to_string())
+                .map_err(|e| HttpError::Connect {
+                    message: format!("bad host name {host:?}: {e}"),
+                    retryable: false,
+                })?;
+            let connector = tokio_rustls::TlsConnector::from(self.tls.clone());
+            let tls = tokio::time::timeout(CONNECT_TIMEOUT, connector.connect(server_name, stream))
+                .await
+                .map_err(|_| connect_err(format!("TLS handshake with {host} timed out")))?
+                .map_err(|e| {
+                    let certificate = e
+                        .get_ref()
+                        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+                        .is_some_and(|r| matches!(r, rustls::Error::InvalidCertificate(_)));
+                    HttpError::Connect {
+                        message: if certificate {
+                            format!(
+                                "the export server's certificate is not trusted: {e} (--insecure skips verification)"
+                            )
+                        } else {
+                            format!("TLS handshake with {host} failed: {e}")
+                        },
+                        retryable: !certificate,
+                    }
+                })?;
+            handshake(tls, host).await
+        }
     }
 }
 

@@ -89,45 +89,7 @@ pub async fn run(
             on_event(Event::Reusing { name: name.clone() });
             (name.clone(), export, None)
         }
-        None => {
-            let name = super::export_name("export", &options.source);
-            let secret_name = format!("{name}-token");
-            let body = export_object(
-                &name,
-                &kind.resource.api_version,
-                &options.source,
-                &secret_name,
-                options.ttl,
-            )?;
-            let export = kind.create(cluster, ns, body).await?;
-            on_event(Event::Created {
-                kind: "VirtualMachineExport",
-                name: name.clone(),
-            });
-            let token = random_token();
-            let secret = json!({
-                "apiVersion": "v1", "kind": "Secret",
-                "metadata": {
-                    "name": secret_name,
-                    "labels": object::labels(&name),
-                    // Owned by the export, so it goes when the export goes (as virtctl does).
-                    "ownerReferences": [{
-                        "apiVersion": kind.resource.api_version, "kind": "VirtualMachineExport",
-                        "name": name, "uid": object::uid(&export), "blockOwnerDeletion": false,
-                    }],
-                },
-                "type": "Opaque",
-                "data": {"token": base64::engine::general_purpose::STANDARD.encode(&token)},
-            });
-            match secrets.create(cluster, ns, secret).await {
-                Ok(s) => (name, export, Some(s)),
-                Err(e) => {
-                    // Nothing usable was made: take the export back.
-                    let _ = kind.delete(cluster, ns, &name, &object::uid(&export)).await;
-                    return Err(e);
-                }
-            }
-        }
+        None => create_export(cluster, &kind, &secrets, options, on_event).await?,
     };
     let export_uid = object::uid(&export);
     let kept_hint = |e: Error| -> Error {
@@ -171,30 +133,9 @@ pub async fn run(
     }
     on_event(Event::Ready { name: name.clone() });
 
-    let secret_name = ready
-        .pointer("/status/tokenSecretRef")
-        .or_else(|| ready.pointer("/spec/tokenSecretRef"))
-        .and_then(Value::as_str)
-        .ok_or_else(|| kept_hint(Error::Transfer("the export names no token Secret".into())))?
-        .to_string();
-    let secret = secrets
-        .get(cluster, ns, &secret_name)
+    let (secret, token) = read_token(cluster, &secrets, ns, &ready)
         .await
         .map_err(kept_hint)?;
-    let token = secret
-        .pointer("/data/token")
-        .and_then(Value::as_str)
-        .and_then(|t| base64::engine::general_purpose::STANDARD.decode(t).ok())
-        .ok_or_else(|| {
-            kept_hint(Error::Transfer(format!(
-                "Secret {secret_name:?} has no `token` key"
-            )))
-        })?;
-    let token = HeaderValue::from_bytes(&token).map_err(|_| {
-        kept_hint(Error::Transfer(
-            "the export token is not a valid header".into(),
-        ))
-    })?;
 
     let result = fetch(cluster, &ready, &name, token, options, on_event).await;
     match result {
@@ -218,6 +159,80 @@ pub async fn run(
             Ok(())
         }
     }
+}
+
+/// Creates the VirtualMachineExport and its token Secret (owned by the export, as virtctl
+/// does); returns its name, the export and the Secret. All or nothing: the export goes again
+/// when the Secret cannot be made.
+async fn create_export(
+    cluster: &Cluster,
+    kind: &ObjKind,
+    secrets: &ObjKind,
+    options: &ExportOptions,
+    on_event: &mut (dyn FnMut(Event) + Send),
+) -> Result<(String, Value, Option<Value>)> {
+    let ns = options.namespace.as_str();
+    let name = super::export_name("export", &options.source);
+    let secret_name = format!("{name}-token");
+    let body = export_object(
+        &name,
+        &kind.resource.api_version,
+        &options.source,
+        &secret_name,
+        options.ttl,
+    )?;
+    let export = kind.create(cluster, ns, body).await?;
+    on_event(Event::Created {
+        kind: "VirtualMachineExport",
+        name: name.clone(),
+    });
+    let token = random_token();
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {
+            "name": secret_name,
+            "labels": object::labels(&name),
+            // Owned by the export, so it goes when the export goes (as virtctl does).
+            "ownerReferences": [{
+                "apiVersion": kind.resource.api_version, "kind": "VirtualMachineExport",
+                "name": name, "uid": object::uid(&export), "blockOwnerDeletion": false,
+            }],
+        },
+        "type": "Opaque",
+        "data": {"token": base64::engine::general_purpose::STANDARD.encode(&token)},
+    });
+    match secrets.create(cluster, ns, secret).await {
+        Ok(s) => Ok((name, export, Some(s))),
+        Err(e) => {
+            // Nothing usable was made: take the export back.
+            let _ = kind.delete(cluster, ns, &name, &object::uid(&export)).await;
+            Err(e)
+        }
+    }
+}
+
+/// The token Secret the ready export names, and its token as a header value.
+async fn read_token(
+    cluster: &Cluster,
+    secrets: &ObjKind,
+    ns: &str,
+    ready: &Value,
+) -> Result<(Value, HeaderValue)> {
+    let secret_name = ready
+        .pointer("/status/tokenSecretRef")
+        .or_else(|| ready.pointer("/spec/tokenSecretRef"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| Error::Transfer("the export names no token Secret".into()))?
+        .to_string();
+    let secret = secrets.get(cluster, ns, &secret_name).await?;
+    let token = secret
+        .pointer("/data/token")
+        .and_then(Value::as_str)
+        .and_then(|t| base64::engine::general_purpose::STANDARD.decode(t).ok())
+        .ok_or_else(|| Error::Transfer(format!("Secret {secret_name:?} has no `token` key")))?;
+    let token = HeaderValue::from_bytes(&token)
+        .map_err(|_| Error::Transfer("the export token is not a valid header".into()))?;
+    Ok((secret, token))
 }
 
 /// Deletes the export and its token Secret when this run (or an earlier failed kubectl-vm

@@ -127,29 +127,8 @@ pub(crate) async fn run(
         return cancel(cluster, vm, options, on_event, done).await;
     }
     let source = text(&vm_obj, "/status/nodeName").to_owned();
-    if let Action::Migrate { node_selector, .. } = action
-        && !source.is_empty()
-        && node_selector.get("kubernetes.io/hostname") == Some(&source)
-    {
-        return Err(Error::InvalidTarget(format!(
-            "{} already runs on node {source}; choose another --target-node",
-            vm.name
-        )));
-    }
-    // The platform says up front when the VM cannot be live-migrated.
-    if action.is_migration()
-        && let Some(c) = condition(&vm_obj, "Migratable").filter(|c| c["status"] == "False")
-    {
-        return Err(Error::Platform(format!(
-            "{} cannot be live-migrated: {}{}",
-            vm.name,
-            c["reason"].as_str().unwrap_or("Migratable=False"),
-            c["message"]
-                .as_str()
-                .filter(|m| !m.is_empty())
-                .map(|m| format!(": {m}"))
-                .unwrap_or_default()
-        )));
+    if action.is_migration() {
+        check_migratable(&vm_obj, vm, action, &source)?;
     }
     let Some(body) = operation(action, vm) else {
         return Err(Error::InvalidTarget(format!(
@@ -184,7 +163,65 @@ pub(crate) async fn run(
     if !options.wait {
         return finish(cluster, options, done).await;
     }
-    let mut objects = vec![Watched::new(VMOP, &vm.namespace, &op_name)];
+    follow_operation(cluster, action, vm, &op_name, on_event).await?;
+    done.waited = true;
+    if action.is_migration() {
+        let after = get_vm(cluster, Flavor::Deckhouse, vm).await?;
+        done.migrated = Some((
+            source,
+            text(&after, "/status/nodeName").to_owned(),
+            started.elapsed(),
+        ));
+        if options.want_object {
+            done.object = Some(after);
+        }
+        return Ok(done);
+    }
+    finish(cluster, options, done).await
+}
+
+/// Checks that the VM can be live-migrated now: not already on the target node, and the
+/// platform's `Migratable` condition not False.
+fn check_migratable(vm_obj: &Value, vm: &VmRef, action: &Action, source: &str) -> Result<()> {
+    if let Action::Migrate { node_selector, .. } = action
+        && !source.is_empty()
+        && node_selector
+            .get("kubernetes.io/hostname")
+            .map(String::as_str)
+            == Some(source)
+    {
+        return Err(Error::InvalidTarget(format!(
+            "{} already runs on node {source}; choose another --target-node",
+            vm.name
+        )));
+    }
+    // The platform says up front when the VM cannot be live-migrated.
+    if let Some(c) = condition(vm_obj, "Migratable").filter(|c| c["status"] == "False") {
+        return Err(Error::Platform(format!(
+            "{} cannot be live-migrated: {}{}",
+            vm.name,
+            c["reason"].as_str().unwrap_or("Migratable=False"),
+            c["message"]
+                .as_str()
+                .filter(|m| !m.is_empty())
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        )));
+    }
+    Ok(())
+}
+
+/// Follows VirtualMachineOperation `op_name` (and, for a start or restart, the VM) until the
+/// operation completes, reporting its phases or migration progress; a failed or superseded
+/// operation, or a start that cannot get a node, fails with the platform's reason.
+async fn follow_operation(
+    cluster: &Cluster,
+    action: &Action,
+    vm: &VmRef,
+    op_name: &str,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<()> {
+    let mut objects = vec![Watched::new(VMOP, &vm.namespace, op_name)];
     let starting = matches!(action, Action::Start { .. } | Action::Restart { .. });
     if starting {
         objects.push(Watched::new(DECKHOUSE_VM, &vm.namespace, &vm.name));
@@ -259,21 +296,7 @@ pub(crate) async fn run(
         }
         None
     })
-    .await?;
-    done.waited = true;
-    if action.is_migration() {
-        let after = get_vm(cluster, Flavor::Deckhouse, vm).await?;
-        done.migrated = Some((
-            source,
-            text(&after, "/status/nodeName").to_owned(),
-            started.elapsed(),
-        ));
-        if options.want_object {
-            done.object = Some(after);
-        }
-        return Ok(done);
-    }
-    finish(cluster, options, done).await
+    .await
 }
 
 async fn finish(cluster: &Cluster, options: &Options, mut done: Done) -> Result<Done> {

@@ -236,35 +236,11 @@ pub(crate) async fn run(
         Action::Reset => ("virtualmachineinstances", "reset"),
         Action::CancelMigration => unreachable!("handled above"),
     };
-    let mut source_node = String::new();
-    if action.is_migration() {
-        let Some(vmi) = vmi
-            .as_ref()
-            .filter(|v| text(v, "/status/phase") == "Running")
-        else {
-            return Err(Error::Platform(format!(
-                "{} is not running, so it cannot be migrated; start it with `kubectl vm start {}`",
-                vm.name, vm.name
-            )));
-        };
-        source_node = text(vmi, "/status/nodeName").to_owned();
-        if let Some(c) = condition(vmi, "LiveMigratable").filter(|c| c["status"] == "False") {
-            return Err(Error::Platform(format!(
-                "{} cannot be live-migrated: {} ({})",
-                vm.name,
-                c["message"].as_str().unwrap_or(""),
-                c["reason"].as_str().unwrap_or("LiveMigratable=False")
-            )));
-        }
-        if let Action::Migrate { node_selector, .. } = action
-            && node_selector.get("kubernetes.io/hostname") == Some(&source_node)
-        {
-            return Err(Error::InvalidTarget(format!(
-                "{} already runs on node {source_node}; choose another --target-node",
-                vm.name
-            )));
-        }
-    }
+    let source_node = if action.is_migration() {
+        migration_source(vmi.as_ref(), vm, action)?
+    } else {
+        String::new()
+    };
     super::check_target_node(cluster, action).await?;
     if options.dry_run == DryRun::Client {
         return Ok(done);
@@ -308,8 +284,6 @@ pub(crate) async fn run(
         done.waited = instant;
         return finish(cluster, options, done).await;
     }
-    let vm_watch = Watched::new(KUBEVIRT_VM, &vm.namespace, &vm.name);
-    let vmi_watch = Watched::new(KUBEVIRT_VMI, &vm.namespace, &vm.name);
     // The state before the request is not news: report changes from it.
     let mut last_phase = text(&vm_obj, "/status/printableStatus").to_owned();
     let mut phase_event = |phase: &str| {
@@ -322,62 +296,19 @@ pub(crate) async fn run(
         }
     };
     match action {
-        Action::Start { .. } | Action::Stop { .. } | Action::Pause | Action::Unpause => {
-            let want = match action {
-                Action::Start { paused: true } | Action::Pause => "Paused",
-                Action::Start { .. } | Action::Unpause => "Running",
-                _ => "Stopped",
-            };
-            let starting = matches!(action, Action::Start { .. });
-            watch::until(cluster, &[vm_watch], |objs| {
-                let obj = objs[0].as_ref()?;
-                let status = text(obj, "/status/printableStatus");
-                phase_event(status);
-                if status == want {
-                    return Some(Ok(()));
-                }
-                if starting && START_ERRORS.contains(&status) {
-                    let why = failure_reason(obj);
-                    return Some(Err(Error::Platform(format!(
-                        "{} cannot start: {status}{}",
-                        vm.name,
-                        if why.is_empty() {
-                            String::new()
-                        } else {
-                            format!(": {why}")
-                        }
-                    ))));
-                }
-                None
-            })
-            .await?;
+        Action::Start { paused } => {
+            let want = if *paused { "Paused" } else { "Running" };
+            wait_for_status(cluster, vm, want, true, &mut phase_event).await?;
+        }
+        Action::Stop { .. } => {
+            wait_for_status(cluster, vm, "Stopped", false, &mut phase_event).await?;
+        }
+        Action::Pause => wait_for_status(cluster, vm, "Paused", false, &mut phase_event).await?,
+        Action::Unpause => {
+            wait_for_status(cluster, vm, "Running", false, &mut phase_event).await?;
         }
         Action::Restart { .. } => {
-            watch::until(cluster, &[vmi_watch], |objs| {
-                let Some(obj) = objs[0].as_ref() else {
-                    phase_event("Stopped");
-                    return None;
-                };
-                if text(obj, "/metadata/uid") == old_vmi_uid {
-                    phase_event("Stopping");
-                    return None;
-                }
-                let phase = text(obj, "/status/phase");
-                phase_event(phase);
-                if phase == "Running" {
-                    return Some(Ok(()));
-                }
-                condition(obj, "PodScheduled")
-                    .filter(|c| c["status"] == "False" && c["reason"] == "Unschedulable")
-                    .map(|c| {
-                        Err(Error::Platform(format!(
-                            "{} cannot start again: ErrorUnschedulable: {}",
-                            vm.name,
-                            c["message"].as_str().unwrap_or("")
-                        )))
-                    })
-            })
-            .await?;
+            wait_for_new_instance(cluster, vm, &old_vmi_uid, &mut phase_event).await?;
         }
         Action::Evict { .. } | Action::Migrate { .. } => {
             let Some(name) = migration_name else {
@@ -386,68 +317,180 @@ pub(crate) async fn run(
                     vm.name
                 )));
             };
-            let mig = Watched::new(KUBEVIRT_VMIM, &vm.namespace, &name);
-            let (source, target) = watch::until(cluster, &[mig], |objs| {
-                let Some(m) = objs[0].as_ref() else {
-                    return Some(Err(Error::Platform(format!(
-                        "the migration {name} of {} was deleted (cancelled)",
-                        vm.name
-                    ))));
-                };
-                let phase = text(m, "/status/phase");
-                let state = m
-                    .pointer("/status/migrationState")
-                    .cloned()
-                    .unwrap_or_default();
-                let target = text(&state, "/targetNode").to_owned();
-                let source = match text(&state, "/sourceNode") {
-                    "" => source_node.clone(),
-                    s => s.to_owned(),
-                };
-                if phase == "Failed" {
-                    let why = match text(&state, "/failureReason") {
-                        "" => condition(m, "Failed")
-                            .and_then(|c| c["message"].as_str())
-                            .unwrap_or("no reason given")
-                            .to_owned(),
-                        r => r.to_owned(),
-                    };
-                    return Some(Err(Error::Platform(format!(
-                        "migration {name} of {} failed: {why}",
-                        vm.name
-                    ))));
-                }
-                let index = MIGRATION_PHASES
-                    .iter()
-                    .position(|p| *p == phase)
-                    .unwrap_or(0);
-                let mode = text(&state, "/mode");
-                let mut detail = source.clone();
-                if !target.is_empty() {
-                    detail = format!("{source} → {target}");
-                }
-                if !mode.is_empty() {
-                    detail = format!("{detail}, mode {mode}");
-                }
-                on_event(Event::Migration {
-                    vm: vm.clone(),
-                    phase: if phase.is_empty() {
-                        "Pending".into()
-                    } else {
-                        phase.to_owned()
-                    },
-                    percent: 100.0 * index as f64 / (MIGRATION_PHASES.len() - 1) as f64,
-                    detail,
-                });
-                (phase == "Succeeded").then_some(Ok((source, target)))
-            })
-            .await?;
+            let (source, target) =
+                follow_migration(cluster, vm, &name, &source_node, on_event).await?;
             done.migrated = Some((source, target, started.elapsed()));
         }
         Action::SoftReboot | Action::Reset | Action::CancelMigration => {}
     }
     done.waited = true;
     finish(cluster, options, done).await
+}
+
+/// Checks that the instance can be migrated now (running, `LiveMigratable`, not already on the
+/// target node) and returns the node it runs on.
+fn migration_source(vmi: Option<&Value>, vm: &VmRef, action: &Action) -> Result<String> {
+    let Some(vmi) = vmi.filter(|v| text(v, "/status/phase") == "Running") else {
+        return Err(Error::Platform(format!(
+            "{} is not running, so it cannot be migrated; start it with `kubectl vm start {}`",
+            vm.name, vm.name
+        )));
+    };
+    let source_node = text(vmi, "/status/nodeName").to_owned();
+    if let Some(c) = condition(vmi, "LiveMigratable").filter(|c| c["status"] == "False") {
+        return Err(Error::Platform(format!(
+            "{} cannot be live-migrated: {} ({})",
+            vm.name,
+            c["message"].as_str().unwrap_or(""),
+            c["reason"].as_str().unwrap_or("LiveMigratable=False")
+        )));
+    }
+    if let Action::Migrate { node_selector, .. } = action
+        && node_selector.get("kubernetes.io/hostname") == Some(&source_node)
+    {
+        return Err(Error::InvalidTarget(format!(
+            "{} already runs on node {source_node}; choose another --target-node",
+            vm.name
+        )));
+    }
+    Ok(source_node)
+}
+
+/// Watches the VM until its printable status is `want`; a start that meets one of
+/// [`START_ERRORS`] fails with the platform's reason instead.
+async fn wait_for_status(
+    cluster: &Cluster,
+    vm: &VmRef,
+    want: &str,
+    starting: bool,
+    phase_event: &mut (dyn FnMut(&str) + Send),
+) -> Result<()> {
+    let vm_watch = Watched::new(KUBEVIRT_VM, &vm.namespace, &vm.name);
+    watch::until(cluster, &[vm_watch], |objs| {
+        let obj = objs[0].as_ref()?;
+        let status = text(obj, "/status/printableStatus");
+        phase_event(status);
+        if status == want {
+            return Some(Ok(()));
+        }
+        if starting && START_ERRORS.contains(&status) {
+            let why = failure_reason(obj);
+            return Some(Err(Error::Platform(format!(
+                "{} cannot start: {status}{}",
+                vm.name,
+                if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {why}")
+                }
+            ))));
+        }
+        None
+    })
+    .await
+}
+
+/// Watches the VMI until one other than `old_vmi_uid` runs (a restart replaces the instance);
+/// an unschedulable new instance fails with the scheduler's message.
+async fn wait_for_new_instance(
+    cluster: &Cluster,
+    vm: &VmRef,
+    old_vmi_uid: &str,
+    phase_event: &mut (dyn FnMut(&str) + Send),
+) -> Result<()> {
+    let vmi_watch = Watched::new(KUBEVIRT_VMI, &vm.namespace, &vm.name);
+    watch::until(cluster, &[vmi_watch], |objs| {
+        let Some(obj) = objs[0].as_ref() else {
+            phase_event("Stopped");
+            return None;
+        };
+        if text(obj, "/metadata/uid") == old_vmi_uid {
+            phase_event("Stopping");
+            return None;
+        }
+        let phase = text(obj, "/status/phase");
+        phase_event(phase);
+        if phase == "Running" {
+            return Some(Ok(()));
+        }
+        condition(obj, "PodScheduled")
+            .filter(|c| c["status"] == "False" && c["reason"] == "Unschedulable")
+            .map(|c| {
+                Err(Error::Platform(format!(
+                    "{} cannot start again: ErrorUnschedulable: {}",
+                    vm.name,
+                    c["message"].as_str().unwrap_or("")
+                )))
+            })
+    })
+    .await
+}
+
+/// Follows migration `name` to its end, reporting its phases as progress; returns the source
+/// and target nodes, or the platform's failure reason.
+async fn follow_migration(
+    cluster: &Cluster,
+    vm: &VmRef,
+    name: &str,
+    source_node: &str,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<(String, String)> {
+    let mig = Watched::new(KUBEVIRT_VMIM, &vm.namespace, name);
+    watch::until(cluster, &[mig], |objs| {
+        let Some(m) = objs[0].as_ref() else {
+            return Some(Err(Error::Platform(format!(
+                "the migration {name} of {} was deleted (cancelled)",
+                vm.name
+            ))));
+        };
+        let phase = text(m, "/status/phase");
+        let state = m
+            .pointer("/status/migrationState")
+            .cloned()
+            .unwrap_or_default();
+        let target = text(&state, "/targetNode").to_owned();
+        let source = match text(&state, "/sourceNode") {
+            "" => source_node.to_owned(),
+            s => s.to_owned(),
+        };
+        if phase == "Failed" {
+            let why = match text(&state, "/failureReason") {
+                "" => condition(m, "Failed")
+                    .and_then(|c| c["message"].as_str())
+                    .unwrap_or("no reason given")
+                    .to_owned(),
+                r => r.to_owned(),
+            };
+            return Some(Err(Error::Platform(format!(
+                "migration {name} of {} failed: {why}",
+                vm.name
+            ))));
+        }
+        let index = MIGRATION_PHASES
+            .iter()
+            .position(|p| *p == phase)
+            .unwrap_or(0);
+        let mode = text(&state, "/mode");
+        let mut detail = source.clone();
+        if !target.is_empty() {
+            detail = format!("{source} → {target}");
+        }
+        if !mode.is_empty() {
+            detail = format!("{detail}, mode {mode}");
+        }
+        on_event(Event::Migration {
+            vm: vm.clone(),
+            phase: if phase.is_empty() {
+                "Pending".into()
+            } else {
+                phase.to_owned()
+            },
+            percent: 100.0 * index as f64 / (MIGRATION_PHASES.len() - 1) as f64,
+            detail,
+        });
+        (phase == "Succeeded").then_some(Ok((source, target)))
+    })
+    .await
 }
 
 async fn finish(cluster: &Cluster, options: &Options, mut done: Done) -> Result<Done> {

@@ -483,29 +483,10 @@ pub async fn restore(
     }
     // The new VM's own identity is made from the user data the snapshot keeps, not from the
     // source (which may be gone): a Secret it names that is gone refuses the restore here.
-    let mut user_data = None;
-    if request.new_vm.is_some() {
-        let content = get(
-            cluster,
-            VM_SNAPSHOT_CONTENT,
-            ns,
-            text(&snap, "/status/virtualMachineSnapshotContentName"),
-        )
-        .await?;
-        let kept = content
-            .pointer("/spec/source/virtualMachine")
-            .cloned()
-            .unwrap_or_default();
-        match crate::clone::identity::kept_kubevirt(cluster, ns, &kept).await? {
-            crate::clone::identity::Kept::None => {}
-            crate::clone::identity::Kept::Text(t) => user_data = Some(t),
-            crate::clone::identity::Kept::Gone(secret) => {
-                return Err(Error::Platform(format!(
-                    "{target} cannot get its own SSH identity: {source}'s user data was in secret {secret:?}, which is gone, and a KubeVirt snapshot keeps only its name; nothing was created"
-                )));
-            }
-        }
-    }
+    let user_data = match &request.new_vm {
+        Some(_) => kept_user_data(cluster, ns, &snap, &source, &target).await?,
+        None => None,
+    };
     let obj = restore_object(ns, snap_name, &target);
     let mut outcome = Outcome {
         snapshot: snap_name.clone(),
@@ -567,38 +548,7 @@ pub async fn restore(
             "waiting anyway: {target}.{ns} gets its own SSH identity once it exists"
         )));
     }
-    let mut last = String::new();
-    let done = watch::until(
-        cluster,
-        &[Watched::new(VM_RESTORE, ns, &restore_name)],
-        |objs| {
-            let Some(r) = &objs[0] else {
-                return Some(Err(Error::Platform(format!(
-                    "virtualmachinerestore {restore_name} was deleted while restoring"
-                ))));
-            };
-            let reason = condition_reason(r, "Ready").unwrap_or("").to_owned();
-            if !reason.is_empty() && reason != last {
-                last = reason.clone();
-                on_event(Event::Phase {
-                    phase: "Restoring".into(),
-                    message: reason.clone(),
-                });
-            }
-            if r.pointer("/status/complete") == Some(&json!(true)) {
-                return Some(Ok(r.clone()));
-            }
-            conditions(r)
-                .find(|c| c["type"] == "Failure" && c["status"] == "True")
-                .map(|c| {
-                    Err(Error::Stuck(format!(
-                        "restore of {snap_name} into {target}.{ns} failed: {}",
-                        text(c, "/reason")
-                    )))
-                })
-        },
-    )
-    .await?;
+    let done = wait_restored(cluster, ns, &restore_name, snap_name, &target, on_event).await?;
     outcome.object = Some(done);
     outcome.waited = true;
     if request.new_vm.is_some()
@@ -632,6 +582,80 @@ pub async fn restore(
         outcome.restarted = true;
     }
     Ok(outcome)
+}
+
+/// The user data the snapshot keeps for the new VM's own identity (read from the snapshot
+/// content, not the source, which may be gone); a Secret it names that is gone refuses the
+/// restore.
+async fn kept_user_data(
+    cluster: &Cluster,
+    ns: &str,
+    snap: &Value,
+    source: &str,
+    target: &str,
+) -> Result<Option<String>> {
+    let content = get(
+        cluster,
+        VM_SNAPSHOT_CONTENT,
+        ns,
+        text(snap, "/status/virtualMachineSnapshotContentName"),
+    )
+    .await?;
+    let kept = content
+        .pointer("/spec/source/virtualMachine")
+        .cloned()
+        .unwrap_or_default();
+    match crate::clone::identity::kept_kubevirt(cluster, ns, &kept).await? {
+        crate::clone::identity::Kept::None => Ok(None),
+        crate::clone::identity::Kept::Text(t) => Ok(Some(t)),
+        crate::clone::identity::Kept::Gone(secret) => Err(Error::Platform(format!(
+            "{target} cannot get its own SSH identity: {source}'s user data was in secret {secret:?}, which is gone, and a KubeVirt snapshot keeps only its name; nothing was created"
+        ))),
+    }
+}
+
+/// Watches the VirtualMachineRestore until it completes, reporting its Ready reason; a
+/// Failure condition ends with its reason.
+async fn wait_restored(
+    cluster: &Cluster,
+    ns: &str,
+    restore_name: &str,
+    snap_name: &str,
+    target: &str,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<Value> {
+    let mut last = String::new();
+    watch::until(
+        cluster,
+        &[Watched::new(VM_RESTORE, ns, restore_name)],
+        |objs| {
+            let Some(r) = &objs[0] else {
+                return Some(Err(Error::Platform(format!(
+                    "virtualmachinerestore {restore_name} was deleted while restoring"
+                ))));
+            };
+            let reason = condition_reason(r, "Ready").unwrap_or("").to_owned();
+            if !reason.is_empty() && reason != last {
+                last = reason.clone();
+                on_event(Event::Phase {
+                    phase: "Restoring".into(),
+                    message: reason.clone(),
+                });
+            }
+            if r.pointer("/status/complete") == Some(&json!(true)) {
+                return Some(Ok(r.clone()));
+            }
+            conditions(r)
+                .find(|c| c["type"] == "Failure" && c["status"] == "True")
+                .map(|c| {
+                    Err(Error::Stuck(format!(
+                        "restore of {snap_name} into {target}.{ns} failed: {}",
+                        text(c, "/reason")
+                    )))
+                })
+        },
+    )
+    .await
 }
 
 #[cfg(test)]
