@@ -160,7 +160,7 @@ pub const KUBEVIRT_POOL: Kind = Kind {
 };
 
 /// Every kind kubectl-vm writes, for finding the kind of a generated object.
-const KNOWN: [Kind; 9] = [
+const KNOWN: [Kind; 10] = [
     KUBEVIRT_VM,
     KUBEVIRT_POOL,
     KUBEVIRT_VMI,
@@ -170,6 +170,7 @@ const KNOWN: [Kind; 9] = [
     VIRTUAL_MACHINE_CLASS,
     SECRET,
     PVC,
+    VIRTUAL_MACHINE_IP_ADDRESS,
 ];
 
 impl Kind {

@@ -170,6 +170,9 @@ pub fn deckhouse_interfaces(vm: &Value) -> Vec<NetInterface> {
             let (name, network) = deckhouse_label(n);
             let seen = status.iter().find(|s| key(s) == network).copied();
             let main = network == "Main";
+            // The Main network is the pod's: a running VM has it even where the platform
+            // reports no `status.networks` (before the controller's first pass, older versions).
+            let attached = seen.is_some() || (main && status.is_empty());
             let mut ips: Vec<String> = seen
                 .and_then(|s| text(s, "/ipAddress"))
                 .map(str::to_owned)
@@ -178,7 +181,7 @@ pub fn deckhouse_interfaces(vm: &Value) -> Vec<NetInterface> {
             if main && ips.is_empty() {
                 ips.extend(text(vm, "/status/ipAddress").map(str::to_owned));
             }
-            let state = match (running, seen.is_some()) {
+            let state = match (running, attached) {
                 (false, _) => "stopped",
                 (true, true) => "attached",
                 (true, false) => "plugging",

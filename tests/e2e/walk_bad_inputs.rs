@@ -93,6 +93,26 @@ const CASES: &[(&str, &[Case])] = &[
             (Local, &["new1", "--cpu", "0"]),
             (Local, &["new1", "--hostname", BAD]),
             (Local, &["new1", "--ca-namespace", BAD]),
+            (
+                Discovery,
+                &[
+                    "new1",
+                    "--image",
+                    "quay.io/containerdisks/fedora:42",
+                    "--ip",
+                    "10.0.0.5",
+                ],
+            ),
+            (
+                Discovery,
+                &[
+                    "new1",
+                    "--image",
+                    "quay.io/containerdisks/fedora:42",
+                    "--network",
+                    "Bad_Name",
+                ],
+            ),
         ],
     ),
     ("credentials", &[(Clap, &["nosuch"])]),
