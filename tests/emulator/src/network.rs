@@ -315,8 +315,11 @@ pub fn vmip(app: &App, ip: &Value, _tick: bool) {
                 let (x, y) = ((v >> 8) as u8, (v & 0xff) as u8);
                 // The first and last address of a subnet are not handed out.
                 let cand = format!("{}.{}.{x}.{y}", VM_CIDR.0, VM_CIDR.1);
-                (!(x == 0 && y == 0) && !(x == 255 && y == 255) && !taken.contains(&cand.as_str()))
-                    .then_some(cand)
+                {
+                    let edge = (x, y) == (0, 0) || (x, y) == (255, 255);
+                    !(edge || taken.contains(&cand.as_str()))
+                }
+                .then_some(cand)
             })
         }
     };
@@ -357,9 +360,9 @@ pub fn vmip(app: &App, ip: &Value, _tick: bool) {
 }
 
 /// Deckhouse VM `vm`'s address when it names a VirtualMachineIPAddress: `Ok(None)` when it
-/// names none, `Err(())` while that address does not exist or has no address yet (the VM
+/// names none, `Err(name)` while that address does not exist or has no address yet (the VM
 /// waits: its condition `VirtualMachineIPAddressReady` is False).
-pub fn deckhouse_vm_address(app: &App, vm: &Value) -> Result<Option<(String, String)>, ()> {
+pub fn deckhouse_vm_address(app: &App, vm: &Value) -> Result<Option<(String, String)>, String> {
     let Some(name) = vm
         .pointer("/spec/virtualMachineIPAddressName")
         .and_then(Value::as_str)
@@ -380,7 +383,7 @@ pub fn deckhouse_vm_address(app: &App, vm: &Value) -> Result<Option<(String, Str
                 .and_then(Value::as_str)
                 .map(str::to_owned)
         })
-        .ok_or(())?;
+        .ok_or_else(|| name.to_string())?;
     Ok(Some((name.to_string(), address)))
 }
 
@@ -573,5 +576,63 @@ mod tests {
             ),
             Some(&json!("True"))
         );
+    }
+    /// The user guide's lifecycle: a Static address is leased as asked and an Auto one from
+    /// the pool, both Bound; Attached with `virtualMachineName` once a VM names it, and the VM
+    /// reports that address.
+    #[test]
+    fn ip_addresses_are_bound_then_attached() {
+        use crate::ServeFlavor;
+        use crate::controllers::reconcile_all;
+        use crate::registry::Registry;
+        use std::time::Duration;
+        const DH: &str = "virtualization.deckhouse.io";
+        let app = App::new(
+            Registry::new(ServeFlavor::Deckhouse),
+            Duration::from_secs(1),
+        );
+        for (name, spec) in [
+            (
+                "fixed",
+                json!({"type": "Static", "staticIP": "10.66.20.77"}),
+            ),
+            ("auto", json!({"type": "Auto"})),
+        ] {
+            app.store
+                .create(DH, "virtualmachineipaddresses", json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+                    "kind": "VirtualMachineIPAddress", "metadata": {"name": name, "namespace": "default"}, "spec": spec}))
+                .unwrap();
+        }
+        reconcile_all(&app, true);
+        let get = |name: &str| {
+            app.store
+                .get(&Key::new(DH, "virtualmachineipaddresses", "default", name))
+                .unwrap()
+        };
+        assert_eq!(get("fixed")["status"]["phase"], "Bound");
+        assert_eq!(get("fixed")["status"]["address"], "10.66.20.77");
+        let auto = get("auto")["status"]["address"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            auto.starts_with("10.66.") && auto != "10.66.20.77",
+            "{auto}"
+        );
+        let vm = json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualMachine",
+            "metadata": {"name": "db", "namespace": "default", "uid": "00000000-0000-4000-8000-000000000001"},
+            "spec": {"virtualMachineIPAddressName": "fixed"}});
+        assert_eq!(
+            deckhouse_vm_address(&app, &vm),
+            Ok(Some(("fixed".into(), "10.66.20.77".into())))
+        );
+        let mut missing = vm.clone();
+        missing["spec"]["virtualMachineIPAddressName"] = json!("nope");
+        assert_eq!(deckhouse_vm_address(&app, &missing), Err("nope".into()));
+        app.store.create(DH, "virtualmachines", vm).unwrap();
+        reconcile_all(&app, true);
+        assert_eq!(get("fixed")["status"]["phase"], "Attached");
+        assert_eq!(get("fixed")["status"]["virtualMachineName"], "db");
+        assert_eq!(get("auto")["status"]["phase"], "Bound");
     }
 }
