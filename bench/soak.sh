@@ -6,7 +6,7 @@
 # of the emulator (API server, signer, guests' streams) are sampled every second; the report gives
 # each one's first and last value and its least-squares slope per minute (flat: |slope| near 0).
 # Runs against the emulator, whose guest is a real sshd configured by the VM's cloud-init (needs
-# root, see tests/emulator/src/sshd_guest.rs).
+# root, see tests/emulator/src/core/sshd_guest.rs).
 # Usage: bench/soak.sh            SOAK_IDLE=60 bench/soak.sh for a short run
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 build
@@ -89,7 +89,7 @@ failures = []
 PIPE = subprocess.PIPE
 console = subprocess.Popen([vm, "console", "soak"], stdin=PIPE, stdout=PIPE, stderr=PIPE)
 tracked["console"] = console.pid
-# The emulator's serial guest asks for a login (tests/emulator/src/guest.rs: cloud/cloud).
+# The emulator's serial guest asks for a login (tests/emulator/src/core/guest.rs: cloud/cloud).
 console.stdin.write(b"\ncloud\ncloud\n")
 console.stdin.flush()
 vnc_port = free_port()

@@ -2,7 +2,7 @@
 # Benchmarks `kubectl vm ssh` against stock OpenSSH through the same tunnel
 # (`kubectl vm port-forward --stdio` as ProxyCommand, the ssh-config setup), on one machine
 # against the emulator, whose guest runs a real sshd configured by the VM's cloud-init
-# (needs root: see tests/emulator/src/sshd_guest.rs). Prints:
+# (needs root: see tests/emulator/src/core/sshd_guest.rs). Prints:
 #   roundtrip: `ssh VM -- true`, mean wall time, kubectl-vm / OpenSSH      (goal <= 1.2)
 #   cat:       `ssh VM -- cat /tmp/bench.bin` throughput of SIZE_MIB, kubectl-vm / OpenSSH (goal >= 0.8)
 #   peak RSS of the client process(es) during the cat (kubectl-vm alone vs ssh + its ProxyCommand)

@@ -1,5 +1,5 @@
 //! `kubectl vm credentials` end to end against the emulator's sshd guests, which propagate
-//! accessCredentials like virt-launcher through the agent (tests/emulator/src/sshd_agent.rs):
+//! accessCredentials like virt-launcher through the agent (tests/emulator/src/kubevirt/sshd_agent.rs):
 //! a key added logs in with `ssh -i`, a second one without a restart, a removed one is refused,
 //! and a password set from a file or a terminal prompt logs in to the guest's sshd (password
 //! authentication through PAM).

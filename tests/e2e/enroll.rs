@@ -2,7 +2,7 @@
 //! kubectl-vm injection) trusts the platform CA after enrollment and a restart, certificates
 //! for another VM are refused by its real sshd, removal is live, and `ca rotate` rewrites the
 //! enrollment. The emulator's sshd guests propagate accessCredentials like virt-launcher
-//! (tests/emulator/src/sshd_agent.rs).
+//! (tests/emulator/src/kubevirt/sshd_agent.rs).
 
 use std::time::{Duration, Instant};
 

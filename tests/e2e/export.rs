@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kubevm_emulator::export::ExportFaults;
+use kubevm_emulator::kubevirt::export::ExportFaults;
 use serde_json::{Value, json};
 
 use crate::common::{Env, stderr, stdout};
@@ -60,7 +60,7 @@ pub(crate) fn deckhouse(size: u64) -> Env {
 /// SHA-256 of the first SIZE bytes the emulator serves for PVC `default/PVC` at content
 /// GENERATION (0, or 1 after `change_export_content`), written out. Computed once by
 /// `tests/tools/export-content-sha256.py default/PVC GENERATION SIZE…`, an implementation of the
-/// content definition (tests/emulator/src/export.rs `fill`) in standard-library Python that
+/// content definition (tests/emulator/src/kubevirt/export.rs `fill`) in standard-library Python that
 /// shares no code with the emulator or the tool; add a row the same way for a new size.
 #[rustfmt::skip]
 const DIGESTS: &[(&str, u64, u64, &str)] = &[

@@ -4,7 +4,7 @@
 //! Deckhouse half of "mismatch fails" and "removes what it created and nothing else".
 //! Expected checksums come from the emulator's generator piped to `sha256sum`.
 
-use kubevm_emulator::export::ExportFaults;
+use kubevm_emulator::kubevirt::export::ExportFaults;
 use serde_json::{Value, json};
 
 use crate::common::{Env, stderr};

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kubevm_emulator::file_server::FileServer;
+use kubevm_emulator::core::file_server::FileServer;
 use serde_json::Value;
 
 use crate::common::{Env, ok, stderr, table};

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use kubevm_emulator::ServeFlavor;
-use kubevm_emulator::requests::RecordedRequest;
+use kubevm_emulator::core::requests::RecordedRequest;
 use serde_json::{Value, json};
 
 use crate::common::{Env, exit_code, fails, ok, on_tty, stderr, stdout};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::common::{Env, fails, ok, on_tty};
 
-/// The login guests' boot banner (tests/emulator/src/guest.rs LOGIN_SCRIPT).
+/// The login guests' boot banner (tests/emulator/src/core/guest.rs LOGIN_SCRIPT).
 const BANNER: &str = "Emulated Linux guest (kubevm-emulator) ttyS0";
 
 /// The launcher pod of VM `name` (by the label KubeVirt gives it).

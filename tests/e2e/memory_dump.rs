@@ -413,7 +413,7 @@ fn sha256sum(path: &std::path::Path) -> String {
 /// fetches just the rest, and the result is byte for byte what an uninterrupted run gets.
 #[test]
 fn a_killed_download_resumes_where_it_stopped() {
-    use kubevm_emulator::export::ExportFaults;
+    use kubevm_emulator::kubevirt::export::ExportFaults;
     use std::time::{Duration, Instant};
     let env = Env::kubevirt();
     dumped(&env);
@@ -498,7 +498,7 @@ fn a_killed_download_resumes_where_it_stopped() {
 /// the raw transfer are resumed within the run.
 #[test]
 fn gzip_format_unpacks_to_the_dump() {
-    use kubevm_emulator::export::ExportFaults;
+    use kubevm_emulator::kubevirt::export::ExportFaults;
     let env = Env::kubevirt();
     dumped(&env);
     let raw = env.dir.path().join("raw.core");
@@ -554,7 +554,7 @@ fn gzip_format_unpacks_to_the_dump() {
 /// export is kept and the message says how to resume.
 #[test]
 fn a_failed_download_leaves_no_file_under_the_final_name() {
-    use kubevm_emulator::export::ExportFaults;
+    use kubevm_emulator::kubevirt::export::ExportFaults;
     let env = Env::kubevirt();
     dumped(&env);
     env.emulator.set_export_faults(ExportFaults {

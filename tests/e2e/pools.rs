@@ -352,7 +352,7 @@ fn kubevirt_pool_manifest_offline() {
 #[test]
 #[ignore = "needs the qemu guest image: tests/run-all.sh builds it"]
 fn real_guest_pool_kubevirt() {
-    use kubevm_emulator::qemu_guest::QemuConfig;
+    use kubevm_emulator::core::qemu_guest::QemuConfig;
     use std::time::{Duration, Instant};
     let env = Env::kubevirt();
     let mut config = QemuConfig::from_dir(&QemuConfig::default_dir()).expect("the guest image");

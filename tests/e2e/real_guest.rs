@@ -18,7 +18,7 @@ use std::process::{Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubevm_emulator::qemu_guest::{QemuConfig, QemuGuests};
+use kubevm_emulator::core::qemu_guest::{QemuConfig, QemuGuests};
 
 use crate::common::{BIN, Env, ok, stderr, stdout};
 

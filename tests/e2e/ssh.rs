@@ -1,6 +1,6 @@
 //! `kubectl vm ssh` end to end: `ca init` → `create` → ssh into the emulator's guest, whose
 //! real sshd is configured by the VM's own cloud-init (the emulator's sshd guests, which need
-//! root: see tests/emulator/src/sshd_guest.rs).
+//! root: see tests/emulator/src/core/sshd_guest.rs).
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Seeded network faults in every stream (issue 37 item 2): the emulator cuts, truncates
 //! mid-frame, stalls or slows the connections of ssh (through port-forward), the serial
 //! console and export downloads at offsets drawn from a fixed seed per connection
-//! (`kubevm_emulator::faults`). Whatever the fault, each command either completes with the
+//! (`kubevm_emulator::core::faults`). Whatever the fault, each command either completes with the
 //! right result (stalls and slow links are not errors; export resumes) or fails with one line
 //! and a non-zero exit, leaving no file under its final name. Each failure names the seed that
 //! made it, so a run repeats.
@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use kubevm_emulator::faults::{Fault, FaultSource};
+use kubevm_emulator::core::faults::{Fault, FaultSource};
 
 use crate::common::{BIN, Env, stderr, stdout};
 use crate::export::{MIB, kubevirt, reference_sha256, sha256_of};

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kubevm_emulator::upload::UploadFaults;
+use kubevm_emulator::kubevirt::upload::UploadFaults;
 
 use crate::common::{Env, fails, stderr, stdout};
 use crate::export::sha256_of;

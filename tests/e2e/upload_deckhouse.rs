@@ -333,7 +333,7 @@ fn a_cut_connection_is_retried_from_the_beginning() {
     let image = qcow2(env.dir.path(), 24 * MIB);
     let want = reference(&image, env.dir.path());
     env.emulator
-        .set_upload_faults(kubevm_emulator::upload::UploadFaults {
+        .set_upload_faults(kubevm_emulator::kubevirt::upload::UploadFaults {
             cut_after: vec![3 * MIB],
             ..Default::default()
         });
@@ -367,7 +367,7 @@ fn a_checksum_mismatch_removes_what_the_run_created() {
     let kinds = "virtualdisks,virtualimages,clustervirtualimages,pods,services,secrets";
     let before = names(&env, kinds);
     env.emulator
-        .set_upload_faults(kubevm_emulator::upload::UploadFaults {
+        .set_upload_faults(kubevm_emulator::kubevirt::upload::UploadFaults {
             flip_byte_at: Some(100_000),
             ..Default::default()
         });

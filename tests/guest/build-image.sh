@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the real Linux guest that the emulator's qemu guests boot (tests/emulator/src/qemu_guest.rs),
+# Builds the real Linux guest that the emulator's qemu guests boot (tests/emulator/src/core/qemu_guest/mod.rs),
 # once, and caches it. Recipe and measured timings: tests/guest/README.md.
 #
 #   bash tests/guest/build-image.sh        # as root (apt-get, mmdebstrap, chroot)

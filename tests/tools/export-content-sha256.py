@@ -2,7 +2,7 @@
 """SHA-256 of the first SIZE bytes the emulator's export server serves for a PVC.
 
 An independent implementation (standard library only) of the content definition documented
-in tests/emulator/src/export.rs, used to write out the expected digests in tests/e2e/export.rs:
+in tests/emulator/src/kubevirt/export.rs, used to write out the expected digests in tests/e2e/export.rs:
 
   key     = FNV-1a-64("NAMESPACE/PVC") XOR (GENERATION * 0x9e3779b97f4a7c15 mod 2^64)
   byte p  = byte (p mod 8), little-endian, of splitmix64(key XOR (p div 8))

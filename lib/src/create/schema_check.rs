@@ -1,5 +1,5 @@
 //! Test-only structural validation of generated objects against the real API schemas
-//! (KubeVirt and CDI swagger, Deckhouse CRDs) shared with the emulator in `tests/emulator/schemas/`.
+//! (KubeVirt and CDI swagger, Deckhouse CRDs) shared with the emulator in `schemas/` at the repository root.
 //!
 //! Supported keywords: `$ref` (`#/definitions/…`), `type` (also lists, and
 //! `x-kubernetes-int-or-string`), `properties` with unknown-field detection,
@@ -33,20 +33,15 @@ fn crd_schema(yaml: &str, version: &str) -> Value {
 fn schemas() -> &'static Schemas {
     static SCHEMAS: OnceLock<Schemas> = OnceLock::new();
     SCHEMAS.get_or_init(|| Schemas {
-        kubevirt: serde_json::from_str(include_str!(
-            "../../../tests/emulator/schemas/kubevirt-swagger.json"
-        ))
-        .unwrap(),
-        cdi: serde_json::from_str(include_str!(
-            "../../../tests/emulator/schemas/cdi-swagger.json"
-        ))
-        .unwrap(),
+        kubevirt: serde_json::from_str(include_str!("../../../schemas/kubevirt-swagger.json"))
+            .unwrap(),
+        cdi: serde_json::from_str(include_str!("../../../schemas/cdi-swagger.json")).unwrap(),
         deckhouse_vm: crd_schema(
-            include_str!("../../../tests/emulator/schemas/deckhouse/virtualmachines.yaml"),
+            include_str!("../../../schemas/deckhouse/virtualmachines.yaml"),
             "v1alpha2",
         ),
         deckhouse_vd: crd_schema(
-            include_str!("../../../tests/emulator/schemas/deckhouse/virtualdisks.yaml"),
+            include_str!("../../../schemas/deckhouse/virtualdisks.yaml"),
             "v1alpha2",
         ),
     })

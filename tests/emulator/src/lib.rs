@@ -15,91 +15,17 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Module map: `tls` (certificates), `auth` (tokens, authorizer), `store` (objects, events),
-//! `registry` (kinds), `schema` (validation), `admission` (webhook-style limits),
-//! `discovery`, `openapi`, `handlers` (REST verbs), `patch`, `selector`, `table`, `watch`,
-//! `subresources` (aggregated groups), `controllers`, `fixtures`.
+//! Modules by platform: [`core`](crate::core) (the API server: `tls`, `auth`, `store`, `registry`, `schema`,
+//! `admission`, `discovery`, `openapi`, `handlers`, `patch`, `selector`, `table`, `watch`,
+//! `subresources`, `controllers`, `lifecycle`, guests, `fixtures`), [`kubevirt`](crate::kubevirt) (KubeVirt and
+//! CDI behaviour: snapshots, clones, exports, uploads, hotplug, ...) and [`deckhouse`](crate::deckhouse)
+//! (Deckhouse-only behaviour); `tests/emulator/README.md` maps every module.
 
-pub mod admission;
-pub mod aggregator;
-pub mod app;
-pub mod auth;
-pub mod bootstrap;
-pub mod cel;
-pub mod clone;
-pub mod clone_auth;
-pub mod console_log;
-pub mod controllers;
-pub mod decoded;
-pub mod dh_snapshot;
-pub mod dh_snapshot_op;
-pub mod dh_upload;
-pub mod discovery;
-pub mod evacuation;
-pub mod expansion;
-pub mod expect;
-pub mod export;
-pub mod export_pods;
-pub mod export_server;
-pub mod export_snapshot;
-pub mod faults;
-pub mod fieldmanager;
-pub mod file_server;
-pub mod fixtures;
-pub mod gc;
-pub mod guest;
-pub mod guestagent;
-pub mod handlers;
-pub mod hold;
-pub mod hotplug;
-pub mod http_import;
-pub mod infer;
-pub mod internal_kinds;
-pub mod lifecycle;
-pub mod live_update;
-pub mod memory_core;
-pub mod memory_dump;
-pub mod network;
-pub mod objectgraph;
-pub mod openapi;
-pub mod paging;
-pub mod patch;
-pub mod placement;
-pub mod pod_portforward;
-pub mod podexec;
-pub mod podlog;
-pub mod portforward;
-pub mod protobuf;
-pub mod qemu_guest;
-pub mod quota;
-pub mod registry;
-pub mod requests;
-pub mod reviews;
-pub mod rfb;
-pub mod sa_tokens;
-pub mod schema;
-pub mod selector;
-pub mod services;
-pub mod spdy;
-pub mod sshd_agent;
-pub mod sshd_guest;
-pub mod status;
-pub mod storage;
-pub mod store;
-pub mod strategy;
-pub mod streams;
-pub mod structural;
-pub mod subresources;
-pub mod table;
-pub mod tls;
-pub mod upload;
-pub mod upload_server;
-pub mod util;
-pub mod vm_snapshot;
-pub mod watch;
-pub mod webhooks;
+pub mod core;
+pub mod deckhouse;
+pub mod kubevirt;
 
-use app::App;
+use crate::core::app::App;
 use base64::Engine;
 use serde_json::Value;
 use std::path::Path;
@@ -230,11 +156,13 @@ impl Handle {
         name: &str,
         expiration_seconds: i64,
     ) -> Option<String> {
-        let sa = self
-            .app
-            .store
-            .get(&store::Key::new("", "serviceaccounts", namespace, name))?;
-        let audiences = [sa_tokens::API_AUDIENCE.to_string()];
+        let sa = self.app.store.get(&crate::core::store::Key::new(
+            "",
+            "serviceaccounts",
+            namespace,
+            name,
+        ))?;
+        let audiences = [crate::core::sa_tokens::API_AUDIENCE.to_string()];
         Some(
             self.app
                 .sa_tokens
@@ -245,7 +173,7 @@ impl Handle {
 
     /// The front-proxy identity the aggregator presents to aggregated API servers (its CA is
     /// `requestheader-client-ca-file` of ConfigMap `kube-system/extension-apiserver-authentication`).
-    pub fn front_proxy(&self) -> tls::FrontProxy {
+    pub fn front_proxy(&self) -> crate::core::tls::FrontProxy {
         self.app.front_proxy.get().cloned().expect("set at start")
     }
 
@@ -283,12 +211,12 @@ impl Handle {
         }
     }
 
-    /// Every request received so far, in order (see [`requests::RecordedRequest`]).
-    pub fn requests(&self) -> Vec<requests::RecordedRequest> {
+    /// Every request received so far, in order (see [`crate::core::requests::RecordedRequest`]).
+    pub fn requests(&self) -> Vec<crate::core::requests::RecordedRequest> {
         self.app.requests.all()
     }
 
-    /// Holds requests with `verb` on `plural` until [`Handle::release_held`] (see [`hold`]).
+    /// Holds requests with `verb` on `plural` until [`Handle::release_held`] (see [`hold`](crate::core::hold)).
     pub fn hold(&self, verb: &str, plural: &str) {
         self.app.holds.add(verb, plural)
     }
@@ -327,13 +255,13 @@ impl Handle {
     /// nothing and holds the connection open until the client goes, as an exec whose command
     /// hangs (a virsh stuck on a wedged libvirtd) does on a real kubelet.
     /// Faults for the console, VNC, port-forward, export and upload connections opened from
-    /// now on (`None`: none); [`faults::StreamFaults::applied`] says which each got.
-    pub fn set_stream_faults(&self, source: Option<faults::FaultSource>) {
+    /// now on (`None`: none); [`crate::core::faults::StreamFaults::applied`] says which each got.
+    pub fn set_stream_faults(&self, source: Option<crate::core::faults::FaultSource>) {
         self.app.stream_faults.set(source);
     }
 
     /// The faults given so far, with the stream each went to.
-    pub fn stream_faults_applied(&self) -> Vec<(&'static str, faults::Fault)> {
+    pub fn stream_faults_applied(&self) -> Vec<(&'static str, crate::core::faults::Fault)> {
         self.app.stream_faults.applied()
     }
 
@@ -346,7 +274,7 @@ impl Handle {
     /// Test hook standing in for a guest that writes its disk: PVC `namespace/pvc` now holds
     /// `data` (exports and snapshots read it).
     pub fn write_volume(&self, namespace: &str, pvc: &str, data: &[u8]) -> std::io::Result<()> {
-        vm_snapshot::write_volume(&self.app, namespace, pvc, data)
+        crate::kubevirt::vm_snapshot::write_volume(&self.app, namespace, pvc, data)
     }
 
     /// Test switch: pause or unpause VM `namespace/name` (its portforward answers 409).
@@ -354,8 +282,8 @@ impl Handle {
         self.app.ssh_switches.set_paused(namespace, name, paused);
     }
 
-    /// Replaces what boots the guests of running VMs from now on (see [`guest`]).
-    pub fn set_guest_factory(&self, factory: Arc<dyn guest::GuestFactory>) {
+    /// Replaces what boots the guests of running VMs from now on (see [`guest`](crate::core::guest)).
+    pub fn set_guest_factory(&self, factory: Arc<dyn crate::core::guest::GuestFactory>) {
         self.app.guests.set_factory(factory)
     }
 
@@ -365,17 +293,17 @@ impl Handle {
         &self,
         namespace: &str,
         name: &str,
-    ) -> std::io::Result<Option<Arc<dyn guest::Guest>>> {
+    ) -> std::io::Result<Option<Arc<dyn crate::core::guest::Guest>>> {
         self.app.guests.get_or_boot(&self.app, namespace, name)
     }
 
-    /// Real Linux guests from now on: each running VM boots a qemu guest (see [`qemu_guest`]).
+    /// Real Linux guests from now on: each running VM boots a qemu guest (see [`qemu_guest`](crate::core::qemu_guest)).
     /// The returned factory tells the qemu pids and serial logs.
     pub fn use_qemu_guests(
         &self,
-        config: qemu_guest::QemuConfig,
-    ) -> std::io::Result<Arc<qemu_guest::QemuGuests>> {
-        let factory = Arc::new(qemu_guest::QemuGuests::new(
+        config: crate::core::qemu_guest::QemuConfig,
+    ) -> std::io::Result<Arc<crate::core::qemu_guest::QemuGuests>> {
+        let factory = Arc::new(crate::core::qemu_guest::QemuGuests::new(
             Arc::downgrade(&self.app),
             config,
         )?);
@@ -433,36 +361,45 @@ pub struct Emulator {
 impl Emulator {
     /// Starts serving HTTPS on 127.0.0.1 (`opts.port`, 0 = random) with the fixtures loaded.
     pub async fn start(opts: EmulatorOptions) -> Result<Emulator, EmulatorError> {
-        let certs = tls::generate().map_err(EmulatorError::Tls)?;
+        let certs = crate::core::tls::generate().map_err(EmulatorError::Tls)?;
         let app = Arc::new(App::new(
-            registry::Registry::new(opts.flavor).without_groups(&opts.unserved_groups),
+            crate::core::registry::Registry::new(opts.flavor).without_groups(&opts.unserved_groups),
             opts.import_step,
         ));
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             app.ensure_namespace(ns);
         }
-        let front_proxy = tls::generate_front_proxy().map_err(EmulatorError::Tls)?;
-        bootstrap::seed(&app, &certs.ca_pem, &front_proxy).map_err(EmulatorError::Fixture)?;
+        let front_proxy = crate::core::tls::generate_front_proxy().map_err(EmulatorError::Tls)?;
+        crate::core::bootstrap::seed(&app, &certs.ca_pem, &front_proxy)
+            .map_err(EmulatorError::Fixture)?;
         let _ = app.front_proxy.set(front_proxy);
         // Guests run a real sshd configured by their cloud-init where that is possible (root).
-        if sshd_guest::available() {
+        if crate::core::sshd_guest::available() {
             app.guests
-                .set_factory(Arc::new(sshd_guest::SshdGuests::new(Arc::downgrade(&app))));
+                .set_factory(Arc::new(crate::core::sshd_guest::SshdGuests::new(
+                    Arc::downgrade(&app),
+                )));
         }
         for text in &opts.fixture_yaml {
-            fixtures::load(&app, text).map_err(EmulatorError::Fixture)?;
+            crate::core::fixtures::load(&app, text).map_err(EmulatorError::Fixture)?;
         }
         let listener = TcpListener::bind(("127.0.0.1", opts.port)).await?;
         let port = listener.local_addr()?.port();
         *app.port.lock().unwrap_or_else(|e| e.into_inner()) = port;
         let (shutdown, shutdown_rx) = tokio::sync::watch::channel(false);
         let mut tasks = JoinSet::new();
-        export_server::start(app.clone(), shutdown_rx.clone(), &mut tasks).await?;
-        upload_server::start(app.clone(), shutdown_rx.clone(), &mut tasks).await?;
-        dh_upload::start(app.clone(), shutdown_rx.clone(), &mut tasks).await?;
-        tasks.spawn(controllers::run(app.clone(), shutdown_rx.clone()));
-        tasks.spawn(aggregator::available::run(app.clone(), shutdown_rx.clone()));
-        tasks.spawn(guest::run(app.clone(), shutdown_rx.clone()));
+        crate::kubevirt::export_server::start(app.clone(), shutdown_rx.clone(), &mut tasks).await?;
+        crate::kubevirt::upload_server::start(app.clone(), shutdown_rx.clone(), &mut tasks).await?;
+        crate::deckhouse::upload::start(app.clone(), shutdown_rx.clone(), &mut tasks).await?;
+        tasks.spawn(crate::core::controllers::run(
+            app.clone(),
+            shutdown_rx.clone(),
+        ));
+        tasks.spawn(crate::core::aggregator::available::run(
+            app.clone(),
+            shutdown_rx.clone(),
+        ));
+        tasks.spawn(crate::core::guest::run(app.clone(), shutdown_rx.clone()));
         tasks.spawn(serve(
             listener,
             certs.server_config,
@@ -502,7 +439,7 @@ async fn serve(
     use hyper_util::rt::{TokioExecutor, TokioIo};
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let router = axum::Router::new()
-        .fallback(handlers::dispatch)
+        .fallback(crate::core::handlers::dispatch)
         .with_state(app);
     let mut conns = JoinSet::new();
     loop {

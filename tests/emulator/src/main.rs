@@ -88,8 +88,8 @@ async fn main() -> ExitCode {
         let dir = args
             .guest_dir
             .clone()
-            .unwrap_or_else(kubevm_emulator::qemu_guest::QemuConfig::default_dir);
-        match kubevm_emulator::qemu_guest::QemuConfig::from_dir(&dir) {
+            .unwrap_or_else(kubevm_emulator::core::qemu_guest::QemuConfig::default_dir);
+        match kubevm_emulator::core::qemu_guest::QemuConfig::from_dir(&dir) {
             Ok(mut c) => {
                 c.restrict_network = args.guest_network == GuestNetwork::Restricted;
                 Some(c)

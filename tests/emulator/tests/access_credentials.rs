@@ -58,7 +58,7 @@ fn keys(user: &str, secret: &str) -> Value {
 #[tokio::test]
 async fn sshd_guest_agent_refuses_and_reports() {
     assert!(
-        kubevm_emulator::sshd_guest::available(),
+        kubevm_emulator::core::sshd_guest::available(),
         "sshd guests need root, unshare and /usr/sbin/sshd (tests/tools/install-test-deps.sh)"
     );
     let (emu, client) = start(ServeFlavor::KubeVirt).await;

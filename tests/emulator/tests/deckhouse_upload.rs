@@ -402,7 +402,7 @@ fn a_cut_connection_is_retried_and_damaged_bytes_fail_the_checksum() {
             .to_string()
     };
 
-    emu.set_upload_faults(kubevm_emulator::upload::UploadFaults {
+    emu.set_upload_faults(kubevm_emulator::kubevirt::upload::UploadFaults {
         cut_after: vec![256 << 10],
         ..Default::default()
     });
@@ -425,7 +425,7 @@ fn a_cut_connection_is_retried_and_damaged_bytes_fail_the_checksum() {
     damaged[4096] = !damaged[4096];
     let damaged_file = dir.path().join("damaged.qcow2");
     std::fs::write(&damaged_file, damaged).unwrap();
-    emu.set_upload_faults(kubevm_emulator::upload::UploadFaults {
+    emu.set_upload_faults(kubevm_emulator::kubevirt::upload::UploadFaults {
         flip_byte_at: Some(4096),
         ..Default::default()
     });

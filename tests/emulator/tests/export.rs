@@ -6,7 +6,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use kubevm_emulator::export::fill;
+use kubevm_emulator::kubevirt::export::fill;
 use kubevm_emulator::{BlockingEmulator, Emulator, EmulatorOptions, ServeFlavor};
 use serde_json::{Value, json};
 
@@ -232,7 +232,7 @@ fn kubevirt_export_server_serves_ranges_gzip_and_checks_the_token() {
 
     // Fault switches: one 503, then a cut (curl sees a short body).
     env.emu
-        .set_export_faults(kubevm_emulator::export::ExportFaults {
+        .set_export_faults(kubevm_emulator::kubevirt::export::ExportFaults {
             fail_5xx: 1,
             cut_at: vec![300_000],
             ..Default::default()

@@ -1,8 +1,8 @@
 //! The shipped fixtures load and every object in them is valid against its schema.
 
-use kubevm_emulator::registry::{Registry, split_api_version};
-use kubevm_emulator::schema::{FieldValidation, validate};
-use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor, fixtures};
+use kubevm_emulator::core::registry::{Registry, split_api_version};
+use kubevm_emulator::core::schema::{FieldValidation, validate};
+use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor, core::fixtures};
 
 fn fixture(name: &str) -> String {
     let path = format!("{}/../fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -32,7 +32,7 @@ fn fixtures_are_valid() {
             if let Err(e) = validate(&def, version, &mut obj, None, FieldValidation::Strict) {
                 panic!("{file}: {kind} {}: {}", doc["metadata"]["name"], e.message);
             }
-            kubevm_emulator::admission::admit(&def, &obj).unwrap();
+            kubevm_emulator::core::admission::admit(&def, &obj).unwrap();
         }
     }
 }

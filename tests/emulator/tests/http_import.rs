@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kubevm_emulator::ServeFlavor;
-use kubevm_emulator::file_server::FileServer;
+use kubevm_emulator::core::file_server::FileServer;
 use serde_json::{Value, json};
 
 use crate::common;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use common::kubectl::kubectl_path;
-use kubevm_emulator::export::{ExportFaults, write_content};
+use kubevm_emulator::kubevirt::export::{ExportFaults, write_content};
 use kubevm_emulator::{BlockingEmulator, Emulator, EmulatorOptions, ServeFlavor};
 use rustls::pki_types::pem::PemObject;
 use serde_json::{Value, json};

@@ -48,7 +48,7 @@ async fn read_pings(ws: &mut Ws, n: usize) -> usize {
 #[tokio::test]
 async fn portforward_echo_sshd_ping_and_errors_kubevirt() {
     assert!(
-        kubevm_emulator::sshd_guest::available(),
+        kubevm_emulator::core::sshd_guest::available(),
         "sshd guests need root, unshare and /usr/sbin/sshd (tests/tools/install-test-deps.sh)"
     );
     let (emu, client) = start(ServeFlavor::KubeVirt).await;
@@ -105,7 +105,7 @@ async fn portforward_echo_sshd_ping_and_errors_kubevirt() {
 #[tokio::test]
 async fn portforward_query_and_udp_deckhouse() {
     assert!(
-        kubevm_emulator::sshd_guest::available(),
+        kubevm_emulator::core::sshd_guest::available(),
         "sshd guests need root, unshare and /usr/sbin/sshd (tests/tools/install-test-deps.sh)"
     );
     let (_emu, client) = start(ServeFlavor::Deckhouse).await;

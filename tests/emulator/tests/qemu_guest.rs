@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kubevm_emulator::expect::SerialReader;
-use kubevm_emulator::qemu_guest::{QemuConfig, QemuGuests};
+use kubevm_emulator::core::expect::SerialReader;
+use kubevm_emulator::core::qemu_guest::{QemuConfig, QemuGuests};
 use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
@@ -212,7 +212,7 @@ async fn expect(text: &str, out: &mut SerialReader) -> String {
     out.expect(text, Duration::from_secs(60)).await
 }
 
-async fn wait_for_banner(guest: &dyn kubevm_emulator::guest::Guest) -> String {
+async fn wait_for_banner(guest: &dyn kubevm_emulator::core::guest::Guest) -> String {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         if let Ok(mut conn) = guest.dial(22).await {
@@ -254,7 +254,7 @@ async fn shutdown_kills_every_qemu() {
 }
 
 /// Types `line` and a return into the serial console.
-fn type_line(serial: &kubevm_emulator::guest::Serial, line: &str) {
+fn type_line(serial: &kubevm_emulator::core::guest::Serial, line: &str) {
     serial
         .input
         .send(Bytes::from(format!("{line}\r").into_bytes()))
@@ -263,7 +263,7 @@ fn type_line(serial: &kubevm_emulator::guest::Serial, line: &str) {
 
 /// Presses return (every 5 s) until the login prompt shows; returns the output up to it.
 async fn press_return_until_login(
-    serial: &kubevm_emulator::guest::Serial,
+    serial: &kubevm_emulator::core::guest::Serial,
     out: &mut SerialReader,
     limit: Duration,
 ) -> String {
@@ -279,7 +279,11 @@ async fn press_return_until_login(
 }
 
 /// Presses return until the login prompt shows, then logs in as root.
-async fn login(serial: &kubevm_emulator::guest::Serial, out: &mut SerialReader, limit: Duration) {
+async fn login(
+    serial: &kubevm_emulator::core::guest::Serial,
+    out: &mut SerialReader,
+    limit: Duration,
+) {
     press_return_until_login(serial, out, limit).await;
     type_line(serial, "root");
     expect("Password: ", out).await;

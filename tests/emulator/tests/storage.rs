@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use kubevm_emulator::storage::IMPORT_ERROR_ANNOTATION;
+use kubevm_emulator::core::storage::IMPORT_ERROR_ANNOTATION;
 use kubevm_emulator::{Emulator, EmulatorOptions, ServeFlavor};
 use serde_json::{Value, json};
 

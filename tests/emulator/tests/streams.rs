@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use kube::client::Body;
 use kubevm_emulator::ServeFlavor;
-use kubevm_emulator::expect::Unmatched;
+use kubevm_emulator::core::expect::Unmatched;
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::Message;
 
