@@ -107,6 +107,8 @@ pub enum Command {
     Clone(Box<commands::clone::CloneArgs>),
     /// Change a VM after it exists: CPU and memory, run and eviction policy, labels
     Set(commands::set::SetArgs),
+    /// List a VM's network interfaces (networks, MACs, IPs, attached or waiting)
+    Network(commands::network::NetworkArgs),
     /// Show the guest's serial console history without attaching (or the launcher's log)
     Logs(commands::logs::LogsArgs),
     /// Show what a VM depends on (disks, images, Secrets) and what depends on it (snapshots,
@@ -152,7 +154,9 @@ pub enum Command {
 pub const COMMAND_GROUPS: &[(&str, &[&str])] = &[
     (
         "Basic commands",
-        &["list", "get", "create", "delete", "clone", "expose", "set"],
+        &[
+            "list", "get", "create", "delete", "clone", "expose", "set", "network",
+        ],
     ),
     ("Sizes", &["instancetype", "preference", "class"]),
     (

@@ -248,6 +248,36 @@ pub fn disk_names(current: &OsStr) -> Vec<CompletionCandidate> {
     matching(current, names.unwrap_or_default())
 }
 
+/// Secondary networks a VM can attach to in the namespace the command line selects: KubeVirt's
+/// NetworkAttachmentDefinitions (none listed on a platform without them).
+pub fn network_names(current: &OsStr) -> Vec<CompletionCandidate> {
+    let names = with_cluster(async |cluster, choice| {
+        let platform = flavor::discover(&cluster, choice).await.ok()?;
+        if crate::complete::no_nads(&platform) {
+            return Some(vec![]);
+        }
+        let kind = kubevm::api::NETWORK_ATTACHMENT_DEFINITION;
+        let list = kind
+            .api(&cluster.client, Some(&cluster.namespace))
+            .list_metadata(&Default::default())
+            .await
+            .ok()?;
+        Some(
+            list.items
+                .into_iter()
+                .filter_map(|o| o.metadata.name)
+                .map(|n| (n, Some("NetworkAttachmentDefinition".to_owned())))
+                .collect::<Vec<_>>(),
+        )
+    });
+    matching(current, names.unwrap_or_default())
+}
+
+/// Whether the platform attaches secondary networks without NetworkAttachmentDefinitions.
+fn no_nads(platform: &flavor::Platform) -> bool {
+    kubevm::platform::of(platform.flavor).instance.is_none()
+}
+
 /// Images in the namespace the command line selects (and cluster-wide ones), as `ds/NAME`,
 /// `vi/NAME` or `cvi/NAME`, with their phase.
 pub fn image_names(current: &OsStr) -> Vec<CompletionCandidate> {

@@ -57,6 +57,7 @@ async fn dispatch(cli: Cli) -> CommandResult {
         Command::Expose(args) => expose::cmd_expose(&global, *args).await,
         Command::Clone(args) => clone::cmd_clone(&global, *args).await,
         Command::Set(args) => set::cmd_set(&global, args).await,
+        Command::Network(args) => network::cmd_network(&global, args).await,
         Command::Logs(args) => logs::cmd_logs(&global, args).await,
         Command::Deps(args) => deps::cmd_deps(&global, args).await,
         Command::Guestosinfo(args) => {

@@ -105,6 +105,24 @@ pub const VIRTUAL_DISK: Kind = Kind {
     namespaced: true,
 };
 
+/// Multus's NetworkAttachmentDefinition: a KubeVirt VM's secondary network.
+pub const NETWORK_ATTACHMENT_DEFINITION: Kind = Kind {
+    group: "k8s.cni.cncf.io",
+    version: "v1",
+    kind: "NetworkAttachmentDefinition",
+    plural: "network-attachment-definitions",
+    namespaced: true,
+};
+
+/// Deckhouse's VirtualMachineIPAddress: a VM's address in the main cluster network.
+pub const VIRTUAL_MACHINE_IP_ADDRESS: Kind = Kind {
+    group: "virtualization.deckhouse.io",
+    version: "v1alpha2",
+    kind: "VirtualMachineIPAddress",
+    plural: "virtualmachineipaddresses",
+    namespaced: true,
+};
+
 /// Deckhouse's VirtualMachineClass (cluster-scoped; also served as v1alpha3).
 pub const VIRTUAL_MACHINE_CLASS: Kind = Kind {
     group: "virtualization.deckhouse.io",
@@ -142,7 +160,7 @@ pub const KUBEVIRT_POOL: Kind = Kind {
 };
 
 /// Every kind kubectl-vm writes, for finding the kind of a generated object.
-const KNOWN: [Kind; 9] = [
+const KNOWN: [Kind; 10] = [
     KUBEVIRT_VM,
     KUBEVIRT_POOL,
     KUBEVIRT_VMI,
@@ -152,6 +170,7 @@ const KNOWN: [Kind; 9] = [
     VIRTUAL_MACHINE_CLASS,
     SECRET,
     PVC,
+    VIRTUAL_MACHINE_IP_ADDRESS,
 ];
 
 impl Kind {

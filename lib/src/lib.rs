@@ -30,6 +30,7 @@ pub mod logs;
 pub mod map_edit;
 pub mod memory_dump;
 pub mod names;
+pub mod network;
 pub mod placement;
 pub mod platform;
 pub mod port_forward;

@@ -43,6 +43,7 @@ mod list_watch;
 mod logs;
 mod memory_dump;
 mod migrations;
+mod network;
 mod pools;
 mod rbac;
 mod real_guest;

@@ -109,6 +109,26 @@ const CASES: &[(&str, &[Case])] = &[
                     "hostname",
                 ],
             ),
+            (
+                Discovery,
+                &[
+                    "new1",
+                    "--image",
+                    "quay.io/containerdisks/fedora:42",
+                    "--ip",
+                    "10.0.0.5",
+                ],
+            ),
+            (
+                Discovery,
+                &[
+                    "new1",
+                    "--image",
+                    "quay.io/containerdisks/fedora:42",
+                    "--network",
+                    "Bad_Name",
+                ],
+            ),
         ],
     ),
     ("credentials", &[(Clap, &["nosuch"])]),
@@ -163,6 +183,11 @@ const CASES: &[(&str, &[Case])] = &[
         &[(Local, &[BAD, "data"]), (Local, &["web", BAD])],
     ),
     ("disk list", &[(Local, &[BAD])]),
+    ("network", &[(Clap, &["nosuch"])]),
+    (
+        "network list",
+        &[(Local, &[BAD]), (Clap, &["web", "-o", "bogus"])],
+    ),
     (
         "disk resize",
         &[
@@ -352,6 +377,17 @@ const CASES: &[(&str, &[Case])] = &[
         )],
     ),
     ("set", &[(Clap, &["nosuch"])]),
+    (
+        "set network",
+        &[
+            (Local, &[BAD, "--add", "storage"]),
+            (Local, &["web"]),
+            (Local, &["web", "--add", "=storage"]),
+            (Discovery, &["web", "--add", "Bad_Name"]),
+            (Discovery, &["web", "--add", "storage=infra/Bad_NAD"]),
+            (Discovery, &["web", "--remove", BAD]),
+        ],
+    ),
     (
         "set policy",
         &[

@@ -135,6 +135,13 @@ pub struct CreateArgs {
     /// (KubeVirt logSerialConsole; refused on Deckhouse, which keeps none)
     #[arg(long, help_heading = "Machine")]
     pub console_log: bool,
+    /// Attach a secondary network (repeatable): KubeVirt NAME[=[NAMESPACE/]NAD] (bridge on a
+    /// Multus NetworkAttachmentDefinition); Deckhouse [network/|clusternetwork/]NAME
+    #[arg(long, value_name = "NAME[=NETWORK]", help_heading = "Machine", add = clap_complete::engine::ArgValueCompleter::new(crate::complete::network_names))]
+    pub network: Vec<String>,
+    /// A fixed IPv4 address in the main network (Deckhouse: a VirtualMachineIPAddress; `delete --keep-ip` keeps it)
+    #[arg(long, value_name = "ADDRESS", help_heading = "Machine")]
+    pub ip: Option<String>,
     /// DNS subdomain of the guest, HOSTNAME.SUBDOMAIN.NAMESPACE.svc (KubeVirt)
     #[arg(long, value_name = "NAME", help_heading = "Machine")]
     pub subdomain: Option<String>,
@@ -575,6 +582,8 @@ fn build_plan(
             &args.access_credential,
         )?,
         console_log: args.console_log,
+        networks: args.network.clone(),
+        ip: args.ip.clone(),
     };
     Ok(plan)
 }

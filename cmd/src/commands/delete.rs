@@ -17,7 +17,7 @@ use crate::prompt;
 /// Arguments of `delete`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Disks kubectl vm created for the VM are deleted with it unless --keep-disks, which keeps them so\nthe VM can be recreated from the same declaration with its data. Disks you attached yourself are\nnever deleted. NAME may be a pool made by create --replicas: its VMs, their disks and Secrets go too. On a terminal it asks before deleting unless --yes.\n\nExamples:\n  kubectl vm delete web\n  kubectl vm delete web.prod --keep-disks\n  kubectl vm delete web --dry-run=server\n  kubectl vm delete web -y --wait=false\n  kubectl vm delete pool/web -y"
+    after_help = "Disks kubectl vm created for the VM are deleted with it unless --keep-disks, which keeps them so\nthe VM can be recreated from the same declaration with its data. Disks you attached yourself are\nnever deleted. The address object of create --ip goes too unless --keep-ip. NAME may be a pool made by create --replicas: its VMs, their disks and Secrets go too. On a terminal it asks before deleting unless --yes.\n\nExamples:\n  kubectl vm delete web\n  kubectl vm delete web.prod --keep-disks\n  kubectl vm delete linux-vm --keep-ip\n  kubectl vm delete web --dry-run=server\n  kubectl vm delete web -y --wait=false\n  kubectl vm delete pool/web -y"
 )]
 pub struct DeleteArgs {
     /// The VM, or a pool made by create --replicas: NAME, NAME.NAMESPACE, vm/NAME[/NAMESPACE] or pool/NAME[/NAMESPACE]
@@ -27,6 +27,10 @@ pub struct DeleteArgs {
     /// Keep the disks created for the VM (they are released from it, not deleted)
     #[arg(long)]
     pub keep_disks: bool,
+
+    /// Keep the VirtualMachineIPAddress `create --ip` made (Deckhouse), so the name gets its address again
+    #[arg(long)]
+    pub keep_ip: bool,
 
     /// Do not ask for confirmation
     #[arg(short = 'y', long)]
@@ -96,6 +100,8 @@ pub async fn cmd_delete(global: &GlobalArgs, args: DeleteArgs) -> CommandResult 
         }
         Err(e) => return Err(e.into()),
     };
+    let mut plan = plan;
+    plan.keep_ip = args.keep_ip;
     if let Some(pool) = &plan.pool {
         return Err(CommandError::Failed(format!(
             "virtualmachine {:?} is a replica of VirtualMachinePool {pool:?}, which would create it again; delete the pool instead: kubectl vm delete {pool}",
@@ -142,6 +148,12 @@ async fn delete_pool(
     if args.keep_disks {
         return Err(CommandError::usage(format!(
             "--keep-disks cannot be used on pool {:?}: its replicas' disks are made per replica and go with them",
+            plan.name
+        )));
+    }
+    if args.keep_ip {
+        return Err(CommandError::usage(format!(
+            "--keep-ip cannot be used on pool {:?}: create --ip makes no address for pools",
             plan.name
         )));
     }
@@ -243,6 +255,12 @@ fn report(plan: &DeletePlan) -> Vec<String> {
             .map(|a| format!("{} deleted", a.display())),
     );
     lines.extend(plan.disks.iter().map(|d| format!("{} {fate}", d.display())));
+    let ip_fate = if plan.keep_ip { "kept" } else { "deleted" };
+    lines.extend(
+        plan.ips
+            .iter()
+            .map(|i| format!("{} {ip_fate}", i.display())),
+    );
     lines.extend(
         plan.secrets
             .iter()
@@ -275,6 +293,8 @@ mod tests {
                 })
                 .collect(),
             keep_disks,
+            ips: vec![],
+            keep_ip: false,
             secrets: vec![Companion {
                 kind: SECRET,
                 name: "web-cloud-init".into(),

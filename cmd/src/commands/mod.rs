@@ -26,6 +26,7 @@ pub mod list;
 pub mod logs;
 pub mod memory_dump;
 pub mod migrations;
+pub mod network;
 pub mod placement_flags;
 pub mod port_forward;
 pub mod scp;

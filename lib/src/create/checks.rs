@@ -326,6 +326,7 @@ pub async fn prepare(
         if crate::platform::of(plan.flavor).sizing_policies {
             check_sizing(cluster, platform, &plan).await?;
         }
+        crate::create::networks::check(cluster, &plan).await?;
     }
     match cluster {
         Some((cluster, _)) => crate::create::secrets::load(cluster, &mut plan, warn).await?,

@@ -37,7 +37,12 @@ pub(super) fn objects(plan: &VmPlan, user_data: Option<&UserData>) -> Vec<Planne
             class,
         )));
     }
-    objects.push(PlannedObject::new(virtual_machine(plan, user_data)));
+    if let Some(ip) = super::networks::ip_address(plan) {
+        objects.push(ip);
+    }
+    let mut vm = virtual_machine(plan, user_data);
+    super::networks::apply(plan, &mut vm);
+    objects.push(PlannedObject::new(vm));
     if let Some(data) = user_data.filter(|d| d.needs_secret()) {
         objects.push(user_data_secret(plan, SECRET_TYPE, SECRET_KEY, data));
     }

@@ -51,13 +51,16 @@ impl Existing {
     }
 }
 
-/// Whether `object` is a disk kept for VM `vm` (our labels for it, no owner left).
+/// Whether `object` is a disk (or a Deckhouse VirtualMachineIPAddress, `delete --keep-ip`)
+/// kept for VM `vm` (our labels for it, no owner left).
 pub fn is_kept_disk(kind: &Kind, object: &Value, vm: &str) -> bool {
     let labels = &object["metadata"]["labels"];
     let owners = object["metadata"]["ownerReferences"]
         .as_array()
         .is_some_and(|refs| !refs.is_empty());
-    (*kind == DATA_VOLUME || *kind == VIRTUAL_DISK)
+    (*kind == DATA_VOLUME
+        || *kind == VIRTUAL_DISK
+        || *kind == crate::api::VIRTUAL_MACHINE_IP_ADDRESS)
         && labels[VM_LABEL] == vm
         && labels[MANAGED_BY_LABEL] == MANAGED_BY
         && !owners

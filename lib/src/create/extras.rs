@@ -133,6 +133,10 @@ pub struct Extras {
     /// `--console-log`: the platform keeps the serial console history (KubeVirt
     /// `spec.template.spec.domain.devices.logSerialConsole`; `kubectl vm logs` reads it).
     pub console_log: bool,
+    /// `--network`: secondary networks, `NAME[=NETWORK]` as `set network --add` takes them.
+    pub networks: Vec<String>,
+    /// `--ip`: Deckhouse's fixed address in the main network (`networks.rs`).
+    pub ip: Option<String>,
 }
 
 /// The CPU layout: `sockets × cores × threads` vCPUs.
@@ -184,6 +188,7 @@ impl VmPlan {
     pub(crate) fn validate_extras(&self) -> Result<(), PlanError> {
         self.validate_topology()?;
         self.validate_firmware_identity()?;
+        super::networks::validate(self).map_err(conflict)?;
         self.validate_key_sources()
     }
 

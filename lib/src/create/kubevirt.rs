@@ -179,6 +179,7 @@ pub(super) fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Va
         "spec": spec,
     });
     super::place(plan, &mut vm);
+    super::networks::apply(plan, &mut vm);
     vm
 }
 

@@ -16,6 +16,7 @@ pub mod execute;
 pub mod extras;
 pub mod kubevirt;
 pub mod limits;
+pub mod networks;
 pub mod options;
 pub mod plan;
 pub mod pool;

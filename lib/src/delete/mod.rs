@@ -79,6 +79,13 @@ pub struct DeletePlan {
     /// Deckhouse: the disk attachments (VMBDAs) `disk attach` made for the VM; they always go
     /// with it (the disks they attach follow `keep_disks`).
     pub attachments: Vec<Companion>,
+    /// Deckhouse: the VirtualMachineIPAddress `create --ip` made for the VM (it names it in
+    /// `spec.virtualMachineIPAddressName`, kubectl-vm's labels on it); it goes with the VM
+    /// unless `keep_ip`.
+    pub ips: Vec<Companion>,
+    /// Whether the VM's address object stays (`--keep-ip`), so a VM created again with the
+    /// same name gets the same address.
+    pub keep_ip: bool,
     /// The VirtualMachinePool controlling the VM, if it is a KubeVirt pool's replica (the
     /// pool would make it again).
     pub pool: Option<String>,
@@ -232,6 +239,35 @@ pub async fn plan(
             })
             .collect();
     }
+    let mut ips = Vec::new();
+    if let Some(ip_name) = vm
+        .pointer("/spec/virtualMachineIPAddressName")
+        .and_then(Value::as_str)
+    {
+        let kind = crate::api::VIRTUAL_MACHINE_IP_ADDRESS;
+        let found = kind
+            .api(&cluster.client, Some(namespace))
+            .get_opt(ip_name)
+            .await
+            .map_err(|e| cluster.error(e, &kind.action("get", Some(namespace)).named(ip_name)))?
+            .map(to_value);
+        // Only the address kubectl-vm made for this VM: one the user brought stays.
+        if let Some(ip) = found.filter(|o| {
+            let labels = &o["metadata"]["labels"];
+            labels[crate::names::VM_LABEL] == name
+                && labels[crate::names::MANAGED_BY_LABEL] == crate::names::MANAGED_BY
+        }) {
+            ips.push(Companion {
+                kind,
+                name: ip_name.to_owned(),
+                owned: owned_by(&ip, &uid),
+                uid: ip["metadata"]["uid"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            });
+        }
+    }
     let pool = vm
         .pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
@@ -250,6 +286,8 @@ pub async fn plan(
         keep_disks,
         secrets,
         attachments,
+        ips,
+        keep_ip: false,
         pool,
     })
 }
@@ -318,6 +356,9 @@ pub async fn execute(cluster: &Cluster, plan: &DeletePlan, server_dry_run: bool)
         })?;
     let mut rest: Vec<&Companion> = dependents.iter().collect();
     rest.extend(plan.attachments.iter());
+    if !plan.keep_ip {
+        rest.extend(plan.ips.iter());
+    }
     if !plan.keep_disks {
         rest.extend(plan.disks.iter().filter(|d| !d.owned));
     }
@@ -524,6 +565,8 @@ mod tests {
                 uid: String::new(),
             }],
             attachments: vec![],
+            ips: vec![],
+            keep_ip: false,
             pool: None,
         };
         let graph = Graph {

@@ -90,6 +90,7 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     clone_pvc: Support::No(
         "--clone-pvc is KubeVirt-only; on Deckhouse make a VirtualImage from the disk and use --image vi/NAME",
     ),
+    fixed_ip: Support::Yes,
     // The importer also checks Streebog (`checksum.streebog256/512`... and the CDI set).
     cdi_checksums_only: false,
     // Deckhouse's EFIWithSecureBoot builds a KubeVirt EFI bootloader without `persistent`

@@ -74,6 +74,9 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     smbios_fields: Support::Yes,
     ephemeral_boot: Support::Yes,
     clone_pvc: Support::Yes,
+    fixed_ip: Support::No(
+        "--ip is Deckhouse's: on KubeVirt the pod network's address comes from the pod's CNI, and a secondary network's from its own IPAM or the guest's configuration",
+    ),
     cdi_checksums_only: true,
     secure_boot: Support::Yes,
     persistent_efi: Support::Yes,

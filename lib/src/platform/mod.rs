@@ -180,6 +180,9 @@ pub struct Capabilities {
     pub ephemeral_boot: Support,
     /// A boot disk cloned from a PVC (`create --clone-pvc`).
     pub clone_pvc: Support,
+    /// A fixed address for the VM's main network, kept apart from the VM (`create --ip`,
+    /// Deckhouse's VirtualMachineIPAddress).
+    pub fixed_ip: Support,
     /// The importer checks only CDI's checksum algorithms (md5, sha1, sha256, sha512).
     pub cdi_checksums_only: bool,
     /// Secure Boot with persistent EFI NVRAM (`create --secure-boot`).

@@ -68,6 +68,14 @@ impl SetPlatform for Deckhouse {
         Ok(())
     }
 
+    fn check_networks(&self, request: &super::network::Networks) -> Result<()> {
+        super::network::deckhouse_check(request)
+    }
+
+    fn networks(&self, request: &super::network::Networks, vm: &mut Value) -> Result<()> {
+        super::network::deckhouse_edit(request, vm)
+    }
+
     fn sizing_class<'a>(&self, vm: &'a Value) -> Option<&'a str> {
         vm.pointer("/spec/virtualMachineClassName")
             .and_then(Value::as_str)

@@ -200,6 +200,22 @@ impl SetPlatform for KubeVirt {
         Ok(())
     }
 
+    fn check_networks(&self, request: &super::network::Networks) -> Result<()> {
+        super::network::kubevirt_check(request)
+    }
+
+    fn networks(&self, request: &super::network::Networks, vm: &mut Value) -> Result<()> {
+        super::network::kubevirt_edit(request, vm)
+    }
+
+    fn network_objects(
+        &self,
+        request: &super::network::Networks,
+        vm: &Value,
+    ) -> Result<Vec<(String, String)>> {
+        super::network::kubevirt_nads(request, vm)
+    }
+
     fn verdict(&self, vm: &Value) -> Applies {
         if let Some(message) = true_condition(vm, "RestartRequired") {
             return Applies::AtRestart {

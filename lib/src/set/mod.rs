@@ -13,10 +13,11 @@
 //! The platforms differ behind [`SetPlatform`] (`kubevirt.rs`, `deckhouse.rs`), picked in
 //! [`platform`]. Verbs: [`resources`] (CPU, memory, instancetype), [`policy`] (run and
 //! eviction policy, grace period, labels and annotations), [`placement`] (node selector,
-//! tolerations, priority class).
+//! tolerations, priority class), [`network`] (secondary networks).
 
 mod deckhouse;
 mod kubevirt;
+pub mod network;
 pub mod placement;
 pub mod policy;
 pub mod resources;
@@ -71,6 +72,19 @@ pub trait SetPlatform: Send + Sync {
     /// The VM's class, when its sizing policy limits CPU and memory (Deckhouse).
     fn sizing_class<'a>(&self, _vm: &'a Value) -> Option<&'a str> {
         None
+    }
+    /// Refuse network requests the platform cannot express (before any request).
+    fn check_networks(&self, request: &network::Networks) -> Result<()>;
+    /// Apply a network request to a VM object.
+    fn networks(&self, request: &network::Networks, vm: &mut Value) -> Result<()>;
+    /// The NetworkAttachmentDefinitions (namespace, name) the request attaches to, which must
+    /// exist; none on a platform without them.
+    fn network_objects(
+        &self,
+        _request: &network::Networks,
+        _vm: &Value,
+    ) -> Result<Vec<(String, String)>> {
+        Ok(vec![])
     }
     /// What the platform reports about a VM its controller has observed.
     fn verdict(&self, vm: &Value) -> Applies;

@@ -2,6 +2,7 @@
 //! `kubectl set`. The flags of each verb become a `kubevm::set` change; the library reads,
 //! changes and writes the VM with its resourceVersion and reports what the platform says.
 
+pub mod network;
 pub mod placement;
 pub mod policy;
 pub mod resources;
@@ -20,7 +21,7 @@ use crate::render::OutputFormat;
 /// Arguments of `set`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Each verb reads the VM, changes it and writes it back with its resourceVersion: when someone\nelse changed the VM in between, the change is made again on the fresh VM (never over theirs).\nThe summary lists each changed field (old → new) and then what the platform reports: applied\nlive, waiting for a restart (KubeVirt's RestartRequired condition; Deckhouse's\nAwaitingRestartToApplyConfiguration and status.restartAwaitingChanges), or taken at the next start\nof a stopped VM. --restart restarts the VM when the change waits for it.\n\nExamples:\n  kubectl vm set resources web --cpu 4 --memory 8Gi\n  kubectl vm set resources web --memory 4Gi --restart\n  kubectl vm set resources linux-vm --cpu 2 --core-fraction 50%\n  kubectl vm set policy web --run-strategy Manual --eviction-strategy LiveMigrate\n  kubectl vm set policy web --label team=web --label old-\n  kubectl vm set policy web --template --annotation note=canary --dry-run -o yaml\n  kubectl vm set placement web --node-selector disktype=ssd --toleration gpu=true:NoSchedule"
+    after_help = "Each verb reads the VM, changes it and writes it back with its resourceVersion: when someone\nelse changed the VM in between, the change is made again on the fresh VM (never over theirs).\nThe summary lists each changed field (old → new) and then what the platform reports: applied\nlive, waiting for a restart (KubeVirt's RestartRequired condition; Deckhouse's\nAwaitingRestartToApplyConfiguration and status.restartAwaitingChanges), or taken at the next start\nof a stopped VM. --restart restarts the VM when the change waits for it.\n\nExamples:\n  kubectl vm set resources web --cpu 4 --memory 8Gi\n  kubectl vm set resources web --memory 4Gi --restart\n  kubectl vm set resources linux-vm --cpu 2 --core-fraction 50%\n  kubectl vm set policy web --run-strategy Manual --eviction-strategy LiveMigrate\n  kubectl vm set policy web --label team=web --label old-\n  kubectl vm set policy web --template --annotation note=canary --dry-run -o yaml\n  kubectl vm set placement web --node-selector disktype=ssd --toleration gpu=true:NoSchedule\n  kubectl vm set network web --add storage"
 )]
 pub struct SetArgs {
     #[command(subcommand)]
@@ -36,6 +37,8 @@ pub enum SetCommand {
     Policy(policy::PolicyArgs),
     /// Change where a VM may run: node selector, tolerations, priority class
     Placement(placement::PlacementArgs),
+    /// Add or remove a VM's secondary networks (KubeVirt Multus; Deckhouse Network, ClusterNetwork)
+    Network(network::NetworkArgs),
 }
 
 /// Flags every `set` verb has.
@@ -62,6 +65,7 @@ pub async fn cmd_set(global: &GlobalArgs, args: SetArgs) -> CommandResult {
         SetCommand::Resources(a) => resources::cmd(global, a).await,
         SetCommand::Policy(a) => policy::cmd(global, a).await,
         SetCommand::Placement(a) => placement::cmd(global, a).await,
+        SetCommand::Network(a) => network::cmd(global, a).await,
     }
 }
 
@@ -88,6 +92,18 @@ async fn run(
     change: &dyn Change,
     restart: bool,
 ) -> CommandResult {
+    run_with(global, common, target, change, None, restart).await
+}
+
+/// [`run`], a network change through `set::network::run` (which also reads the instance).
+async fn run_with(
+    global: &GlobalArgs,
+    common: &CommonArgs,
+    target: Target,
+    change: &dyn Change,
+    networks: Option<&set::network::Networks>,
+    restart: bool,
+) -> CommandResult {
     let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
     let vm = VmRef {
@@ -108,7 +124,12 @@ async fn run(
         Event::Lifecycle(kubevm::lifecycle::Event::Phase { phase, .. }) => eprintln!("  {phase}"),
         Event::Lifecycle(_) => {}
     };
-    let outcome = set::run(&cluster, &platform, change, &vm, &options, &on_event).await?;
+    let outcome = match networks {
+        Some(request) => {
+            set::network::run(&cluster, &platform, request, &vm, &options, &on_event).await?
+        }
+        None => set::run(&cluster, &platform, change, &vm, &options, &on_event).await?,
+    };
     print(&outcome, &options, common.output.as_deref())
 }
 

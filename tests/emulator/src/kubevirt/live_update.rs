@@ -9,8 +9,9 @@
 //!   compared with the VM's template spec; under `vmRolloutStrategy: LiveUpdate` CPU sockets,
 //!   guest memory, node selector, affinity and tolerations are left out of the comparison;
 //!   any other difference sets `RestartRequired` ("a non-live-updatable field was changed in
-//!   the template spec"). The emulator also leaves out volumes, disks, interfaces and networks
-//!   (upstream: live only when hotpluggable; the emulator's hotplug is in `hotplug.rs`).
+//!   the template spec"). The emulator also leaves out volumes and disks (upstream: live only
+//!   when hotpluggable; the emulator's hotplug is in `hotplug.rs`), and under LiveUpdate the
+//!   interfaces and networks, which `network.rs` judges (`IsRestartRequired`).
 //! - then, under LiveUpdate, a change of sockets is hot-plugged into the VMI unless it exceeds
 //!   the VMI's `maxSockets` or lowers the count (each sets `RestartRequired` with upstream's
 //!   message); a change of guest memory likewise within `maxGuest`, not below the memory the
@@ -193,15 +194,19 @@ pub fn kubevirt_sync(app: &App, vm: &Value, vmi_key: &crate::core::store::Key) -
     let mut last = start;
     let mut current = template.clone();
     for v in [&mut last, &mut current] {
-        for p in ["volumes", "networks"] {
-            v.as_object_mut().map(|m| m.remove(p));
-        }
+        v.as_object_mut().map(|m| m.remove("volumes"));
         if let Some(d) = v
             .pointer_mut("/domain/devices")
             .and_then(Value::as_object_mut)
         {
             d.remove("disks");
-            d.remove("interfaces");
+            // Interfaces and networks under LiveUpdate: network.rs (`IsRestartRequired`).
+            if live {
+                d.remove("interfaces");
+            }
+        }
+        if live {
+            v.as_object_mut().map(|m| m.remove("networks"));
         }
         if live {
             if let Some(c) = v.pointer_mut("/domain/cpu").and_then(Value::as_object_mut) {
@@ -369,6 +374,18 @@ fn deckhouse_changes(last: &Value, spec: &Value) -> Vec<Change> {
             spec.pointer("/memory/size").cloned().unwrap_or(Value::Null),
             true,
         );
+    }
+    // comparator_pod_placement.go, compareNetworks: additional networks apply at once, the
+    // Main network waits for a restart (network.rs).
+    if let Some(restart) = crate::kubevirt::network::deckhouse_network_change(last, spec) {
+        out.push(Change {
+            report: replace(
+                "networks",
+                last.get("networks").cloned().unwrap_or(Value::Null),
+                spec.get("networks").cloned().unwrap_or(Value::Null),
+            ),
+            restart,
+        });
     }
     out
 }

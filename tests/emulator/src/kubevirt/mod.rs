@@ -17,6 +17,7 @@ pub mod infer;
 pub mod live_update;
 pub mod memory_core;
 pub mod memory_dump;
+pub mod network;
 pub mod objectgraph;
 pub mod placement;
 pub mod sshd_agent;

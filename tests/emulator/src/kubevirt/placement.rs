@@ -127,7 +127,7 @@ pub fn kubevirt_sync(app: &App, vm: &Value, vmi_key: &Key, live: bool) -> bool {
 
 /// The workload updater's migration of `vmi`, unless one is active (or one failed: see the
 /// module's note).
-fn start_workload_update(app: &App, vmi: &Value) {
+pub(crate) fn start_workload_update(app: &App, vmi: &Value) {
     let name = meta_str(vmi, "name").to_string();
     let ns = meta_str(vmi, "namespace").to_string();
     let (all, _) = app

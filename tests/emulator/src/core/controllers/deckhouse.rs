@@ -482,7 +482,9 @@ pub(super) fn deckhouse_vm(app: &App, vm: &Value, _tick: bool) {
     ref_status.extend(hotplugged_refs(app, vm));
     // Power state from runPolicy and operations: lifecycle/.
     let (power_phase, node) = crate::core::lifecycle::deckhouse_power(vm);
-    let mut phase = if !devices_ready {
+    // A VM naming a VirtualMachineIPAddress waits for its address (kubevirt/network.rs).
+    let named_ip = crate::kubevirt::network::deckhouse_vm_address(app, vm);
+    let mut phase = if !devices_ready || named_ip.is_err() {
         "Pending"
     } else {
         power_phase
@@ -504,7 +506,10 @@ pub(super) fn deckhouse_vm(app: &App, vm: &Value, _tick: bool) {
         }
     };
     let [a, b, ..] = uid_bytes(vm);
-    let ip = format!("10.66.{}.{}", a, b % 254 + 1);
+    let ip = match &named_ip {
+        Ok(Some((_, address))) => address.clone(),
+        _ => format!("10.66.{}.{}", a, b % 254 + 1),
+    };
     let name = meta_str(vm, "name").to_string();
     let uid5 = meta_str(vm, "uid").get(..5).unwrap_or("00000").to_string();
     let real_agent = app.guests.real_agent();
@@ -524,6 +529,20 @@ pub(super) fn deckhouse_vm(app: &App, vm: &Value, _tick: bool) {
                     "coreFraction": applied.pointer("/cpu/coreFraction").cloned().unwrap_or(json!("100%"))},
             "memory": {"size": applied.pointer("/memory/size").cloned().unwrap_or(json!("1Gi"))}
         });
+        match &named_ip {
+            Ok(Some((name, _))) => st["virtualMachineIPAddressName"] = json!(name),
+            _ => {
+                st.as_object_mut().map(|m| m.remove("virtualMachineIPAddressName"));
+            }
+        }
+        if o.pointer("/spec/virtualMachineIPAddressName").is_some() {
+            let ready = named_ip.is_ok();
+            set_condition(&mut st, "VirtualMachineIPAddressReady", ready,
+                if ready { "VirtualMachineIPAddressReady" } else { "VirtualMachineIPAddressNotFound" },
+                if ready { "" } else { "the VirtualMachineIPAddress has no address yet" });
+        }
+        // The networks the machine runs with (network.rs).
+        st["networks"] = crate::kubevirt::network::deckhouse_status_networks(o, &applied, uid_bytes(o));
         match &awaiting {
             Some((changes, message)) => {
                 st["restartAwaitingChanges"] = changes.clone();

@@ -131,11 +131,16 @@ pub(super) fn kubevirt_vm(app: &App, vm: &Value, _tick: bool) {
     });
     // Live updates and RestartRequired: live_update.rs.
     let restart_required = vmi.as_ref().and_then(|v| {
-        crate::kubevirt::live_update::kubevirt_sync(
-            app,
-            vm,
-            &key_of("kubevirt.io", "virtualmachineinstances", v),
-        )
+        let key = key_of("kubevirt.io", "virtualmachineinstances", v);
+        crate::kubevirt::live_update::kubevirt_sync(app, vm, &key).or_else(|| {
+            // Interfaces and networks: network.rs.
+            crate::kubevirt::network::kubevirt_sync(
+                app,
+                vm,
+                &key,
+                crate::kubevirt::live_update::kubevirt_live_update(app),
+            )
+        })
     });
     // A placement change moves the running VMI: placement.rs.
     let placement_not_matched = vmi.as_ref().is_some_and(|v| {
@@ -213,8 +218,10 @@ pub(crate) const RESTART_REQUIRED_MESSAGE: &str = crate::kubevirt::live_update::
 pub(crate) fn new_vmi(vm: &Value) -> Value {
     let [a, b, c, d] = uid_bytes(vm);
     let ip = format!("10.244.{}.{}", a, b % 254 + 1);
-    let mac = format!("02:{c:02x}:{d:02x}:{a:02x}:{b:02x}:01");
-    let template = vm.pointer("/spec/template").cloned().unwrap_or(json!({}));
+    let mut template = vm.pointer("/spec/template").cloned().unwrap_or(json!({}));
+    if let Some(spec) = template.get_mut("spec") {
+        crate::kubevirt::network::vmi_spec_from_template(spec);
+    }
     let mut labels = template
         .pointer("/metadata/labels")
         .cloned()
@@ -224,8 +231,9 @@ pub(crate) fn new_vmi(vm: &Value) -> Value {
     let mut status = json!({
         "phase": "Running",
         "nodeName": NODE,
-        "interfaces": [{"name": "default", "ipAddress": ip, "ipAddresses": [ip], "mac": mac,
-                        "interfaceName": "eth0", "infoSource": "domain, guest-agent", "queueCount": 1}],
+        // One entry per interface of the template (network.rs).
+        "interfaces": crate::kubevirt::network::kubevirt_status_interfaces(
+            template.get("spec").unwrap_or(&Value::Null), &ip, [a, b, c, d]),
         "guestOSInfo": {"id": "fedora", "name": "Fedora Linux", "prettyName": "Fedora Linux 42 (Cloud Edition)",
                         "version": "42 (Cloud Edition)", "versionId": "42", "kernelRelease": "6.14.0-63.fc42.x86_64"},
         "qosClass": "Burstable",

@@ -127,6 +127,12 @@ const RECONCILERS: &[(&str, &str, Reconciler)] = &[
         "virtualmachineblockdeviceattachments",
         deckhouse::vmbda,
     ),
+    // Fixed addresses (network.rs).
+    (
+        "virtualization.deckhouse.io",
+        "virtualmachineipaddresses",
+        crate::kubevirt::network::vmip,
+    ),
     // kube-controller-manager's EndpointSlice controller.
     ("", "services", crate::core::services::endpoint_slices),
     (
@@ -238,6 +244,20 @@ fn uid_bytes(obj: &Value) -> [u8; 4] {
     let b =
         |i: usize| u8::from_str_radix(hex.get(i * 2..i * 2 + 2).unwrap_or("07"), 16).unwrap_or(7);
     [b(0), b(1), b(2), b(3)]
+}
+
+/// The seed of an object's own pseudo-random addresses: its uid bytes.
+pub(crate) fn uid_seed_of(obj: &Value) -> [u8; 4] {
+    uid_bytes(obj)
+}
+
+/// The seed of the MACs of VMI `vmi`'s interfaces: its VM's (the VMI's owner's) uid bytes.
+pub(crate) fn uid_seed(vmi: &Value) -> [u8; 4] {
+    let owner = vmi
+        .pointer("/metadata/ownerReferences/0/uid")
+        .cloned()
+        .unwrap_or(Value::Null);
+    uid_bytes(&json!({"metadata": {"uid": owner}}))
 }
 
 fn key_of(group: &str, plural: &str, obj: &Value) -> Key {

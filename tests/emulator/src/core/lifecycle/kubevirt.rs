@@ -460,6 +460,7 @@ pub fn migration(app: &App, vmim: &Value, tick: bool) {
     if next == "Succeeded" {
         move_launcher_pod(app, &vmi, &target);
         crate::kubevirt::placement::migrated(app, &vmi);
+        crate::kubevirt::network::migrated(app, &vmi_key, crate::core::controllers::uid_seed(&vmi));
     }
     app.store.modify(&key, |o| {
         let mut st = o["status"].clone();

@@ -79,6 +79,11 @@ embedded!(
     "dataimportcrons.cdi.kubevirt.io.yaml"
 );
 embedded!(CDI, "cdi", "cdis.cdi.kubevirt.io.yaml");
+embedded!(
+    NAD,
+    "multus",
+    "network-attachment-definitions.k8s.cni.cncf.io.yaml"
+);
 embedded!(CDICONFIG, "cdi", "cdiconfigs.cdi.kubevirt.io.yaml");
 embedded!(
     STORAGEPROFILE,
@@ -141,6 +146,19 @@ pub(super) fn kinds() -> Vec<ResourceDef> {
                 c("VMI", "string", ".spec.vmiName"),
             ],
             SchemaRef::Embedded(&VMIM),
+        ),
+        // Multus, which KubeVirt's secondary networks need (network.rs).
+        def(
+            "k8s.cni.cncf.io",
+            &["v1"],
+            "network-attachment-definitions",
+            "NetworkAttachmentDefinition",
+            &["net-attach-def"],
+            &[],
+            true,
+            false,
+            vec![age()],
+            SchemaRef::Embedded(&NAD),
         ),
         def(
             "kubevirt.io",
