@@ -57,34 +57,25 @@ pub(super) async fn graph(cluster: &Cluster, ns: &str, name: &str) -> Result<Gra
         ),
     )?;
     let dv_names = names(&dvs);
-    let mut depends = Vec::new();
-    if let Some(served) = objectgraph(cluster, ns, name).await {
-        depends = served;
-        for n in &mut depends {
-            n.exists = exists_node(cluster, ns, n, &dv_names).await;
-            for c in &mut n.children {
-                c.exists = exists_node(cluster, ns, c, &dv_names).await;
+    let depends = match objectgraph(cluster, ns, name).await {
+        Some(mut served) => {
+            for n in &mut served {
+                n.exists = exists_node(cluster, ns, n, &dv_names).await;
+                for c in &mut n.children {
+                    c.exists = exists_node(cluster, ns, c, &dv_names).await;
+                }
             }
+            served
         }
-        return Ok(finish(
-            vm,
-            name,
-            ns,
-            depends,
-            &pods,
-            &svcs,
-            &snapshots,
-            exports_beta,
-            exports_v1,
-        ));
-    }
-
-    depends.extend(instance_nodes(&vm, &pods, name, ns));
-    depends.extend(instancetype_nodes(&vm, ns));
-    depends.extend(access_credential_nodes(cluster, spec, ns).await);
-    depends.extend(volume_nodes(cluster, spec, ns, &dv_names).await);
-    depends.extend(network_nodes(spec, ns));
-
+        None => {
+            let mut depends = instance_nodes(&vm, &pods, name, ns);
+            depends.extend(instancetype_nodes(&vm, ns));
+            depends.extend(access_credential_nodes(cluster, spec, ns).await);
+            depends.extend(volume_nodes(cluster, spec, ns, &dv_names).await);
+            depends.extend(network_nodes(spec, ns));
+            depends
+        }
+    };
     Ok(finish(
         vm,
         name,

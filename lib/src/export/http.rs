@@ -270,10 +270,6 @@ impl HttpClient {
         B::Data: Send,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let connect_err = |message: String| HttpError::Connect {
-            message,
-            retryable: true,
-        };
         let uri: Uri = url.parse().map_err(|e| HttpError::Connect {
             message: format!("bad URL {url:?}: {e}"),
             retryable: false,
@@ -359,10 +355,6 @@ impl HttpClient {
 
     /// A byte stream to `host:port`: a TCP connection, or a port-forward to the pod.
     async fn open_stream(&self, host: &str, port: u16) -> Result<Box<dyn Io>, HttpError> {
-        let connect_err = |message: String| HttpError::Connect {
-            message,
-            retryable: true,
-        };
         Ok(match &self.route {
             Route::Direct => {
                 let tcp = tokio::time::timeout(
@@ -404,10 +396,6 @@ impl HttpClient {
         B::Data: Send,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let connect_err = |message: String| HttpError::Connect {
-            message,
-            retryable: true,
-        };
         if plain {
             handshake(stream, host).await
         } else {
@@ -438,6 +426,14 @@ impl HttpClient {
                 })?;
             handshake(tls, host).await
         }
+    }
+}
+
+/// A connection failure worth retrying (a timeout, a refused or broken connection).
+fn connect_err(message: String) -> HttpError {
+    HttpError::Connect {
+        message,
+        retryable: true,
     }
 }
 

@@ -34,6 +34,7 @@ use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::flavor::{Flavor, Platform};
 use crate::lifecycle::{self, Action, VmRef};
+pub(crate) use crate::placement::object_at;
 
 /// How many times a write that met a conflict is tried on a fresh read.
 pub const ATTEMPTS: u32 = 5;
@@ -498,28 +499,6 @@ fn walk(path: &str, old: &Value, new: &Value, out: &mut Vec<FieldChange>) {
             new: Some(show(b)),
         }),
     }
-}
-
-/// The object at `pointer` inside `vm`, created (as `{}`) along the way.
-pub(crate) fn object_at<'a>(
-    vm: &'a mut Value,
-    pointer: &str,
-) -> &'a mut serde_json::Map<String, Value> {
-    let mut at = vm;
-    for part in pointer.split('/').filter(|p| !p.is_empty()) {
-        if !at.is_object() {
-            *at = Value::Object(Default::default());
-        }
-        at = at
-            .as_object_mut()
-            .expect("object")
-            .entry(part.to_owned())
-            .or_insert_with(|| Value::Object(Default::default()));
-    }
-    if !at.is_object() {
-        *at = Value::Object(Default::default());
-    }
-    at.as_object_mut().expect("object")
 }
 
 /// Whether a condition `type_` of `vm` is `True`, and its message.
