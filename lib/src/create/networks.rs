@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::plan::VmPlan;
 use super::{PlannedObject, metadata};
 use crate::error::{Error, Result};
-use crate::set::network::Networks;
+use crate::network::spec::{self, Networks};
 
 /// The name of the VirtualMachineIPAddress `create --ip` makes for VM `vm`.
 pub fn ip_address_name(vm: &str) -> String {
@@ -24,7 +24,7 @@ fn request(plan: &VmPlan) -> Result<Networks> {
             .extras
             .networks
             .iter()
-            .map(|t| crate::set::network::Attach::parse(t))
+            .map(|t| spec::Attach::parse(t))
             .collect::<Result<_>>()?,
         remove: vec![],
     })
@@ -37,9 +37,7 @@ pub(crate) fn validate(plan: &VmPlan) -> std::result::Result<(), String> {
         format!("--network: {e}").replace("--network: invalid --add", "invalid --network")
     };
     let req = request(plan).map_err(text)?;
-    crate::set::platform(plan.flavor)
-        .check_networks(&req)
-        .map_err(text)?;
+    spec::check(plan.flavor, &req).map_err(text)?;
     if let Some(ip) = &x.ip {
         if let Some(why) = crate::platform::of(plan.flavor).fixed_ip.reason() {
             return Err(why.into());
@@ -63,7 +61,7 @@ pub(super) fn apply(plan: &VmPlan, vm: &mut Value) {
         && !req.add.is_empty()
     {
         // Checked by `validate`: the edit of a fresh VM cannot be refused.
-        let _ = crate::set::platform(plan.flavor).networks(&req, vm);
+        let _ = spec::edit(plan.flavor, &req, vm);
     }
     if plan.extras.ip.is_some() {
         vm["spec"]["virtualMachineIPAddressName"] = json!(ip_address_name(&plan.name));
@@ -85,8 +83,8 @@ pub(super) fn ip_address(plan: &VmPlan) -> Option<PlannedObject> {
 pub async fn check(cluster: &crate::cluster::Cluster, plan: &VmPlan) -> Result<()> {
     let req = request(plan)?;
     let vm = json!({"metadata": {"namespace": plan.namespace}});
-    for (ns, name) in crate::set::platform(plan.flavor).network_objects(&req, &vm)? {
-        crate::set::network::must_exist(
+    for (ns, name) in spec::objects(plan.flavor, &req, &vm)? {
+        spec::must_exist(
             cluster,
             crate::api::NETWORK_ATTACHMENT_DEFINITION,
             &ns,

@@ -69,11 +69,11 @@ impl SetPlatform for Deckhouse {
     }
 
     fn check_networks(&self, request: &super::network::Networks) -> Result<()> {
-        super::network::deckhouse_check(request)
+        crate::network::spec::deckhouse_check(request)
     }
 
     fn networks(&self, request: &super::network::Networks, vm: &mut Value) -> Result<()> {
-        super::network::deckhouse_edit(request, vm)
+        crate::network::spec::deckhouse_edit(request, vm)
     }
 
     fn sizing_class<'a>(&self, vm: &'a Value) -> Option<&'a str> {

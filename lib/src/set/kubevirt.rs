@@ -201,11 +201,11 @@ impl SetPlatform for KubeVirt {
     }
 
     fn check_networks(&self, request: &super::network::Networks) -> Result<()> {
-        super::network::kubevirt_check(request)
+        crate::network::spec::kubevirt_check(request)
     }
 
     fn networks(&self, request: &super::network::Networks, vm: &mut Value) -> Result<()> {
-        super::network::kubevirt_edit(request, vm)
+        crate::network::spec::kubevirt_edit(request, vm)
     }
 
     fn network_objects(
@@ -213,7 +213,7 @@ impl SetPlatform for KubeVirt {
         request: &super::network::Networks,
         vm: &Value,
     ) -> Result<Vec<(String, String)>> {
-        super::network::kubevirt_nads(request, vm)
+        crate::network::spec::kubevirt_nads(request, vm)
     }
 
     fn verdict(&self, vm: &Value) -> Applies {

@@ -3,6 +3,8 @@
 //! joined with what the running machine reports (KubeVirt: the VMI's `status.interfaces`;
 //! Deckhouse: the VM's `status.networks`), and the state that follows.
 
+pub mod spec;
+
 use serde::Serialize;
 use serde_json::Value;
 
