@@ -9,11 +9,12 @@ use serde_json::{Value, json};
 
 use super::policy::{Policy, one_of};
 use super::resources::Resources;
-use super::{Applies, FieldChange, SetPlatform, object_at, true_condition};
+use super::{Applies, FieldChange, SetPlatform, true_condition};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::flavor::Flavor;
 use crate::lifecycle::VmRef;
+use crate::placement::object_at;
 
 /// Deckhouse's implementation.
 pub(super) struct Deckhouse;

@@ -8,9 +8,10 @@ use serde_json::{Value, json};
 
 use super::policy::{Policy, one_of};
 use super::resources::Resources;
-use super::{Applies, SetPlatform, object_at, true_condition};
+use super::{Applies, SetPlatform, true_condition};
 use crate::error::{Error, Result};
 use crate::flavor::Flavor;
+use crate::placement::object_at;
 use crate::quantity::Quantity;
 
 /// KubeVirt's implementation.

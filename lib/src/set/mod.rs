@@ -34,7 +34,6 @@ use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::flavor::{Flavor, Platform};
 use crate::lifecycle::{self, Action, VmRef};
-pub(crate) use crate::placement::object_at;
 
 /// How many times a write that met a conflict is tried on a fresh read.
 pub const ATTEMPTS: u32 = 5;
@@ -545,7 +544,8 @@ mod tests {
     #[test]
     fn object_at_makes_the_path() {
         let mut vm = json!({"spec": {}});
-        object_at(&mut vm, "/spec/template/metadata/labels").insert("a".into(), json!("1"));
+        crate::placement::object_at(&mut vm, "/spec/template/metadata/labels")
+            .insert("a".into(), json!("1"));
         assert_eq!(vm["spec"]["template"]["metadata"]["labels"]["a"], "1");
     }
 }
