@@ -117,19 +117,27 @@ async fn guest_console_log_container_shows_the_serial_output() {
     // Followed: a line the guest writes later arrives on the open stream.
     let mut lines = pods.log_stream(&name, &lp(true)).await.unwrap().lines();
     let guest = emu.guest("default", "logged").unwrap().unwrap();
-    // An empty login name: the terminal echoes the newline, completing the prompt's line.
-    guest
-        .serial()
-        .input
-        .send(bytes::Bytes::from_static(b"\r"))
-        .unwrap();
+    // An empty login name: the terminal echoes the newline, completing the prompt's line. The
+    // banner may be out before the prompt is: a newline typed before the prompt only makes an
+    // empty line and the prompt is printed again unfinished, so the newline is typed again
+    // whenever no line came for a while (a real user presses Enter again too).
+    let enter = || {
+        guest
+            .serial()
+            .input
+            .send(bytes::Bytes::from_static(b"\r"))
+            .unwrap()
+    };
     let found = tokio::time::timeout(Duration::from_secs(10), async {
-        while let Some(line) = lines.try_next().await.unwrap() {
-            if line.starts_with("logged login: ") {
-                return true;
+        enter();
+        loop {
+            match tokio::time::timeout(Duration::from_millis(500), lines.try_next()).await {
+                Ok(Ok(Some(line))) if line.starts_with("logged login: ") => return true,
+                Ok(Ok(Some(_))) => {}
+                Err(_) => enter(),
+                Ok(Ok(None)) | Ok(Err(_)) => return false,
             }
         }
-        false
     })
     .await;
     assert_eq!(found, Ok(true));
