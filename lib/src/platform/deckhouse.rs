@@ -105,8 +105,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
         "--subdomain is KubeVirt-only: a Deckhouse VirtualMachine has no subdomain field",
     ),
     boot_bus_choice: Support::No("--boot-bus is KubeVirt-only: Deckhouse picks the bus itself"),
-    // VirtualMachineOperation `Restore`; VirtualMachineSnapshotOperation `CreateVirtualMachine`.
-    restore_tracked_by: ("vmop", "vmsop"),
+    // VirtualMachineOperation `Restore`; `--new-vm`: NEW's VirtualDisks, made from the snapshot.
+    restore_tracked_by: ("vmop", "vd"),
     restored_new_vm_stopped: false,
     start_paused: Support::No("--paused is not supported by Deckhouse virtualization"),
     stop_grace_period: Support::No(

@@ -17,7 +17,8 @@
 //!   running VM by putting it in maintenance mode, which stops it, and starts it again
 //!   afterwards (`enter_maintenance_step.go`); kubectl-vm refuses that unless `--stop` says
 //!   stopping is fine. Each disk is recreated from its VirtualDiskSnapshot.
-//! - `--new-vm NEW`: a VirtualMachineSnapshotOperation instead (see `deckhouse_new_vm`).
+//! - `--new-vm NEW`: kubectl-vm makes NEW's disks (from the VirtualDiskSnapshots), its Secret
+//!   and then NEW itself from what the snapshot keeps (see `deckhouse_new_vm`).
 
 use kube::api::{DeleteParams, ListParams, Preconditions};
 use serde_json::{Value, json};

@@ -1,75 +1,187 @@
-//! Deckhouse: `restore SNAPSHOT --new-vm NEW`, a VirtualMachineSnapshotOperation
-//! `type: CreateVirtualMachine` (deckhouse/virtualization `crds/
-//! virtualmachinesnapshotoperations.yaml`, `pkg/controller/vmsop/internal/handler/lifecycle.go`,
-//! `internal/operation/create_virtual_machine.go`: the clone restorer run on the snapshot's VM).
-//! Names as `clone` gives them (`createVirtualMachine.nameReplacement`): the VM becomes NEW and
-//! each disk `OLD-x` becomes `NEW-x`; the disks are made from the snapshot's VirtualDiskSnapshots
-//! and owned by NEW. A taken name is refused here before anything is made (the platform would
-//! fail the operation too). Afterwards NEW and its disks are labelled as ours and the operation
-//! is owned by NEW, so `delete NEW` removes it; the source VM and the snapshot are not touched.
+//! Deckhouse: `restore SNAPSHOT --new-vm NEW`, made by kubectl-vm itself from what the snapshot
+//! keeps, in the order that makes a first boot with the source's identity impossible:
 //!
-//! The provisioning Secret is renamed too (`SRC-cloudinit` → `NEW-cloudinit`): the restorer
-//! creates it like a clone (`provisioner_restorer.go` `ProcessClone`: `Create`, so the source's
-//! own name fails with AlreadyExists). A VM made by `create` keeps its SSH identity there; NEW
-//! gets its own ([`crate::clone::identity`]: principals, a fresh host key and its certificate):
-//! the Secret is made by us, marked with the operation's uid, as soon as the operation exists,
-//! and the restorer takes it as made; if the restorer was first (it runs on the operation's
-//! first reconcile), its copy is rewritten as soon as it appears, before NEW's disks are ready.
-//! Either way it is labelled for NEW and owned by it. All or nothing: when the
-//! operation fails, what it made for NEW (marked with its uid in
-//! `virtualization.deckhouse.io/vmoprestore`) and the operation itself are deleted, each with
-//! its uid as a precondition.
+//! 1. NEW's disks: one VirtualDisk `NEW-x` per VirtualDiskSnapshot of the snapshot (of disk
+//!    `SRC-x`), `spec.dataSource: {type: ObjectRef, objectRef: {kind: VirtualDiskSnapshot}}`,
+//!    as Deckhouse's own restorer makes them (deckhouse/virtualization `pkg/controller/service/
+//!    restorer/snapshot_resources.go` `getVirtualDisks`: no size or class, the VirtualDisk
+//!    controller takes them from the VolumeSnapshot, `vd/internal/source/step/
+//!    create_pvc_from_vdsnapshot_step.go`);
+//! 2. NEW's provisioning Secret (`SRC-cloudinit` → `NEW-cloudinit`, or `NEW-cloudinit` for
+//!    user data the VM held inline) from the copy the snapshot keeps (`provisioner`, else the
+//!    source's Secret as it is), with NEW's own identity when it holds kubectl-vm's platform
+//!    part ([`crate::clone::identity`]: principals, a fresh host key, its certificate);
+//! 3. NEW's VirtualMachine, last, from the VM spec the snapshot keeps (its Secret's `vm` key,
+//!    `service/restorer/secret_restorer.go`), without what belongs to the source: status, uid,
+//!    resourceVersion, owners, finalizers, its VirtualMachineIPAddress (NEW gets a fresh IP)
+//!    and the MAC address names of extra networks (as the platform's clone does,
+//!    `snapshot_resources.go` `Prepare`); its disks and its Secret renamed.
+//!
+//! Before 3 there is no VM that could boot, so NEW — AlwaysOn or not — first boots with its own
+//! identity. (A VirtualMachineSnapshotOperation `CreateVirtualMachine` created NEW with the
+//! source's runPolicy while its Secret was still being rewritten, and a restorer that only
+//! `Create`s the Secret fails on one made first; its customization offers only names.)
+//!
+//! All create semantics, labelled as ours for NEW; the disks and the Secret are then owned by
+//! NEW, so `delete NEW` removes them. A taken name is refused before anything is made; a
+//! snapshot that keeps no VM spec is refused in one line. All or nothing: when a step fails,
+//! what was made is deleted (the VM first), each with its uid as a precondition. `--wait` waits
+//! until NEW's disks are provisioned (Ready, or WaitForFirstConsumer until NEW starts); a disk
+//! that fails undoes the restore. A dry run shows (client) or sends with `dryRun` (server) the
+//! objects without making a host key: the user data is shown without one. The source VM and
+//! the snapshot are not touched.
 
 use serde_json::{Value, json};
 
 use super::kubevirt::{create_obj, get, get_opt};
 use super::{DryRun, Event, Options, Outcome, text};
 use crate::api::{DECKHOUSE_VM, Kind, SECRET, VIRTUAL_DISK};
-use crate::clone::{deckhouse::new_name, identity, label, our_labels};
+use crate::clone::{deckhouse::new_name, identity, our_labels};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::lifecycle::watch::{self, Watched};
 
-/// Deckhouse's VirtualMachineSnapshotOperation.
-pub const VMSOP: Kind = Kind {
-    group: "virtualization.deckhouse.io",
-    version: "v1alpha2",
-    kind: "VirtualMachineSnapshotOperation",
-    plural: "virtualmachinesnapshotoperations",
-    namespaced: true,
-};
+/// Annotations of the source's VM that are not carried to NEW: what kubectl apply recorded
+/// (the source's own manifest) and what Deckhouse's restorers put on what they made.
+const SOURCE_ANNOTATIONS: [&str; 3] = [
+    "kubectl.kubernetes.io/last-applied-configuration",
+    identity::MADE_BY_OPERATION,
+    "virtualization.deckhouse.io/restore-power-state",
+];
 
-/// The operation making `target` from snapshot `snap` of VM `source` with `disks` and the
-/// provisioning `secret` renamed (`(old, new)`), labelled as ours for `target`.
-pub fn operation_object(
-    ns: &str,
-    snap: &str,
-    source: &str,
-    target: &str,
-    disks: &[(String, String)],
-    secret: Option<(&str, &str)>,
-    dry_run: bool,
-) -> Value {
-    let mut rules = vec![json!({"from": {"kind": "VirtualMachine", "name": source}, "to": target})];
-    for (old, new) in disks {
-        rules.push(json!({"from": {"kind": "VirtualDisk", "name": old}, "to": new}));
+/// A disk of NEW: `(source disk, new disk, VirtualDiskSnapshot)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disk {
+    /// The source's disk (`spec.virtualDiskName` of the snapshot).
+    pub old: String,
+    /// NEW's disk.
+    pub new: String,
+    /// The VirtualDiskSnapshot it is made from.
+    pub snapshot: String,
+}
+
+/// Where the kept VM's user data is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UserData {
+    /// In the Secret of this name (`provisioning.userDataRef`).
+    Secret(String),
+    /// Inline in the VM spec (`provisioning.userData` or `userDataBase64`).
+    Inline(String),
+    /// None (or a kind kubectl-vm does not copy).
+    None,
+}
+
+/// Where the VM spec `vm` keeps its user data.
+pub fn user_data_of(vm: &Value) -> UserData {
+    let p = vm.pointer("/spec/provisioning").unwrap_or(&Value::Null);
+    if let Some(name) = p
+        .get("userDataRef")
+        .filter(|r| r["kind"] == "Secret")
+        .and_then(|r| r["name"].as_str())
+    {
+        return UserData::Secret(name.to_owned());
     }
-    if let Some((old, new)) = secret {
-        rules.push(json!({"from": {"kind": "Secret", "name": old}, "to": new}));
+    if let Some(t) = p.get("userData").and_then(Value::as_str) {
+        return UserData::Inline(t.to_owned());
     }
+    use base64::Engine;
+    if let Some(t) = p
+        .get("userDataBase64")
+        .and_then(Value::as_str)
+        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+        .and_then(|b| String::from_utf8(b).ok())
+    {
+        return UserData::Inline(t);
+    }
+    UserData::None
+}
+
+/// NEW's VirtualDisk `disk`, made from its VirtualDiskSnapshot, labelled as ours.
+pub fn disk_object(ns: &str, target: &str, disk: &Disk) -> Value {
     json!({
-        "apiVersion": VMSOP.api_version(), "kind": VMSOP.kind,
-        "metadata": {"generateName": format!("{snap}-new-vm-"), "namespace": ns,
-            "labels": our_labels(target)},
-        "spec": {
-            "type": "CreateVirtualMachine",
-            "virtualMachineSnapshotName": snap,
-            "createVirtualMachine": {
-                "mode": if dry_run { "DryRun" } else { "Strict" },
-                "nameReplacement": rules,
-            },
-        },
+        "apiVersion": VIRTUAL_DISK.api_version(), "kind": VIRTUAL_DISK.kind,
+        "metadata": {"name": disk.new, "namespace": ns, "labels": our_labels(target)},
+        "spec": {"dataSource": {"type": "ObjectRef",
+            "objectRef": {"kind": "VirtualDiskSnapshot", "name": disk.snapshot}}},
     })
+}
+
+/// NEW's VirtualMachine from the VM spec the snapshot keeps (`kept`; see the module
+/// documentation), its disks renamed as `disks` say and its user data in Secret `secret` when
+/// given. A VirtualDisk of the VM that the snapshot holds no snapshot of is refused.
+pub fn vm_object(
+    kept: &Value,
+    ns: &str,
+    target: &str,
+    disks: &[Disk],
+    secret: Option<&str>,
+) -> Result<Value> {
+    let mut spec = kept.get("spec").cloned().unwrap_or_else(|| json!({}));
+    if let Some(map) = spec.as_object_mut() {
+        map.remove("virtualMachineIPAddressName");
+    }
+    for net in spec
+        .pointer_mut("/networks")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(map) = net.as_object_mut() {
+            map.remove("virtualMachineMACAddressName");
+        }
+    }
+    for r in spec
+        .pointer_mut("/blockDeviceRefs")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        if r["kind"] != "VirtualDisk" {
+            continue;
+        }
+        let old = r["name"].as_str().unwrap_or_default().to_owned();
+        let Some(d) = disks.iter().find(|d| d.old == old) else {
+            return Err(Error::Platform(format!(
+                "the snapshot holds no copy of disk {old:?} of its VM; nothing was created"
+            )));
+        };
+        r["name"] = json!(d.new);
+    }
+    if let Some(secret) = secret {
+        spec["provisioning"] = json!({"type": "UserDataRef",
+            "userDataRef": {"kind": "Secret", "name": secret}});
+    }
+    let mut labels = kept
+        .pointer("/metadata/labels")
+        .cloned()
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({}));
+    for (k, v) in our_labels(target).as_object().into_iter().flatten() {
+        labels[k] = v.clone();
+    }
+    let mut metadata = json!({"name": target, "namespace": ns, "labels": labels});
+    if let Some(a) = kept
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+    {
+        let kept: serde_json::Map<String, Value> = a
+            .iter()
+            .filter(|(k, _)| !SOURCE_ANNOTATIONS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if !kept.is_empty() {
+            metadata["annotations"] = Value::Object(kept);
+        }
+    }
+    Ok(json!({
+        "apiVersion": DECKHOUSE_VM.api_version(), "kind": "VirtualMachine",
+        "metadata": metadata, "spec": spec,
+    }))
+}
+
+/// The objects of a restore as one `v1` List (dry runs).
+fn list(items: Vec<Value>) -> Value {
+    json!({"apiVersion": "v1", "kind": "List", "items": items})
 }
 
 /// Refuses a taken name (nothing made yet).
@@ -106,32 +218,31 @@ async fn snapshot_secret(cluster: &Cluster, ns: &str, snap: &Value) -> Result<Op
     get_opt(cluster, SECRET, ns, secret).await
 }
 
-/// The user data of the provisioning Secret snapshot `snap` keeps (key `provisioner`,
-/// `secret_restorer.go` `setProvisioning`; the restorer makes the new VM's Secret from it,
-/// `snapshot_resources.go` `Prepare`).
-async fn kept_user_data(cluster: &Cluster, ns: &str, snap: &Value) -> Result<Option<String>> {
-    Ok(snapshot_secret(cluster, ns, snap)
-        .await?
-        .and_then(|s| kept_object(&s, "provisioner"))
-        .and_then(|p| identity::secret_user_data(&p)))
-}
-
-/// The VM snapshot `snap` keeps (in its Secret, key `vm`), else the live VM it was taken of;
-/// `None` when neither can be read.
-async fn kept_vm(cluster: &Cluster, ns: &str, snap: &Value) -> Result<Option<Value>> {
-    if let Some(vm) = snapshot_secret(cluster, ns, snap)
-        .await?
-        .and_then(|s| kept_object(&s, "vm"))
+/// NEW's disks: one per VirtualDiskSnapshot of the snapshot.
+async fn disks_of(
+    cluster: &Cluster,
+    ns: &str,
+    snap: &Value,
+    source: &str,
+    target: &str,
+) -> Result<Vec<Disk>> {
+    let mut disks = vec![];
+    for vds in snap
+        .pointer("/status/virtualDiskSnapshotNames")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
     {
-        return Ok(Some(vm));
+        let obj = get(cluster, super::deckhouse::VD_SNAPSHOT, ns, vds).await?;
+        let old = text(&obj, "/spec/virtualDiskName").to_owned();
+        disks.push(Disk {
+            new: new_name(source, target, &old),
+            old,
+            snapshot: vds.to_owned(),
+        });
     }
-    get_opt(
-        cluster,
-        DECKHOUSE_VM,
-        ns,
-        text(snap, "/spec/virtualMachineName"),
-    )
-    .await
+    Ok(disks)
 }
 
 /// Restore snapshot `snap` (Ready, already read) as a new VM `target`.
@@ -146,279 +257,252 @@ pub async fn restore(
 ) -> Result<Outcome> {
     let snap_name = text(snap, "/metadata/name").to_owned();
     let source = text(snap, "/spec/virtualMachineName").to_owned();
-    let mut disks = vec![];
-    for vds in snap
-        .pointer("/status/virtualDiskSnapshotNames")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-    {
-        let vds = get(cluster, super::deckhouse::VD_SNAPSHOT, ns, vds).await?;
-        let disk = text(&vds, "/spec/virtualDiskName").to_owned();
-        let new = new_name(&source, target, &disk);
-        disks.push((disk, new));
-    }
-    let secret = kept_vm(cluster, ns, snap)
-        .await?
-        .and_then(|vm| {
-            vm.pointer("/spec/provisioning/userDataRef")
-                .filter(|r| r["kind"] == "Secret")
-                .and_then(|r| r["name"].as_str())
-                .map(str::to_owned)
-        })
-        .map(|old| {
-            let new = new_name(&source, target, &old);
-            (old, new)
-        });
-    let secret_rule = secret.as_ref().map(|(o, n)| (o.as_str(), n.as_str()));
-    let obj = operation_object(ns, &snap_name, &source, target, &disks, secret_rule, false);
-    crate::clone::deckhouse::check_name_lengths(
-        target,
-        crate::clone::deckhouse::renames(&obj, "/spec/createVirtualMachine/nameReplacement"),
-    )?;
+    let kept_secret = snapshot_secret(cluster, ns, snap).await?;
+    let Some(kept) = kept_secret.as_ref().and_then(|s| kept_object(s, "vm")) else {
+        return Err(Error::Platform(format!(
+            "snapshot {snap_name} keeps no VM spec (no `vm` in its Secret {:?}) to make {target} from; nothing was created",
+            text(snap, "/status/virtualMachineSnapshotSecretName")
+        )));
+    };
+    let disks = disks_of(cluster, ns, snap, &source, target).await?;
+    // The user data NEW gets: the copy the snapshot keeps (the source and its Secret may be
+    // gone), else the source's Secret as it is; without either NEW would have no identity of
+    // its own, so nothing is made.
+    let (user_data, secret) = match user_data_of(&kept) {
+        UserData::Secret(old) => {
+            let found = match kept_secret
+                .as_ref()
+                .and_then(|s| kept_object(s, "provisioner"))
+                .and_then(|p| identity::secret_user_data(&p))
+            {
+                Some(t) => Some(t),
+                None => identity::read_secret(cluster, ns, &old).await?,
+            };
+            let Some(found) = found else {
+                return Err(Error::Platform(format!(
+                    "{target} cannot get its own SSH identity: {source}'s user data (secret {old:?}) is neither kept by snapshot {snap_name} nor in namespace {ns:?}; nothing was created"
+                )));
+            };
+            (Some(found), Some(new_name(&source, target, &old)))
+        }
+        UserData::Inline(t) if identity::has_platform_ssh(&t) => {
+            (Some(t), Some(identity::secret_name(target)))
+        }
+        UserData::Inline(_) | UserData::None => (None, None),
+    };
+    let vm = vm_object(&kept, ns, target, &disks, secret.as_deref())?;
     ensure_free(cluster, DECKHOUSE_VM, ns, target).await?;
-    for (_, new) in &disks {
-        ensure_free(cluster, VIRTUAL_DISK, ns, new).await?;
+    for d in &disks {
+        ensure_free(cluster, VIRTUAL_DISK, ns, &d.new).await?;
     }
-    if let Some((_, new)) = &secret {
-        ensure_free(cluster, SECRET, ns, new).await?;
+    if let Some(name) = &secret {
+        ensure_free(cluster, SECRET, ns, name).await?;
     }
-    // The user data the new VM gets: the copy the snapshot keeps (the source and its Secret
-    // may be gone), else the source's Secret as it is; without either NEW would have no
-    // identity of its own, so nothing is made.
-    let mut user_data = None;
-    if let Some((old, _)) = &secret {
-        user_data = match kept_user_data(cluster, ns, snap).await? {
-            Some(t) => Some(t),
-            None => identity::read_secret(cluster, ns, old).await?,
+    let dry = options.dry_run != DryRun::None;
+    // NEW's own identity (a dry run makes no host key: the user data is shown without one).
+    let mut new_text = user_data.clone();
+    if let Some(t) = &user_data
+        && identity::has_platform_ssh(t)
+    {
+        let host = if dry {
+            None
+        } else {
+            crate::create::checks::vm_host_keys(
+                cluster,
+                platform,
+                crate::ca::DEFAULT_NAMESPACE,
+                target,
+                ns,
+                &mut |w| on_event(Event::Notice(w)),
+            )
+            .await?
         };
-        if user_data.is_none() {
-            return Err(Error::Platform(format!(
-                "{target} cannot get its own SSH identity: {source}'s user data (secret {old:?}) is neither kept by snapshot {snap_name} nor in namespace {ns:?}; nothing was created"
-            )));
+        if let Some(t) =
+            identity::reissue(t, &source, target, ns, host.as_ref()).map_err(Error::Platform)?
+        {
+            new_text = Some(t);
         }
     }
+    let secret_obj = secret.as_ref().zip(new_text.as_ref()).map(|(name, t)| {
+        let mut s = identity::secret_object(crate::flavor::Flavor::Deckhouse, ns, target, t);
+        s["metadata"]["name"] = json!(name);
+        s
+    });
+    // In the order they are made.
+    let mut objects: Vec<(Kind, Value)> = disks
+        .iter()
+        .map(|d| (VIRTUAL_DISK, disk_object(ns, target, d)))
+        .collect();
+    objects.extend(secret_obj.map(|s| (SECRET, s)));
+    objects.push((DECKHOUSE_VM, vm));
     let mut outcome = Outcome {
         snapshot: snap_name.clone(),
         vm: format!("{target}.{ns}"),
-        object_ref: VMSOP.object_ref(&format!("{snap_name}-new-vm-")),
-        object: Some(obj.clone()),
+        object_ref: DECKHOUSE_VM.object_ref(target),
+        object: None,
         waited: false,
         no_agent: false,
         restarted: false,
     };
     match options.dry_run {
-        DryRun::Client => return Ok(outcome),
+        DryRun::Client => {
+            outcome.object = Some(list(objects.into_iter().map(|(_, o)| o).collect()));
+            return Ok(outcome);
+        }
         DryRun::Server => {
-            outcome.object = Some(create_obj(cluster, VMSOP, ns, &obj, true).await?);
+            let mut sent = vec![];
+            for (kind, obj) in &objects {
+                sent.push(create_obj(cluster, *kind, ns, obj, true).await?);
+            }
+            outcome.object = Some(list(sent));
             return Ok(outcome);
         }
         DryRun::None => {}
     }
-    // The copy's new identity, made before the operation so it is written as soon as the copy
-    // exists.
-    let mut new_text = None;
-    if let Some(text) = &user_data
-        && identity::has_platform_ssh(text)
-    {
-        let host = crate::create::checks::vm_host_keys(
-            cluster,
-            platform,
-            crate::ca::DEFAULT_NAMESPACE,
-            target,
-            ns,
-            &mut |w| on_event(Event::Notice(w)),
-        )
-        .await?;
-        new_text =
-            identity::reissue(text, &source, target, ns, host.as_ref()).map_err(Error::Platform)?;
-    }
-    let made = create_obj(cluster, VMSOP, ns, &obj, false).await?;
-    let op_name = text(&made, "/metadata/name").to_owned();
-    let op_uid = text(&made, "/metadata/uid").to_owned();
-    outcome.object_ref = VMSOP.object_ref(&op_name);
-    outcome.object = Some(made);
-    on_event(Event::Created(format!(
-        "virtualmachinesnapshotoperation/{op_name}"
-    )));
-    if new_text.is_some() && !options.wait {
-        on_event(Event::Notice(format!(
-            "waiting anyway: {target} gets its own SSH identity once it exists"
-        )));
-    }
-    if !options.wait && new_text.is_none() {
-        return Ok(outcome);
-    }
-    let copy = secret.as_ref().map(|(_, n)| n.as_str());
-    // As for `clone` (crate::clone): the restorer creates its copy of the source's Secret and
-    // then the VM with the source's runPolicy, so an AlwaysOn VM could boot with the source's
-    // identity if that copy held it. The Secret the new VM refers to is made now, with its own
-    // identity, marked with the operation's uid: the provisioner restorer takes it as made and
-    // creates nothing (deckhouse/virtualization `service/restorer/restorers/
-    // provisioner_restorer.go` ValidateClone/ProcessClone: `existed.Annotations[AnnVMOPRestore]
-    // == restoreUID` returns nil). Only if the platform was first (409, its copy marked with the
-    // uid too) is the copy rewritten in [`follow`].
-    let mut pending = new_text.as_deref();
-    if let (Some(name), Some(text)) = (copy, pending) {
-        let mut made = identity::secret_object(crate::flavor::Flavor::Deckhouse, ns, target, text);
-        made["metadata"]["name"] = json!(name);
-        made["metadata"]["annotations"] = json!({ identity::MADE_BY_OPERATION: op_uid });
-        match identity::create_secret(cluster, &made).await {
-            Ok(_) => {
-                on_event(Event::Notice(format!(
-                    "secret/{name}: made with {target}'s own identity (principals, host key, host certificate) before the platform copies the source's"
+    let mut made: Vec<(Kind, String, String)> = vec![];
+    let mut new_vm = Value::Null;
+    for (kind, obj) in &objects {
+        let name = text(obj, "/metadata/name").to_owned();
+        match create_obj(cluster, *kind, ns, obj, false).await {
+            Ok(o) => {
+                made.push((*kind, name.clone(), text(&o, "/metadata/uid").to_owned()));
+                on_event(Event::Created(format!(
+                    "{}/{name}",
+                    kind.kind.to_ascii_lowercase()
                 )));
-                pending = None;
+                if kind.kind == DECKHOUSE_VM.kind {
+                    new_vm = o;
+                }
             }
-            Err(Error::Conflict(_)) => {}
             Err(e) => {
-                undo(
-                    cluster, ns, &op_name, &op_uid, target, &disks, copy, on_event,
-                )
-                .await;
+                undo(cluster, ns, &made, on_event).await;
                 return Err(e);
             }
         }
     }
-    let result = follow(
-        cluster, ns, &op_name, &op_uid, target, copy, pending, &snap_name, on_event,
-    )
-    .await;
-    let done = match result {
-        Ok(done) => done,
-        Err(e) => {
-            undo(
-                cluster, ns, &op_name, &op_uid, target, &disks, copy, on_event,
-            )
-            .await;
+    // NEW owns its disks and its Secret (`delete NEW` removes them).
+    let owner = json!({
+        "apiVersion": DECKHOUSE_VM.api_version(), "kind": "VirtualMachine",
+        "name": target, "uid": new_vm.pointer("/metadata/uid").cloned().unwrap_or_default(),
+    });
+    for (kind, name, _) in &made {
+        let owned = match kind.kind {
+            "VirtualDisk" => {
+                crate::clone::deckhouse::add_owner(cluster, kind, ns, name, &owner).await
+            }
+            "Secret" => {
+                crate::clone::deckhouse::add_owner(
+                    cluster,
+                    kind,
+                    ns,
+                    name,
+                    &identity::owner_of(&new_vm),
+                )
+                .await
+            }
+            _ => Ok(()),
+        };
+        if let Err(e) = owned {
+            undo(cluster, ns, &made, on_event).await;
             return Err(e);
         }
-    };
-    adopt(cluster, ns, target, &op_name, &disks, copy).await?;
-    outcome.object = Some(done);
+    }
+    if secret.is_some() && new_text != user_data {
+        on_event(Event::Notice(format!(
+            "{target} has its own SSH identity (principals, host key, host certificate), made before the VM"
+        )));
+    }
+    outcome.object = Some(new_vm);
+    if !options.wait {
+        return Ok(outcome);
+    }
+    if let Err(e) = provisioned(cluster, ns, &disks, on_event).await {
+        undo(cluster, ns, &made, on_event).await;
+        return Err(e);
+    }
     outcome.waited = true;
     Ok(outcome)
 }
 
-/// Follows the operation to its end; the copied Secret `copy` gets `new_text` as soon as it
-/// exists (the new VM cannot boot before its disks are ready).
-#[allow(clippy::too_many_arguments)]
-async fn follow(
+/// Waits until NEW's disks are provisioned: Ready, or WaitForFirstConsumer (bound when NEW
+/// first starts); a Failed disk is an error.
+async fn provisioned(
     cluster: &Cluster,
     ns: &str,
-    op_name: &str,
-    op_uid: &str,
-    target: &str,
-    copy: Option<&str>,
-    new_text: Option<&str>,
-    snap_name: &str,
+    disks: &[Disk],
     on_event: &(dyn Fn(Event) + Send + Sync),
-) -> Result<Value> {
-    enum Step {
-        Copied,
-        Done(Value),
+) -> Result<()> {
+    if disks.is_empty() {
+        return Ok(());
     }
-    let mut pending = copy.zip(new_text);
-    let mut watched = vec![Watched::new(VMSOP, ns, op_name)];
-    if let Some((copy, _)) = pending {
-        watched.push(Watched::new(SECRET, ns, copy));
-    }
+    let watched: Vec<Watched> = disks
+        .iter()
+        .map(|d| Watched::new(VIRTUAL_DISK, ns, &d.new))
+        .collect();
     let mut last = String::new();
-    loop {
-        let waiting_for_copy = pending.is_some();
-        let step = watch::until(cluster, &watched, |objs| {
-            // Only the copy this operation made (a stranger's Secret of that name fails it).
-            if waiting_for_copy
-                && objs
-                    .get(1)
-                    .and_then(Option::as_ref)
-                    .is_some_and(|s| identity::made_by(s, op_uid))
-            {
-                return Some(Ok(Step::Copied));
-            }
-            let Some(op) = &objs[0] else {
+    watch::until(cluster, &watched, |objs| {
+        let mut phases = vec![];
+        for (d, obj) in disks.iter().zip(objs) {
+            let Some(obj) = obj else {
                 return Some(Err(Error::Platform(format!(
-                    "virtualmachinesnapshotoperation {op_name} was deleted while restoring"
+                    "virtualdisk {} was deleted while restoring",
+                    d.new
                 ))));
             };
-            let (phase, reason, end) = crate::clone::deckhouse::progress(op);
-            let now = format!("{phase}\n{}", reason.clone().unwrap_or_default());
-            if !phase.is_empty() && now != last {
-                last = now;
-                on_event(Event::Phase {
-                    phase,
-                    message: reason.unwrap_or_default(),
-                });
+            let phase = text(obj, "/status/phase");
+            if phase == "Failed" {
+                let why = super::kubevirt::conditions(obj)
+                    .find(|c| c["type"] == "Ready")
+                    .map(|c| text(c, "/message"))
+                    .filter(|m| !m.is_empty())
+                    .unwrap_or("no reason given");
+                return Some(Err(Error::Stuck(format!(
+                    "virtualdisk {} failed: {why}",
+                    d.new
+                ))));
             }
-            match end? {
-                Ok(()) => Some(Ok(Step::Done(op.clone()))),
-                Err(why) => Some(Err(Error::Stuck(format!(
-                    "restore of {snap_name} as {target}.{ns} failed: {why}"
-                )))),
-            }
-        })
-        .await?;
-        match step {
-            Step::Copied => {
-                if let Some((copy, text)) = pending.take()
-                    && identity::rewrite_secret(cluster, ns, copy, target, text, op_uid).await?
-                {
-                    on_event(Event::Notice(format!(
-                        "secret/{copy}: the platform's part made {target}'s own (principals, host key, host certificate)"
-                    )));
-                }
-                watched.truncate(1);
-            }
-            Step::Done(op) => {
-                if let Some((copy, text)) = pending.take()
-                    && !identity::rewrite_secret(cluster, ns, copy, target, text, op_uid).await?
-                {
-                    return Err(Error::NotOurs(format!(
-                        "secret {copy:?} in namespace {ns:?} was not made by virtualmachinesnapshotoperation {op_name:?}"
-                    )));
-                }
-                return Ok(op);
-            }
+            phases.push((d.new.as_str(), phase, text(obj, "/status/progress")));
         }
-    }
+        let now = phases
+            .iter()
+            .map(|(n, p, pr)| format!("{n} {p} {pr}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if now != last {
+            last = now.clone();
+            let phase = phases
+                .iter()
+                .map(|(_, p, _)| *p)
+                .find(|p| !matches!(*p, "Ready" | "WaitForFirstConsumer"))
+                .unwrap_or("Ready");
+            on_event(Event::Phase {
+                phase: if phase.is_empty() { "Pending" } else { phase }.to_owned(),
+                message: now,
+            });
+        }
+        phases
+            .iter()
+            .all(|(_, p, _)| matches!(*p, "Ready" | "WaitForFirstConsumer"))
+            .then_some(Ok(()))
+    })
+    .await
 }
 
-/// All or nothing: delete what the failed operation `op_uid` made for `target` (marked with
-/// its uid) and the operation itself, each with its uid as a precondition.
-#[allow(clippy::too_many_arguments)]
+/// All or nothing: delete what was `made` (`(kind, name, uid)`), the VM first so nothing
+/// boots, each with its uid as a precondition (never an object someone else made since).
 async fn undo(
     cluster: &Cluster,
     ns: &str,
-    op_name: &str,
-    op_uid: &str,
-    target: &str,
-    disks: &[(String, String)],
-    copy: Option<&str>,
+    made: &[(Kind, String, String)],
     on_event: &(dyn Fn(Event) + Send + Sync),
 ) {
-    let mut made: Vec<(Kind, String)> = vec![(DECKHOUSE_VM, target.to_owned())];
-    made.extend(disks.iter().map(|(_, d)| (VIRTUAL_DISK, d.clone())));
-    made.extend(copy.map(|c| (SECRET, c.to_owned())));
-    for (kind, name) in made {
-        let Ok(Some(obj)) = get_opt(cluster, kind, ns, &name).await else {
-            continue;
-        };
-        if !identity::made_by(&obj, op_uid) {
-            continue;
-        }
-        let uid = text(&obj, "/metadata/uid").to_owned();
-        if delete_with_uid(cluster, kind, ns, &name, &uid).await {
+    for (kind, name, uid) in made.iter().rev() {
+        if delete_with_uid(cluster, *kind, ns, name, uid).await {
             on_event(Event::Notice(format!(
-                "deleted {}/{name}, made by the failed operation",
+                "deleted {}/{name}, made by the failed restore",
                 kind.kind.to_ascii_lowercase()
             )));
         }
-    }
-    if delete_with_uid(cluster, VMSOP, ns, op_name, op_uid).await {
-        on_event(Event::Notice(format!(
-            "deleted virtualmachinesnapshotoperation/{op_name}"
-        )));
     }
 }
 
@@ -435,33 +519,6 @@ async fn delete_with_uid(cluster: &Cluster, kind: Kind, ns: &str, name: &str, ui
         .delete(name, &params)
         .await
         .is_ok()
-}
-
-/// Labels the new VM and its disks as ours and makes it the owner of the operation.
-async fn adopt(
-    cluster: &Cluster,
-    ns: &str,
-    target: &str,
-    op_name: &str,
-    disks: &[(String, String)],
-    copy: Option<&str>,
-) -> Result<()> {
-    label(cluster, &DECKHOUSE_VM, ns, target, our_labels(target)).await?;
-    for (_, disk) in disks {
-        label(cluster, &VIRTUAL_DISK, ns, disk, our_labels(target)).await?;
-    }
-    let vm = get(cluster, DECKHOUSE_VM, ns, target).await?;
-    let owner = json!({
-        "apiVersion": DECKHOUSE_VM.api_version(), "kind": "VirtualMachine",
-        "name": target, "uid": vm.pointer("/metadata/uid").cloned().unwrap_or_default(),
-    });
-    crate::clone::deckhouse::add_owner(cluster, &VMSOP, ns, op_name, &owner).await?;
-    if let Some(copy) = copy {
-        label(cluster, &SECRET, ns, copy, our_labels(target)).await?;
-        crate::clone::deckhouse::add_owner(cluster, &SECRET, ns, copy, &identity::owner_of(&vm))
-            .await?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -490,28 +547,83 @@ mod tests {
         assert_eq!(kept_object(&secret, "vmip"), None);
     }
 
+    fn disks() -> Vec<Disk> {
+        vec![Disk {
+            old: "web-root".into(),
+            new: new_name("web", "copy", "web-root"),
+            snapshot: "web-root-u1".into(),
+        }]
+    }
+
     #[test]
-    fn the_operation_renames_the_vm_and_its_disks_and_is_ours() {
-        let disks = [("web-root".to_owned(), new_name("web", "copy", "web-root"))];
-        let op = operation_object(
-            "ns",
-            "s1",
-            "web",
-            "copy",
-            &disks,
-            Some(("web-cloudinit", "copy-cloudinit")),
-            false,
-        );
-        assert_eq!(op["spec"]["type"], "CreateVirtualMachine");
-        assert_eq!(op["spec"]["virtualMachineSnapshotName"], "s1");
-        let spec = &op["spec"]["createVirtualMachine"];
-        assert_eq!(spec["mode"], "Strict");
+    fn disks_come_from_their_snapshots_as_the_platform_makes_them() {
+        let d = disk_object("ns", "copy", &disks()[0]);
+        assert_eq!(d["metadata"]["name"], "copy-root");
         assert_eq!(
-            spec["nameReplacement"],
-            json!([{"from": {"kind": "VirtualMachine", "name": "web"}, "to": "copy"},
-                {"from": {"kind": "VirtualDisk", "name": "web-root"}, "to": "copy-root"},
-                {"from": {"kind": "Secret", "name": "web-cloudinit"}, "to": "copy-cloudinit"}])
+            d["spec"],
+            json!({"dataSource": {"type": "ObjectRef",
+                "objectRef": {"kind": "VirtualDiskSnapshot", "name": "web-root-u1"}}})
         );
-        assert!(super::super::kubevirt::is_ours(&op));
+        assert!(super::super::kubevirt::is_ours(&d));
+        assert_eq!(d["metadata"]["labels"]["kubevm.io/vm"], "copy");
+    }
+
+    #[test]
+    fn the_new_vm_keeps_nothing_of_the_source_instance() {
+        // As the platform keeps it (the whole object, status included).
+        let kept = json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualMachine",
+            "metadata": {"name": "web", "namespace": "ns", "uid": "u-web", "resourceVersion": "7",
+                "finalizers": ["virtualization.deckhouse.io/vm-controller"],
+                "ownerReferences": [{"kind": "X", "name": "x", "uid": "u-x"}],
+                "labels": {"kubevm.io/vm": "web", "app": "shop"},
+                "annotations": {"ssh.kubevm.io/trust": "vm-scoped",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"metadata\":{\"name\":\"web\"}}"}},
+            "spec": {"runPolicy": "AlwaysOn", "virtualMachineIPAddressName": "web-ip",
+                "networks": [{"type": "Main"}, {"type": "Network", "name": "lan", "virtualMachineMACAddressName": "web-mac"}],
+                "blockDeviceRefs": [{"kind": "VirtualDisk", "name": "web-root"}, {"kind": "ClusterVirtualImage", "name": "ubuntu"}],
+                "provisioning": {"type": "UserDataRef", "userDataRef": {"kind": "Secret", "name": "web-cloudinit"}}},
+            "status": {"phase": "Running"}});
+        let vm = vm_object(&kept, "ns", "copy", &disks(), Some("copy-cloudinit")).unwrap();
+        assert_eq!(
+            vm["metadata"],
+            json!({"name": "copy", "namespace": "ns",
+                "labels": {"kubevm.io/vm": "copy", "app": "shop", "app.kubernetes.io/managed-by": "kubectl-vm"},
+                "annotations": {"ssh.kubevm.io/trust": "vm-scoped"}})
+        );
+        assert_eq!(vm.get("status"), None);
+        assert_eq!(
+            vm["spec"],
+            json!({"runPolicy": "AlwaysOn",
+                "networks": [{"type": "Main"}, {"type": "Network", "name": "lan"}],
+                "blockDeviceRefs": [{"kind": "VirtualDisk", "name": "copy-root"}, {"kind": "ClusterVirtualImage", "name": "ubuntu"}],
+                "provisioning": {"type": "UserDataRef", "userDataRef": {"kind": "Secret", "name": "copy-cloudinit"}}})
+        );
+        assert!(!vm.to_string().contains("web"), "{vm}");
+        // A disk the snapshot holds no copy of is not shared with the source.
+        let err = vm_object(&kept, "ns", "copy", &[], None).unwrap_err();
+        assert!(err.to_string().contains("\"web-root\""), "{err}");
+    }
+
+    #[test]
+    fn user_data_is_found_by_reference_or_inline() {
+        let by_ref = json!({"spec": {"provisioning": {"type": "UserDataRef",
+            "userDataRef": {"kind": "Secret", "name": "web-cloudinit"}}}});
+        assert_eq!(
+            user_data_of(&by_ref),
+            UserData::Secret("web-cloudinit".into())
+        );
+        let inline =
+            json!({"spec": {"provisioning": {"type": "UserData", "userData": "#cloud-config\n"}}});
+        assert_eq!(
+            user_data_of(&inline),
+            UserData::Inline("#cloud-config\n".into())
+        );
+        // `printf '#cloud-config\n' | base64`
+        let b64 = json!({"spec": {"provisioning": {"type": "UserData", "userDataBase64": "I2Nsb3VkLWNvbmZpZwo="}}});
+        assert_eq!(
+            user_data_of(&b64),
+            UserData::Inline("#cloud-config\n".into())
+        );
+        assert_eq!(user_data_of(&json!({"spec": {}})), UserData::None);
     }
 }
