@@ -65,6 +65,9 @@ pub const VD_SNAPSHOTS: &str = "virtualdisksnapshots";
 const DATA_ID: &str = "emulator.kubevm.io/data-id";
 /// The size of the disk a VirtualDiskSnapshot (made here) was taken of.
 const SIZE: &str = "emulator.kubevm.io/size";
+/// The StorageClass of the disk a VirtualDiskSnapshot (made here) was taken of (upstream keeps
+/// it on the VolumeSnapshot, `annotations.AnnStorageClassName`).
+const CLASS: &str = "emulator.kubevm.io/storage-class";
 /// On a claim made from a snapshot: the data it was given, so it is given only once.
 const RESTORED_FROM: &str = "emulator.kubevm.io/restored-from";
 /// `annotations.AnnVMRestorePowerState`.
@@ -276,11 +279,17 @@ pub fn vm_snapshot(app: &App, snap: &Value, _tick: bool) {
             return;
         }
         let id = data_id(ns, &vds);
-        let size = app
+        let claim = app
             .store
-            .get(&Key::new("", "persistentvolumeclaims", ns, &pvc))
+            .get(&Key::new("", "persistentvolumeclaims", ns, &pvc));
+        let size = claim
+            .as_ref()
             .and_then(|p| p.pointer("/spec/resources/requests/storage").cloned())
             .unwrap_or(json!("10Gi"));
+        let class = claim
+            .as_ref()
+            .and_then(|p| p.pointer("/spec/storageClassName").cloned())
+            .unwrap_or(Value::Null);
         let source = crate::kubevirt::vm_snapshot::capture(app, ns, &pvc, &id);
         let mut st = json!({"phase": "Ready", "consistent": stopped || agent,
             "volumeSnapshotName": format!("vs-{vds}"), "observedGeneration": 1});
@@ -299,7 +308,7 @@ pub fn vm_snapshot(app: &App, snap: &Value, _tick: bool) {
             VD_SNAPSHOTS,
             json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDiskSnapshot",
                 "metadata": {"name": vds, "namespace": ns, "ownerReferences": [owner_ref(snap)],
-                    "annotations": {DATA_ID: id, CONTENT_OF: source, SIZE: size}},
+                    "annotations": {DATA_ID: id, CONTENT_OF: source, SIZE: size, CLASS: class}},
                 "spec": {"virtualDiskName": disk, "requiredConsistency": required},
                 "status": st}),
         );
@@ -371,6 +380,63 @@ fn default_snapshot_class(app: &App, ns: &str, pvc: &str) -> Result<String, Stri
             many.len()
         )),
     }
+}
+
+/// For a VirtualDisk made from a VirtualDiskSnapshot (`dataSource.objectRef`), what its
+/// claim is made with, as deckhouse/virtualization `pkg/controller/vd/internal/source/step/
+/// create_pvc_from_vdsnapshot_step.go` decides: `Err(message)` while the snapshot is missing
+/// ("VirtualDiskSnapshot %q not found.") or not Ready ("VirtualDiskSnapshot %q is not ready to
+/// use."): the disk stays `Pending`, condition `Ready` False `ProvisioningNotStarted`;
+/// otherwise `(size, class)`: the size asked for, at least the snapshot's (`getPVCSize`: the
+/// original disk's size, the restore size a floor), else the snapshot's; the class asked for,
+/// else the snapshot's disk's (`storageClassName`). `None` for any other disk, and for a
+/// Deckhouse clone's disk made here (it names the snapshot upstream's clone would take, which
+/// the emulator does not make: its claim gets the live disk's bytes, `CONTENT_OF`).
+pub fn from_snapshot(app: &App, vd: &Value) -> Option<Result<(String, Option<String>), String>> {
+    if text(vd, "/spec/dataSource/objectRef/kind") != "VirtualDiskSnapshot"
+        || vd
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(CONTENT_OF))
+            .is_some()
+    {
+        return None;
+    }
+    let name = text(vd, "/spec/dataSource/objectRef/name");
+    let Some(vds) = app
+        .store
+        .get(&Key::new(DH, VD_SNAPSHOTS, meta_str(vd, "namespace"), name))
+    else {
+        return Some(Err(format!("VirtualDiskSnapshot {name:?} not found.")));
+    };
+    if text(&vds, "/status/phase") != "Ready" {
+        return Some(Err(format!(
+            "VirtualDiskSnapshot {name:?} is not ready to use."
+        )));
+    }
+    let annotations = &vds["metadata"]["annotations"];
+    let kept = annotations[SIZE].as_str().map(str::to_owned);
+    let asked = vd
+        .pointer("/spec/persistentVolumeClaim/size")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let size = match (asked, kept) {
+        (Some(a), Some(k)) => {
+            if crate::kubevirt::export::parse_bytes(&a) < crate::kubevirt::export::parse_bytes(&k) {
+                k
+            } else {
+                a
+            }
+        }
+        (Some(a), None) => a,
+        (None, Some(k)) => k,
+        (None, None) => "10Gi".into(),
+    };
+    let class = vd
+        .pointer("/spec/persistentVolumeClaim/storageClassName")
+        .and_then(Value::as_str)
+        .or_else(|| annotations[CLASS].as_str())
+        .map(str::to_owned);
+    Some(Ok((size, class)))
 }
 
 /// Called by the VirtualDisk controller once the claim of a disk exists: a disk made from a
@@ -809,6 +875,61 @@ mod tests {
         assert!(get(&app, VD_SNAPSHOTS, &format!("web-root-{uid}")).is_none());
         assert!(get(&app, "secrets", &secret).is_none());
         assert!(crate::kubevirt::vm_snapshot::live_data_ids(&app).is_empty());
+    }
+
+    /// A VirtualDisk `spec.dataSource.objectRef` VirtualDiskSnapshot, as `restore --new-vm`
+    /// makes one (no size, no class): `Pending` ("… not found.", `ProvisioningNotStarted`)
+    /// while the snapshot is missing, then a claim of the snapshot's disk's size and class
+    /// holding the snapshot's bytes (`create_pvc_from_vdsnapshot_step.go`).
+    #[test]
+    fn a_disk_from_a_disk_snapshot_waits_for_it_and_gets_its_size_class_and_bytes() {
+        let app = app();
+        vm(&app, "AlwaysOff");
+        let source = claim(&app);
+        crate::kubevirt::vm_snapshot::write_volume(&app, "default", &source, b"kept").unwrap();
+        let snap = snapshot(&app, "s1", "web");
+        let vds = format!("web-root-{}", meta_str(&snap, "uid"));
+        app.store
+            .create(
+                DH,
+                "virtualdisks",
+                json!({"apiVersion": "virtualization.deckhouse.io/v1alpha2",
+                "kind": "VirtualDisk", "metadata": {"name": "copy-root", "namespace": "default"},
+                "spec": {"dataSource": {"type": "ObjectRef",
+                    "objectRef": {"kind": "VirtualDiskSnapshot", "name": vds}}}}),
+            )
+            .unwrap();
+        // One pass: the snapshot is only Pending, its disk snapshot not made yet.
+        reconcile_all(&app, true);
+        assert!(get(&app, VD_SNAPSHOTS, &vds).is_none());
+        let copy = get(&app, "virtualdisks", "copy-root").unwrap();
+        let c = copy["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap();
+        assert_eq!(copy["status"]["phase"], "Pending");
+        assert_eq!(c["reason"], "ProvisioningNotStarted");
+        assert_eq!(
+            c["message"],
+            format!("VirtualDiskSnapshot {vds:?} not found.")
+        );
+        assert!(copy["status"].get("target").is_none(), "{copy}");
+        for _ in 0..20 {
+            reconcile_all(&app, true);
+        }
+        let copy = get(&app, "virtualdisks", "copy-root").unwrap();
+        assert_eq!(copy["status"]["phase"], "Ready", "{copy}");
+        let pvc = text(&copy, "/status/target/persistentVolumeClaimName").to_owned();
+        let claim = get(&app, "persistentvolumeclaims", &pvc).unwrap();
+        let original = get(&app, "persistentvolumeclaims", &source).unwrap();
+        assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "1Mi");
+        assert_eq!(
+            claim["spec"]["storageClassName"],
+            original["spec"]["storageClassName"]
+        );
+        assert_eq!(data(&app, &pvc), b"kept");
     }
 
     #[test]

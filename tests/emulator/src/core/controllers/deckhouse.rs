@@ -26,9 +26,36 @@ pub(super) fn virtual_disk(app: &App, vd: &Value, tick: bool) {
         return;
     }
     let has_source = vd.pointer("/spec/dataSource").is_some_and(|s| !s.is_null());
+    // From a VirtualDiskSnapshot: Pending until it is Ready; its size and class when the disk
+    // asks for none (deckhouse/snapshot.rs `from_snapshot`).
+    let snapshot = crate::deckhouse::snapshot::from_snapshot(app, vd);
+    // (Once its claim exists the snapshot is not needed any more.)
+    if let Some(Err(message)) = &snapshot
+        && matches!(phase, "" | "Pending")
+    {
+        let said = vd
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["message"] == message.as_str());
+        if phase != "Pending" || !said {
+            app.store.modify(&key_of(DH, "virtualdisks", vd), |o| {
+                let mut st = o.get("status").cloned().unwrap_or(json!({}));
+                st["phase"] = json!("Pending");
+                st["progress"] = json!("");
+                set_condition(&mut st, "Ready", false, "ProvisioningNotStarted", message);
+                st["observedGeneration"] = o["metadata"]["generation"].clone();
+                o["status"] = st;
+            });
+        }
+        return;
+    }
+    let from_snapshot = snapshot.and_then(Result::ok);
     let class_name = vd
         .pointer("/spec/persistentVolumeClaim/storageClassName")
-        .and_then(Value::as_str);
+        .and_then(Value::as_str)
+        .or(from_snapshot.as_ref().and_then(|(_, c)| c.as_deref()));
     let waiting = matches!(phase, "" | "Pending" | "WaitForFirstConsumer")
         && crate::core::storage::waits_for_first_consumer(app, class_name)
         && !crate::core::storage::deckhouse_consumer(app, vd);
@@ -79,18 +106,18 @@ pub(super) fn virtual_disk(app: &App, vd: &Value, tick: bool) {
         "vd-{name}-{}",
         meta_str(vd, "uid").get(..8).unwrap_or("00000000")
     );
-    let size = vd
-        .pointer("/spec/persistentVolumeClaim/size")
-        .map(|v| {
-            v.as_str()
-                .map(String::from)
-                .unwrap_or_else(|| v.to_string())
-        })
-        .unwrap_or_else(|| "10Gi".into());
-    let class = vd
-        .pointer("/spec/persistentVolumeClaim/storageClassName")
-        .and_then(Value::as_str)
-        .map(String::from);
+    let size = match &from_snapshot {
+        Some((size, _)) => size.clone(),
+        None => vd
+            .pointer("/spec/persistentVolumeClaim/size")
+            .map(|v| {
+                v.as_str()
+                    .map(String::from)
+                    .unwrap_or_else(|| v.to_string())
+            })
+            .unwrap_or_else(|| "10Gi".into()),
+    };
+    let class = class_name.map(String::from);
     if next != "Pending" {
         ensure_pvc(app, vd, &pvc_name, &size, class.clone());
         // A disk made from a VirtualDiskSnapshot holds its data (dh_snapshot.rs).
