@@ -285,14 +285,29 @@ fn deckhouse_restore_as_a_new_vm_keeps_the_source() {
     )["metadata"]["resourceVersion"]
         .clone();
 
-    // A taken name (the source's own): one line, nothing written.
+    // A taken name (the source's own, or a disk's): one line, nothing written.
     env.emulator.clear_requests();
     let err = fails(&env, &["snapshot", "restore", "s1", "--new-vm", "db"], 1);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("\"db\" already exists"), "{err}");
+    let new_disk = disk.replacen("db-", "copy-", 1);
+    env.emulator.put_object(serde_json::json!({
+        "apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualDisk",
+        "metadata": {"name": new_disk, "namespace": "default"},
+        "spec": {"persistentVolumeClaim": {"size": "1Mi"}}}));
+    env.emulator.clear_requests();
+    let err = fails(&env, &["snapshot", "restore", "s1", "--new-vm", "copy"], 1);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("virtualdisk \"{new_disk}\" already exists"))
+            && err.contains("nothing was created"),
+        "{err}"
+    );
     assert!(changes(&env).is_empty(), "{:?}", changes(&env));
+    ok(env.kubectl(&["delete", "vd", &new_disk, "--wait"]));
+    env.emulator.clear_requests();
 
-    // Client dry run: nothing sent.
+    // Client dry run: nothing sent; the disks and the VM it would make, the VM last.
     let out = env.vm(&[
         "snapshot",
         "restore",
@@ -303,11 +318,25 @@ fn deckhouse_restore_as_a_new_vm_keeps_the_source() {
         "-o",
         "json",
     ]);
-    let op: Value = serde_json::from_str(&stdout(&out)).unwrap();
-    assert_eq!(op["kind"], "VirtualMachineSnapshotOperation");
-    assert_eq!(op["spec"]["type"], "CreateVirtualMachine");
+    let list: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(list["kind"], "List");
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items[0]["kind"], "VirtualDisk");
+    assert_eq!(items[0]["metadata"]["name"], new_disk.as_str());
+    assert_eq!(
+        items[0]["spec"]["dataSource"]["objectRef"]["kind"],
+        "VirtualDiskSnapshot"
+    );
+    let last = items.last().unwrap();
+    assert_eq!(
+        (&last["kind"], &last["metadata"]["name"]),
+        (
+            &serde_json::json!("VirtualMachine"),
+            &serde_json::json!("copy")
+        )
+    );
     assert!(changes(&env).is_empty(), "{:?}", changes(&env));
-    // Server dry run: the operation is sent with dryRun and nothing is kept.
+    // Server dry run: each object is sent with dryRun and nothing is kept.
     ok(env.vm(&[
         "snapshot",
         "restore",
@@ -316,17 +345,35 @@ fn deckhouse_restore_as_a_new_vm_keeps_the_source() {
         "copy",
         "--dry-run=server",
     ]));
-    let ops = || {
-        env.emulator.objects(
-            "virtualization.deckhouse.io",
-            "virtualmachinesnapshotoperations",
-            Some("default"),
-        )
-    };
-    assert!(ops().is_empty(), "{:?}", ops());
+    let dry: Vec<_> = env
+        .emulator
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.method == "POST"
+                && ["/virtualdisks", "/secrets", "/virtualmachines"]
+                    .iter()
+                    .any(|p| r.path.ends_with(p))
+        })
+        .collect();
+    assert!(
+        !dry.is_empty() && dry.iter().all(|r| r.query.contains("dryRun=All")),
+        "{:?}",
+        dry.iter().map(|r| (&r.path, &r.query)).collect::<Vec<_>>()
+    );
+    assert!(
+        env.emulator
+            .objects(
+                "virtualization.deckhouse.io",
+                "virtualmachines",
+                Some("default")
+            )
+            .iter()
+            .all(|v| v["metadata"]["name"] != "copy")
+    );
     env.emulator.clear_requests();
 
-    // The new VM: one operation, then labels (and the operation's owner) on what it made.
+    // The new VM: its disk from the disk snapshot first, the VM last, all labelled as ours.
     let out = env.vm(&["snapshot", "restore", "s1", "--new-vm", "copy"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
@@ -336,16 +383,22 @@ fn deckhouse_restore_as_a_new_vm_keeps_the_source() {
         stderr(&out)
     );
     let wire = changes(&env);
-    assert_eq!(wire[0].0, "POST", "{wire:#?}");
-    assert_eq!(wire[0].1, format!("{DH}/virtualmachinesnapshotoperations"));
-    let body = wire[0].2.clone().unwrap();
-    assert_eq!(body["spec"]["virtualMachineSnapshotName"], "s1");
-    assert_eq!(body["spec"]["createVirtualMachine"]["mode"], "Strict");
-    let new_disk = disk.replacen("db-", "copy-", 1);
+    let posts: Vec<_> = wire.iter().filter(|w| w.0 == "POST").collect();
+    assert_eq!(posts[0].1, format!("{DH}/virtualdisks"), "{wire:#?}");
+    let body = posts[0].2.clone().unwrap();
+    assert_eq!(body["metadata"]["name"], new_disk.as_str());
+    let vds =
+        kubectl_json(&env, &["get", "vmsnapshot", "s1"])["status"]["virtualDiskSnapshotNames"][0]
+            .clone();
     assert_eq!(
-        body["spec"]["createVirtualMachine"]["nameReplacement"],
-        serde_json::json!([{"from": {"kind": "VirtualMachine", "name": "db"}, "to": "copy"},
-            {"from": {"kind": "VirtualDisk", "name": disk}, "to": new_disk}])
+        body["spec"],
+        serde_json::json!({"dataSource": {"type": "ObjectRef",
+            "objectRef": {"kind": "VirtualDiskSnapshot", "name": vds}}})
+    );
+    assert_eq!(
+        posts.last().unwrap().1,
+        format!("{DH}/virtualmachines"),
+        "{wire:#?}"
     );
     let vm = kubectl_json(
         &env,
@@ -376,9 +429,8 @@ fn deckhouse_restore_as_a_new_vm_keeps_the_source() {
         source_rv
     );
 
-    // delete copy takes the operation and its disk; the source and the snapshot stay.
-    ok(env.vm(&["delete", "copy"]));
-    eventually("the operation goes with the new VM", || {
+    // No operation: kubectl vm made it all.
+    assert!(
         env.emulator
             .objects(
                 "virtualization.deckhouse.io",
@@ -386,15 +438,18 @@ fn deckhouse_restore_as_a_new_vm_keeps_the_source() {
                 Some("default"),
             )
             .is_empty()
-            && env
-                .emulator
-                .objects(
-                    "virtualization.deckhouse.io",
-                    "virtualdisks",
-                    Some("default"),
-                )
-                .iter()
-                .all(|d| d["metadata"]["name"] != new_disk.as_str())
+    );
+    // delete copy takes its disk; the source and the snapshot stay.
+    ok(env.vm(&["delete", "copy"]));
+    eventually("the disk goes with the new VM", || {
+        env.emulator
+            .objects(
+                "virtualization.deckhouse.io",
+                "virtualdisks",
+                Some("default"),
+            )
+            .iter()
+            .all(|d| d["metadata"]["name"] != new_disk.as_str())
     });
     kubectl_json(
         &env,
@@ -405,6 +460,30 @@ fn deckhouse_restore_as_a_new_vm_keeps_the_source() {
         kubectl_json(&env, &["get", "vmsnapshot", "s1"])["status"]["phase"],
         "Ready"
     );
+
+    // A snapshot that keeps no VM spec (its Secret's `vm` removed): one line, nothing made.
+    let kept = kubectl_json(&env, &["get", "vmsnapshot", "s1"])["status"]
+        ["virtualMachineSnapshotSecretName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    ok(env.kubectl(&[
+        "patch",
+        "secret",
+        &kept,
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op": "remove", "path": "/data/vm"}]"#,
+    ]));
+    env.emulator.clear_requests();
+    let err = fails(&env, &["snapshot", "restore", "s1", "--new-vm", "copy"], 1);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("snapshot s1 keeps no VM spec") && err.contains("nothing was created"),
+        "{err}"
+    );
+    assert!(changes(&env).is_empty(), "{:?}", changes(&env));
 }
 
 /// The issue's case: `restore --new-vm` of a VM made by `create` (its user data in the Secret
@@ -423,15 +502,6 @@ fn deckhouse_restore_as_a_new_vm_of_a_created_vm_has_its_own_identity() {
 
     let out = env.vm(&["snapshot", "restore", "s1", "--new-vm", "copy"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let op = &env.emulator.objects(
-        "virtualization.deckhouse.io",
-        "virtualmachinesnapshotoperations",
-        Some("default"),
-    )[0];
-    assert_eq!(
-        op["spec"]["createVirtualMachine"]["nameReplacement"][2],
-        serde_json::json!({"from": {"kind": "Secret", "name": "orig-cloudinit"}, "to": "copy-cloudinit"})
-    );
     let (text, secret) = cloudinit_secret(&env, "copy-cloudinit");
     assert!(!text.contains("orig"), "{text}");
     let (principals, cert) = platform_identity(&text);
@@ -482,72 +552,99 @@ fn deckhouse_restore_as_a_new_vm_of_a_created_vm_has_its_own_identity() {
     let out = env.vm(&["ssh", "copy", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 
-    // All or nothing: a name taken while the request is on its way fails the operation; it
-    // is deleted, and the stranger's Secret is left as it is.
-    env.emulator
-        .hold("create", "virtualmachinesnapshotoperations");
+    // All or nothing: the VM's name taken while the restore is on its way (after the checks,
+    // before the VM, the last object, is created): the disks and the Secret it made are
+    // deleted (uid preconditions), and the stranger's VM is left as it is.
+    env.emulator.hold("create", "virtualmachines");
     let child = env.spawn(&["snapshot", "restore", "s1", "--new-vm", "copy2"]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while env.emulator.held() < 1 {
         assert!(std::time::Instant::now() < deadline, "never held");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    env.emulator
-        .put_object(serde_json::json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "copy2-cloudinit", "namespace": "default"},
-        "type": "Opaque", "data": {"userData": "c3RyYW5nZXI="}}));
-    let stranger_rv =
-        kubectl_json(&env, &["get", "secret", "copy2-cloudinit"])["metadata"]["resourceVersion"]
-            .clone();
+    let made_secret = kubectl_json(&env, &["get", "secret", "copy2-cloudinit"]);
+    assert_eq!(made_secret["metadata"]["labels"]["kubevm.io/vm"], "copy2");
+    env.emulator.put_object(serde_json::json!({
+        "apiVersion": "virtualization.deckhouse.io/v1alpha2", "kind": "VirtualMachine",
+        "metadata": {"name": "copy2", "namespace": "default"},
+        "spec": {"runPolicy": "AlwaysOff", "virtualMachineClassName": "generic",
+            "cpu": {"cores": 1}, "memory": {"size": "1Gi"}, "blockDeviceRefs": []}}));
+    let stranger_uid = kubectl_json(
+        &env,
+        &[
+            "get",
+            "virtualmachines.virtualization.deckhouse.io",
+            "copy2",
+        ],
+    )["metadata"]["uid"]
+        .clone();
     env.emulator.release_held();
     let output = child.wait_with_output().unwrap();
     let err = stderr(&output);
     assert_eq!(output.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("content of the secret copy2-cloudinit is different")
-            && err.contains("deleted virtualmachinesnapshotoperation/s1-new-vm-"),
+        err.contains("\"copy2\" already exists")
+            && err.contains("deleted secret/copy2-cloudinit, made by the failed restore")
+            && err.contains("deleted virtualdisk/copy2-"),
         "{err}"
     );
-    let ops = env.emulator.objects(
-        "virtualization.deckhouse.io",
-        "virtualmachinesnapshotoperations",
-        Some("default"),
-    );
-    assert_eq!(ops.len(), 1, "only copy's operation stays: {ops:?}");
-    assert_eq!(ops[0]["metadata"]["ownerReferences"][0]["name"], "copy");
     assert_eq!(
-        kubectl_json(&env, &["get", "secret", "copy2-cloudinit"])["metadata"]["resourceVersion"],
-        stranger_rv
+        kubectl_json(
+            &env,
+            &[
+                "get",
+                "virtualmachines.virtualization.deckhouse.io",
+                "copy2"
+            ],
+        )["metadata"]["uid"],
+        stranger_uid
+    );
+    assert!(
+        !env.emulator
+            .objects("", "secrets", Some("default"))
+            .iter()
+            .any(|s| s["metadata"]["name"] == "copy2-cloudinit")
     );
     assert!(
         env.emulator
             .objects(
                 "virtualization.deckhouse.io",
-                "virtualmachines",
+                "virtualdisks",
                 Some("default")
             )
             .iter()
-            .all(|vm| vm["metadata"]["name"] != "copy2")
+            .all(|d| !d["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("copy2-"))
     );
 }
 
-/// `restore --new-vm` names that Deckhouse's CEL rule refuses (`createVirtualMachine.
-/// nameReplacement[].to` at most 59 characters, `crds/virtualmachinesnapshotoperations.yaml`)
-/// are refused before anything is written: exit 2, one line.
+/// `restore --new-vm` names: kubectl vm makes the objects itself, so the 59 characters
+/// Deckhouse's CEL rule allowed the operation's renames (`createVirtualMachine.nameReplacement
+/// []. to`, `crds/virtualmachinesnapshotoperations.yaml`) no longer apply: a disk name longer
+/// than that is made (a VirtualDisk's name is a DNS subdomain, deckhouse/virtualization
+/// `pkg/common/validate/validate.go` keeps a limit, 63, only for VMs).
 #[test]
-fn deckhouse_restore_as_a_new_vm_with_too_long_names_is_refused() {
+fn deckhouse_restore_as_a_new_vm_with_long_names_makes_them() {
     let (env, disk) = running_db();
     ok(env.vm(&["snapshot", "create", "db", "s1"]));
     // `db-x` becomes `NEW-x`: 56 + the suffix is over 59, the VM's name alone is not.
     let target = "n".repeat(56);
     let suffix = disk.strip_prefix("db-").unwrap_or(&disk);
-    env.emulator.clear_requests();
-    let err = fails(&env, &["snapshot", "restore", "s1", "--new-vm", &target], 2);
-    assert!(
-        err.contains(&format!("{target}-{suffix}")) && err.contains("59"),
-        "{err}"
+    let new_disk = format!("{target}-{suffix}");
+    assert!(new_disk.len() > 59);
+    ok(env.vm(&["snapshot", "restore", "s1", "--new-vm", &target]));
+    let vm = kubectl_json(
+        &env,
+        &[
+            "get",
+            "virtualmachines.virtualization.deckhouse.io",
+            &target,
+        ],
     );
-    assert!(changes(&env).is_empty(), "{:?}", changes(&env));
+    assert_eq!(vm["spec"]["blockDeviceRefs"][0]["name"], new_disk.as_str());
+    kubectl_json(&env, &["get", "vd", &new_disk]);
 }
 
 /// Deckhouse makes each disk's VolumeSnapshot without a class; on storage whose driver has no
@@ -596,21 +693,45 @@ fn deckhouse_snapshot_names_the_disk_that_cannot_be_snapshotted() {
     );
 }
 
-/// Issue 32, as for `clone`: the restorer makes its copy of the source's provisioning Secret
-/// and then the VM with the source's runPolicy (`service/restorer/snapshot_resources.go`), so
-/// an AlwaysOn VM made from a snapshot must not start from a copy holding the source's
-/// identity. kubectl vm makes the Secret itself (POST, marked with the operation's uid) once
-/// the operation exists; the restorer then takes it as made (`provisioner_restorer.go`
-/// ProcessClone). Unlike a clone's, this operation has no snapshot step before the restorer
-/// runs (`vmsop/internal/handler/lifecycle.go` executes on its first reconcile), so the
-/// platform may be first: then (409) only its copy, the one carrying the operation's uid, is
-/// rewritten, before the VM's disks are ready. Either way nothing is written over a Secret the
-/// operation did not make, and the VM, never restarted, boots with its own identity.
+/// `ssh-keygen -lf` of a public key line: its SHA256 fingerprint.
+fn fingerprint(env: &Env, key: &str) -> String {
+    let path = env.dir.path().join("fingerprinted.pub");
+    std::fs::write(&path, format!("{key}\n")).unwrap();
+    let out = std::process::Command::new("ssh-keygen")
+        .arg("-lf")
+        .arg(&path)
+        .output()
+        .expect("ssh-keygen not found: install openssh-client");
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out).split_whitespace().nth(1).unwrap().to_owned()
+}
+
+/// The ed25519 host public key in user data `text` (`ssh_keys.ed25519_public`).
+fn host_key(text: &str) -> String {
+    let doc: Value = yaml_serde::from_str(text).unwrap();
+    doc["ssh_keys"]["ed25519_public"]
+        .as_str()
+        .unwrap()
+        .split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Issue 32: a VM made from a snapshot of an AlwaysOn VM gets the source's runPolicy, so it
+/// would boot as soon as it exists. kubectl vm makes NEW's disks, then its Secret with NEW's
+/// own identity, then NEW, last: the Secret is older than the VM (request order,
+/// resourceVersion and creationTimestamp), it is never written again, and nothing of orig's
+/// identity (principals, host key by its `ssh-keygen` fingerprint) is in NEW's objects; the VM,
+/// never restarted, boots with its own identity.
 #[test]
 fn deckhouse_restore_as_a_new_always_on_vm_boots_with_its_own_identity() {
     let env = Env::deckhouse();
     let _signer = crate::signer::start_signer(&env, &[]);
     crate::ssh::vm_with_ca(&env, "orig", &["--run-strategy", "Always"]);
+    let (orig_text, _) = crate::clone::cloudinit_secret(&env, "orig-cloudinit");
+    let orig_key = host_key(&orig_text);
+    let orig_print = fingerprint(&env, &orig_key);
     ok(env.vm(&["snapshot", "create", "orig", "s1"]));
     env.emulator.clear_requests();
     let out = env.vm(&["snapshot", "restore", "s1", "--new-vm", "copy"]);
@@ -623,70 +744,109 @@ fn deckhouse_restore_as_a_new_always_on_vm_boots_with_its_own_identity() {
             .collect::<Vec<_>>()
     };
     let secrets = "/api/v1/namespaces/default/secrets";
-    let op_at = requests
+    let posted = |path: &str, name: &str| {
+        requests
+            .iter()
+            .position(|r| {
+                r.method == "POST"
+                    && r.path == path
+                    && r.status == 201
+                    && r.body.contains(&format!("\"{name}\""))
+            })
+            .unwrap_or_else(|| panic!("no POST of {name}: {:?}", log()))
+    };
+    let disk_at = requests
         .iter()
         .position(|r| {
-            r.method == "POST" && r.path == format!("{DH}/virtualmachinesnapshotoperations")
+            r.method == "POST"
+                && r.path == format!("{DH}/virtualdisks")
+                && r.status == 201
+                && r.body.contains("\"name\":\"copy-")
         })
-        .unwrap_or_else(|| panic!("{:?}", log()));
-    let op = &env.emulator.objects(
-        "virtualization.deckhouse.io",
-        "virtualmachinesnapshotoperations",
-        Some("default"),
-    )[0];
-    let uid = op["metadata"]["uid"].as_str().unwrap();
-    let made = requests
+        .unwrap_or_else(|| panic!("no POST of copy's disk: {:?}", log()));
+    let secret_at = posted(secrets, "copy-cloudinit");
+    let vm_at = posted(&format!("{DH}/virtualmachines"), "copy");
+    assert!(disk_at < secret_at && secret_at < vm_at, "{:?}", log());
+    // Never written again (no PUT or PATCH of its data: only its owner was added, by merge
+    // patch carrying ownerReferences alone).
+    for r in requests
         .iter()
-        .enumerate()
-        .filter(|(_, r)| r.method == "POST" && r.path == secrets)
-        .filter(|(_, r)| r.body.contains("\"copy-cloudinit\""))
-        .collect::<Vec<_>>();
-    assert_eq!(made.len(), 1, "{:?}", log());
-    let (at, post) = made[0];
-    assert!(at > op_at, "{:?}", log());
-    let body: Value = serde_json::from_str(&post.body).unwrap();
-    assert_eq!(
-        body["metadata"]["annotations"]["virtualization.deckhouse.io/vmoprestore"],
-        uid
-    );
-    assert!(!post.body.contains("orig"), "{}", post.body);
-    let puts = requests
-        .iter()
-        .filter(|r| r.method == "PUT" && r.path == format!("{secrets}/copy-cloudinit"))
-        .collect::<Vec<_>>();
-    match post.status {
-        // Ours: taken as made, never written again.
-        201 => assert!(puts.is_empty(), "{:?}", log()),
-        // The platform's copy (marked with the uid, as every PUT's body still is), rewritten
-        // once.
-        409 => {
-            assert_eq!(puts.len(), 1, "{:?}", log());
-            assert!(puts[0].body.contains(uid), "{}", puts[0].body);
-            assert!(!puts[0].body.contains("orig"), "{}", puts[0].body);
-        }
-        other => panic!("{other}: {:?}", log()),
+        .filter(|r| r.path == format!("{secrets}/copy-cloudinit") && r.method != "GET")
+    {
+        assert_eq!(r.method, "PATCH", "{:?}", log());
+        let body: Value = serde_json::from_str(&r.body).unwrap();
+        assert!(body.get("data").is_none(), "{}", r.body);
     }
-    let resources = op["status"]["resources"].as_array().unwrap();
     assert!(
-        resources.iter().any(|r| r["kind"] == "Secret"
-            && r["name"] == "copy-cloudinit"
-            && r["message"] == "Successfully processed"),
-        "{op}"
+        env.emulator
+            .objects(
+                "virtualization.deckhouse.io",
+                "virtualmachinesnapshotoperations",
+                Some("default"),
+            )
+            .is_empty()
     );
     let copy = kubectl_json(
         &env,
         &["get", "virtualmachines.virtualization.deckhouse.io", "copy"],
+    );
+    let (text, secret) = crate::clone::cloudinit_secret(&env, "copy-cloudinit");
+    // The Secret existed before the VM: its POST was answered 201 before the VM's was sent
+    // (kubectl vm waits for each), and it is no younger.
+    let vm_created: Value = serde_json::from_str(&requests[vm_at].body).unwrap();
+    assert_eq!(vm_created["metadata"]["name"], "copy");
+    assert!(
+        secret["metadata"]["creationTimestamp"].as_str().unwrap()
+            <= copy["metadata"]["creationTimestamp"].as_str().unwrap()
     );
     assert_eq!(copy["spec"]["runPolicy"], "AlwaysOn");
     assert_eq!(
         copy["spec"]["provisioning"]["userDataRef"]["name"],
         "copy-cloudinit"
     );
-    let (text, _) = crate::clone::cloudinit_secret(&env, "copy-cloudinit");
-    assert_eq!(
-        crate::clone::platform_identity(&text).0,
-        ["kubevm@copy.default"]
+    assert!(
+        secret["metadata"]["ownerReferences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["uid"] == copy["metadata"]["uid"]),
+        "{secret}"
     );
+    // NEW's own identity; nothing of orig's in NEW's objects.
+    let (principals, cert) = crate::clone::platform_identity(&text);
+    assert_eq!(principals, ["kubevm@copy.default"]);
+    let copy_key = host_key(&text);
+    let copy_print = fingerprint(&env, &copy_key);
+    assert_ne!(copy_print, orig_print);
+    let (certified, cert_principals, listed) = crate::clone::keygen_list(&env, &cert);
+    assert_eq!(certified, format!("ED25519-CERT {copy_print}"), "{listed}");
+    assert_eq!(
+        cert_principals,
+        kubevm::ca::host_principals("copy", "default"),
+        "{listed}"
+    );
+    let orig_b64 = orig_key.split_whitespace().nth(1).unwrap();
+    let disks: Vec<Value> = env
+        .emulator
+        .objects(
+            "virtualization.deckhouse.io",
+            "virtualdisks",
+            Some("default"),
+        )
+        .into_iter()
+        .filter(|d| d["metadata"]["labels"]["kubevm.io/vm"] == "copy")
+        .collect();
+    assert_eq!(disks.len(), 1, "{disks:?}");
+    for (what, body) in [
+        ("user data", text.clone()),
+        ("secret", secret.to_string()),
+        ("vm", copy.to_string()),
+        ("disk", disks[0].to_string()),
+    ] {
+        for needle in [orig_b64, orig_print.as_str(), "orig.default", "@orig"] {
+            assert!(!body.contains(needle), "{what} holds {needle}: {body}");
+        }
+    }
     // Started by the platform, never restarted: the sshd it booted answers with copy's own
     // host certificate (which `kubectl vm ssh` verifies) and refuses orig's user certificate.
     eventually("the copy runs", || {

@@ -387,19 +387,8 @@ pub async fn restore(
     });
     for (kind, name, _) in &made {
         let owned = match kind.kind {
-            "VirtualDisk" => {
-                crate::clone::deckhouse::add_owner(cluster, kind, ns, name, &owner).await
-            }
-            "Secret" => {
-                crate::clone::deckhouse::add_owner(
-                    cluster,
-                    kind,
-                    ns,
-                    name,
-                    &identity::owner_of(&new_vm),
-                )
-                .await
-            }
+            "VirtualDisk" => add_owner(cluster, *kind, ns, name, &owner).await,
+            "Secret" => add_owner(cluster, *kind, ns, name, &identity::owner_of(&new_vm)).await,
             _ => Ok(()),
         };
         if let Err(e) = owned {
@@ -422,6 +411,24 @@ pub async fn restore(
     }
     outcome.waited = true;
     Ok(outcome)
+}
+
+/// Adds `owner` to `name` (a patch carrying the resourceVersion read): a controller's
+/// status write in between is a conflict, after which it is read and tried again.
+async fn add_owner(
+    cluster: &Cluster,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+    owner: &Value,
+) -> Result<()> {
+    let mut tries = 0;
+    loop {
+        match crate::clone::deckhouse::add_owner(cluster, &kind, ns, name, owner).await {
+            Err(Error::Conflict(_)) if tries < 10 => tries += 1,
+            done => return done,
+        }
+    }
 }
 
 /// Waits until NEW's disks are provisioned: Ready, or WaitForFirstConsumer (bound when NEW
