@@ -199,13 +199,9 @@ pub(super) fn virtual_image(app: &App, img: &Value, tick: bool) {
     let ns = meta_str(img, "namespace");
     let on_pvc =
         img.pointer("/spec/storage").and_then(Value::as_str) == Some("PersistentVolumeClaim");
-    // The importer pod of a ClusterVirtualImage runs in the module's namespace; only a
-    // VirtualImage's is kept here.
-    let pod = |failure: Option<&str>| {
-        if !cluster {
-            importer::ensure(app, "vi", img, failure);
-        }
-    };
+    // The importer pod of a ClusterVirtualImage runs in the module's namespace.
+    let prefix = if cluster { "cvi" } else { "vi" };
+    let pod = |failure: Option<&str>| importer::ensure(app, prefix, img, failure);
     if let Some(url) = img
         .pointer("/spec/dataSource/http/url")
         .and_then(Value::as_str)
@@ -301,7 +297,7 @@ pub(super) fn virtual_image(app: &App, img: &Value, tick: bool) {
     };
     match next {
         "Provisioning" => pod(None),
-        "Ready" if !cluster => importer::remove(app, "vi", img),
+        "Ready" => importer::remove(app, prefix, img),
         _ => {}
     }
     let url = if cluster {
@@ -357,6 +353,7 @@ fn fetched_http(app: &App, img: &Value, plural: &str, tick: bool, url: &str) {
         return;
     }
     let cluster = plural == "clustervirtualimages";
+    let prefix = if cluster { "cvi" } else { "vi" };
     let uid = meta_str(img, "uid").to_string();
     let Some(job) = app.imports.job(&uid) else {
         let checksums = img
@@ -377,9 +374,7 @@ fn fetched_http(app: &App, img: &Value, plural: &str, tick: bool, url: &str) {
                 capacity: u64::MAX,
             },
         );
-        if !cluster {
-            importer::ensure(app, "vi", img, None);
-        }
+        importer::ensure(app, prefix, img, None);
         return;
     };
     let key = key_of(DH, plural, img);
@@ -402,7 +397,7 @@ fn fetched_http(app: &App, img: &Value, plural: &str, tick: bool, url: &str) {
         Some(Err(failure)) => {
             let (pod_ns, pod) = if cluster {
                 (
-                    "d8-virtualization".to_string(),
+                    importer::CVI_NAMESPACE.to_string(),
                     importer::pod_name("cvi", img),
                 )
             } else {
@@ -412,9 +407,7 @@ fn fetched_http(app: &App, img: &Value, plural: &str, tick: bool, url: &str) {
                 )
             };
             let error = failure.deckhouse_message();
-            if !cluster {
-                importer::ensure(app, "vi", img, Some(&error));
-            }
+            importer::ensure(app, prefix, img, Some(&error));
             let message = format!("Provisioning failed: Pod {pod_ns}/{pod} reported: {error}.");
             app.store.modify(&key, |o| {
                 let mut st = o.get("status").cloned().unwrap_or(json!({}));
@@ -427,9 +420,7 @@ fn fetched_http(app: &App, img: &Value, plural: &str, tick: bool, url: &str) {
         Some(Ok(imported)) => {
             let _ = std::fs::rename(&imported.path, app.uploads.data_path(&uid));
             app.imports.forget(&uid);
-            if !cluster {
-                importer::remove(app, "vi", img);
-            }
+            importer::remove(app, prefix, img);
             let name = meta_str(img, "name");
             let on_pvc = img.pointer("/spec/storage").and_then(Value::as_str)
                 == Some("PersistentVolumeClaim");
