@@ -192,9 +192,12 @@ pub fn vm_snapshot(app: &App, snap: &Value, _tick: bool) {
     let secret_name = format!("d8v-vms-{name}-{uid}");
     let secret_key = Key::new("", "secrets", ns, &secret_name);
     if app.store.get(&secret_key).is_none() {
+        // The emulator's own state (its power switch, …) is not the VM's: upstream keeps a
+        // stopped VM's power state in KubeVirt's objects, not in these annotations.
         let kept = json!({"apiVersion": vm["apiVersion"], "kind": "VirtualMachine",
             "metadata": {"name": vm_name, "namespace": ns,
-                "labels": vm["metadata"]["labels"].clone(), "annotations": vm["metadata"]["annotations"].clone()},
+                "labels": vm["metadata"]["labels"].clone(),
+                "annotations": crate::kubevirt::clone::without_emulator_state(&vm["metadata"]["annotations"])},
             "spec": vm["spec"].clone()});
         let mut data = json!({ "vm": stored(&kept) });
         // setProvisioning: the provisioning Secret the VM refers to is kept whole (key
@@ -887,6 +890,11 @@ mod tests {
         vm(&app, "AlwaysOff");
         let source = claim(&app);
         crate::kubevirt::vm_snapshot::write_volume(&app, "default", &source, b"kept").unwrap();
+        // The emulator's own state on the VM (as `stop` leaves it) is not kept with its spec.
+        app.store
+            .modify(&Key::new(DH, "virtualmachines", "default", "web"), |o| {
+                o["metadata"]["annotations"]["emulator.kubevm.io/power"] = json!("off")
+            });
         let snap = snapshot(&app, "s1", "web");
         let vds = format!("web-root-{}", meta_str(&snap, "uid"));
         app.store
@@ -930,6 +938,17 @@ mod tests {
             original["spec"]["storageClassName"]
         );
         assert_eq!(data(&app, &pvc), b"kept");
+        let s = get(&app, VM_SNAPSHOTS, "s1").unwrap();
+        let kept = kept_vm(&app, "default", &s).unwrap();
+        assert_eq!(kept["metadata"]["name"], "web");
+        assert!(
+            kept["metadata"]["annotations"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .all(|(k, _)| !k.starts_with("emulator.kubevm.io/")),
+            "{kept}"
+        );
     }
 
     #[test]

@@ -227,7 +227,7 @@ fn filter_map(map: &Value, filters: Option<&Vec<Value>>) -> Value {
     Value::Object(kept)
 }
 
-fn without_emulator_state(map: &Value) -> Value {
+pub(crate) fn without_emulator_state(map: &Value) -> Value {
     let kept: Map<String, Value> = map
         .as_object()
         .into_iter()
