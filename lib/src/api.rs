@@ -150,6 +150,24 @@ pub const PVC: Kind = Kind {
     namespaced: true,
 };
 
+/// Deckhouse's VirtualImage.
+pub const VIRTUAL_IMAGE: Kind = Kind {
+    group: "virtualization.deckhouse.io",
+    version: "v1alpha2",
+    kind: "VirtualImage",
+    plural: "virtualimages",
+    namespaced: true,
+};
+
+/// Deckhouse's ClusterVirtualImage (cluster-scoped).
+pub const CLUSTER_VIRTUAL_IMAGE: Kind = Kind {
+    group: "virtualization.deckhouse.io",
+    version: "v1alpha2",
+    kind: "ClusterVirtualImage",
+    plural: "clustervirtualimages",
+    namespaced: false,
+};
+
 /// KubeVirt's VirtualMachinePool.
 pub const KUBEVIRT_POOL: Kind = Kind {
     group: "pool.kubevirt.io",

@@ -264,22 +264,14 @@ pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandRes
     // flag value, and (when --flavor names the platform) the flag combinations.
     let inputs = read_inputs(&args)?;
     let choice = global.flavor_choice();
-    let provisional = match choice {
-        FlavorChoice::Fixed(flavor) => flavor,
-        FlavorChoice::Auto => Flavor::KubeVirt,
-    };
-    let mut early = build_plan(&args, &inputs, &args.name, "default", provisional)?;
-    // The CA keys may come from the cluster later.
-    early.platform_ssh.enabled = false;
-    if let Err(e) = early.validate() {
-        // Without --flavor, refuse before any request what neither platform accepts.
-        let mut other = early.clone();
-        other.flavor = Flavor::Deckhouse;
-        if matches!(choice, FlavorChoice::Fixed(_)) || other.validate().is_err() {
-            return Err(usage(e));
-        }
-    }
-    create::cloudinit::build(&early).map_err(usage)?;
+    let early = build_plan(
+        &args,
+        &inputs,
+        &args.name,
+        "default",
+        kubevm::platform::provisional(choice),
+    )?;
+    create::validate_before_discovery(&early, choice).map_err(usage)?;
     let offline = dry_run == DryRun::Client && matches!(choice, FlavorChoice::Fixed(_));
     // Offline manifests never talk to the cluster; a kubeconfig only lends its namespace.
     let mut context_namespace = None;

@@ -246,6 +246,28 @@ pub async fn interfaces(
     }
 }
 
+/// The networks a VM's secondary interface can name in the cluster's namespace, as shell
+/// completion offers them, with their kind
+/// ([`Capabilities::network_attachment`](crate::platform::Capabilities::network_attachment));
+/// none where the platform names networks otherwise or they cannot be listed.
+pub async fn attachment_names(cluster: &Cluster, flavor: Flavor) -> Vec<(String, &'static str)> {
+    let Some(kind) = crate::platform::of(flavor).network_attachment else {
+        return vec![];
+    };
+    let Ok(list) = kind
+        .api(&cluster.client, Some(&cluster.namespace))
+        .list_metadata(&Default::default())
+        .await
+    else {
+        return vec![];
+    };
+    list.items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .map(|n| (n, kind.kind))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
