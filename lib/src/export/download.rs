@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{HeaderName, Method, StatusCode, header};
+use http::{Method, StatusCode};
 use http_body_util::BodyExt;
-use serde::{Deserialize, Serialize};
 
+use super::answer::{self, Answer, Verdict};
 use super::checksum::{Algo, Hasher};
 use super::file::DownloadFile;
 use super::http::{HttpClient, HttpError};
@@ -64,30 +64,7 @@ pub struct Done {
     pub fetched: u64,
 }
 
-/// Validators of a partial download, kept next to it in `FILE.partial.meta`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PartialMeta {
-    /// The server's ETag.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub etag: Option<String>,
-    /// The server's Last-Modified.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_modified: Option<String>,
-    /// The complete size.
-    pub size: u64,
-    /// The URL's volume and format, so a different export of the same data still resumes.
-    pub format: String,
-}
-
-impl PartialMeta {
-    fn validator(&self) -> Option<&str> {
-        self.etag
-            .as_deref()
-            .filter(|e| !e.starts_with("W/"))
-            .or(self.last_modified.as_deref())
-    }
-}
+pub use super::answer::PartialMeta;
 
 /// `FILE.partial`.
 pub fn partial_path(path: &Path) -> PathBuf {
@@ -367,25 +344,6 @@ fn write_meta(path: &Path, meta: &PartialMeta) -> std::io::Result<()> {
     f.write_all(&serde_json::to_vec(meta).unwrap_or_default())
 }
 
-fn header_str(
-    response: &http::Response<hyper::body::Incoming>,
-    name: HeaderName,
-) -> Option<String> {
-    response
-        .headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(String::from)
-}
-
-/// `Content-Range: bytes START-END/SIZE` → (START, SIZE).
-fn content_range(value: &str) -> Option<(u64, Option<u64>)> {
-    let rest = value.strip_prefix("bytes ")?;
-    let (range, size) = rest.split_once('/')?;
-    let (start, _) = range.split_once('-')?;
-    Some((start.parse().ok()?, size.parse().ok()))
-}
-
 fn io_err(what: &str, path: &Path, e: std::io::Error) -> Error {
     Error::Transfer(format!("cannot {what} {}: {e}", path.display()))
 }
@@ -617,7 +575,9 @@ async fn place_file(
     Ok((!job.compress).then_some(sum_path))
 }
 
-/// The request loop: returns bytes fetched over the network.
+/// The request loop: returns bytes fetched over the network. Each answer is judged against
+/// what is on disk ([`answer::judge`]); data that is not the source's any more is thrown
+/// away and asked for again; a failed attempt is retried after [`answer::backoff`].
 #[allow(clippy::too_many_arguments)]
 async fn transfer(
     client: &HttpClient,
@@ -630,140 +590,83 @@ async fn transfer(
     on_event: &mut (dyn FnMut(Event) + Send),
 ) -> std::result::Result<u64, TransferError> {
     let ranged = !job.gzip;
-    let format = if job.gzip { "gzip" } else { "raw" }.to_string();
     let mut fetched = 0u64;
     let mut failures = 0u32;
     'requests: loop {
-        let mut headers: Vec<(HeaderName, String)> = vec![];
-        if ranged && *offset > 0 {
-            headers.push((header::RANGE, format!("bytes={offset}-")));
-            if let Some(v) = meta.as_ref().and_then(|m| m.validator()) {
-                headers.push((header::IF_RANGE, v.to_string()));
-            }
-        }
-        let complete = meta
-            .as_ref()
-            .is_some_and(|m| *offset == m.size && m.size > 0);
-        let method = if complete { Method::HEAD } else { Method::GET };
-        let outcome: std::result::Result<(), HttpError> = match client
-            .send(method.clone(), &job.url, &headers)
-            .await
-        {
-            Err(e) => Err(e),
-            Ok(response) => 'answer: {
-                let status = response.status();
-                let etag = header_str(&response, header::ETAG);
-                let last_modified = header_str(&response, header::LAST_MODIFIED);
-                let length: Option<u64> =
-                    header_str(&response, header::CONTENT_LENGTH).and_then(|v| v.parse().ok());
-                let same_source = |m: &PartialMeta| {
-                    (m.etag.is_some() && m.etag == etag)
-                        || (m.etag.is_none()
-                            && m.last_modified.is_some()
-                            && m.last_modified == last_modified)
-                };
-                let mut restart = false;
-                let mut total = meta.as_ref().map(|m| m.size);
-                if complete {
-                    // Everything is on disk already: only check it is still the same data.
-                    if status == StatusCode::OK
-                        && meta
-                            .as_ref()
-                            .is_some_and(|m| same_source(m) && Some(m.size) == length)
-                    {
-                        return Ok(fetched);
-                    }
-                    restart = true;
-                } else if status == StatusCode::PARTIAL_CONTENT {
-                    let range = header_str(&response, header::CONTENT_RANGE)
-                        .as_deref()
-                        .and_then(content_range);
-                    match range {
-                        Some((start, size)) if start == *offset && size == total => {}
-                        _ => restart = true,
-                    }
-                } else if status == StatusCode::OK {
-                    restart = *offset > 0;
-                    total = if job.gzip { None } else { length };
-                } else {
-                    // 416 and anything unexpected: the data is not what we have.
-                    restart = true;
-                }
-                if restart {
-                    let discarded = *offset > 0;
-                    if discarded {
-                        if options.output == super::Output::Stdout {
-                            return Err(Error::Transfer(
-                                "the source changed during the transfer and stdout cannot start over".into(),
-                            )
-                            .into());
-                        }
-                        on_event(Event::Notice {
-                            message: if job.gzip {
-                                "the gzip stream cannot continue from an offset: starting over"
-                                    .into()
-                            } else {
-                                "the source changed since the partial download: starting over"
-                                    .into()
-                            },
-                        });
-                        output.restart().map_err(TransferError::Write)?;
-                        *offset = 0;
-                    }
-                    *meta = None;
-                    if status != StatusCode::OK || method == Method::HEAD {
-                        if discarded {
-                            continue 'requests;
-                        }
-                        // Nothing was thrown away, so starting over changes nothing: the
-                        // answer itself is wrong (204, 416, a 206 for another range). It goes
-                        // through the retry path: counted, delayed, bounded.
-                        break 'answer Err(HttpError::Status {
-                            code: status.as_u16(),
-                            message: "not the data asked for".into(),
-                        });
-                    }
-                }
-                if meta.is_none() {
-                    let m = PartialMeta {
-                        etag: etag.clone(),
-                        last_modified: last_modified.clone(),
-                        size: total.unwrap_or(0),
-                        format: format.clone(),
-                    };
-                    if let Some(p) = meta_path
-                        && ranged
-                    {
-                        write_meta(p, &m).map_err(|e| io_err("write", p, e))?;
-                    }
-                    *meta = Some(m);
-                    on_event(Event::Progress {
-                        volume: job.volume.clone(),
-                        done: *offset,
-                        total,
-                    });
-                }
-                let before = *offset;
-                let r = stream_body(response, job, output, offset, total, on_event).await;
-                let progressed = *offset > before;
-                fetched += *offset - before;
-                if progressed {
-                    failures = 0;
-                }
-                match r {
-                    Ok(()) if total.is_none_or(|t| *offset >= t) => return Ok(fetched),
-                    Ok(()) => Err(HttpError::Body(format!(
-                        "the body ended at byte {offset} of {}",
-                        total.unwrap_or(0)
-                    ))),
-                    Err(StreamError::Write(e)) => return Err(TransferError::Write(e)),
-                    Err(StreamError::Http(e)) => Err(e),
-                }
-            }
+        let headers = answer::request_headers(ranged, *offset, meta.as_ref());
+        let method = if answer::complete(meta.as_ref(), *offset) {
+            Method::HEAD
+        } else {
+            Method::GET
         };
+        let outcome: std::result::Result<(), HttpError> =
+            match client.send(method.clone(), &job.url, &headers).await {
+                Err(e) => Err(e),
+                Ok(response) => 'answer: {
+                    let answered = Answer::of(&response);
+                    let total = match answer::judge(&answered, meta.as_ref(), *offset, job.gzip) {
+                        Verdict::Complete => return Ok(fetched),
+                        Verdict::Continue { total } => total,
+                        Verdict::StartOver { total } => {
+                            let discarded = start_over(job, options, output, offset, on_event)?;
+                            *meta = None;
+                            if answered.status != StatusCode::OK || method == Method::HEAD {
+                                if discarded {
+                                    continue 'requests;
+                                }
+                                // Nothing was thrown away, so starting over changes nothing: the
+                                // answer itself is wrong (204, 416, a 206 for another range). It
+                                // goes through the retry path: counted, delayed, bounded.
+                                break 'answer Err(HttpError::Status {
+                                    code: answered.status.as_u16(),
+                                    message: "not the data asked for".into(),
+                                });
+                            }
+                            total
+                        }
+                    };
+                    if meta.is_none() {
+                        let m = PartialMeta {
+                            etag: answered.etag.clone(),
+                            last_modified: answered.last_modified.clone(),
+                            size: total.unwrap_or(0),
+                            format: if job.gzip { "gzip" } else { "raw" }.to_string(),
+                        };
+                        if let Some(p) = meta_path
+                            && ranged
+                        {
+                            write_meta(p, &m).map_err(|e| io_err("write", p, e))?;
+                        }
+                        *meta = Some(m);
+                        on_event(Event::Progress {
+                            volume: job.volume.clone(),
+                            done: *offset,
+                            total,
+                        });
+                    }
+                    let before = *offset;
+                    let r = stream_body(response, job, output, offset, total, on_event).await;
+                    let progressed = *offset > before;
+                    fetched += *offset - before;
+                    if progressed {
+                        failures = 0;
+                    }
+                    match r {
+                        Ok(()) if total.is_none_or(|t| *offset >= t) => return Ok(fetched),
+                        Ok(()) => Err(HttpError::Body(format!(
+                            "the body ended at byte {offset} of {}",
+                            total.unwrap_or(0)
+                        ))),
+                        Err(StreamError::Write(e)) => return Err(TransferError::Write(e)),
+                        Err(StreamError::Http(e)) => Err(e),
+                    }
+                }
+            };
         let Err(error) = outcome else { continue };
         failures += 1;
-        if !error.retryable() || failures > options.max_retries {
+        let Some(delay) =
+            answer::backoff(&error, failures, options.max_retries, options.retry_delay)
+        else {
             let tries = if failures > 1 {
                 format!(" (after {failures} attempts)")
             } else {
@@ -774,11 +677,7 @@ async fn transfer(
                 job.volume
             ))
             .into());
-        }
-        let delay = options
-            .retry_delay
-            .saturating_mul(1 << (failures - 1).min(4))
-            .min(Duration::from_secs(8));
+        };
         on_event(Event::Retrying {
             attempt: failures,
             max: options.max_retries,
@@ -788,6 +687,37 @@ async fn transfer(
         });
         tokio::time::sleep(delay).await;
     }
+}
+
+/// Throws away what is on disk when the source's answer does not continue it (a changed
+/// source, or a gzip stream that cannot resume): says so, and empties the output. Refused on
+/// stdout, which cannot take back what it wrote. Whether anything was thrown away.
+fn start_over(
+    job: &Job,
+    options: &ExportOptions,
+    output: &mut Output,
+    offset: &mut u64,
+    on_event: &mut (dyn FnMut(Event) + Send),
+) -> std::result::Result<bool, TransferError> {
+    if *offset == 0 {
+        return Ok(false);
+    }
+    if options.output == super::Output::Stdout {
+        return Err(Error::Transfer(
+            "the source changed during the transfer and stdout cannot start over".into(),
+        )
+        .into());
+    }
+    on_event(Event::Notice {
+        message: if job.gzip {
+            "the gzip stream cannot continue from an offset: starting over".into()
+        } else {
+            "the source changed since the partial download: starting over".into()
+        },
+    });
+    output.restart().map_err(TransferError::Write)?;
+    *offset = 0;
+    Ok(true)
 }
 
 /// Why the request loop stopped.
@@ -867,13 +797,6 @@ async fn stream_body(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn content_range_parses() {
-        assert_eq!(content_range("bytes 100-199/1000"), Some((100, Some(1000))));
-        assert_eq!(content_range("bytes 5-9/*"), Some((5, None)));
-        assert_eq!(content_range("items 1-2/3"), None);
-    }
 
     #[test]
     fn partial_names() {
