@@ -139,21 +139,7 @@ pub async fn clone(
     let vm_kind = Kind::vm(flavor);
     let ns = request.source.namespace.as_str();
     ensure_free(cluster, &vm_kind, ns, &request.target).await?;
-    let (_, object) = match flavor {
-        Flavor::KubeVirt => (kubevirt::CLONE, kubevirt::clone_object(request, &source)),
-        Flavor::Deckhouse => {
-            let plan = deckhouse::plan(request, &source);
-            deckhouse::check_name_lengths(
-                &request.target,
-                deckhouse::renames(&plan.operation, "/spec/clone/nameReplacement"),
-            )?;
-            for disk in &plan.disks {
-                ensure_free(cluster, &crate::api::VIRTUAL_DISK, ns, &disk.1).await?;
-            }
-            (crate::lifecycle::deckhouse::VMOP, plan.operation)
-        }
-    };
-    let mut object = object;
+    let mut object = clone_object(cluster, flavor, request, &source).await?;
     // The new VM's own identity (see [`identity`]): what of the source's user data is ours.
     let user_data = identity::read_user_data(cluster, flavor, &source)
         .await?
@@ -201,28 +187,12 @@ pub async fn clone(
             waited: false,
         });
     }
-    // The new identity: a fresh host key certified for the new VM, the platform part of the
-    // user data made again for it.
-    let mut new_text = None;
-    if let (Some((_, text)), DryRun::None) = (&user_data, request.dry_run) {
-        let host = crate::create::checks::vm_host_keys(
-            cluster,
-            platform,
-            crate::ca::DEFAULT_NAMESPACE,
-            &request.target,
-            ns,
-            &mut |w| on_event(Event::Notice(w)),
-        )
-        .await?;
-        new_text = identity::reissue(
-            text,
-            &request.source.name,
-            &request.target,
-            ns,
-            host.as_ref(),
-        )
-        .map_err(Error::Platform)?;
-    }
+    let new_text = match (&user_data, request.dry_run) {
+        (Some((_, text)), DryRun::None) => {
+            new_identity(cluster, platform, request, text, on_event).await?
+        }
+        _ => None,
+    };
     let mut made_secret: Option<String> = None;
     if let (true, Some(text)) = (own_secret, &new_text) {
         let secret = identity::secret_object(flavor, ns, &request.target, text);
@@ -243,31 +213,94 @@ pub async fn clone(
     if result.is_err()
         && let Some(uid) = &made_secret
     {
-        // All or nothing: our Secret goes unless the new VM exists (then it owns it).
-        let vm_exists = vm_kind
-            .api(&cluster.client, Some(ns))
-            .get_opt(&request.target)
-            .await
-            .ok()
-            .flatten();
-        match vm_exists {
-            Some(vm) => {
-                let vm = serde_json::to_value(vm).unwrap_or_default();
-                let _ = deckhouse::add_owner(
-                    cluster,
-                    &crate::api::SECRET,
-                    ns,
-                    &new_secret,
-                    &identity::owner_of(&vm),
-                )
-                .await;
-            }
-            None => {
-                let _ = identity::delete_secret(cluster, ns, &new_secret, uid).await;
-            }
-        }
+        drop_own_secret(cluster, flavor, request, uid).await;
     }
     result
+}
+
+/// The clone object for the platform (KubeVirt's VirtualMachineClone, Deckhouse's Clone
+/// operation), refused before anything is made when the disks it would make (Deckhouse) are
+/// taken or their names too long.
+async fn clone_object(
+    cluster: &Cluster,
+    flavor: Flavor,
+    request: &CloneRequest,
+    source: &Value,
+) -> Result<Value> {
+    match flavor {
+        Flavor::KubeVirt => Ok(kubevirt::clone_object(request, source)),
+        Flavor::Deckhouse => {
+            let plan = deckhouse::plan(request, source);
+            deckhouse::check_name_lengths(
+                &request.target,
+                deckhouse::renames(&plan.operation, "/spec/clone/nameReplacement"),
+            )?;
+            let ns = request.source.namespace.as_str();
+            for disk in &plan.disks {
+                ensure_free(cluster, &crate::api::VIRTUAL_DISK, ns, &disk.1).await?;
+            }
+            Ok(plan.operation)
+        }
+    }
+}
+
+/// The new identity: a fresh host key certified for the new VM, the platform part of the
+/// source's user data (`text`) made again for it, so the copy does not answer as the source.
+async fn new_identity(
+    cluster: &Cluster,
+    platform: &Platform,
+    request: &CloneRequest,
+    text: &str,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<Option<String>> {
+    let ns = request.source.namespace.as_str();
+    let host = crate::create::checks::vm_host_keys(
+        cluster,
+        platform,
+        crate::ca::DEFAULT_NAMESPACE,
+        &request.target,
+        ns,
+        &mut |w| on_event(Event::Notice(w)),
+    )
+    .await?;
+    identity::reissue(
+        text,
+        &request.source.name,
+        &request.target,
+        ns,
+        host.as_ref(),
+    )
+    .map_err(Error::Platform)
+}
+
+/// After a failed clone, all or nothing: the Secret made for the new VM (uid `uid`) goes,
+/// unless the new VM exists (then it is given to it to own). Best effort: the clone's own
+/// error is what the user sees.
+async fn drop_own_secret(cluster: &Cluster, flavor: Flavor, request: &CloneRequest, uid: &str) {
+    let ns = request.source.namespace.as_str();
+    let new_secret = identity::secret_name(&request.target);
+    let vm_exists = Kind::vm(flavor)
+        .api(&cluster.client, Some(ns))
+        .get_opt(&request.target)
+        .await
+        .ok()
+        .flatten();
+    match vm_exists {
+        Some(vm) => {
+            let vm = serde_json::to_value(vm).unwrap_or_default();
+            let _ = deckhouse::add_owner(
+                cluster,
+                &crate::api::SECRET,
+                ns,
+                &new_secret,
+                &identity::owner_of(&vm),
+            )
+            .await;
+        }
+        None => {
+            let _ = identity::delete_secret(cluster, ns, &new_secret, uid).await;
+        }
+    }
 }
 
 /// Create the clone object and follow it (see [`clone`]); `new_text` is the new VM's user

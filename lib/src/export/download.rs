@@ -626,18 +626,7 @@ async fn transfer(
                         }
                     };
                     if meta.is_none() {
-                        let m = PartialMeta {
-                            etag: answered.etag.clone(),
-                            last_modified: answered.last_modified.clone(),
-                            size: total.unwrap_or(0),
-                            format: if job.gzip { "gzip" } else { "raw" }.to_string(),
-                        };
-                        if let Some(p) = meta_path
-                            && ranged
-                        {
-                            write_meta(p, &m).map_err(|e| io_err("write", p, e))?;
-                        }
-                        *meta = Some(m);
+                        *meta = Some(remember_source(job, &answered, total, meta_path)?);
                         on_event(Event::Progress {
                             volume: job.volume.clone(),
                             done: *offset,
@@ -687,6 +676,29 @@ async fn transfer(
         });
         tokio::time::sleep(delay).await;
     }
+}
+
+/// The validators of the source a download starts (or starts over) from, kept beside the
+/// partial file (`meta_path`; a ranged download only) so that a later run resumes only the
+/// same data.
+fn remember_source(
+    job: &Job,
+    answered: &Answer,
+    total: Option<u64>,
+    meta_path: Option<&Path>,
+) -> Result<PartialMeta> {
+    let m = PartialMeta {
+        etag: answered.etag.clone(),
+        last_modified: answered.last_modified.clone(),
+        size: total.unwrap_or(0),
+        format: if job.gzip { "gzip" } else { "raw" }.to_string(),
+    };
+    if let Some(p) = meta_path
+        && !job.gzip
+    {
+        write_meta(p, &m).map_err(|e| io_err("write", p, e))?;
+    }
+    Ok(m)
 }
 
 /// Throws away what is on disk when the source's answer does not continue it (a changed
