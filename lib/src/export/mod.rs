@@ -16,6 +16,7 @@ pub mod file;
 pub mod http;
 pub mod kubevirt;
 pub mod object;
+mod output;
 pub mod route;
 
 use std::path::PathBuf;
