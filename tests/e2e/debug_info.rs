@@ -815,3 +815,67 @@ fn deckhouse_bundle_holds_the_importer_of_the_image_a_vm_is_created_from() {
         "{log}"
     );
 }
+
+/// A VM created from a cluster image that is still importing: the image's importer runs in the
+/// module's namespace (`d8-virtualization/d8v-cvi-importer-<uid>`); the bundle holds it, its
+/// log and its events.
+#[test]
+fn deckhouse_bundle_holds_the_importer_of_a_cluster_image_in_the_modules_namespace() {
+    let env = Env::deckhouse();
+    ok(env.vm(&[
+        "image",
+        "create",
+        "stuck-golden",
+        "--cluster-wide",
+        "--url",
+        "https://images.invalid/golden.qcow2",
+        "--no-wait",
+    ]));
+    ok(env.vm(&[
+        "create",
+        "fromcvi",
+        "-n",
+        "default",
+        "--image",
+        "cvi/stuck-golden",
+    ]));
+    let image_uid = env
+        .emulator
+        .objects("virtualization.deckhouse.io", "clustervirtualimages", None)
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == "stuck-golden")
+        .unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let importer = format!("d8v-cvi-importer-{image_uid}");
+    crate::lifecycle::eventually("the cluster image's importer fails", || {
+        env.emulator
+            .objects("", "pods", Some("d8-virtualization"))
+            .iter()
+            .any(|p| {
+                p["metadata"]["name"] == importer.as_str()
+                    && p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                        == "CrashLoopBackOff"
+            })
+    });
+    let (archive, _) = collect(&env, &["fromcvi", "-n", "default"]);
+    let files = listing(&archive);
+    assert_has(
+        &files,
+        &[
+            "clustervirtualimage/stuck-golden.yaml",
+            &format!("pod/{importer}.yaml"),
+            &format!("log/{importer}/d8v-dvcr-importer.log"),
+            &format!("event/pod-{importer}.yaml"),
+        ],
+    );
+    let top = extract(&env, &archive);
+    let log = read(&top, &format!("log/{importer}/d8v-dvcr-importer.log"));
+    assert!(
+        log.contains("https://images.invalid/golden.qcow2") && log.contains("no such host"),
+        "{log}"
+    );
+    let pod = read(&top, &format!("pod/{importer}.yaml"));
+    assert!(pod.contains("namespace: d8-virtualization"), "{pod}");
+}

@@ -1,7 +1,8 @@
 //! What belongs to a Deckhouse VM: its internal KubeVirt objects
 //! (`internal.virtualization.deckhouse.io`), operations (VMOPs, migrations among them), block
 //! devices (VirtualDisks, VirtualImages, ClusterVirtualImages, VMBDAs) and their PVCs, the
-//! virt-launcher and hotplug pods, the importer pods of disks still importing, and the domain
+//! virt-launcher and hotplug pods, the importer pods of disks and images still importing (a
+//! cluster image's in the module's namespace, `d8-virtualization`), and the domain
 //! XML (`vlctl domain -o xml` in `compute`).
 
 use serde_json::Value;
@@ -10,6 +11,8 @@ use super::{Collector, POD, kind, node_names, owned_pods};
 use crate::api::{Kind, VIRTUAL_DISK};
 
 const GROUP: &str = "virtualization.deckhouse.io";
+/// The virtualization module's namespace, where ClusterVirtualImages' importers run.
+const CVI_IMPORTER_NAMESPACE: &str = "d8-virtualization";
 const INTERNAL: &str = "internal.virtualization.deckhouse.io";
 const VMOP: Kind = kind(
     GROUP,
@@ -103,10 +106,12 @@ pub(crate) async fn collect(c: &Collector, vm: &Value) {
     let (attached, more) = attached_devices(c, &vmbdas, &refs).await;
     devices.extend(more);
     let images = disk_sources(c, &devices, &[refs, attached].concat()).await;
+    let cvi_importers = cvi_importers(c, &images).await;
     devices.extend(images);
     let pvcs: Vec<String> = devices.iter().filter_map(|(_, p)| p.clone()).collect();
     let devices_found: Vec<Value> = devices.iter().filter_map(|(d, _)| d.clone()).collect();
-    let (launchers, pods) = vm_pods(&all_pods, &name, &devices_found);
+    let (launchers, mut pods) = vm_pods(&all_pods, &name, &devices_found);
+    pods.extend(cvi_importers);
     for pod in &pods {
         c.put_object(&POD, pod).await;
     }
@@ -255,6 +260,26 @@ async fn disk_sources(
         .filter(|r| !seen.contains(r))
         .collect();
     futures::future::join_all(sources.iter().map(|(k, n)| block_device(c, k, n))).await
+}
+
+/// The importers of the cluster images among `images` still importing: they run in the
+/// module's namespace (`d8v-cvi-importer-<uid>`), readable to those allowed there.
+async fn cvi_importers(c: &Collector, images: &[(Option<Value>, Option<String>)]) -> Vec<Value> {
+    futures::future::join_all(
+        images
+            .iter()
+            .filter_map(|(i, _)| i.as_ref())
+            .filter(|i| i["kind"] == "ClusterVirtualImage" && i["status"]["phase"] != "Ready")
+            .filter_map(|i| i["metadata"]["uid"].as_str())
+            .map(|uid| {
+                let pod = format!("d8v-cvi-importer-{uid}");
+                async move { c.find_in(&POD, CVI_IMPORTER_NAMESPACE, &pod).await }
+            }),
+    )
+    .await
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// Which of the namespace's pods are the VM's: `(launchers, all of its pods)`. Launchers by

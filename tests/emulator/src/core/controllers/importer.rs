@@ -41,7 +41,22 @@ pub const CONTAINER: &str = "d8v-dvcr-importer";
 /// The CDI importer's container name (`common.ImporterPodName`).
 pub const CDI_CONTAINER: &str = "importer";
 
-/// The importer pod name of a VirtualDisk (`prefix` "vd") or VirtualImage ("vi").
+/// Where a ClusterVirtualImage's importer runs: the module's namespace (deckhouse/virtualization
+/// docs list `d8v-cvi-importer-*` among the module's own components; its audit rules skip
+/// `cvi-importer` pods in `d8-virtualization`).
+pub const CVI_NAMESPACE: &str = "d8-virtualization";
+
+/// The namespace of the importer of `owner` (`prefix` "cvi" for a ClusterVirtualImage).
+fn pod_namespace<'a>(prefix: &str, owner: &'a Value) -> &'a str {
+    if prefix == "cvi" {
+        CVI_NAMESPACE
+    } else {
+        meta_str(owner, "namespace")
+    }
+}
+
+/// The importer pod name of a VirtualDisk (`prefix` "vd"), VirtualImage ("vi") or
+/// ClusterVirtualImage ("cvi").
 pub fn pod_name(prefix: &str, owner: &Value) -> String {
     format!("d8v-{prefix}-importer-{}", meta_str(owner, "uid"))
 }
@@ -88,7 +103,7 @@ pub fn ensure(app: &App, prefix: &str, owner: &Value, failure: Option<&str>) {
     };
     let shape = PodShape {
         name: pod_name(prefix, owner),
-        namespace: meta_str(owner, "namespace").to_owned(),
+        namespace: pod_namespace(prefix, owner).to_owned(),
         labels: json!({"heritage": "deckhouse", "app": "dvcr-data-importer",
                        "resource-quota-overrides.deckhouse.io/ignore": "true"}),
         annotations: json!({"internal.virtualization.deckhouse.io/storage.createdByController": "yes"}),
@@ -216,7 +231,7 @@ fn back_off(app: &App, ns: &str, pod: &str, container: &str) {
 
 /// The import is over: the controller deletes its pod.
 pub fn remove(app: &App, prefix: &str, owner: &Value) {
-    delete(app, meta_str(owner, "namespace"), &pod_name(prefix, owner));
+    delete(app, pod_namespace(prefix, owner), &pod_name(prefix, owner));
 }
 
 /// The DataVolume `dv` imported: CDI deletes its importer (unless the PVC asks to keep it).
