@@ -8,7 +8,7 @@
 use crate::common::{Env, fails, ok, stderr, stdout};
 use crate::set::{DH_VM, KV_VM, jsonpath, requests_on, writes};
 
-fn nad(env: &Env, name: &str) {
+pub(crate) fn nad(env: &Env, name: &str) {
     let path = env.dir.path().join(format!("{name}.yaml"));
     std::fs::write(
         &path,
@@ -45,7 +45,7 @@ fn row(name: &str, network: &str, state: &str) -> (String, String, String) {
     (name.into(), network.into(), state.into())
 }
 
-fn wait_migrations(env: &Env) {
+pub(crate) fn wait_migrations(env: &Env) {
     ok(env.kubectl(&[
         "wait",
         "vmim",
