@@ -44,6 +44,7 @@ mod logs;
 mod memory_dump;
 mod migrations;
 mod network;
+mod network_exists;
 mod network_get;
 mod pools;
 mod rbac;
