@@ -684,6 +684,66 @@ fn deckhouse_bundle_holds_the_importer_pods_of_the_vms_disks() {
     assert!(pod.contains("app: dvcr-data-importer"), "{pod}");
 }
 
+/// The CDI importer pods of a KubeVirt VM's disks (`importer-<PVC>`), with their logs and
+/// events, go in the bundle; another VM's importer in the same namespace does not.
+#[test]
+fn kubevirt_bundle_holds_the_importer_pods_of_the_vms_disks() {
+    let env = Env::kubevirt();
+    for (vm, url) in [
+        ("imp", "https://disks.invalid/imp.qcow2"),
+        ("other", "https://disks.invalid/other.qcow2"),
+    ] {
+        ok(env.vm(&["create", vm, "-n", "default", "--url", url]));
+    }
+    // The claim of the VM's root disk: its DataVolume template's name.
+    let claim_of = |vm: &str| {
+        env.emulator
+            .objects("kubevirt.io", "virtualmachines", Some("default"))
+            .into_iter()
+            .find(|v| v["metadata"]["name"] == vm)
+            .unwrap()["spec"]["dataVolumeTemplates"][0]["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (mine, theirs) = (
+        format!("importer-{}", claim_of("imp")),
+        format!("importer-{}", claim_of("other")),
+    );
+    let failing = |pod: &str| {
+        env.emulator
+            .objects("", "pods", Some("default"))
+            .iter()
+            .any(|p| {
+                p["metadata"]["name"] == pod
+                    && p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                        == "CrashLoopBackOff"
+            })
+    };
+    crate::lifecycle::eventually("both importers fail", || failing(&mine) && failing(&theirs));
+    let (archive, _) = collect(&env, &["imp", "-n", "default"]);
+    let files = listing(&archive);
+    assert_has(
+        &files,
+        &[
+            &format!("pod/{mine}.yaml"),
+            &format!("log/{mine}/importer.log"),
+            &format!("event/pod-{mine}.yaml"),
+        ],
+    );
+    assert!(!files.iter().any(|f| f.contains(&theirs)), "{files:?}");
+    let top = extract(&env, &archive);
+    let log = read(&top, &format!("log/{mine}/importer.log"));
+    assert!(
+        log.contains("https://disks.invalid/imp.qcow2") && log.contains("no such host"),
+        "{log}"
+    );
+    let events = read(&top, &format!("event/pod-{mine}.yaml"));
+    assert!(events.contains("BackOff"), "{events}");
+    let pod = read(&top, &format!("pod/{mine}.yaml"));
+    assert!(pod.contains("app: containerized-data-importer"), "{pod}");
+}
+
 #[test]
 fn kubevirt_bundle_holds_the_data_source_a_vm_boots_from() {
     let env = Env::kubevirt();
@@ -754,4 +814,68 @@ fn deckhouse_bundle_holds_the_importer_of_the_image_a_vm_is_created_from() {
         log.contains("https://images.invalid/stuck.qcow2") && log.contains("no such host"),
         "{log}"
     );
+}
+
+/// A VM created from a cluster image that is still importing: the image's importer runs in the
+/// module's namespace (`d8-virtualization/d8v-cvi-importer-<uid>`); the bundle holds it, its
+/// log and its events.
+#[test]
+fn deckhouse_bundle_holds_the_importer_of_a_cluster_image_in_the_modules_namespace() {
+    let env = Env::deckhouse();
+    ok(env.vm(&[
+        "image",
+        "create",
+        "stuck-golden",
+        "--cluster-wide",
+        "--url",
+        "https://images.invalid/golden.qcow2",
+        "--no-wait",
+    ]));
+    ok(env.vm(&[
+        "create",
+        "fromcvi",
+        "-n",
+        "default",
+        "--image",
+        "cvi/stuck-golden",
+    ]));
+    let image_uid = env
+        .emulator
+        .objects("virtualization.deckhouse.io", "clustervirtualimages", None)
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == "stuck-golden")
+        .unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let importer = format!("d8v-cvi-importer-{image_uid}");
+    crate::lifecycle::eventually("the cluster image's importer fails", || {
+        env.emulator
+            .objects("", "pods", Some("d8-virtualization"))
+            .iter()
+            .any(|p| {
+                p["metadata"]["name"] == importer.as_str()
+                    && p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                        == "CrashLoopBackOff"
+            })
+    });
+    let (archive, _) = collect(&env, &["fromcvi", "-n", "default"]);
+    let files = listing(&archive);
+    assert_has(
+        &files,
+        &[
+            "clustervirtualimage/stuck-golden.yaml",
+            &format!("pod/{importer}.yaml"),
+            &format!("log/{importer}/d8v-dvcr-importer.log"),
+            &format!("event/pod-{importer}.yaml"),
+        ],
+    );
+    let top = extract(&env, &archive);
+    let log = read(&top, &format!("log/{importer}/d8v-dvcr-importer.log"));
+    assert!(
+        log.contains("https://images.invalid/golden.qcow2") && log.contains("no such host"),
+        "{log}"
+    );
+    let pod = read(&top, &format!("pod/{importer}.yaml"));
+    assert!(pod.contains("namespace: d8-virtualization"), "{pod}");
 }

@@ -114,6 +114,7 @@ fn plan(args: &UploadArgs, namespace: String) -> CommandResult<upload::Plan> {
         size,
         force_raw: args.format.as_deref() == Some("raw"),
         storage_class: args.storage_class.clone(),
+        image_on_pvc: false,
         access_mode: args.access_mode.clone(),
         volume_mode: args.volume_mode.clone(),
         no_create: args.no_create,

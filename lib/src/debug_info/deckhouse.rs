@@ -1,7 +1,8 @@
 //! What belongs to a Deckhouse VM: its internal KubeVirt objects
 //! (`internal.virtualization.deckhouse.io`), operations (VMOPs, migrations among them), block
 //! devices (VirtualDisks, VirtualImages, ClusterVirtualImages, VMBDAs) and their PVCs, the
-//! virt-launcher and hotplug pods, the importer pods of disks still importing, and the domain
+//! virt-launcher and hotplug pods, the importer pods of disks and images still importing (a
+//! cluster image's in the module's namespace, `d8-virtualization`), and the domain
 //! XML (`vlctl domain -o xml` in `compute`).
 
 use serde_json::Value;
@@ -10,6 +11,8 @@ use super::{Collector, POD, kind, node_names, owned_pods};
 use crate::api::{Kind, VIRTUAL_DISK};
 
 const GROUP: &str = "virtualization.deckhouse.io";
+/// The virtualization module's namespace, where ClusterVirtualImages' importers run.
+const CVI_IMPORTER_NAMESPACE: &str = "d8-virtualization";
 const INTERNAL: &str = "internal.virtualization.deckhouse.io";
 const VMOP: Kind = kind(
     GROUP,
@@ -194,6 +197,20 @@ pub(crate) async fn collect(c: &Collector, vm: &Value) {
         .collect();
     let images =
         futures::future::join_all(sources.iter().map(|(k, n)| block_device(c, k, n))).await;
+    // A cluster image still importing has its importer in the module's namespace
+    // (`d8v-cvi-importer-<uid>`), readable to those allowed there.
+    let cvi_importers = futures::future::join_all(
+        images
+            .iter()
+            .filter_map(|(i, _)| i.as_ref())
+            .filter(|i| i["kind"] == "ClusterVirtualImage" && i["status"]["phase"] != "Ready")
+            .filter_map(|i| i["metadata"]["uid"].as_str())
+            .map(|uid| {
+                let pod = format!("d8v-cvi-importer-{uid}");
+                async move { c.find_in(&POD, CVI_IMPORTER_NAMESPACE, &pod).await }
+            }),
+    )
+    .await;
     devices.extend(images);
     let pvcs: Vec<String> = devices.iter().filter_map(|(_, p)| p.clone()).collect();
     let launchers: Vec<Value> = all_pods
@@ -210,6 +227,7 @@ pub(crate) async fn collect(c: &Collector, vm: &Value) {
     // `vd-importer-<name>`): owned by the disk, so other VMs' imports stay out.
     let devices_found: Vec<Value> = devices.iter().filter_map(|(d, _)| d.clone()).collect();
     pods.extend(owned_pods(&all_pods, &devices_found));
+    pods.extend(cvi_importers.into_iter().flatten());
     for pod in &pods {
         c.put_object(&POD, pod).await;
     }

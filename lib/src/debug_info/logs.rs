@@ -13,12 +13,13 @@ use super::archive::Content;
 use super::{Collector, POD, redact};
 
 impl Collector {
-    /// One container log (current or previous), streamed and masked into a temporary file.
-    pub async fn log(&self, pod: &str, container: &str, previous: bool) {
+    /// One container log (current or previous) of `pod` in namespace `ns`, streamed and
+    /// masked into a temporary file.
+    pub async fn log(&self, ns: &str, pod: &str, container: &str, previous: bool) {
         let Ok(_permit) = self.limit.acquire().await else {
             return;
         };
-        let api: Api<Pod> = Api::namespaced(self.cluster.client.clone(), &self.ns);
+        let api: Api<Pod> = Api::namespaced(self.cluster.client.clone(), ns);
         let params = LogParams {
             container: Some(container.to_owned()),
             previous,
@@ -31,7 +32,7 @@ impl Collector {
         let stream = match api.log_stream(pod, &params).await {
             Ok(s) => s,
             Err(e) => {
-                let action = POD.action("get", Some(&self.ns)).named(pod);
+                let action = POD.action("get", Some(ns)).named(pod);
                 self.error(fail(self.cluster.error(e, &action).to_string()));
                 return;
             }
@@ -71,6 +72,7 @@ impl Collector {
             .as_str()
             .unwrap_or_default()
             .to_owned();
+        let ns = pod["metadata"]["namespace"].as_str().unwrap_or(&self.ns);
         let mut jobs = Vec::new();
         for (spec_field, status_field) in [
             ("initContainers", "initContainerStatuses"),
@@ -93,7 +95,7 @@ impl Collector {
         }
         futures::future::join_all(
             jobs.iter()
-                .map(|(container, previous)| self.log(&name, container, *previous)),
+                .map(|(container, previous)| self.log(ns, &name, container, *previous)),
         )
         .await;
     }

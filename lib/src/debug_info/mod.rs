@@ -242,6 +242,30 @@ impl Collector {
         }
     }
 
+    /// GET one object in namespace `ns` that may well not exist (a pod that runs only for a
+    /// while): archived when found; absent is not an error, other failures are recorded.
+    pub async fn find_in(&self, kind: &Kind, ns: &str, name: &str) -> Option<Value> {
+        let _permit = self.limit.acquire().await.ok()?;
+        let api = kind.api(&self.cluster.client, Some(ns));
+        match api.get_opt(name).await {
+            Ok(Some(object)) => {
+                let value = serde_json::to_value(object).ok()?;
+                self.put_object(kind, &value).await;
+                Some(value)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                let action = kind.action("get", Some(ns)).named(name);
+                self.error(format!(
+                    "{}/{name}: {}",
+                    kind.kind.to_ascii_lowercase(),
+                    self.cluster.error(e, &action)
+                ));
+                None
+            }
+        }
+    }
+
     /// LIST objects in the namespace (labels/fields selectors), keep those `keep` accepts,
     /// archive them.
     pub async fn list(
@@ -287,10 +311,15 @@ impl Collector {
 
     /// Events of one object, matched by kind and name, into `event/<kind>-<name>.yaml`.
     pub async fn events(&self, kind: &str, name: &str) {
+        self.events_in(&self.ns, kind, name).await;
+    }
+
+    /// Events of one object in namespace `ns` (not necessarily the VM's).
+    pub async fn events_in(&self, ns: &str, kind: &str, name: &str) {
         let Ok(_permit) = self.limit.acquire().await else {
             return;
         };
-        let api = crate::api::EVENT.api(&self.cluster.client, Some(&self.ns));
+        let api = crate::api::EVENT.api(&self.cluster.client, Some(ns));
         let params = ListParams::default().fields(&format!(
             "involvedObject.kind={kind},involvedObject.name={name}"
         ));
@@ -305,7 +334,7 @@ impl Collector {
                     "events of {}/{name}: {}",
                     kind.to_ascii_lowercase(),
                     self.cluster
-                        .error(e, &crate::api::EVENT.action("list", Some(&self.ns)))
+                        .error(e, &crate::api::EVENT.action("list", Some(ns)))
                 ));
                 return;
             }
@@ -403,7 +432,8 @@ impl Collector {
     pub async fn pods(&self, pods: &[Value]) {
         futures::future::join_all(pods.iter().map(|pod| async move {
             let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-            futures::future::join(self.events("Pod", name), self.pod_logs(pod)).await;
+            let ns = pod["metadata"]["namespace"].as_str().unwrap_or(&self.ns);
+            futures::future::join(self.events_in(ns, "Pod", name), self.pod_logs(pod)).await;
         }))
         .await;
         self.facts

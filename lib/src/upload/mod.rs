@@ -105,8 +105,11 @@ pub struct UploadOptions {
     pub size: Option<u64>,
     /// Take a file of no known format as raw (`--format raw`).
     pub force_raw: bool,
-    /// Storage class of a created volume.
+    /// Storage class of a created volume (a VirtualImage's only when it is kept on a PVC).
     pub storage_class: Option<String>,
+    /// Deckhouse VirtualImage: keep it on a PVC (`storage: PersistentVolumeClaim`) rather than
+    /// in DVCR.
+    pub image_on_pvc: bool,
     /// Access mode of a created volume.
     pub access_mode: Option<String>,
     /// Volume mode of a created volume (`Filesystem` or `Block`).
@@ -215,7 +218,7 @@ fn deckhouse_checks(options: &UploadOptions) -> Result<()> {
             "applies to vd/ only: an image takes the size of what is uploaded",
         );
     }
-    if options.storage_class.is_some() && !disk {
+    if options.storage_class.is_some() && !disk && !options.image_on_pvc {
         return refuse("--storage-class", "applies to vd/ only on Deckhouse");
     }
     if options.access_mode.is_some() || options.volume_mode.is_some() {

@@ -313,6 +313,27 @@ async fn deckhouse_images_download_their_url_and_fail_with_the_importers_message
             made["metadata"]["uid"].as_str().unwrap()
         )
     );
+    // That pod is there, failing with the same error, in the module's namespace.
+    let pod_name = format!(
+        "d8v-cvi-importer-{}",
+        made["metadata"]["uid"].as_str().unwrap()
+    );
+    let pod = emu
+        .objects("", "pods", Some("d8-virtualization"))
+        .into_iter()
+        .find(|p| p["metadata"]["name"] == pod_name.as_str())
+        .expect("the cluster image's importer pod");
+    assert_eq!(
+        pod["metadata"]["ownerReferences"][0]["kind"],
+        "ClusterVirtualImage"
+    );
+    assert!(
+        pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("404 Not Found"),
+        "{pod}"
+    );
 
     // Not an image: qemu-img's refusal, and the importer pod's log says it.
     common::create(

@@ -304,6 +304,96 @@ async fn deckhouse_importer_pods_live_while_disks_import() {
     emu.shutdown().await;
 }
 
+/// CDI's importer pod (`pkg/controller/import-controller.go` `makeImporterPodSpec`): named
+/// `importer-<PVC>`, owned by the PVC, container `importer`, deleted once the DataVolume
+/// succeeded; a failing import keeps restarting it with the error in its log.
+#[tokio::test]
+async fn cdi_importer_pods_live_while_data_volumes_import() {
+    let emu = Emulator::start(EmulatorOptions {
+        fixture_yaml: vec![common::fixture("kubevirt.yaml")],
+        flavor: ServeFlavor::KubeVirt,
+        // Slow enough for ImportInProgress to be seen.
+        import_step: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let client = common::client(&emu).await;
+    let dvs = data_volumes(&client);
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "default");
+    for (name, error) in [("good", None), ("bad", Some("404 Not Found"))] {
+        let mut annotations = json!({"cdi.kubevirt.io/storage.bind.immediate.requested": "true"});
+        if let Some(error) = error {
+            annotations[IMPORT_ERROR_ANNOTATION] = json!(error);
+        }
+        common::create(
+            &dvs,
+            json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {"source": {"http": {"url": format!("https://images.example.org/{name}.qcow2")}},
+                     "storage": {"resources": {"requests": {"storage": "1Gi"}}}}}),
+        )
+        .await;
+    }
+    let phase = |v: &Value| v["status"]["phase"].as_str().unwrap_or("").to_owned();
+    until(&dvs, "good", |v| phase(v) == "ImportInProgress").await;
+    let pvcs: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(client.clone(), "default");
+    let pvc_uid = pvcs.get("good").await.unwrap().metadata.uid.unwrap();
+    let pod = serde_json::to_value(pods.get("importer-good").await.unwrap()).unwrap();
+    assert_eq!(
+        pod["metadata"]["labels"],
+        json!({"app": "containerized-data-importer", "cdi.kubevirt.io": "importer",
+               "prometheus.cdi.kubevirt.io": ""})
+    );
+    let owner = &pod["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (
+            &owner["kind"],
+            &owner["name"],
+            &owner["uid"],
+            &owner["controller"]
+        ),
+        (
+            &json!("PersistentVolumeClaim"),
+            &json!("good"),
+            &json!(pvc_uid),
+            &json!(true)
+        )
+    );
+    assert_eq!(pod["spec"]["containers"][0]["name"], "importer");
+    assert_eq!(pod["spec"]["restartPolicy"], "OnFailure");
+    let params = kube::api::LogParams {
+        container: Some("importer".into()),
+        ..Default::default()
+    };
+    let log = pods.logs("importer-good", &params).await.unwrap();
+    assert!(
+        log.contains("https://images.example.org/good.qcow2"),
+        "{log}"
+    );
+    until(&dvs, "good", |v| phase(v) == "Succeeded").await;
+    assert!(
+        pods.get_opt("importer-good").await.unwrap().is_none(),
+        "the importer is deleted once the import succeeded"
+    );
+
+    until(&dvs, "bad", |v| {
+        v["status"]["restartCount"].as_i64() >= Some(1)
+    })
+    .await;
+    let pod = serde_json::to_value(pods.get("importer-bad").await.unwrap()).unwrap();
+    let status = &pod["status"]["containerStatuses"][0];
+    assert_eq!(status["state"]["waiting"]["reason"], "CrashLoopBackOff");
+    assert_eq!(
+        status["lastState"]["terminated"]["message"],
+        "404 Not Found"
+    );
+    let log = pods.logs("importer-bad", &params).await.unwrap();
+    assert!(log.contains("404 Not Found"), "{log}");
+    emu.shutdown().await;
+}
+
 /// A StorageClass that binds at once and lets claims grow.
 async fn expandable_class(client: &kube::Client) {
     let ar = ApiResource::from_gvk_with_plural(

@@ -93,6 +93,7 @@ pub(super) fn data_volume(app: &App, dv: &Value, tick: bool) {
                 set_condition(&mut st, "Running", false, "Error", &message);
                 o["status"] = st;
             });
+        super::importer::ensure_cdi(app, dv, Some(&message));
         return;
     }
     // A clone (of a PVC, or of what a DataSource names) is host-assisted on storage without
@@ -149,6 +150,11 @@ pub(super) fn data_volume(app: &App, dv: &Value, tick: bool) {
             );
             o["status"] = st;
         });
+    if !clone && next_phase == in_progress {
+        super::importer::ensure_cdi(app, dv, None);
+    } else if !clone && next_phase == "Succeeded" {
+        super::importer::remove_cdi(app, dv);
+    }
 }
 
 /// A DataVolume importing from a URL on this machine: the importer really downloads it
@@ -210,6 +216,7 @@ fn fetched_http(app: &App, dv: &Value, phase: &str, tick: bool, url: &str) {
         "ImportScheduled" if tick => {
             start();
             set("ImportInProgress", "0.0%", (true, "Pending", ""), false);
+            super::importer::ensure_cdi(app, dv, None);
         }
         "ImportInProgress" if tick => {
             let Some(job) = app.imports.job(&uid) else {
@@ -239,6 +246,7 @@ fn fetched_http(app: &App, dv: &Value, phase: &str, tick: bool, url: &str) {
                     }
                     app.imports.forget(&uid);
                     set("Succeeded", "100.0%", (false, "Completed", ""), true);
+                    super::importer::remove_cdi(app, dv);
                 }
                 Some(Err(failure)) if failure.permanent() => {
                     let message = failure.cdi_message();
@@ -250,6 +258,7 @@ fn fetched_http(app: &App, dv: &Value, phase: &str, tick: bool, url: &str) {
                         (false, "ChecksumError", &message),
                         false,
                     );
+                    super::importer::ensure_cdi(app, dv, Some(&message));
                 }
                 Some(Err(failure)) => {
                     let message = failure.cdi_message();
@@ -261,6 +270,7 @@ fn fetched_http(app: &App, dv: &Value, phase: &str, tick: bool, url: &str) {
                         set_condition(&mut st, "Running", false, "Error", &message);
                         o["status"] = st;
                     });
+                    super::importer::ensure_cdi(app, dv, Some(&message));
                 }
             }
         }

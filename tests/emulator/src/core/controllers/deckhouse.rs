@@ -172,13 +172,9 @@ pub(super) fn virtual_image(app: &App, img: &Value, tick: bool) {
     let ns = meta_str(img, "namespace");
     let on_pvc =
         img.pointer("/spec/storage").and_then(Value::as_str) == Some("PersistentVolumeClaim");
-    // The importer pod of a ClusterVirtualImage runs in the module's namespace; only a
-    // VirtualImage's is kept here.
-    let pod = |failure: Option<&str>| {
-        if !cluster {
-            importer::ensure(app, "vi", img, failure);
-        }
-    };
+    // The importer pod of a ClusterVirtualImage runs in the module's namespace.
+    let prefix = if cluster { "cvi" } else { "vi" };
+    let pod = |failure: Option<&str>| importer::ensure(app, prefix, img, failure);
     if let Some(url) = img
         .pointer("/spec/dataSource/http/url")
         .and_then(Value::as_str)
@@ -274,7 +270,7 @@ pub(super) fn virtual_image(app: &App, img: &Value, tick: bool) {
     };
     match next {
         "Provisioning" => pod(None),
-        "Ready" if !cluster => importer::remove(app, "vi", img),
+        "Ready" => importer::remove(app, prefix, img),
         _ => {}
     }
     let url = if cluster {
@@ -330,6 +326,7 @@ fn fetched_http(app: &App, img: &Value, plural: &str, tick: bool, url: &str) {
         return;
     }
     let cluster = plural == "clustervirtualimages";
+    let prefix = if cluster { "cvi" } else { "vi" };
     let uid = meta_str(img, "uid").to_string();
     let Some(job) = app.imports.job(&uid) else {
         let checksums = img
@@ -350,9 +347,7 @@ fn fetched_http(app: &App, img: &Value, plural: &str, tick: bool, url: &str) {
                 capacity: u64::MAX,
             },
         );
-        if !cluster {
-            importer::ensure(app, "vi", img, None);
-        }
+        importer::ensure(app, prefix, img, None);
         return;
     };
     let key = key_of(DH, plural, img);
@@ -375,7 +370,7 @@ fn fetched_http(app: &App, img: &Value, plural: &str, tick: bool, url: &str) {
         Some(Err(failure)) => {
             let (pod_ns, pod) = if cluster {
                 (
-                    "d8-virtualization".to_string(),
+                    importer::CVI_NAMESPACE.to_string(),
                     importer::pod_name("cvi", img),
                 )
             } else {
@@ -385,9 +380,7 @@ fn fetched_http(app: &App, img: &Value, plural: &str, tick: bool, url: &str) {
                 )
             };
             let error = failure.deckhouse_message();
-            if !cluster {
-                importer::ensure(app, "vi", img, Some(&error));
-            }
+            importer::ensure(app, prefix, img, Some(&error));
             let message = format!("Provisioning failed: Pod {pod_ns}/{pod} reported: {error}.");
             app.store.modify(&key, |o| {
                 let mut st = o.get("status").cloned().unwrap_or(json!({}));
@@ -400,19 +393,8 @@ fn fetched_http(app: &App, img: &Value, plural: &str, tick: bool, url: &str) {
         Some(Ok(imported)) => {
             let _ = std::fs::rename(&imported.path, app.uploads.data_path(&uid));
             app.imports.forget(&uid);
-            if !cluster {
-                importer::remove(app, "vi", img);
-            }
-            let name = meta_str(img, "name");
-            let on_pvc = img.pointer("/spec/storage").and_then(Value::as_str)
-                == Some("PersistentVolumeClaim");
-            let target = if on_pvc {
-                json!({"persistentVolumeClaimName": format!("vi-{name}-{}", uid.get(..8).unwrap_or("00000000"))})
-            } else if cluster {
-                json!({"registryURL": format!("dvcr.d8-virtualization.svc/cvi/{name}:latest")})
-            } else {
-                json!({"registryURL": format!("dvcr.d8-virtualization.svc/vi/{}/{name}:latest", meta_str(img, "namespace"))})
-            };
+            importer::remove(app, prefix, img);
+            let target = image_target(img);
             let iso = imported.format == "iso" || url.to_ascii_lowercase().ends_with(".iso");
             app.store.modify(&key, |o| {
                 let mut st = o.get("status").cloned().unwrap_or(json!({}));
@@ -429,6 +411,22 @@ fn fetched_http(app: &App, img: &Value, plural: &str, tick: bool, url: &str) {
                 o["status"] = st;
             });
         }
+    }
+}
+
+/// Where a Ready image is kept (`status.target`): its PVC when `spec.storage` is
+/// `PersistentVolumeClaim`, else its DVCR location.
+pub(crate) fn image_target(img: &Value) -> Value {
+    let name = meta_str(img, "name");
+    let uid = meta_str(img, "uid");
+    let on_pvc =
+        img.pointer("/spec/storage").and_then(Value::as_str) == Some("PersistentVolumeClaim");
+    if on_pvc {
+        json!({"persistentVolumeClaimName": format!("vi-{name}-{}", uid.get(..8).unwrap_or("00000000"))})
+    } else if img["kind"] == "ClusterVirtualImage" {
+        json!({"registryURL": format!("dvcr.d8-virtualization.svc/cvi/{name}:latest")})
+    } else {
+        json!({"registryURL": format!("dvcr.d8-virtualization.svc/vi/{}/{name}:latest", meta_str(img, "namespace"))})
     }
 }
 
