@@ -282,6 +282,42 @@ pub fn snapshot_names(current: &OsStr) -> Vec<CompletionCandidate> {
     matching(current, names.unwrap_or_default())
 }
 
+/// The cluster's node labels as `KEY=VALUE`, each with the number of nodes carrying it (for
+/// `--node-selector` and `--node-affinity`; node metadata only).
+pub fn node_labels(current: &OsStr) -> Vec<CompletionCandidate> {
+    let labels = with_cluster(async |cluster, _| {
+        let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(cluster.client);
+        let list = api.list_metadata(&Default::default()).await.ok()?;
+        Some(label_counts(
+            list.items.into_iter().filter_map(|n| n.metadata.labels),
+        ))
+    });
+    matching(current, labels.unwrap_or_default())
+}
+
+/// `KEY=VALUE` of every label of these nodes, sorted, with how many nodes carry it.
+fn label_counts(
+    nodes: impl Iterator<Item = std::collections::BTreeMap<String, String>>,
+) -> Vec<(String, Option<String>)> {
+    let mut counts = std::collections::BTreeMap::<String, usize>::new();
+    for labels in nodes {
+        for (key, value) in labels {
+            *counts.entry(format!("{key}={value}")).or_default() += 1;
+        }
+    }
+    counts
+        .into_iter()
+        .map(|(label, n)| {
+            let help = if n == 1 {
+                "1 node".to_owned()
+            } else {
+                format!("{n} nodes")
+            };
+            (label, Some(help))
+        })
+        .collect()
+}
+
 /// Namespace names.
 pub fn namespaces(current: &OsStr) -> Vec<CompletionCandidate> {
     let names = with_cluster(async |cluster, _| {
@@ -353,5 +389,34 @@ mod tests {
             Some(std::path::Path::new("/k"))
         );
         assert_eq!(flavor, FlavorChoice::Fixed(kubevm::Flavor::Deckhouse));
+    }
+
+    #[test]
+    fn node_labels_are_counted_per_key_and_value() {
+        let node = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let labels = super::label_counts(
+            [
+                node(&[("kubernetes.io/hostname", "node-1"), ("zone", "a")]),
+                node(&[("kubernetes.io/hostname", "node-2"), ("zone", "a")]),
+            ]
+            .into_iter(),
+        );
+        let shown: Vec<(&str, &str)> = labels
+            .iter()
+            .map(|(l, h)| (l.as_str(), h.as_deref().unwrap()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("kubernetes.io/hostname=node-1", "1 node"),
+                ("kubernetes.io/hostname=node-2", "1 node"),
+                ("zone=a", "2 nodes")
+            ]
+        );
     }
 }

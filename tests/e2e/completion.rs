@@ -358,3 +358,27 @@ fn completion_install_makes_kubectl_complete_the_plugin() {
         "Error: /nonexistent/dir is not a directory"
     );
 }
+
+/// `--node-selector` and `--node-affinity` complete the cluster's node labels as KEY=VALUE
+/// (one labelled by real kubectl here), on `create` and `set placement`.
+#[test]
+fn kubectl_completes_node_labels_for_placement() {
+    let env = Env::kubevirt();
+    ok(env.kubectl(&["label", "node", "node-2", "disktype=ssd"]));
+    let (values, _) = kubectl_complete(
+        &env,
+        &["set", "placement", "web", "--node-selector", "disk"],
+    );
+    assert_eq!(values, ["disktype=ssd"]);
+    let (values, _) = kubectl_complete(
+        &env,
+        &["create", "db", "--node-affinity", "kubernetes.io/hostname="],
+    );
+    assert_eq!(
+        values,
+        [
+            "kubernetes.io/hostname=node-1",
+            "kubernetes.io/hostname=node-2"
+        ]
+    );
+}
