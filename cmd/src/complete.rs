@@ -212,38 +212,11 @@ pub fn vm_names(current: &OsStr) -> Vec<CompletionCandidate> {
 /// Disks that can be attached in the namespace the command line selects: KubeVirt
 /// DataVolumes and PVCs (bare names), Deckhouse VirtualDisks (bare), `vi/NAME` and `cvi/NAME`.
 pub fn disk_names(current: &OsStr) -> Vec<CompletionCandidate> {
-    use kubevm::disk::deckhouse::{CLUSTER_VIRTUAL_IMAGE, VIRTUAL_IMAGE};
     let names = with_cluster(async |cluster, choice| {
         let platform = flavor::discover(&cluster, choice).await.ok()?;
-        let kinds: &[(kubevm::api::Kind, &str, &str)] = match platform.flavor {
-            flavor::Flavor::KubeVirt => &[
-                (kubevm::api::DATA_VOLUME, "", "DataVolume"),
-                (kubevm::api::PVC, "", "PersistentVolumeClaim"),
-            ],
-            flavor::Flavor::Deckhouse => &[
-                (kubevm::api::VIRTUAL_DISK, "", "VirtualDisk"),
-                (VIRTUAL_IMAGE, "vi/", "VirtualImage"),
-                (CLUSTER_VIRTUAL_IMAGE, "cvi/", "ClusterVirtualImage"),
-            ],
-        };
-        let mut out: Vec<(String, Option<String>)> = Vec::new();
-        for (kind, prefix, help) in kinds {
-            let ns = kind.namespaced.then_some(cluster.namespace.as_str());
-            let Ok(list) = kind
-                .api(&cluster.client, ns)
-                .list_metadata(&Default::default())
-                .await
-            else {
-                continue;
-            };
-            for name in list.items.into_iter().filter_map(|o| o.metadata.name) {
-                let value = format!("{prefix}{name}");
-                if !out.iter().any(|(v, _)| *v == value) {
-                    out.push((value, Some((*help).to_owned())));
-                }
-            }
-        }
-        Some(out)
+        Some(with_kinds(
+            kubevm::disk::attachable_names(&cluster, platform.flavor).await,
+        ))
     });
     matching(current, names.unwrap_or_default())
 }
@@ -253,29 +226,19 @@ pub fn disk_names(current: &OsStr) -> Vec<CompletionCandidate> {
 pub fn network_names(current: &OsStr) -> Vec<CompletionCandidate> {
     let names = with_cluster(async |cluster, choice| {
         let platform = flavor::discover(&cluster, choice).await.ok()?;
-        if crate::complete::no_nads(&platform) {
-            return Some(vec![]);
-        }
-        let kind = kubevm::api::NETWORK_ATTACHMENT_DEFINITION;
-        let list = kind
-            .api(&cluster.client, Some(&cluster.namespace))
-            .list_metadata(&Default::default())
-            .await
-            .ok()?;
-        Some(
-            list.items
-                .into_iter()
-                .filter_map(|o| o.metadata.name)
-                .map(|n| (n, Some("NetworkAttachmentDefinition".to_owned())))
-                .collect::<Vec<_>>(),
-        )
+        Some(with_kinds(
+            kubevm::network::attachment_names(&cluster, platform.flavor).await,
+        ))
     });
     matching(current, names.unwrap_or_default())
 }
 
-/// Whether the platform attaches secondary networks without NetworkAttachmentDefinitions.
-fn no_nads(platform: &flavor::Platform) -> bool {
-    kubevm::platform::of(platform.flavor).instance.is_none()
+/// Names with their kind as the candidates' help.
+fn with_kinds(names: Vec<(String, &'static str)>) -> Vec<(String, Option<String>)> {
+    names
+        .into_iter()
+        .map(|(name, kind)| (name, Some(kind.to_owned())))
+        .collect()
 }
 
 /// Images in the namespace the command line selects (and cluster-wide ones), as `ds/NAME`,
@@ -317,6 +280,42 @@ pub fn snapshot_names(current: &OsStr) -> Vec<CompletionCandidate> {
         )
     });
     matching(current, names.unwrap_or_default())
+}
+
+/// The cluster's node labels as `KEY=VALUE`, each with the number of nodes carrying it (for
+/// `--node-selector` and `--node-affinity`; node metadata only).
+pub fn node_labels(current: &OsStr) -> Vec<CompletionCandidate> {
+    let labels = with_cluster(async |cluster, _| {
+        let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(cluster.client);
+        let list = api.list_metadata(&Default::default()).await.ok()?;
+        Some(label_counts(
+            list.items.into_iter().filter_map(|n| n.metadata.labels),
+        ))
+    });
+    matching(current, labels.unwrap_or_default())
+}
+
+/// `KEY=VALUE` of every label of these nodes, sorted, with how many nodes carry it.
+fn label_counts(
+    nodes: impl Iterator<Item = std::collections::BTreeMap<String, String>>,
+) -> Vec<(String, Option<String>)> {
+    let mut counts = std::collections::BTreeMap::<String, usize>::new();
+    for labels in nodes {
+        for (key, value) in labels {
+            *counts.entry(format!("{key}={value}")).or_default() += 1;
+        }
+    }
+    counts
+        .into_iter()
+        .map(|(label, n)| {
+            let help = if n == 1 {
+                "1 node".to_owned()
+            } else {
+                format!("{n} nodes")
+            };
+            (label, Some(help))
+        })
+        .collect()
 }
 
 /// Namespace names.
@@ -390,5 +389,34 @@ mod tests {
             Some(std::path::Path::new("/k"))
         );
         assert_eq!(flavor, FlavorChoice::Fixed(kubevm::Flavor::Deckhouse));
+    }
+
+    #[test]
+    fn node_labels_are_counted_per_key_and_value() {
+        let node = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let labels = super::label_counts(
+            [
+                node(&[("kubernetes.io/hostname", "node-1"), ("zone", "a")]),
+                node(&[("kubernetes.io/hostname", "node-2"), ("zone", "a")]),
+            ]
+            .into_iter(),
+        );
+        let shown: Vec<(&str, &str)> = labels
+            .iter()
+            .map(|(l, h)| (l.as_str(), h.as_deref().unwrap()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("kubernetes.io/hostname=node-1", "1 node"),
+                ("kubernetes.io/hostname=node-2", "1 node"),
+                ("zone=a", "2 nodes")
+            ]
+        );
     }
 }

@@ -114,6 +114,24 @@ pub const NETWORK_ATTACHMENT_DEFINITION: Kind = Kind {
     namespaced: true,
 };
 
+/// Deckhouse's Network (the `sdn` module): a project's additional network.
+pub const DECKHOUSE_NETWORK: Kind = Kind {
+    group: "network.deckhouse.io",
+    version: "v1alpha1",
+    kind: "Network",
+    plural: "networks",
+    namespaced: true,
+};
+
+/// Deckhouse's ClusterNetwork (the `sdn` module): an additional network of every project.
+pub const DECKHOUSE_CLUSTER_NETWORK: Kind = Kind {
+    group: "network.deckhouse.io",
+    version: "v1alpha1",
+    kind: "ClusterNetwork",
+    plural: "clusternetworks",
+    namespaced: false,
+};
+
 /// Deckhouse's VirtualMachineIPAddress: a VM's address in the main cluster network.
 pub const VIRTUAL_MACHINE_IP_ADDRESS: Kind = Kind {
     group: "virtualization.deckhouse.io",
@@ -148,6 +166,24 @@ pub const PVC: Kind = Kind {
     kind: "PersistentVolumeClaim",
     plural: "persistentvolumeclaims",
     namespaced: true,
+};
+
+/// Deckhouse's VirtualImage.
+pub const VIRTUAL_IMAGE: Kind = Kind {
+    group: "virtualization.deckhouse.io",
+    version: "v1alpha2",
+    kind: "VirtualImage",
+    plural: "virtualimages",
+    namespaced: true,
+};
+
+/// Deckhouse's ClusterVirtualImage (cluster-scoped).
+pub const CLUSTER_VIRTUAL_IMAGE: Kind = Kind {
+    group: "virtualization.deckhouse.io",
+    version: "v1alpha2",
+    kind: "ClusterVirtualImage",
+    plural: "clustervirtualimages",
+    namespaced: false,
 };
 
 /// KubeVirt's VirtualMachinePool.

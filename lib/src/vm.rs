@@ -114,17 +114,6 @@ pub struct Disk {
     pub import: Option<crate::wait::DiskProgress>,
 }
 
-/// A network interface of a running VM.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Interface {
-    /// Interface name.
-    pub name: String,
-    /// IP addresses.
-    pub ips: Vec<String>,
-    /// MAC address.
-    pub mac: Option<String>,
-}
-
 /// An event about the VM.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventLine {
@@ -147,8 +136,9 @@ pub struct VmDetails {
     pub flavor: Flavor,
     /// VM conditions (and instance conditions on KubeVirt).
     pub conditions: Vec<Condition>,
-    /// Network interfaces.
-    pub interfaces: Vec<Interface>,
+    /// Network interfaces: what the VM asks for joined by name with what the running
+    /// machine reports ([`crate::network`]).
+    pub interfaces: Vec<crate::network::NetInterface>,
     /// Guest OS as the agent reports it.
     pub guest_os: Option<String>,
     /// How the guest trusts SSH certificates, for VMs kubectl-vm created (see [`ssh_trust`]).
@@ -522,27 +512,7 @@ pub fn kubevirt_details(vm: &Value, vmi: Option<Value>, events: Vec<EventLine>) 
             }
         }
     }
-    let interfaces = vmi
-        .as_ref()
-        .and_then(|i| i.pointer("/status/interfaces")?.as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .map(|iface| Interface {
-            name: text(iface, "/name").unwrap_or_else(|| "default".into()),
-            ips: iface
-                .get("ipAddresses")
-                .and_then(Value::as_array)
-                .map(|ips| {
-                    ips.iter()
-                        .filter_map(|ip| ip.as_str().map(str::to_owned))
-                        .collect()
-                })
-                .filter(|ips: &Vec<String>| !ips.is_empty())
-                .or_else(|| text(iface, "/ipAddress").map(|ip| vec![ip]))
-                .unwrap_or_default(),
-            mac: text(iface, "/mac"),
-        })
-        .collect();
+    let interfaces = crate::network::kubevirt_interfaces(vm, vmi.as_ref());
     let guest_os = vmi.as_ref().and_then(|i| {
         text(i, "/status/guestOSInfo/prettyName").or_else(|| {
             let name = text(i, "/status/guestOSInfo/name")?;
@@ -636,25 +606,7 @@ pub fn deckhouse_details(vm: &Value, events: Vec<EventLine>) -> VmDetails {
                 .collect()
         })
         .unwrap_or_default();
-    let interfaces = match vm.pointer("/status/networks").and_then(Value::as_array) {
-        Some(networks) if !networks.is_empty() => networks
-            .iter()
-            .map(|n| Interface {
-                name: text(n, "/name").unwrap_or_else(|| text(n, "/type").unwrap_or_default()),
-                ips: text(n, "/ipAddress").into_iter().collect(),
-                mac: text(n, "/macAddress"),
-            })
-            .collect(),
-        _ => summary
-            .ip
-            .iter()
-            .map(|ip| Interface {
-                name: "default".into(),
-                ips: vec![ip.clone()],
-                mac: None,
-            })
-            .collect(),
-    };
+    let interfaces = crate::network::deckhouse_interfaces(vm);
     let guest_os =
         text(vm, "/status/guestOSInfo/prettyName").or_else(|| text(vm, "/status/guestOSInfo/name"));
     VmDetails {

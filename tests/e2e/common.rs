@@ -18,7 +18,7 @@ pub struct Env {
     pub bin_dir: PathBuf,
 }
 
-fn fixture(name: &str) -> String {
+pub fn fixture(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures")
         .join(name);

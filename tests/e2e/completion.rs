@@ -209,6 +209,45 @@ fn kubectl_completes_disk_names_for_attach() {
     );
 }
 
+/// Candidates as kubectl's `__complete` prints them, `value<TAB>help`, the directive left out.
+fn kubectl_complete_lines(env: &Env, words: &[&str]) -> Vec<String> {
+    let mut args = vec!["__complete", "vm"];
+    args.extend_from_slice(words);
+    let text = ok(env.kubectl(&args));
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    lines.pop();
+    lines
+}
+
+/// Each disk and network candidate carries its kind as help, from the platform's table; a
+/// platform that names networks otherwise (Deckhouse) is offered none.
+#[test]
+fn kubectl_completion_names_each_candidates_kind() {
+    let env = Env::kubevirt();
+    let nad = env.dir.path().join("nad.yaml");
+    std::fs::write(
+        &nad,
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: br-net, namespace: default}\nspec:\n  config: '{\"cniVersion\": \"0.3.1\", \"type\": \"bridge\"}'\n",
+    )
+    .unwrap();
+    ok(env.kubectl(&["apply", "-f", nad.to_str().unwrap()]));
+    let lines = kubectl_complete_lines(&env, &["set", "network", "web", "--add", "br"]);
+    assert_eq!(lines, ["br-net\tNetworkAttachmentDefinition"]);
+    let lines = kubectl_complete_lines(&env, &["disk", "attach", "web", "fedora"]);
+    assert_eq!(lines, ["fedora-dv-root\tDataVolume"]);
+
+    let env = Env::deckhouse();
+    let lines = kubectl_complete_lines(&env, &["disk", "attach", "linux-vm", ""]);
+    for want in [
+        "linux-disk\tVirtualDisk",
+        "cvi/ubuntu-24-04\tClusterVirtualImage",
+    ] {
+        assert!(lines.contains(&want.to_owned()), "{want} not in {lines:?}");
+    }
+    let lines = kubectl_complete_lines(&env, &["set", "network", "linux-vm", "--add", ""]);
+    assert_eq!(lines, Vec::<String>::new());
+}
+
 #[test]
 fn kubectl_completes_snapshot_names() {
     let env = Env::kubevirt();
@@ -317,5 +356,29 @@ fn completion_install_makes_kubectl_complete_the_plugin() {
     assert_eq!(
         stderr(&missing).trim_end(),
         "Error: /nonexistent/dir is not a directory"
+    );
+}
+
+/// `--node-selector` and `--node-affinity` complete the cluster's node labels as KEY=VALUE
+/// (one labelled by real kubectl here), on `create` and `set placement`.
+#[test]
+fn kubectl_completes_node_labels_for_placement() {
+    let env = Env::kubevirt();
+    ok(env.kubectl(&["label", "node", "node-2", "disktype=ssd"]));
+    let (values, _) = kubectl_complete(
+        &env,
+        &["set", "placement", "web", "--node-selector", "disk"],
+    );
+    assert_eq!(values, ["disktype=ssd"]);
+    let (values, _) = kubectl_complete(
+        &env,
+        &["create", "db", "--node-affinity", "kubernetes.io/hostname="],
+    );
+    assert_eq!(
+        values,
+        [
+            "kubernetes.io/hostname=node-1",
+            "kubernetes.io/hostname=node-2"
+        ]
     );
 }

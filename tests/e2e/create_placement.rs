@@ -339,3 +339,57 @@ fn deckhouse_running_vm_is_migrated_by_the_workload_updater_after_a_selector_cha
         "--timeout=60s",
     ]));
 }
+
+/// Taints (kube-scheduler's TaintToleration filter): with both nodes tainted `NoSchedule`
+/// (by real `kubectl taint`), a VM created without tolerations is unschedulable and `get`
+/// shows the scheduler's reason per taint; one created with `--toleration` for one node's
+/// taint runs on that node.
+#[test]
+fn a_toleration_lets_a_vm_land_on_a_tainted_node() {
+    const TAINTED: &str = "0/2 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, 1 node(s) had untolerated taint {maintenance: true}. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.";
+    for kubevirt in [true, false] {
+        let env = if kubevirt {
+            Env::kubevirt()
+        } else {
+            Env::deckhouse()
+        };
+        ok(env.kubectl(&["taint", "nodes", "node-1", "maintenance=true:NoSchedule"]));
+        ok(env.kubectl(&["taint", "nodes", "node-2", "dedicated=gpu:NoSchedule"]));
+        let create = |name: &str, extra: &[&str]| {
+            let mut args = vec!["create", name, "--image", IMAGE, "--no-platform-ssh"];
+            args.extend(extra);
+            ok(env.vm(&args));
+        };
+        create("plain", &[]);
+        create("gpu", &["--toleration", "dedicated=gpu:NoSchedule"]);
+        let (resource, running, pending) = if kubevirt {
+            (
+                "vm",
+                "{.status.printableStatus}=Running",
+                "{.status.printableStatus}=ErrorUnschedulable",
+            )
+        } else {
+            (DH_VM, "{.status.phase}=Running", "{.status.phase}=Starting")
+        };
+        for (name, state) in [("gpu", running), ("plain", pending)] {
+            ok(env.kubectl(&[
+                "wait",
+                &format!("{resource}/{name}"),
+                &format!("--for=jsonpath={state}"),
+                "--timeout=60s",
+            ]));
+        }
+        let instance = if kubevirt { "vmi" } else { DH_VM };
+        assert_eq!(
+            jsonpath(&env, instance, "gpu", "{.status.nodeName}"),
+            "node-2"
+        );
+        let shown = ok(env.vm(&["get", "gpu"]));
+        assert!(!shown.contains("Unschedulable:"), "{shown}");
+        let shown = ok(env.vm(&["get", "plain"]));
+        assert!(
+            shown.contains(&format!("Unschedulable: {TAINTED}\n")),
+            "{shown}"
+        );
+    }
+}

@@ -117,6 +117,11 @@ fn deckhouse_image_from_a_file_is_ready_holds_the_bytes_and_boots_a_vm() {
     for (args, kind, name) in [
         (vec!["-n", "dev"], "virtualimage", "up-vi"),
         (vec!["--cluster-wide"], "clustervirtualimage", "up-cvi"),
+        (
+            vec!["-n", "dev", "--storage", "pvc", "--storage-class", "nfs"],
+            "virtualimage",
+            "up-vi-pvc",
+        ),
     ] {
         let mut all = vec!["image", "create", name, "--file", image.to_str().unwrap()];
         all.extend(args.iter().copied());
@@ -155,6 +160,48 @@ fn deckhouse_image_from_a_file_is_ready_holds_the_bytes_and_boots_a_vm() {
             want
         );
     }
+    // Kept on a PVC of the class asked for, as an image imported from a URL would be; the
+    // default stays DVCR.
+    let on_pvc = kubectl_json(&env, &["get", "virtualimage", "up-vi-pvc", "-n", "dev"]);
+    assert_eq!(on_pvc["spec"]["storage"], "PersistentVolumeClaim");
+    assert_eq!(
+        on_pvc["spec"]["persistentVolumeClaim"]["storageClassName"],
+        "nfs"
+    );
+    assert!(
+        on_pvc["status"]["target"]["persistentVolumeClaimName"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("vi-up-vi-pvc-")),
+        "{on_pvc}"
+    );
+    let in_dvcr = kubectl_json(&env, &["get", "virtualimage", "up-vi", "-n", "dev"]);
+    assert_eq!(in_dvcr["spec"]["storage"], "ContainerRegistry");
+    // Storage that means nothing for the image is refused before anything is written (the
+    // platform is known first: these flags are Deckhouse's).
+    env.emulator.clear_requests();
+    let path = image.to_str().unwrap();
+    for (args, want) in [
+        (
+            vec!["--cluster-wide", "--storage", "pvc"],
+            "Error: --storage and --storage-class are for a VirtualImage; a ClusterVirtualImage is always kept in DVCR",
+        ),
+        (
+            vec!["--storage", "dvcr", "--storage-class", "nfs"],
+            "Error: --storage-class is for --storage pvc; DVCR has no storage class",
+        ),
+    ] {
+        let mut all = vec!["image", "create", "x", "--file", path];
+        all.extend(args);
+        assert_eq!(fails(&env, &all, 2), want);
+    }
+    let writes: Vec<_> = env
+        .emulator
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(writes.is_empty(), "{writes:?}");
     let list = ok(env.vm(&["-n", "dev", "image", "list"]));
     assert_eq!(row(&list, "up-vi").unwrap()[1..3], ["vi", "upload"]);
     // A VM boots from the namespaced one.

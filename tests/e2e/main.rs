@@ -44,6 +44,8 @@ mod logs;
 mod memory_dump;
 mod migrations;
 mod network;
+mod network_exists;
+mod network_get;
 mod pools;
 mod rbac;
 mod real_guest;

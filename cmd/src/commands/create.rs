@@ -232,7 +232,7 @@ enum DryRun {
     Server,
 }
 
-pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandResult {
+pub async fn cmd_create(global: &GlobalArgs, args: CreateArgs) -> CommandResult {
     crate::connect::check_ca_namespace(&args.ca_namespace)?;
     let dry_run = match args.dry_run.as_deref() {
         None | Some("none") => DryRun::None,
@@ -242,72 +242,26 @@ pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandRes
     validate::dns_label("VM", &args.name).map_err(usage)?;
     let timeout = parse_duration(&args.timeout)
         .map_err(|e| CommandError::usage(format!("--timeout: {e}")))?;
-    let no_boot_source = args.image.is_none()
-        && args.url.is_none()
-        && args.clone_pvc.is_none()
-        && args.blank.is_none()
-        && args.disk.is_none();
-    let interactive = args.interactive || (no_boot_source && crate::prompt::interactive());
-    if args.interactive && !crate::prompt::interactive() {
-        return Err(CommandError::usage(
-            "--interactive needs a terminal on stdin and stderr",
-        ));
-    }
-    if interactive {
-        // Prompts block; on their own thread Ctrl-C is still seen by the runtime.
-        args =
-            tokio::task::spawn_blocking(move || create_interactive::ask(&mut args).map(|()| args))
-                .await
-                .map_err(|e| CommandError::Failed(format!("prompt failed: {e}")))??;
-    }
+    let (args, interactive) = ask_if_interactive(args).await?;
     // Everything that can be checked without the cluster is checked first: files, every
     // flag value, and (when --flavor names the platform) the flag combinations.
     let inputs = read_inputs(&args)?;
     let choice = global.flavor_choice();
-    let provisional = match choice {
-        FlavorChoice::Fixed(flavor) => flavor,
-        FlavorChoice::Auto => Flavor::KubeVirt,
-    };
-    let mut early = build_plan(&args, &inputs, &args.name, "default", provisional)?;
-    // The CA keys may come from the cluster later.
-    early.platform_ssh.enabled = false;
-    if let Err(e) = early.validate() {
-        // Without --flavor, refuse before any request what neither platform accepts.
-        let mut other = early.clone();
-        other.flavor = Flavor::Deckhouse;
-        if matches!(choice, FlavorChoice::Fixed(_)) || other.validate().is_err() {
-            return Err(usage(e));
-        }
-    }
-    create::cloudinit::build(&early).map_err(usage)?;
+    let early = build_plan(
+        &args,
+        &inputs,
+        &args.name,
+        "default",
+        kubevm::platform::provisional(choice),
+    )?;
+    create::validate_before_discovery(&early, choice).map_err(usage)?;
     let offline = dry_run == DryRun::Client && matches!(choice, FlavorChoice::Fixed(_));
-    // Offline manifests never talk to the cluster; a kubeconfig only lends its namespace.
-    let mut context_namespace = None;
-    let (cluster, platform) = if offline {
-        context_namespace = Cluster::connect(&global.connect_options())
-            .await
-            .ok()
-            .map(|c| c.namespace);
-        (None, None)
-    } else {
-        let cluster = Cluster::connect(&global.connect_options())
-            .await
-            .map_err(|e| hint_guest_user(global, e))?;
-        let platform = flavor::discover(&cluster, choice).await?;
-        crate::connect::note_other_platform(global, &platform);
-        (Some(cluster), Some(platform))
-    };
-    let flavor = match (&platform, choice) {
-        (Some(p), _) => p.flavor,
-        (None, FlavorChoice::Fixed(f)) => f,
-        (None, FlavorChoice::Auto) => unreachable!("offline only with a fixed flavor"),
-    };
-    let namespace = match (&cluster, &global.namespace) {
-        (_, Some(ns)) => ns.clone(),
-        (Some(c), None) => c.namespace.clone(),
-        (None, None) => context_namespace.unwrap_or_else(|| "default".to_owned()),
-    };
-    kubevm::target::validate_namespace(&namespace)?;
+    let Target {
+        cluster,
+        platform,
+        flavor,
+        namespace,
+    } = target(global, choice, offline).await?;
     let plan = build_plan(&args, &inputs, &args.name, &namespace, flavor)?;
     let mut early = plan.clone();
     early.platform_ssh.enabled = false;
@@ -341,26 +295,7 @@ pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandRes
         return print_objects(&mut out, &objects, args.output, " (dry run)");
     }
     let cluster = cluster.expect("connected unless client dry run");
-    // Ctrl-C now rolls back what this run created (a second press abandons the rollback).
-    let (taken, interrupts) = crate::interrupt::take_over();
-    let created = execute::create_all(
-        &cluster,
-        &manifests,
-        &existing,
-        dry_run == DryRun::Server,
-        Some(interrupts.clone()),
-        |_| {},
-    )
-    .await;
-    drop(taken);
-    let applied = match created {
-        Ok(applied) => applied,
-        Err(e) if *interrupts.borrow() > 0 => {
-            eprintln!("Error: {e}");
-            return Err(CommandError::Interrupted);
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let applied = apply(&cluster, &manifests, &existing, dry_run == DryRun::Server).await?;
     let suffix = if dry_run == DryRun::Server {
         " (server dry run)"
     } else {
@@ -370,25 +305,135 @@ pub async fn cmd_create(global: &GlobalArgs, mut args: CreateArgs) -> CommandRes
     out.flush()?;
     drop(out);
     if args.wait && dry_run == DryRun::None {
-        match plan.replicas {
-            None => wait_for(&cluster, flavor, &plan, timeout).await?,
-            // Each replica in turn; the controller makes them at once.
-            Some(n) => {
-                for i in 0..n {
-                    let replica = create::pool::replica_plan(&plan, i);
-                    let ns = &replica.namespace;
-                    wait::until_exists(&cluster, flavor, &replica.name, ns, timeout)
-                        .await
-                        .map_err(|e| match e {
-                            kubevm::Error::Timeout(what) => {
-                                CommandError::Failed(format!("timed out waiting for {what}"))
-                            }
-                            e => e.into(),
-                        })?;
-                    wait_for(&cluster, flavor, &replica, timeout).await?;
-                }
-            }
+        wait_created(&cluster, flavor, &plan, timeout).await?;
+    }
+    Ok(())
+}
+
+/// Asks for what the flags leave out when asked to (`--interactive`) or when nothing says what
+/// to boot and a person is at the terminal; whether it asked (then the objects are shown for
+/// confirmation before anything is created).
+async fn ask_if_interactive(mut args: CreateArgs) -> CommandResult<(CreateArgs, bool)> {
+    let no_boot_source = args.image.is_none()
+        && args.url.is_none()
+        && args.clone_pvc.is_none()
+        && args.blank.is_none()
+        && args.disk.is_none();
+    let interactive = args.interactive || (no_boot_source && crate::prompt::interactive());
+    if args.interactive && !crate::prompt::interactive() {
+        return Err(CommandError::usage(
+            "--interactive needs a terminal on stdin and stderr",
+        ));
+    }
+    if interactive {
+        // Prompts block; on their own thread Ctrl-C is still seen by the runtime.
+        args =
+            tokio::task::spawn_blocking(move || create_interactive::ask(&mut args).map(|()| args))
+                .await
+                .map_err(|e| CommandError::Failed(format!("prompt failed: {e}")))??;
+    }
+    Ok((args, interactive))
+}
+
+/// Where the VM goes: the cluster and its platform (none offline), the platform to write for
+/// and the namespace.
+struct Target {
+    cluster: Option<Cluster>,
+    platform: Option<flavor::Platform>,
+    flavor: Flavor,
+    namespace: String,
+}
+
+/// Connects and discovers the platform, unless the manifests are only printed for a named
+/// platform (`offline`): those never talk to the cluster, and a kubeconfig only lends its
+/// namespace.
+async fn target(global: &GlobalArgs, choice: FlavorChoice, offline: bool) -> CommandResult<Target> {
+    let mut context_namespace = None;
+    let (cluster, platform) = if offline {
+        context_namespace = Cluster::connect(&global.connect_options())
+            .await
+            .ok()
+            .map(|c| c.namespace);
+        (None, None)
+    } else {
+        let cluster = Cluster::connect(&global.connect_options())
+            .await
+            .map_err(|e| hint_guest_user(global, e))?;
+        let platform = flavor::discover(&cluster, choice).await?;
+        crate::connect::note_other_platform(global, &platform);
+        (Some(cluster), Some(platform))
+    };
+    let flavor = match (&platform, choice) {
+        (Some(p), _) => p.flavor,
+        (None, FlavorChoice::Fixed(f)) => f,
+        (None, FlavorChoice::Auto) => unreachable!("offline only with a fixed flavor"),
+    };
+    let namespace = match (&cluster, &global.namespace) {
+        (_, Some(ns)) => ns.clone(),
+        (Some(c), None) => c.namespace.clone(),
+        (None, None) => context_namespace.unwrap_or_else(|| "default".to_owned()),
+    };
+    kubevm::target::validate_namespace(&namespace)?;
+    Ok(Target {
+        cluster,
+        platform,
+        flavor,
+        namespace,
+    })
+}
+
+/// Creates the objects in order; Ctrl-C meanwhile rolls back what this run created (a second
+/// press abandons the rollback) and ends with exit 130.
+async fn apply(
+    cluster: &Cluster,
+    manifests: &Manifests,
+    existing: &execute::Existing,
+    server_dry_run: bool,
+) -> CommandResult<Vec<Applied>> {
+    let (taken, interrupts) = crate::interrupt::take_over();
+    let created = execute::create_all(
+        cluster,
+        manifests,
+        existing,
+        server_dry_run,
+        Some(interrupts.clone()),
+        |_| {},
+    )
+    .await;
+    drop(taken);
+    match created {
+        Ok(applied) => Ok(applied),
+        Err(e) if *interrupts.borrow() > 0 => {
+            eprintln!("Error: {e}");
+            Err(CommandError::Interrupted)
         }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `--wait`: until the VM runs (or its disks are ready), each replica of a pool in turn (the
+/// controller makes them at once).
+async fn wait_created(
+    cluster: &Cluster,
+    flavor: Flavor,
+    plan: &VmPlan,
+    timeout: Duration,
+) -> CommandResult {
+    let Some(n) = plan.replicas else {
+        return wait_for(cluster, flavor, plan, timeout).await;
+    };
+    for i in 0..n {
+        let replica = create::pool::replica_plan(plan, i);
+        let ns = &replica.namespace;
+        wait::until_exists(cluster, flavor, &replica.name, ns, timeout)
+            .await
+            .map_err(|e| match e {
+                kubevm::Error::Timeout(what) => {
+                    CommandError::Failed(format!("timed out waiting for {what}"))
+                }
+                e => e.into(),
+            })?;
+        wait_for(cluster, flavor, &replica, timeout).await?;
     }
     Ok(())
 }

@@ -129,12 +129,15 @@ fn describe(out: &mut dyn Write, d: &VmDetails, now: jiff::Timestamp) -> std::io
     section(
         out,
         "Interfaces",
-        &["NAME", "IP", "MAC"],
+        &["NAME", "TYPE", "MAC", "IPS", "STATE"],
         d.interfaces.iter().map(|i| {
+            let ips = (!i.ips.is_empty()).then(|| i.ips.join(","));
             vec![
                 i.name.clone(),
-                cell(Some(i.ips.join(","))),
+                i.network.clone(),
                 cell(i.mac.as_ref()),
+                cell(ips.as_ref()),
+                i.state.clone(),
             ]
         }),
     )?;

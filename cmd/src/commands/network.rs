@@ -2,7 +2,6 @@
 //! what the running machine reports (`kubevm::network`).
 
 use clap::{Args, Subcommand};
-use kubevm::lifecycle::VmRef;
 use kubevm::target::{Target, TargetKind};
 
 use crate::error::{CommandError, CommandResult};
@@ -33,7 +32,7 @@ pub struct ListArgs {
     #[arg(value_name = "VM", add = clap_complete::engine::ArgValueCompleter::new(crate::complete::vm_names))]
     pub target: String,
 
-    /// Output format: wide (with the binding), yaml or json instead of the table
+    /// Output format: wide (with the binding and the guest's name of it), yaml or json
     #[arg(short = 'o', long, value_parser = ["wide", "yaml", "json"], value_name = "FORMAT")]
     pub output: Option<String>,
 
@@ -56,11 +55,7 @@ pub async fn cmd_network(global: &GlobalArgs, args: NetworkArgs) -> CommandResul
     }
     let (cluster, platform) = crate::connect::connect(global).await?;
     let namespace = target.namespace_in(&cluster.namespace, cluster.namespace_from_flag)?;
-    let vm = VmRef {
-        namespace,
-        name: target.name.clone(),
-    };
-    let list = kubevm::network::interfaces(&cluster, &platform, &vm).await?;
+    let list = kubevm::network::interfaces(&cluster, &platform, &namespace, &target.name).await?;
     let mut out = std::io::stdout().lock();
     if let Some(f @ ("yaml" | "json")) = args.output.as_deref() {
         let format = if f == "json" {
@@ -76,6 +71,7 @@ pub async fn cmd_network(global: &GlobalArgs, args: NetworkArgs) -> CommandResul
     let mut headers = vec!["NAME", "NETWORK", "MAC", "IPS", "STATE"];
     if wide {
         headers.insert(2, "BINDING");
+        headers.push("GUEST");
     }
     let mut table = Table::new(&headers);
     for i in &list {
@@ -89,6 +85,7 @@ pub async fn cmd_network(global: &GlobalArgs, args: NetworkArgs) -> CommandResul
         ];
         if wide {
             row.insert(2, cell(i.binding.as_ref()));
+            row.push(cell(i.guest_name.as_ref()));
         }
         table.push(row);
     }

@@ -13,6 +13,7 @@ pub struct PlacementFlags {
     #[arg(
         long = "node-selector",
         value_name = "KEY=VALUE",
+        add = clap_complete::engine::ArgValueCompleter::new(crate::complete::node_labels),
         help_heading = "Placement"
     )]
     pub node_selector: Vec<String>,
@@ -27,6 +28,7 @@ pub struct PlacementFlags {
     #[arg(
         long = "node-affinity",
         value_name = "KEY=VALUE",
+        add = clap_complete::engine::ArgValueCompleter::new(crate::complete::node_labels),
         help_heading = "Placement"
     )]
     pub node_affinity: Vec<String>,

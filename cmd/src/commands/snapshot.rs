@@ -232,11 +232,8 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> CommandResult {
     let state = if options.dry_run != LibDryRun::None {
         String::new()
     } else if !outcome.waited {
-        match platform.flavor {
-            kubevm::flavor::Flavor::KubeVirt => "; not waited for: see `kubectl get vmrestore`",
-            kubevm::flavor::Flavor::Deckhouse => "; not waited for: see `kubectl get vmop`",
-        }
-        .into()
+        let kind = kubevm::platform::of(platform.flavor).snapshot_tracked_by;
+        format!("; not waited for: see `kubectl get {kind}`")
     } else if outcome.no_agent {
         "; ready (crash-consistent: no guest agent froze the filesystems)".into()
     } else {

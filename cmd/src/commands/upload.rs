@@ -114,6 +114,7 @@ fn plan(args: &UploadArgs, namespace: String) -> CommandResult<upload::Plan> {
         size,
         force_raw: args.format.as_deref() == Some("raw"),
         storage_class: args.storage_class.clone(),
+        image_on_pvc: false,
         access_mode: args.access_mode.clone(),
         volume_mode: args.volume_mode.clone(),
         no_create: args.no_create,
@@ -135,29 +136,7 @@ pub async fn cmd_upload(global: &GlobalArgs, args: UploadArgs) -> CommandResult 
     // The file and flags first: a bad input never reaches the cluster.
     let mut plan = plan(&args, String::new())?;
     let (cluster, platform) = crate::connect::connect(global).await?;
-    let deckhouse = plan.options.target.is_deckhouse();
-    if plan.options.target.flavor() != platform.flavor {
-        return Err(CommandError::usage(format!(
-            "upload to {} needs {}; this cluster runs {}: upload to {}",
-            plan.options.target.display(),
-            if deckhouse {
-                "Deckhouse virtualization"
-            } else {
-                "KubeVirt's CDI"
-            },
-            platform.flavor.display_name(),
-            if deckhouse {
-                "dv/NAME or pvc/NAME"
-            } else {
-                "vi/NAME, cvi/NAME or vd/NAME"
-            }
-        )));
-    }
-    if !deckhouse && !plan.options.no_create {
-        // The token comes from CDI's aggregated API: without it the new DataVolume would wait
-        // for an upload that cannot start.
-        platform.require("upload.cdi.kubevirt.io", "v1beta1", "uploadtokenrequests")?;
-    }
+    upload::check_platform(&plan, &platform)?;
     plan.options.namespace = cluster.namespace.clone();
     let mut view = View::new(std::io::stderr().is_terminal(), args.progress_every);
     view.show(Event::Inspected {
@@ -168,11 +147,7 @@ pub async fn cmd_upload(global: &GlobalArgs, args: UploadArgs) -> CommandResult 
     // Ctrl-C now removes what this run created (a second press ends the program).
     let (taken, interrupts) = crate::interrupt::take_over();
     let mut show = |e| view.show(e);
-    let result = if deckhouse {
-        upload::deckhouse::run(&cluster, &plan, Some(interrupts.clone()), &mut show).await
-    } else {
-        upload::kubevirt::run(&cluster, &plan, Some(interrupts.clone()), &mut show).await
-    };
+    let result = upload::run(&cluster, &plan, Some(interrupts.clone()), &mut show).await;
     drop(taken);
     view.finish();
     match result {
@@ -184,11 +159,7 @@ pub async fn cmd_upload(global: &GlobalArgs, args: UploadArgs) -> CommandResult 
         Err(e) => return Err(e.into()),
     }
     if args.output.as_deref() == Some("name") {
-        let name = if deckhouse {
-            upload::deckhouse::resource_name(&plan.options.target)
-        } else {
-            format!("datavolume.cdi.kubevirt.io/{}", plan.options.target.name())
-        };
+        let name = upload::resource_name(&plan.options.target);
         let mut out = std::io::stdout().lock();
         writeln!(out, "{name}")?;
         out.flush()?;

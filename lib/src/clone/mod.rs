@@ -139,21 +139,7 @@ pub async fn clone(
     let vm_kind = Kind::vm(flavor);
     let ns = request.source.namespace.as_str();
     ensure_free(cluster, &vm_kind, ns, &request.target).await?;
-    let (_, object) = match flavor {
-        Flavor::KubeVirt => (kubevirt::CLONE, kubevirt::clone_object(request, &source)),
-        Flavor::Deckhouse => {
-            let plan = deckhouse::plan(request, &source);
-            deckhouse::check_name_lengths(
-                &request.target,
-                deckhouse::renames(&plan.operation, "/spec/clone/nameReplacement"),
-            )?;
-            for disk in &plan.disks {
-                ensure_free(cluster, &crate::api::VIRTUAL_DISK, ns, &disk.1).await?;
-            }
-            (crate::lifecycle::deckhouse::VMOP, plan.operation)
-        }
-    };
-    let mut object = object;
+    let mut object = clone_object(cluster, flavor, request, &source).await?;
     // The new VM's own identity (see [`identity`]): what of the source's user data is ours.
     let user_data = identity::read_user_data(cluster, flavor, &source)
         .await?
@@ -201,28 +187,12 @@ pub async fn clone(
             waited: false,
         });
     }
-    // The new identity: a fresh host key certified for the new VM, the platform part of the
-    // user data made again for it.
-    let mut new_text = None;
-    if let (Some((_, text)), DryRun::None) = (&user_data, request.dry_run) {
-        let host = crate::create::checks::vm_host_keys(
-            cluster,
-            platform,
-            crate::ca::DEFAULT_NAMESPACE,
-            &request.target,
-            ns,
-            &mut |w| on_event(Event::Notice(w)),
-        )
-        .await?;
-        new_text = identity::reissue(
-            text,
-            &request.source.name,
-            &request.target,
-            ns,
-            host.as_ref(),
-        )
-        .map_err(Error::Platform)?;
-    }
+    let new_text = match (&user_data, request.dry_run) {
+        (Some((_, text)), DryRun::None) => {
+            new_identity(cluster, platform, request, text, on_event).await?
+        }
+        _ => None,
+    };
     let mut made_secret: Option<String> = None;
     if let (true, Some(text)) = (own_secret, &new_text) {
         let secret = identity::secret_object(flavor, ns, &request.target, text);
@@ -243,31 +213,94 @@ pub async fn clone(
     if result.is_err()
         && let Some(uid) = &made_secret
     {
-        // All or nothing: our Secret goes unless the new VM exists (then it owns it).
-        let vm_exists = vm_kind
-            .api(&cluster.client, Some(ns))
-            .get_opt(&request.target)
-            .await
-            .ok()
-            .flatten();
-        match vm_exists {
-            Some(vm) => {
-                let vm = serde_json::to_value(vm).unwrap_or_default();
-                let _ = deckhouse::add_owner(
-                    cluster,
-                    &crate::api::SECRET,
-                    ns,
-                    &new_secret,
-                    &identity::owner_of(&vm),
-                )
-                .await;
-            }
-            None => {
-                let _ = identity::delete_secret(cluster, ns, &new_secret, uid).await;
-            }
-        }
+        drop_own_secret(cluster, flavor, request, uid).await;
     }
     result
+}
+
+/// The clone object for the platform (KubeVirt's VirtualMachineClone, Deckhouse's Clone
+/// operation), refused before anything is made when the disks it would make (Deckhouse) are
+/// taken or their names too long.
+async fn clone_object(
+    cluster: &Cluster,
+    flavor: Flavor,
+    request: &CloneRequest,
+    source: &Value,
+) -> Result<Value> {
+    match flavor {
+        Flavor::KubeVirt => Ok(kubevirt::clone_object(request, source)),
+        Flavor::Deckhouse => {
+            let plan = deckhouse::plan(request, source);
+            deckhouse::check_name_lengths(
+                &request.target,
+                deckhouse::renames(&plan.operation, "/spec/clone/nameReplacement"),
+            )?;
+            let ns = request.source.namespace.as_str();
+            for disk in &plan.disks {
+                ensure_free(cluster, &crate::api::VIRTUAL_DISK, ns, &disk.1).await?;
+            }
+            Ok(plan.operation)
+        }
+    }
+}
+
+/// The new identity: a fresh host key certified for the new VM, the platform part of the
+/// source's user data (`text`) made again for it, so the copy does not answer as the source.
+async fn new_identity(
+    cluster: &Cluster,
+    platform: &Platform,
+    request: &CloneRequest,
+    text: &str,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<Option<String>> {
+    let ns = request.source.namespace.as_str();
+    let host = crate::create::checks::vm_host_keys(
+        cluster,
+        platform,
+        crate::ca::DEFAULT_NAMESPACE,
+        &request.target,
+        ns,
+        &mut |w| on_event(Event::Notice(w)),
+    )
+    .await?;
+    identity::reissue(
+        text,
+        &request.source.name,
+        &request.target,
+        ns,
+        host.as_ref(),
+    )
+    .map_err(Error::Platform)
+}
+
+/// After a failed clone, all or nothing: the Secret made for the new VM (uid `uid`) goes,
+/// unless the new VM exists (then it is given to it to own). Best effort: the clone's own
+/// error is what the user sees.
+async fn drop_own_secret(cluster: &Cluster, flavor: Flavor, request: &CloneRequest, uid: &str) {
+    let ns = request.source.namespace.as_str();
+    let new_secret = identity::secret_name(&request.target);
+    let vm_exists = Kind::vm(flavor)
+        .api(&cluster.client, Some(ns))
+        .get_opt(&request.target)
+        .await
+        .ok()
+        .flatten();
+    match vm_exists {
+        Some(vm) => {
+            let vm = serde_json::to_value(vm).unwrap_or_default();
+            let _ = deckhouse::add_owner(
+                cluster,
+                &crate::api::SECRET,
+                ns,
+                &new_secret,
+                &identity::owner_of(&vm),
+            )
+            .await;
+        }
+        None => {
+            let _ = identity::delete_secret(cluster, ns, &new_secret, uid).await;
+        }
+    }
 }
 
 /// Create the clone object and follow it (see [`clone`]); `new_text` is the new VM's user
@@ -287,31 +320,25 @@ async fn run_clone(
 ) -> Result<Outcome> {
     let flavor = platform.flavor;
     let vm_kind = Kind::vm(flavor);
-    let ns = request.source.namespace.as_str();
-    let (clone_kind, name) = match flavor {
-        Flavor::KubeVirt => (kubevirt::CLONE, name.to_owned()),
-        Flavor::Deckhouse => (crate::lifecycle::deckhouse::VMOP, name.to_owned()),
+    let kind = match flavor {
+        Flavor::KubeVirt => kubevirt::CLONE,
+        Flavor::Deckhouse => crate::lifecycle::deckhouse::VMOP,
     };
-    let params = PostParams {
-        dry_run: request.dry_run == DryRun::Server,
-        ..Default::default()
+    let run = CloneRun {
+        cluster,
+        platform,
+        request,
+        ns: request.source.namespace.as_str(),
+        kind,
+        name,
+        on_event,
     };
-    let data: DynamicObject = serde_json::from_value(object)
-        .map_err(|e| Error::Internal(format!("the {} does not serialise: {e}", clone_kind.kind)))?;
-    let api = clone_kind.api(&cluster.client, Some(ns));
-    let created = api.create(&params, &data).await.map_err(|e| {
-        cluster.error(
-            e,
-            &clone_kind.action("create", Some(ns)).named(name.as_str()),
-        )
-    })?;
-    let created = serde_json::to_value(created).unwrap_or_default();
+    let created = run.create(object).await?;
     let op_uid = created
         .pointer("/metadata/uid")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    let op_uid = op_uid.as_str();
     let identity_pending = new_text.is_some();
     if identity_pending && !request.wait {
         on_event(Event::Notice(format!(
@@ -328,143 +355,22 @@ async fn run_clone(
             waited: false,
         });
     }
-    on_event(Event::Accepted(clone_kind.object_ref(&name)));
-    let mut rewritten = copied.is_none();
-    // Deckhouse creates its copy of the source's Secret and then the VM in one pass, with the
-    // source's runPolicy: an AlwaysOn copy starts as soon as its disks are ready, and would
-    // boot with the source's identity if the copy still held it. Closed here: the Secret the
-    // copy will refer to is made now, with the new identity, marked as made by this operation
-    // (`virtualization.deckhouse.io/vmoprestore: <uid>`); the provisioner restorer then takes it
-    // as its own and creates nothing (deckhouse/virtualization `service/restorer/restorers/
-    // provisioner_restorer.go`, ValidateClone/ProcessClone: an existing Secret with the
-    // operation's uid returns early), and its processing comes only after the operation's
-    // snapshot step. Only if the platform was first (409) is its copy rewritten below.
-    if let (false, Some(copy), Some(text), DryRun::None) =
-        (rewritten, copied, new_text, request.dry_run)
+    on_event(Event::Accepted(kind.object_ref(name)));
+    let mut copy = copied.zip(new_text).map(|(secret, text)| CopiedSecret {
+        secret,
+        text,
+        op_uid: &op_uid,
+    });
+    if let (Some(c), DryRun::None) = (&copy, request.dry_run)
+        && run.premake_copy(c).await?
     {
-        let mut secret = identity::secret_object(flavor, ns, &request.target, text);
-        secret["metadata"]["name"] = json!(copy);
-        secret["metadata"]["annotations"] = json!({ identity::MADE_BY_OPERATION: op_uid });
-        match identity::create_secret(cluster, &secret).await {
-            Ok(_) => {
-                on_event(Event::Notice(format!(
-                    "secret/{copy}: made with {}'s own identity (principals, host key, host certificate) before the platform copies the source's",
-                    request.target
-                )));
-                rewritten = true;
-            }
-            Err(Error::Conflict(_)) => {}
-            Err(e) => return Err(e),
-        }
+        copy = None;
     }
-    let work = async {
-        let mut last: Option<(String, Option<String>)> = None;
-        loop {
-            // Deckhouse's copy of the source's Secret gets the new identity as soon as it
-            // exists: the new VM cannot boot before its disks are ready.
-            if let (false, Some(copy), Some(text)) = (rewritten, copied, new_text)
-                && identity::read_secret(cluster, ns, copy).await?.is_some()
-                && identity::rewrite_secret(cluster, ns, copy, &request.target, text, op_uid)
-                    .await?
-            {
-                on_event(Event::Notice(format!(
-                    "secret/{copy}: the platform's part made {}'s own (principals, host key, host certificate)",
-                    request.target
-                )));
-                rewritten = true;
-            }
-            let current = api.get(&name).await.map_err(|e| {
-                cluster.error(e, &clone_kind.action("get", Some(ns)).named(name.as_str()))
-            })?;
-            let current = serde_json::to_value(current).unwrap_or_default();
-            let (phase, detail, end) = match flavor {
-                Flavor::KubeVirt => kubevirt::progress(&current),
-                Flavor::Deckhouse => deckhouse::progress(&current),
-            };
-            if last.as_ref() != Some(&(phase.clone(), detail.clone())) && !phase.is_empty() {
-                on_event(Event::Phase {
-                    phase: phase.clone(),
-                    detail: detail.clone(),
-                });
-            }
-            match end {
-                Some(Ok(())) => return Ok(current),
-                Some(Err(message)) => return Err(Error::Platform(message)),
-                None => {}
-            }
-            last = Some((phase, detail));
-            tokio::time::sleep(POLL).await;
-        }
-    };
-    let record = match tokio::time::timeout(request.timeout, work).await {
-        Ok(result) => result?,
-        Err(_) => {
-            return Err(Error::Timeout(format!(
-                "{} {name:?} in namespace {ns:?} to finish cloning VM {:?}",
-                clone_kind.kind.to_ascii_lowercase(),
-                request.source.name
-            )));
-        }
-    };
-    if let (false, Some(copy), Some(text)) = (rewritten, copied, new_text)
-        && !identity::rewrite_secret(cluster, ns, copy, &request.target, text, op_uid).await?
-    {
-        return Err(Error::NotOurs(format!(
-            "secret {copy:?} in namespace {ns:?} was not made by {} {name:?}; the new VM {} refers to it: check it before starting the VM",
-            clone_kind.kind.to_ascii_lowercase(),
-            request.target
-        )));
-    }
-    let disks = match flavor {
-        Flavor::KubeVirt => kubevirt::adopt(cluster, request).await?,
-        Flavor::Deckhouse => deckhouse::adopt(cluster, request).await?,
-    };
-    let new_vm = crate::lifecycle::get_vm(cluster, flavor, &request.target_ref()).await?;
-    if own_secret {
-        let secret = identity::secret_name(&request.target);
-        deckhouse::add_owner(
-            cluster,
-            &crate::api::SECRET,
-            ns,
-            &secret,
-            &identity::owner_of(&new_vm),
-        )
-        .await?;
-        match flavor {
-            // The clone's spec already names the new Secret.
-            Flavor::KubeVirt => {}
-            Flavor::Deckhouse => {
-                deckhouse::point_user_data_at(cluster, ns, &request.target, &secret).await?
-            }
-        }
-    }
+    let record = run.follow(&mut copy).await?;
+    let disks = run.adopt(copy.as_ref(), own_secret).await?;
     on_event(Event::Labelled(disks.len()));
     if request.start {
-        on_event(Event::Starting);
-        let options = crate::lifecycle::Options {
-            dry_run: DryRun::None,
-            wait: true,
-            timeout: request.timeout,
-            want_object: false,
-        };
-        let vm = request.target_ref();
-        let running = crate::lifecycle::get_vm(cluster, flavor, &vm).await?;
-        if running
-            .pointer("/status/printableStatus")
-            .and_then(Value::as_str)
-            != Some("Running")
-            && running.pointer("/status/phase").and_then(Value::as_str) != Some("Running")
-        {
-            crate::lifecycle::run(
-                cluster,
-                platform,
-                &crate::lifecycle::Action::Start { paused: false },
-                &vm,
-                &options,
-                &|_| {},
-            )
-            .await?;
-        }
+        run.start().await?;
     }
     let vm = crate::lifecycle::get_vm(cluster, flavor, &request.target_ref()).await?;
     Ok(Outcome {
@@ -474,6 +380,231 @@ async fn run_clone(
         disks,
         waited: true,
     })
+}
+
+/// Deckhouse's copy of the source's Secret that still has to get the new VM's identity
+/// (`text`, its user data), made by the clone operation `op_uid`.
+struct CopiedSecret<'a> {
+    secret: &'a str,
+    text: &'a str,
+    op_uid: &'a str,
+}
+
+/// One clone object being created and followed: what each step of [`run_clone`] needs.
+struct CloneRun<'a> {
+    cluster: &'a Cluster,
+    platform: &'a Platform,
+    request: &'a CloneRequest,
+    ns: &'a str,
+    /// The clone object's kind: KubeVirt's VirtualMachineClone or Deckhouse's operation.
+    kind: Kind,
+    /// The clone object's name.
+    name: &'a str,
+    on_event: &'a (dyn Fn(Event) + Send + Sync),
+}
+
+impl CloneRun<'_> {
+    /// Creates the clone object (a server dry run when asked) and returns it as stored.
+    async fn create(&self, object: Value) -> Result<Value> {
+        let params = PostParams {
+            dry_run: self.request.dry_run == DryRun::Server,
+            ..Default::default()
+        };
+        let data: DynamicObject = serde_json::from_value(object).map_err(|e| {
+            Error::Internal(format!("the {} does not serialise: {e}", self.kind.kind))
+        })?;
+        let api = self.kind.api(&self.cluster.client, Some(self.ns));
+        let created = api.create(&params, &data).await.map_err(|e| {
+            self.cluster.error(
+                e,
+                &self.kind.action("create", Some(self.ns)).named(self.name),
+            )
+        })?;
+        Ok(serde_json::to_value(created).unwrap_or_default())
+    }
+
+    /// Makes the Secret the copy will refer to before the platform does; whether it did.
+    ///
+    /// Deckhouse creates its copy of the source's Secret and then the VM in one pass, with the
+    /// source's runPolicy: an AlwaysOn copy starts as soon as its disks are ready, and would
+    /// boot with the source's identity if the copy still held it. Closed here: the Secret the
+    /// copy will refer to is made now, with the new identity, marked as made by this operation
+    /// (`virtualization.deckhouse.io/vmoprestore: <uid>`); the provisioner restorer then takes
+    /// it as its own and creates nothing (deckhouse/virtualization `service/restorer/restorers/
+    /// provisioner_restorer.go`, ValidateClone/ProcessClone: an existing Secret with the
+    /// operation's uid returns early), and its processing comes only after the operation's
+    /// snapshot step. Only if the platform was first (409) is its copy rewritten while
+    /// following.
+    async fn premake_copy(&self, copy: &CopiedSecret<'_>) -> Result<bool> {
+        let target = &self.request.target;
+        let mut secret = identity::secret_object(self.platform.flavor, self.ns, target, copy.text);
+        secret["metadata"]["name"] = json!(copy.secret);
+        secret["metadata"]["annotations"] = json!({ identity::MADE_BY_OPERATION: copy.op_uid });
+        match identity::create_secret(self.cluster, &secret).await {
+            Ok(_) => {
+                (self.on_event)(Event::Notice(format!(
+                    "secret/{}: made with {target}'s own identity (principals, host key, host certificate) before the platform copies the source's",
+                    copy.secret
+                )));
+                Ok(true)
+            }
+            Err(Error::Conflict(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Polls the clone object until it ends (or the timeout), reporting each new phase, and
+    /// rewrites the platform's copy of the Secret (`copy`, then `None`) as soon as it exists:
+    /// the new VM cannot boot before its disks are ready. Returns the object at its end.
+    async fn follow(&self, copy: &mut Option<CopiedSecret<'_>>) -> Result<Value> {
+        let (ns, name, kind) = (self.ns, self.name, &self.kind);
+        let api = kind.api(&self.cluster.client, Some(ns));
+        let work = async {
+            let mut last: Option<(String, Option<String>)> = None;
+            loop {
+                if let Some(c) = copy.as_ref()
+                    && self.rewrite_copy(c).await?
+                {
+                    (self.on_event)(Event::Notice(format!(
+                        "secret/{}: the platform's part made {}'s own (principals, host key, host certificate)",
+                        c.secret, self.request.target
+                    )));
+                    *copy = None;
+                }
+                let current = api.get(name).await.map_err(|e| {
+                    self.cluster
+                        .error(e, &kind.action("get", Some(ns)).named(name))
+                })?;
+                let current = serde_json::to_value(current).unwrap_or_default();
+                let (phase, detail, end) = match self.platform.flavor {
+                    Flavor::KubeVirt => kubevirt::progress(&current),
+                    Flavor::Deckhouse => deckhouse::progress(&current),
+                };
+                if last.as_ref() != Some(&(phase.clone(), detail.clone())) && !phase.is_empty() {
+                    (self.on_event)(Event::Phase {
+                        phase: phase.clone(),
+                        detail: detail.clone(),
+                    });
+                }
+                match end {
+                    Some(Ok(())) => return Ok(current),
+                    Some(Err(message)) => return Err(Error::Platform(message)),
+                    None => {}
+                }
+                last = Some((phase, detail));
+                tokio::time::sleep(POLL).await;
+            }
+        };
+        match tokio::time::timeout(self.request.timeout, work).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Timeout(format!(
+                "{} {name:?} in namespace {ns:?} to finish cloning VM {:?}",
+                kind.kind.to_ascii_lowercase(),
+                self.request.source.name
+            ))),
+        }
+    }
+
+    /// Whether the platform's copy of the Secret exists yet and was given the new identity.
+    async fn rewrite_copy(&self, copy: &CopiedSecret<'_>) -> Result<bool> {
+        Ok(identity::read_secret(self.cluster, self.ns, copy.secret)
+            .await?
+            .is_some()
+            && self.rewrite(copy).await?)
+    }
+
+    /// Writes the new identity over the copy, if this operation's (see
+    /// [`identity::rewrite_secret`]).
+    async fn rewrite(&self, copy: &CopiedSecret<'_>) -> Result<bool> {
+        identity::rewrite_secret(
+            self.cluster,
+            self.ns,
+            copy.secret,
+            &self.request.target,
+            copy.text,
+            copy.op_uid,
+        )
+        .await
+    }
+
+    /// Once the clone has ended: the copy of the Secret still not rewritten must be this
+    /// operation's (else the new VM boots someone else's identity), the new VM and its disks
+    /// are labelled as ours, and our own Secret (`own_secret`) is given to the new VM. Returns
+    /// the disks' names.
+    async fn adopt(
+        &self,
+        copy: Option<&CopiedSecret<'_>>,
+        own_secret: bool,
+    ) -> Result<Vec<String>> {
+        let (cluster, ns, request) = (self.cluster, self.ns, self.request);
+        if let Some(copy) = copy
+            && !self.rewrite(copy).await?
+        {
+            return Err(Error::NotOurs(format!(
+                "secret {:?} in namespace {ns:?} was not made by {} {:?}; the new VM {} refers to it: check it before starting the VM",
+                copy.secret,
+                self.kind.kind.to_ascii_lowercase(),
+                self.name,
+                request.target
+            )));
+        }
+        let flavor = self.platform.flavor;
+        let disks = match flavor {
+            Flavor::KubeVirt => kubevirt::adopt(cluster, request).await?,
+            Flavor::Deckhouse => deckhouse::adopt(cluster, request).await?,
+        };
+        let new_vm = crate::lifecycle::get_vm(cluster, flavor, &request.target_ref()).await?;
+        if own_secret {
+            let secret = identity::secret_name(&request.target);
+            deckhouse::add_owner(
+                cluster,
+                &crate::api::SECRET,
+                ns,
+                &secret,
+                &identity::owner_of(&new_vm),
+            )
+            .await?;
+            match flavor {
+                // The clone's spec already names the new Secret.
+                Flavor::KubeVirt => {}
+                Flavor::Deckhouse => {
+                    deckhouse::point_user_data_at(cluster, ns, &request.target, &secret).await?
+                }
+            }
+        }
+        Ok(disks)
+    }
+
+    /// `--start`: starts the new VM unless the platform already runs it (a copy of an
+    /// AlwaysOn source), and waits for it to run.
+    async fn start(&self) -> Result<()> {
+        (self.on_event)(Event::Starting);
+        let options = crate::lifecycle::Options {
+            dry_run: DryRun::None,
+            wait: true,
+            timeout: self.request.timeout,
+            want_object: false,
+        };
+        let vm = self.request.target_ref();
+        let running = crate::lifecycle::get_vm(self.cluster, self.platform.flavor, &vm).await?;
+        if running
+            .pointer("/status/printableStatus")
+            .and_then(Value::as_str)
+            != Some("Running")
+            && running.pointer("/status/phase").and_then(Value::as_str) != Some("Running")
+        {
+            crate::lifecycle::run(
+                self.cluster,
+                self.platform,
+                &crate::lifecycle::Action::Start { paused: false },
+                &vm,
+                &options,
+                &|_| {},
+            )
+            .await?;
+        }
+        Ok(())
+    }
 }
 
 /// Refuse when `name` of `kind` exists (nothing was created yet).

@@ -43,83 +43,17 @@ pub(super) fn objects(plan: &VmPlan, user_data: Option<&UserData>) -> Vec<Planne
     objects
 }
 
+/// The VirtualMachine: its storage, its domain (the machine), the pod-level settings of its
+/// template, and the VM-level ones (run strategy, disk templates, instancetype and
+/// preference), then its placement and networks.
 pub(super) fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Value {
-    let mut disks = Vec::new();
-    let mut volumes = Vec::new();
-    let mut templates = Vec::new();
-
-    disks.push(disk(BOOT_VOLUME, plan.boot_disk_bus(), Some(1), None));
-    volumes.push(boot_volume(plan));
-    if let Some(template) = boot_template(plan).filter(|_| !standalone_boot_volume(plan)) {
-        templates.push(template);
-    }
-    for data in &plan.data_disks {
-        let name = plan.data_disk_name(data);
-        disks.push(disk(
-            &data.name,
-            data.bus.unwrap_or_default(),
-            None,
-            Some(&data.name),
-        ));
-        volumes.push(json!({ "name": data.name, "dataVolume": { "name": name } }));
-        templates.push(data_volume(
-            plan,
-            &name,
-            json!({ "blank": {} }),
-            Some(data.size.to_string()),
-            data_disk_class(plan, data),
-        ));
-    }
-    if let Some(data) = user_data {
-        disks.push(disk(CLOUDINIT_VOLUME, DiskBus::Virtio, None, None));
-        let source = if data.needs_secret() {
-            json!({ "secretRef": { "name": plan.cloudinit_secret_name() } })
-        } else {
-            json!({ "userData": data.text })
-        };
-        volumes.push(json!({ "name": CLOUDINIT_VOLUME, "cloudInitNoCloud": source }));
-    }
-
-    let mut interface = json!({ "name": NETWORK, "masquerade": {} });
-    if plan.os == OsType::Windows {
-        // Stock Windows has no virtio-net driver.
-        interface["model"] = json!("e1000e");
-    }
-    let mut domain = json!({
-        "devices": { "disks": disks, "interfaces": [interface], "rng": {} },
-    });
-    if plan.instancetype.is_none() && !plan.infer_from_image {
-        domain["cpu"] = match plan.topology() {
-            Some(t) => json!({ "sockets": t.sockets, "cores": t.cores, "threads": t.threads }),
-            None => json!({ "cores": plan.cores() }),
-        };
-        domain["memory"] = json!({ "guest": plan.memory_size().to_string() });
-    }
-    if let Some(firmware) = firmware(plan) {
-        domain["firmware"] = firmware;
-    }
-    if let Some(clock) = clock(plan) {
-        domain["clock"] = clock;
-    }
-    if plan.os == OsType::Windows {
-        domain["features"] = json!({
-            "acpi": {}, "apic": {},
-            "hyperv": { "relaxed": {}, "vapic": {}, "spinlocks": { "spinlocks": 8191 } },
-        });
-    }
-    if plan.extras.console_log {
-        // The `guest-console-log` sidecar whatever the cluster default (kubevirt
-        // `pkg/virt-controller/services/serialconsolelog.go` `isSerialConsoleLogEnabled`).
-        domain["devices"]["logSerialConsole"] = json!(true);
-    }
-    if plan.extras.secure_boot {
-        // KubeVirt's webhook: "SMM must be enabled when EFI SecureBoot is enabled"
-        // (pkg/virt-api/webhooks/validating-webhook/admitters/vmi-create-admitter.go).
-        domain["features"]["smm"] = json!({ "enabled": true });
-    }
-
+    let Storage {
+        disks,
+        volumes,
+        templates,
+    } = storage(plan, user_data);
     let mut pod_spec = json!({
-        "domain": domain,
+        "domain": domain(plan, disks),
         "networks": [{ "name": NETWORK, "pod": {} }],
         "volumes": volumes,
     });
@@ -129,18 +63,7 @@ pub(super) fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Va
     if let Some(subdomain) = &plan.extras.subdomain {
         pod_spec["subdomain"] = json!(subdomain);
     }
-    let credentials: Vec<Value> = plan
-        .extras
-        .access_credentials
-        .iter()
-        .filter(|c| c.method == DeliveryMethod::QemuGuestAgent)
-        .map(|c| {
-            json!({ "sshPublicKey": {
-                "source": { "secret": { "secretName": c.secret } },
-                "propagationMethod": { "qemuGuestAgent": { "users": c.users } },
-            } })
-        })
-        .collect();
+    let credentials = access_credentials(plan);
     if !credentials.is_empty() {
         pod_spec["accessCredentials"] = Value::Array(credentials);
     }
@@ -181,6 +104,119 @@ pub(super) fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Va
     super::place(plan, &mut vm);
     super::networks::apply(plan, &mut vm);
     vm
+}
+
+/// A VM's storage in KubeVirt's three lists: the domain's disks, the template's volumes
+/// behind them, and the DataVolume templates the VM creates with it.
+struct Storage {
+    disks: Vec<Value>,
+    volumes: Vec<Value>,
+    templates: Vec<Value>,
+}
+
+/// The boot disk, the data disks (blank DataVolumes) and the cloud-init disk, in that order
+/// (the boot disk first, with boot order 1).
+fn storage(plan: &VmPlan, user_data: Option<&UserData>) -> Storage {
+    let mut disks = Vec::new();
+    let mut volumes = Vec::new();
+    let mut templates = Vec::new();
+
+    disks.push(disk(BOOT_VOLUME, plan.boot_disk_bus(), Some(1), None));
+    volumes.push(boot_volume(plan));
+    if let Some(template) = boot_template(plan).filter(|_| !standalone_boot_volume(plan)) {
+        templates.push(template);
+    }
+    for data in &plan.data_disks {
+        let name = plan.data_disk_name(data);
+        disks.push(disk(
+            &data.name,
+            data.bus.unwrap_or_default(),
+            None,
+            Some(&data.name),
+        ));
+        volumes.push(json!({ "name": data.name, "dataVolume": { "name": name } }));
+        templates.push(data_volume(
+            plan,
+            &name,
+            json!({ "blank": {} }),
+            Some(data.size.to_string()),
+            data_disk_class(plan, data),
+        ));
+    }
+    if let Some(data) = user_data {
+        disks.push(disk(CLOUDINIT_VOLUME, DiskBus::Virtio, None, None));
+        let source = if data.needs_secret() {
+            json!({ "secretRef": { "name": plan.cloudinit_secret_name() } })
+        } else {
+            json!({ "userData": data.text })
+        };
+        volumes.push(json!({ "name": CLOUDINIT_VOLUME, "cloudInitNoCloud": source }));
+    }
+    Storage {
+        disks,
+        volumes,
+        templates,
+    }
+}
+
+/// `template.spec.domain`: the devices (`disks`, one masqueraded interface, an RNG), CPU and
+/// memory unless an instancetype sizes the VM, firmware, clock, and what Windows and Secure
+/// Boot need.
+fn domain(plan: &VmPlan, disks: Vec<Value>) -> Value {
+    let mut interface = json!({ "name": NETWORK, "masquerade": {} });
+    if plan.os == OsType::Windows {
+        // Stock Windows has no virtio-net driver.
+        interface["model"] = json!("e1000e");
+    }
+    let mut domain = json!({
+        "devices": { "disks": disks, "interfaces": [interface], "rng": {} },
+    });
+    if plan.instancetype.is_none() && !plan.infer_from_image {
+        domain["cpu"] = match plan.topology() {
+            Some(t) => json!({ "sockets": t.sockets, "cores": t.cores, "threads": t.threads }),
+            None => json!({ "cores": plan.cores() }),
+        };
+        domain["memory"] = json!({ "guest": plan.memory_size().to_string() });
+    }
+    if let Some(firmware) = firmware(plan) {
+        domain["firmware"] = firmware;
+    }
+    if let Some(clock) = clock(plan) {
+        domain["clock"] = clock;
+    }
+    if plan.os == OsType::Windows {
+        domain["features"] = json!({
+            "acpi": {}, "apic": {},
+            "hyperv": { "relaxed": {}, "vapic": {}, "spinlocks": { "spinlocks": 8191 } },
+        });
+    }
+    if plan.extras.console_log {
+        // The `guest-console-log` sidecar whatever the cluster default (kubevirt
+        // `pkg/virt-controller/services/serialconsolelog.go` `isSerialConsoleLogEnabled`).
+        domain["devices"]["logSerialConsole"] = json!(true);
+    }
+    if plan.extras.secure_boot {
+        // KubeVirt's webhook: "SMM must be enabled when EFI SecureBoot is enabled"
+        // (pkg/virt-api/webhooks/validating-webhook/admitters/vmi-create-admitter.go).
+        domain["features"]["smm"] = json!({ "enabled": true });
+    }
+    domain
+}
+
+/// `--access-credential SECRET:USER…:qemuGuestAgent`: keys the guest agent keeps in the users'
+/// authorized_keys (KubeVirt `accessCredentials`).
+fn access_credentials(plan: &VmPlan) -> Vec<Value> {
+    plan.extras
+        .access_credentials
+        .iter()
+        .filter(|c| c.method == DeliveryMethod::QemuGuestAgent)
+        .map(|c| {
+            json!({ "sshPublicKey": {
+                "source": { "secret": { "secretName": c.secret } },
+                "propagationMethod": { "qemuGuestAgent": { "users": c.users } },
+            } })
+        })
+        .collect()
 }
 
 /// `domain.firmware`: the bootloader (`--firmware`, `--secure-boot`, `--persistent-efi`) and

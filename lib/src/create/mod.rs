@@ -52,6 +52,35 @@ pub enum CreateError {
     CloudInit(#[from] CloudInitError),
 }
 
+/// Checks a plan before the cluster is asked anything: its values and flag combinations, and
+/// its cloud-init. The plan is built for [`crate::platform::provisional`]; without `--flavor`
+/// (`choice` is `Auto`) only what no platform accepts is refused (in the provisional
+/// platform's words), since discovery may yet pick one that does. The platform SSH user is
+/// left out: the CA keys that enable it may come from the cluster later.
+pub fn validate_before_discovery(
+    plan: &VmPlan,
+    choice: crate::flavor::FlavorChoice,
+) -> Result<(), CreateError> {
+    let mut early = plan.clone();
+    early.platform_ssh.enabled = false;
+    if let Err(e) = early.validate() {
+        let fixed = matches!(choice, crate::flavor::FlavorChoice::Fixed(_));
+        let another_accepts = crate::platform::ALL
+            .into_iter()
+            .filter(|&flavor| flavor != early.flavor)
+            .any(|flavor| {
+                let mut other = early.clone();
+                other.flavor = flavor;
+                other.validate().is_ok()
+            });
+        if fixed || !another_accepts {
+            return Err(e.into());
+        }
+    }
+    cloudinit::build(&early)?;
+    Ok(())
+}
+
 /// Whether an object must be owned by the VM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Owner {
@@ -252,6 +281,28 @@ fn user_data_secret(plan: &VmPlan, type_: &str, key: &str, data: &UserData) -> P
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Without `--flavor` a flag only one platform takes passes the early check (discovery
+    /// decides); with it, the named platform's refusal stands; what neither takes is refused in
+    /// the provisional platform's words.
+    #[test]
+    fn before_discovery_only_what_no_platform_takes_is_refused() {
+        use crate::flavor::FlavorChoice;
+        let auto = FlavorChoice::Auto;
+        let provisional = crate::platform::provisional(auto);
+        let mut deckhouse_only = fixtures::plan(provisional, fixtures::image());
+        deckhouse_only.extras.ip = Some("10.66.10.20".into());
+        validate_before_discovery(&deckhouse_only, auto).unwrap();
+        let fixed = FlavorChoice::Fixed(Flavor::KubeVirt);
+        let err = validate_before_discovery(&deckhouse_only, fixed).unwrap_err();
+        assert!(err.to_string().starts_with("--ip is Deckhouse's"), "{err}");
+
+        let mut neither = fixtures::plan(provisional, fixtures::image());
+        neither.extras.ip = Some("not-an-ip".into());
+        neither.extras.subdomain = Some("web".into());
+        let err = validate_before_discovery(&neither, auto).unwrap_err();
+        assert!(err.to_string().starts_with("--ip is Deckhouse's"), "{err}");
+    }
 
     #[test]
     fn owner_reference_is_filled_from_the_created_vm() {

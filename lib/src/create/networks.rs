@@ -79,18 +79,13 @@ pub(super) fn ip_address(plan: &VmPlan) -> Option<PlannedObject> {
     })))
 }
 
-/// The network objects `--network` names must exist (KubeVirt's NetworkAttachmentDefinitions).
+/// The network objects `--network` names must exist (KubeVirt's NetworkAttachmentDefinitions,
+/// Deckhouse's Networks and ClusterNetworks).
 pub async fn check(cluster: &crate::cluster::Cluster, plan: &VmPlan) -> Result<()> {
     let req = request(plan)?;
     let vm = json!({"metadata": {"namespace": plan.namespace}});
-    for (ns, name) in spec::objects(plan.flavor, &req, &vm)? {
-        spec::must_exist(
-            cluster,
-            crate::api::NETWORK_ATTACHMENT_DEFINITION,
-            &ns,
-            &name,
-        )
-        .await?;
+    for object in spec::objects(plan.flavor, &req, &vm)? {
+        spec::must_exist(cluster, &object).await?;
     }
     Ok(())
 }

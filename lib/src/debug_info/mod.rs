@@ -566,6 +566,70 @@ async fn user_data_from_secret(
     Ok(texts)
 }
 
+/// What to mask in everything collected: the VM's user data (and, unless secrets are
+/// included, the user data Secrets it references, read only to learn the values to mask;
+/// neither the Secret nor its values go in the archive). Also the errors of reading them.
+async fn redactor_for(
+    cluster: &Cluster,
+    vm: &Value,
+    namespace: &str,
+    options: &Options,
+) -> (Redactor, Vec<String>) {
+    let mut redactor = Redactor::new(!options.include_secrets);
+    for text in redact::user_data_texts(vm) {
+        redactor.learn_user_data(&text);
+    }
+    // `create` puts user data (with the --env values) into a Secret the VM references.
+    let mut secret_errors = Vec::new();
+    if redactor.enabled() {
+        for secret in redact::user_data_secret_names(vm) {
+            match user_data_from_secret(cluster, namespace, &secret).await {
+                Ok(texts) => texts.iter().for_each(|t| redactor.learn_user_data(t)),
+                Err(e) => secret_errors.push(format!(
+                    "secret {secret:?} (the VM's user data, read only to learn the values to mask): {e}; \
+                     values it sets (--env) may appear unmasked in logs"
+                )),
+            }
+        }
+    }
+    (redactor, secret_errors)
+}
+
+/// The archive's two reading aids, written last: `summary.txt` (what looks wrong, from the
+/// facts gathered) and `errors.txt` (what could not be collected, sorted). Returns the errors.
+async fn write_summary(collector: &Collector, flavor: Flavor) -> Vec<String> {
+    let errors = collector.errors.lock().expect("errors lock").clone();
+    let facts = std::mem::take(&mut *collector.facts.lock().expect("facts lock"));
+    let summary_text = collector.redactor.text(&summary::render(
+        &facts,
+        flavor,
+        &errors,
+        jiff::Timestamp::now(),
+    ));
+    collector
+        .put(
+            "summary.txt".into(),
+            "read first: phase, conditions, warnings and what looks wrong".into(),
+            Content::Bytes(summary_text.into_bytes()),
+        )
+        .await;
+    let mut errors_text = String::new();
+    let mut sorted = errors.clone();
+    sorted.sort();
+    for e in &sorted {
+        errors_text.push_str(e);
+        errors_text.push('\n');
+    }
+    collector
+        .put(
+            "errors.txt".into(),
+            "what could not be collected (forbidden, missing, failed)".into(),
+            Content::Bytes(errors_text.into_bytes()),
+        )
+        .await;
+    errors
+}
+
 /// Collect everything about VM `name` in `namespace` into a tar.gz written to `out`.
 /// Fails only when the VM itself cannot be read, or the archive cannot be written.
 pub async fn collect<W: Write + Send + 'static>(
@@ -585,24 +649,7 @@ pub async fn collect<W: Write + Send + 'static>(
         .map_err(|e| cluster.error(e, &vm_kind.action("get", Some(namespace)).named(name)))?;
     let vm = serde_json::to_value(vm).map_err(|e| Error::Internal(e.to_string()))?;
 
-    let mut redactor = Redactor::new(!options.include_secrets);
-    for text in redact::user_data_texts(&vm) {
-        redactor.learn_user_data(&text);
-    }
-    // `create` puts user data (with the --env values) into a Secret the VM references: read
-    // it only to learn what to mask; neither the Secret nor its values go in the archive.
-    let mut secret_errors = Vec::new();
-    if redactor.enabled() {
-        for secret in redact::user_data_secret_names(&vm) {
-            match user_data_from_secret(cluster, namespace, &secret).await {
-                Ok(texts) => texts.iter().for_each(|t| redactor.learn_user_data(t)),
-                Err(e) => secret_errors.push(format!(
-                    "secret {secret:?} (the VM's user data, read only to learn the values to mask): {e}; \
-                     values it sets (--env) may appear unmasked in logs"
-                )),
-            }
-        }
-    }
+    let (redactor, secret_errors) = redactor_for(cluster, &vm, namespace, &options).await;
     let top = format!("debug-info-{name}.{namespace}");
     let (sink, writer) = archive::start(out, top.clone());
     let collector = Collector {
@@ -633,35 +680,7 @@ pub async fn collect<W: Write + Send + 'static>(
     )
     .await;
 
-    let errors = collector.errors.lock().expect("errors lock").clone();
-    let facts = std::mem::take(&mut *collector.facts.lock().expect("facts lock"));
-    let summary_text = collector.redactor.text(&summary::render(
-        &facts,
-        platform.flavor,
-        &errors,
-        jiff::Timestamp::now(),
-    ));
-    collector
-        .put(
-            "summary.txt".into(),
-            "read first: phase, conditions, warnings and what looks wrong".into(),
-            Content::Bytes(summary_text.into_bytes()),
-        )
-        .await;
-    let mut errors_text = String::new();
-    let mut sorted = errors.clone();
-    sorted.sort();
-    for e in &sorted {
-        errors_text.push_str(e);
-        errors_text.push('\n');
-    }
-    collector
-        .put(
-            "errors.txt".into(),
-            "what could not be collected (forbidden, missing, failed)".into(),
-            Content::Bytes(errors_text.into_bytes()),
-        )
-        .await;
+    let errors = write_summary(&collector, platform.flavor).await;
     let Collector { sink, .. } = collector;
     drop(sink);
     let written = tokio::task::spawn_blocking(move || writer.finish())

@@ -155,53 +155,8 @@ pub async fn plan(
         .unwrap_or_default()
         .to_owned();
     let caps = crate::platform::of(platform.flavor);
-    let disk_kind = caps.disk;
-    let mut disks: Vec<Companion> = Vec::new();
-    let add = |disks: &mut Vec<Companion>, object: &Value| {
-        let disk_name = object["metadata"]["name"].as_str().unwrap_or_default();
-        if !disk_name.is_empty() && !disks.iter().any(|d| d.name == disk_name) {
-            disks.push(Companion {
-                kind: disk_kind,
-                name: disk_name.to_owned(),
-                owned: owned_by(object, &uid),
-                uid: object["metadata"]["uid"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-            });
-        }
-    };
-    let disk_api = disk_kind.api(&cluster.client, Some(namespace));
-    if let Some(pointer) = caps.disk_templates {
-        let templates = vm
-            .pointer(pointer)
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|t| t.pointer("/metadata/name").and_then(Value::as_str));
-        for dv_name in templates {
-            let found = disk_api.get_opt(dv_name).await.map_err(|e| {
-                cluster.error(e, &disk_kind.action("get", Some(namespace)).named(dv_name))
-            })?;
-            // Only a disk the VM owns is its template's disk; one that replaced it (neither
-            // owned nor labelled as ours, which the list below finds) is not ours.
-            if let Some(dv) = found.map(to_value).filter(|dv| owned_by(dv, &uid)) {
-                add(&mut disks, &dv);
-            }
-        }
-    }
     let selector = ListParams::default().labels(&companion_selector(name));
-    // KubeVirt without CDI serves no DataVolumes: then the VM has no disks of its own.
-    let labelled = match disk_api.list(&selector).await {
-        Ok(list) => list.items,
-        Err(e) => match cluster.error(e, &disk_kind.action("list", Some(namespace))) {
-            Error::NotServed { .. } => Vec::new(),
-            other => return Err(other),
-        },
-    };
-    for disk in labelled {
-        add(&mut disks, &to_value(disk));
-    }
+    let disks = disks(cluster, caps, &vm, namespace, &selector).await?;
     // Owned Secrets go with the VM anyway; listing them only makes the output complete, so a
     // user who may not list Secrets still deletes the VM.
     let secrets = match SECRET
@@ -212,62 +167,14 @@ pub async fn plan(
         Ok(list) => owned_secrets(list, &uid),
         Err(_) => Vec::new(),
     };
-    let mut attachments = Vec::new();
-    if let Some(vmbda) = crate::platform::of(platform.flavor).attachments {
-        let list = vmbda
-            .api(&cluster.client, Some(namespace))
-            .list(&selector)
-            .await
-            .map_err(|e| cluster.error(e, &vmbda.action("list", Some(namespace))))?;
-        attachments = list
-            .items
-            .into_iter()
-            .map(to_value)
-            .filter(|b| {
-                b.pointer("/spec/virtualMachineName")
-                    .and_then(Value::as_str)
-                    == Some(name)
-            })
-            .map(|b| Companion {
-                kind: vmbda,
-                name: b["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-                owned: false,
-                uid: b["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
-            })
-            .collect();
-    }
-    let mut ips = Vec::new();
-    if let Some(ip_name) = vm
-        .pointer("/spec/virtualMachineIPAddressName")
-        .and_then(Value::as_str)
-    {
-        let kind = crate::api::VIRTUAL_MACHINE_IP_ADDRESS;
-        let found = kind
-            .api(&cluster.client, Some(namespace))
-            .get_opt(ip_name)
-            .await
-            .map_err(|e| cluster.error(e, &kind.action("get", Some(namespace)).named(ip_name)))?
-            .map(to_value);
-        // Only the address kubectl-vm made for this VM: one the user brought stays.
-        if let Some(ip) = found.filter(|o| {
-            let labels = &o["metadata"]["labels"];
-            labels[crate::names::VM_LABEL] == name
-                && labels[crate::names::MANAGED_BY_LABEL] == crate::names::MANAGED_BY
-        }) {
-            ips.push(Companion {
-                kind,
-                name: ip_name.to_owned(),
-                owned: owned_by(&ip, &uid),
-                uid: ip["metadata"]["uid"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-            });
-        }
-    }
+    let attachments = match caps.attachments {
+        Some(vmbda) => attachments(cluster, vmbda, name, namespace, &selector).await?,
+        None => Vec::new(),
+    };
+    let ips = fixed_ip(cluster, &vm, namespace)
+        .await?
+        .into_iter()
+        .collect();
     let pool = vm
         .pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
@@ -290,6 +197,135 @@ pub async fn plan(
         keep_ip: false,
         pool,
     })
+}
+
+/// The VM's disks, each once: those its disk templates made (only while the VM owns them) and
+/// those labelled as its companions. KubeVirt without CDI serves no DataVolumes: then the VM
+/// has no disks of its own.
+async fn disks(
+    cluster: &Cluster,
+    caps: &crate::platform::Capabilities,
+    vm: &Value,
+    namespace: &str,
+    selector: &ListParams,
+) -> Result<Vec<Companion>> {
+    let uid = vm["metadata"]["uid"].as_str().unwrap_or_default();
+    let disk_kind = caps.disk;
+    let mut disks: Vec<Companion> = Vec::new();
+    let add = |disks: &mut Vec<Companion>, object: &Value| {
+        let disk_name = object["metadata"]["name"].as_str().unwrap_or_default();
+        if !disk_name.is_empty() && !disks.iter().any(|d| d.name == disk_name) {
+            disks.push(Companion {
+                kind: disk_kind,
+                name: disk_name.to_owned(),
+                owned: owned_by(object, uid),
+                uid: object["metadata"]["uid"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            });
+        }
+    };
+    let disk_api = disk_kind.api(&cluster.client, Some(namespace));
+    if let Some(pointer) = caps.disk_templates {
+        let templates = vm
+            .pointer(pointer)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.pointer("/metadata/name").and_then(Value::as_str));
+        for dv_name in templates {
+            let found = disk_api.get_opt(dv_name).await.map_err(|e| {
+                cluster.error(e, &disk_kind.action("get", Some(namespace)).named(dv_name))
+            })?;
+            // Only a disk the VM owns is its template's disk; one that replaced it (neither
+            // owned nor labelled as ours, which the list below finds) is not ours.
+            if let Some(dv) = found.map(to_value).filter(|dv| owned_by(dv, uid)) {
+                add(&mut disks, &dv);
+            }
+        }
+    }
+    let labelled = match disk_api.list(selector).await {
+        Ok(list) => list.items,
+        Err(e) => match cluster.error(e, &disk_kind.action("list", Some(namespace))) {
+            Error::NotServed { .. } => Vec::new(),
+            other => return Err(other),
+        },
+    };
+    for disk in labelled {
+        add(&mut disks, &to_value(disk));
+    }
+    Ok(disks)
+}
+
+/// The VM's disk attachments where they are objects of their own (`vmbda`, Deckhouse): they
+/// name the VM and would otherwise outlive it.
+async fn attachments(
+    cluster: &Cluster,
+    vmbda: Kind,
+    name: &str,
+    namespace: &str,
+    selector: &ListParams,
+) -> Result<Vec<Companion>> {
+    let list = vmbda
+        .api(&cluster.client, Some(namespace))
+        .list(selector)
+        .await
+        .map_err(|e| cluster.error(e, &vmbda.action("list", Some(namespace))))?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(to_value)
+        .filter(|b| {
+            b.pointer("/spec/virtualMachineName")
+                .and_then(Value::as_str)
+                == Some(name)
+        })
+        .map(|b| Companion {
+            kind: vmbda,
+            name: b["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            owned: false,
+            uid: b["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
+        })
+        .collect())
+}
+
+/// The fixed address the VM names (Deckhouse's VirtualMachineIPAddress), only when
+/// kubectl-vm made it for this VM: one the user brought stays.
+async fn fixed_ip(cluster: &Cluster, vm: &Value, namespace: &str) -> Result<Option<Companion>> {
+    let Some(ip_name) = vm
+        .pointer("/spec/virtualMachineIPAddressName")
+        .and_then(Value::as_str)
+    else {
+        return Ok(None);
+    };
+    let name = vm["metadata"]["name"].as_str().unwrap_or_default();
+    let uid = vm["metadata"]["uid"].as_str().unwrap_or_default();
+    let kind = crate::api::VIRTUAL_MACHINE_IP_ADDRESS;
+    let found = kind
+        .api(&cluster.client, Some(namespace))
+        .get_opt(ip_name)
+        .await
+        .map_err(|e| cluster.error(e, &kind.action("get", Some(namespace)).named(ip_name)))?
+        .map(to_value);
+    Ok(found
+        .filter(|o| {
+            let labels = &o["metadata"]["labels"];
+            labels[crate::names::VM_LABEL] == name
+                && labels[crate::names::MANAGED_BY_LABEL] == crate::names::MANAGED_BY
+        })
+        .map(|ip| Companion {
+            kind,
+            name: ip_name.to_owned(),
+            owned: owned_by(&ip, uid),
+            uid: ip["metadata"]["uid"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        }))
 }
 
 /// Delete parameters with a uid precondition (none when `uid` is empty).

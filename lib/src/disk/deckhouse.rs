@@ -25,23 +25,7 @@ use crate::quantity::Quantity;
 
 pub use crate::api::VMBDA;
 
-/// Deckhouse's VirtualImage.
-pub const VIRTUAL_IMAGE: Kind = Kind {
-    group: "virtualization.deckhouse.io",
-    version: "v1alpha2",
-    kind: "VirtualImage",
-    plural: "virtualimages",
-    namespaced: true,
-};
-
-/// Deckhouse's ClusterVirtualImage (cluster-scoped).
-pub const CLUSTER_VIRTUAL_IMAGE: Kind = Kind {
-    group: "virtualization.deckhouse.io",
-    version: "v1alpha2",
-    kind: "ClusterVirtualImage",
-    plural: "clustervirtualimages",
-    namespaced: false,
-};
+pub use crate::api::{CLUSTER_VIRTUAL_IMAGE, VIRTUAL_IMAGE};
 
 fn array<'a>(obj: &'a Value, pointer: &str) -> impl Iterator<Item = &'a Value> {
     obj.pointer(pointer)

@@ -608,6 +608,31 @@ pub(crate) async fn remove_created(
     }
 }
 
+/// The disks `disk attach` takes in the cluster's namespace (and cluster-wide images), as
+/// shell completion offers them: each name with the prefix its kind is written with
+/// ([`Capabilities::attachable_disks`](crate::platform::Capabilities::attachable_disks)) and
+/// the kind. A kind that cannot be listed is left out: completion says nothing rather than fail.
+pub async fn attachable_names(cluster: &Cluster, flavor: Flavor) -> Vec<(String, &'static str)> {
+    let mut out: Vec<(String, &'static str)> = Vec::new();
+    for (kind, prefix) in crate::platform::of(flavor).attachable_disks {
+        let ns = kind.namespaced.then_some(cluster.namespace.as_str());
+        let Ok(list) = kind
+            .api(&cluster.client, ns)
+            .list_metadata(&Default::default())
+            .await
+        else {
+            continue;
+        };
+        for name in list.items.into_iter().filter_map(|o| o.metadata.name) {
+            let value = format!("{prefix}{name}");
+            if !out.iter().any(|(v, _)| *v == value) {
+                out.push((value, kind.kind));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ use std::io::{BufReader, BufWriter, Write};
 use std::path::Path;
 
 use super::checksum::{Algo, Hasher};
-use super::download::create_private;
+use super::output::create_private;
 
 /// What compressing wrote: the compressed file's digest and size.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,32 +3,26 @@
 //! the ETag or Last-Modified, and the size); the checksum is computed while streaming (over
 //! the kept part first on resume). The file takes its final name only when complete and
 //! verified. Memory stays bounded: each received chunk is copied at once, while still in
-//! cache, into [`DownloadFile`]'s aligned 1 MiB blocks (written with `O_DIRECT` by its writer
-//! thread) and handed (shared, not copied) to a hashing thread through a queue of four 512 KiB
-//! batches, so receiving, writing and hashing overlap.
+//! cache, into [`DownloadFile`](super::file::DownloadFile)'s aligned 1 MiB blocks (written with
+//! `O_DIRECT` by its writer thread) and handed (shared, not copied) to a hashing thread through
+//! a queue of four 512 KiB batches, so receiving, writing and hashing overlap
+//! ([`super::output`]); how each answer is read is [`super::answer`].
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{HeaderName, Method, StatusCode, header};
+use http::{Method, StatusCode};
 use http_body_util::BodyExt;
-use serde::{Deserialize, Serialize};
 
+use super::answer::{self, Answer, Verdict};
 use super::checksum::{Algo, Hasher};
-use super::file::DownloadFile;
 use super::http::{HttpClient, HttpError};
+use super::output::{Output, create_private};
 use super::{Event, ExportOptions};
 use crate::error::{Error, Result};
 
-/// Bytes of received chunks handed to the hashing thread at once.
-const HASH_BATCH: usize = 512 << 10;
-/// Batches in flight between the network side and the hashing thread.
-const HASH_QUEUE: usize = 4;
-/// Buffer in front of stdout (a pipe takes large writes best).
-const STDOUT_BUFFER: usize = 512 << 10;
 /// Read size when hashing the kept part of a partial download.
 const READ_CHUNK: usize = 512 << 10;
 /// A body that sends nothing for this long is broken.
@@ -64,30 +58,7 @@ pub struct Done {
     pub fetched: u64,
 }
 
-/// Validators of a partial download, kept next to it in `FILE.partial.meta`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PartialMeta {
-    /// The server's ETag.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub etag: Option<String>,
-    /// The server's Last-Modified.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_modified: Option<String>,
-    /// The complete size.
-    pub size: u64,
-    /// The URL's volume and format, so a different export of the same data still resumes.
-    pub format: String,
-}
-
-impl PartialMeta {
-    fn validator(&self) -> Option<&str> {
-        self.etag
-            .as_deref()
-            .filter(|e| !e.starts_with("W/"))
-            .or(self.last_modified.as_deref())
-    }
-}
+pub use super::answer::PartialMeta;
 
 /// `FILE.partial`.
 pub fn partial_path(path: &Path) -> PathBuf {
@@ -98,249 +69,6 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(suffix);
     PathBuf::from(name)
-}
-
-/// Opens a file for writing with mode 0600 (also when it already existed), emptied unless
-/// `keep`.
-pub fn create_private(path: &Path, keep: bool) -> std::io::Result<File> {
-    let file = open_private(path)?;
-    if !keep {
-        file.set_len(0)?;
-    }
-    Ok(file)
-}
-
-fn open_private(path: &Path) -> std::io::Result<File> {
-    let mut options = OpenOptions::new();
-    options.write(true).create(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-        options.mode(0o600);
-        let file = options.open(path)?;
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-        Ok(file)
-    }
-    #[cfg(not(unix))]
-    options.open(path)
-}
-
-/// Runs a blocking call (a file write) from async code: on a multi-threaded runtime through
-/// `block_in_place` so other tasks move to another worker; on a current-thread runtime
-/// directly, as the whole runtime serves this transfer.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
-        _ => f(),
-    }
-}
-
-/// The output side: a file or stdout, optionally behind a gzip decoder; when it hashes what it
-/// writes (decompressed output) `hasher` is set, else the hashing thread does it.
-struct Sink {
-    out: Box<dyn Write + Send>,
-    hasher: Option<Hasher>,
-    written: u64,
-}
-
-impl Write for Sink {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.out.write(buf)?;
-        if let Some(h) = &mut self.hasher {
-            h.update(&buf[..n]);
-        }
-        self.written += n as u64;
-        Ok(n)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.out.flush()
-    }
-}
-
-enum HashMsg {
-    Data(Vec<Bytes>),
-    Reset(Hasher),
-}
-
-/// Hashes buffers on its own thread while the network side writes the same buffers (shared,
-/// not copied): hashing then overlaps receiving and writing instead of adding to them.
-struct HashThread {
-    tx: std::sync::mpsc::SyncSender<HashMsg>,
-    handle: std::thread::JoinHandle<Hasher>,
-    /// Received chunks not yet handed over, sent in batches of `HASH_BATCH` bytes so the
-    /// thread wakes up once per batch, not once per chunk.
-    batch: Vec<Bytes>,
-    batched: usize,
-}
-
-impl HashThread {
-    fn start(mut hasher: Hasher) -> HashThread {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<HashMsg>(HASH_QUEUE);
-        let handle = std::thread::spawn(move || {
-            for msg in rx {
-                match msg {
-                    HashMsg::Data(chunks) => chunks.iter().for_each(|c| hasher.update(c)),
-                    HashMsg::Reset(h) => hasher = h,
-                }
-            }
-            hasher
-        });
-        HashThread {
-            tx,
-            handle,
-            batch: Vec::new(),
-            batched: 0,
-        }
-    }
-
-    fn send(&self, msg: HashMsg) -> std::io::Result<()> {
-        // Blocks only when the hashing thread is `HASH_QUEUE` batches behind: back-pressure
-        // that keeps memory bounded.
-        if blocking(|| self.tx.send(msg).is_ok()) {
-            Ok(())
-        } else {
-            Err(std::io::Error::other("the hashing thread stopped"))
-        }
-    }
-
-    fn push(&mut self, data: Bytes) -> std::io::Result<()> {
-        self.batched += data.len();
-        self.batch.push(data);
-        if self.batched >= HASH_BATCH {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        if self.batch.is_empty() {
-            return Ok(());
-        }
-        self.batched = 0;
-        let batch = std::mem::take(&mut self.batch);
-        self.send(HashMsg::Data(batch))
-    }
-
-    fn reset(&mut self, hasher: Hasher) -> std::io::Result<()> {
-        self.batch.clear();
-        self.batched = 0;
-        self.send(HashMsg::Reset(hasher))
-    }
-
-    fn finish(mut self) -> std::io::Result<Hasher> {
-        self.flush()?;
-        drop(self.tx);
-        self.handle
-            .join()
-            .map_err(|_| std::io::Error::other("the hashing thread panicked"))
-    }
-}
-
-/// Where received bytes go. Each chunk is written by the task that received it, right away,
-/// while it is still in that CPU's cache (into [`DownloadFile`]'s staging buffer, or stdout's):
-/// `perf` showed a separate writer thread spending most of its time copying buffers another
-/// core had just filled. Hashing stays on its own thread, fed the same chunks.
-struct Output {
-    /// The partial file; `None` is stdout.
-    path: Option<PathBuf>,
-    algo: Algo,
-    kind: OutputKind,
-}
-
-#[allow(clippy::large_enum_variant)]
-enum OutputKind {
-    Plain(Sink, HashThread),
-    Gunzip(Box<flate2::write::GzDecoder<Sink>>),
-}
-
-impl Output {
-    /// Continues `path` after its first `written` bytes (which `hasher` has seen), or writes
-    /// to stdout.
-    fn new(
-        path: Option<PathBuf>,
-        written: u64,
-        algo: Algo,
-        hasher: Hasher,
-        decompress: bool,
-    ) -> std::io::Result<Output> {
-        let kind = if decompress {
-            OutputKind::Gunzip(Box::new(flate2::write::GzDecoder::new(Self::sink(
-                path.as_deref(),
-                Some(hasher),
-                written,
-            )?)))
-        } else {
-            OutputKind::Plain(
-                Self::sink(path.as_deref(), None, written)?,
-                HashThread::start(hasher),
-            )
-        };
-        Ok(Output { path, algo, kind })
-    }
-
-    fn sink(path: Option<&Path>, hasher: Option<Hasher>, written: u64) -> std::io::Result<Sink> {
-        let out: Box<dyn Write + Send> = match path {
-            Some(p) => Box::new(DownloadFile::open(p, written)?),
-            None => Box::new(std::io::BufWriter::with_capacity(
-                STDOUT_BUFFER,
-                std::io::stdout(),
-            )),
-        };
-        Ok(Sink {
-            out,
-            hasher,
-            written,
-        })
-    }
-
-    fn write(&mut self, data: Bytes) -> std::io::Result<()> {
-        match &mut self.kind {
-            OutputKind::Plain(sink, hash) => {
-                blocking(|| sink.write_all(&data))?;
-                hash.push(data)
-            }
-            OutputKind::Gunzip(decoder) => blocking(|| decoder.write_all(&data)),
-        }
-    }
-
-    /// Starts over: empties the file and resets the hash.
-    fn restart(&mut self) -> std::io::Result<()> {
-        // Fresh sinks (and decoder): the old ones hold data of the abandoned stream. Replacing
-        // a file sink drops it, which waits for its queued writes; only then is the file
-        // emptied, so none of them lands after the truncation.
-        match &mut self.kind {
-            OutputKind::Plain(sink, hash) => {
-                hash.reset(self.algo.hasher())?;
-                *sink = Self::sink(self.path.as_deref(), None, 0)?;
-            }
-            OutputKind::Gunzip(decoder) => {
-                **decoder = flate2::write::GzDecoder::new(Self::sink(
-                    self.path.as_deref(),
-                    Some(self.algo.hasher()),
-                    0,
-                )?);
-            }
-        }
-        if let Some(p) = &self.path {
-            File::options().write(true).open(p)?.set_len(0)?;
-        }
-        Ok(())
-    }
-
-    /// Flushes everything; returns the digest (hex) and the bytes in the output.
-    fn finish(self) -> std::io::Result<(String, u64)> {
-        let (mut sink, hasher) = match self.kind {
-            OutputKind::Plain(sink, hash) => (sink, hash.finish()?),
-            OutputKind::Gunzip(decoder) => {
-                let mut sink = blocking(|| decoder.finish())?;
-                let hasher = sink.hasher.take().unwrap_or_else(|| self.algo.hasher());
-                (sink, hasher)
-            }
-        };
-        blocking(|| sink.flush())?;
-        Ok((hasher.finish_hex(), sink.written))
-    }
 }
 
 /// Hashes the first `len` bytes of a file with a bounded buffer.
@@ -365,25 +93,6 @@ fn read_meta(path: &Path) -> Option<PartialMeta> {
 fn write_meta(path: &Path, meta: &PartialMeta) -> std::io::Result<()> {
     let mut f = create_private(path, false)?;
     f.write_all(&serde_json::to_vec(meta).unwrap_or_default())
-}
-
-fn header_str(
-    response: &http::Response<hyper::body::Incoming>,
-    name: HeaderName,
-) -> Option<String> {
-    response
-        .headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(String::from)
-}
-
-/// `Content-Range: bytes START-END/SIZE` → (START, SIZE).
-fn content_range(value: &str) -> Option<(u64, Option<u64>)> {
-    let rest = value.strip_prefix("bytes ")?;
-    let (range, size) = rest.split_once('/')?;
-    let (start, _) = range.split_once('-')?;
-    Some((start.parse().ok()?, size.parse().ok()))
 }
 
 fn io_err(what: &str, path: &Path, e: std::io::Error) -> Error {
@@ -461,17 +170,8 @@ pub async fn download(
     })?;
     let (hex, bytes) = finished.map_err(write_error)?;
 
-    if let Some(expected) = &options.expected
-        && expected.hex != hex
-    {
-        let kept = partial
-            .as_ref()
-            .map(|p| format!("; the data is kept as {}", p.display()))
-            .unwrap_or_default();
-        return Err(Error::Transfer(format!(
-            "checksum mismatch for volume {}: expected {}:{}, got {algo}:{hex}{kept}",
-            job.volume, expected.algo, expected.hex
-        )));
+    if let Some(expected) = &options.expected {
+        check_expected(job, expected, algo, &hex, partial.as_deref())?;
     }
     let checksum_file = match (&job.path, &partial) {
         (Some(path), Some(partial)) => {
@@ -502,6 +202,27 @@ pub async fn download(
         hex,
         fetched,
     })
+}
+
+/// `--checksum`: the data received must have the digest the user expects; on a mismatch the
+/// data stays in its partial file (`partial`) and is not put in place.
+fn check_expected(
+    job: &Job,
+    expected: &super::checksum::Expected,
+    algo: Algo,
+    hex: &str,
+    partial: Option<&Path>,
+) -> Result<()> {
+    if expected.hex == hex {
+        return Ok(());
+    }
+    let kept = partial
+        .map(|p| format!("; the data is kept as {}", p.display()))
+        .unwrap_or_default();
+    Err(Error::Transfer(format!(
+        "checksum mismatch for volume {}: expected {}:{}, got {algo}:{hex}{kept}",
+        job.volume, expected.algo, expected.hex
+    )))
 }
 
 /// Where an earlier run of this download stopped: the offset to continue from, the partial
@@ -617,7 +338,9 @@ async fn place_file(
     Ok((!job.compress).then_some(sum_path))
 }
 
-/// The request loop: returns bytes fetched over the network.
+/// The request loop: returns bytes fetched over the network. Each answer is judged against
+/// what is on disk ([`answer::judge`]); data that is not the source's any more is thrown
+/// away and asked for again; a failed attempt is retried after [`answer::backoff`].
 #[allow(clippy::too_many_arguments)]
 async fn transfer(
     client: &HttpClient,
@@ -630,140 +353,72 @@ async fn transfer(
     on_event: &mut (dyn FnMut(Event) + Send),
 ) -> std::result::Result<u64, TransferError> {
     let ranged = !job.gzip;
-    let format = if job.gzip { "gzip" } else { "raw" }.to_string();
     let mut fetched = 0u64;
     let mut failures = 0u32;
     'requests: loop {
-        let mut headers: Vec<(HeaderName, String)> = vec![];
-        if ranged && *offset > 0 {
-            headers.push((header::RANGE, format!("bytes={offset}-")));
-            if let Some(v) = meta.as_ref().and_then(|m| m.validator()) {
-                headers.push((header::IF_RANGE, v.to_string()));
-            }
-        }
-        let complete = meta
-            .as_ref()
-            .is_some_and(|m| *offset == m.size && m.size > 0);
-        let method = if complete { Method::HEAD } else { Method::GET };
-        let outcome: std::result::Result<(), HttpError> = match client
-            .send(method.clone(), &job.url, &headers)
-            .await
-        {
-            Err(e) => Err(e),
-            Ok(response) => 'answer: {
-                let status = response.status();
-                let etag = header_str(&response, header::ETAG);
-                let last_modified = header_str(&response, header::LAST_MODIFIED);
-                let length: Option<u64> =
-                    header_str(&response, header::CONTENT_LENGTH).and_then(|v| v.parse().ok());
-                let same_source = |m: &PartialMeta| {
-                    (m.etag.is_some() && m.etag == etag)
-                        || (m.etag.is_none()
-                            && m.last_modified.is_some()
-                            && m.last_modified == last_modified)
-                };
-                let mut restart = false;
-                let mut total = meta.as_ref().map(|m| m.size);
-                if complete {
-                    // Everything is on disk already: only check it is still the same data.
-                    if status == StatusCode::OK
-                        && meta
-                            .as_ref()
-                            .is_some_and(|m| same_source(m) && Some(m.size) == length)
-                    {
-                        return Ok(fetched);
-                    }
-                    restart = true;
-                } else if status == StatusCode::PARTIAL_CONTENT {
-                    let range = header_str(&response, header::CONTENT_RANGE)
-                        .as_deref()
-                        .and_then(content_range);
-                    match range {
-                        Some((start, size)) if start == *offset && size == total => {}
-                        _ => restart = true,
-                    }
-                } else if status == StatusCode::OK {
-                    restart = *offset > 0;
-                    total = if job.gzip { None } else { length };
-                } else {
-                    // 416 and anything unexpected: the data is not what we have.
-                    restart = true;
-                }
-                if restart {
-                    let discarded = *offset > 0;
-                    if discarded {
-                        if options.output == super::Output::Stdout {
-                            return Err(Error::Transfer(
-                                "the source changed during the transfer and stdout cannot start over".into(),
-                            )
-                            .into());
-                        }
-                        on_event(Event::Notice {
-                            message: if job.gzip {
-                                "the gzip stream cannot continue from an offset: starting over"
-                                    .into()
-                            } else {
-                                "the source changed since the partial download: starting over"
-                                    .into()
-                            },
-                        });
-                        output.restart().map_err(TransferError::Write)?;
-                        *offset = 0;
-                    }
-                    *meta = None;
-                    if status != StatusCode::OK || method == Method::HEAD {
-                        if discarded {
-                            continue 'requests;
-                        }
-                        // Nothing was thrown away, so starting over changes nothing: the
-                        // answer itself is wrong (204, 416, a 206 for another range). It goes
-                        // through the retry path: counted, delayed, bounded.
-                        break 'answer Err(HttpError::Status {
-                            code: status.as_u16(),
-                            message: "not the data asked for".into(),
-                        });
-                    }
-                }
-                if meta.is_none() {
-                    let m = PartialMeta {
-                        etag: etag.clone(),
-                        last_modified: last_modified.clone(),
-                        size: total.unwrap_or(0),
-                        format: format.clone(),
-                    };
-                    if let Some(p) = meta_path
-                        && ranged
-                    {
-                        write_meta(p, &m).map_err(|e| io_err("write", p, e))?;
-                    }
-                    *meta = Some(m);
-                    on_event(Event::Progress {
-                        volume: job.volume.clone(),
-                        done: *offset,
-                        total,
-                    });
-                }
-                let before = *offset;
-                let r = stream_body(response, job, output, offset, total, on_event).await;
-                let progressed = *offset > before;
-                fetched += *offset - before;
-                if progressed {
-                    failures = 0;
-                }
-                match r {
-                    Ok(()) if total.is_none_or(|t| *offset >= t) => return Ok(fetched),
-                    Ok(()) => Err(HttpError::Body(format!(
-                        "the body ended at byte {offset} of {}",
-                        total.unwrap_or(0)
-                    ))),
-                    Err(StreamError::Write(e)) => return Err(TransferError::Write(e)),
-                    Err(StreamError::Http(e)) => Err(e),
-                }
-            }
+        let headers = answer::request_headers(ranged, *offset, meta.as_ref());
+        let method = if answer::complete(meta.as_ref(), *offset) {
+            Method::HEAD
+        } else {
+            Method::GET
         };
+        let outcome: std::result::Result<(), HttpError> =
+            match client.send(method.clone(), &job.url, &headers).await {
+                Err(e) => Err(e),
+                Ok(response) => 'answer: {
+                    let answered = Answer::of(&response);
+                    let total = match answer::judge(&answered, meta.as_ref(), *offset, job.gzip) {
+                        Verdict::Complete => return Ok(fetched),
+                        Verdict::Continue { total } => total,
+                        Verdict::StartOver { total } => {
+                            let discarded = start_over(job, options, output, offset, on_event)?;
+                            *meta = None;
+                            if answered.status != StatusCode::OK || method == Method::HEAD {
+                                if discarded {
+                                    continue 'requests;
+                                }
+                                // Nothing was thrown away, so starting over changes nothing: the
+                                // answer itself is wrong (204, 416, a 206 for another range). It
+                                // goes through the retry path: counted, delayed, bounded.
+                                break 'answer Err(HttpError::Status {
+                                    code: answered.status.as_u16(),
+                                    message: "not the data asked for".into(),
+                                });
+                            }
+                            total
+                        }
+                    };
+                    if meta.is_none() {
+                        *meta = Some(remember_source(job, &answered, total, meta_path)?);
+                        on_event(Event::Progress {
+                            volume: job.volume.clone(),
+                            done: *offset,
+                            total,
+                        });
+                    }
+                    let before = *offset;
+                    let r = stream_body(response, job, output, offset, total, on_event).await;
+                    let progressed = *offset > before;
+                    fetched += *offset - before;
+                    if progressed {
+                        failures = 0;
+                    }
+                    match r {
+                        Ok(()) if total.is_none_or(|t| *offset >= t) => return Ok(fetched),
+                        Ok(()) => Err(HttpError::Body(format!(
+                            "the body ended at byte {offset} of {}",
+                            total.unwrap_or(0)
+                        ))),
+                        Err(StreamError::Write(e)) => return Err(TransferError::Write(e)),
+                        Err(StreamError::Http(e)) => Err(e),
+                    }
+                }
+            };
         let Err(error) = outcome else { continue };
         failures += 1;
-        if !error.retryable() || failures > options.max_retries {
+        let Some(delay) =
+            answer::backoff(&error, failures, options.max_retries, options.retry_delay)
+        else {
             let tries = if failures > 1 {
                 format!(" (after {failures} attempts)")
             } else {
@@ -774,11 +429,7 @@ async fn transfer(
                 job.volume
             ))
             .into());
-        }
-        let delay = options
-            .retry_delay
-            .saturating_mul(1 << (failures - 1).min(4))
-            .min(Duration::from_secs(8));
+        };
         on_event(Event::Retrying {
             attempt: failures,
             max: options.max_retries,
@@ -788,6 +439,60 @@ async fn transfer(
         });
         tokio::time::sleep(delay).await;
     }
+}
+
+/// The validators of the source a download starts (or starts over) from, kept beside the
+/// partial file (`meta_path`; a ranged download only) so that a later run resumes only the
+/// same data.
+fn remember_source(
+    job: &Job,
+    answered: &Answer,
+    total: Option<u64>,
+    meta_path: Option<&Path>,
+) -> Result<PartialMeta> {
+    let m = PartialMeta {
+        etag: answered.etag.clone(),
+        last_modified: answered.last_modified.clone(),
+        size: total.unwrap_or(0),
+        format: if job.gzip { "gzip" } else { "raw" }.to_string(),
+    };
+    if let Some(p) = meta_path
+        && !job.gzip
+    {
+        write_meta(p, &m).map_err(|e| io_err("write", p, e))?;
+    }
+    Ok(m)
+}
+
+/// Throws away what is on disk when the source's answer does not continue it (a changed
+/// source, or a gzip stream that cannot resume): says so, and empties the output. Refused on
+/// stdout, which cannot take back what it wrote. Whether anything was thrown away.
+fn start_over(
+    job: &Job,
+    options: &ExportOptions,
+    output: &mut Output,
+    offset: &mut u64,
+    on_event: &mut (dyn FnMut(Event) + Send),
+) -> std::result::Result<bool, TransferError> {
+    if *offset == 0 {
+        return Ok(false);
+    }
+    if options.output == super::Output::Stdout {
+        return Err(Error::Transfer(
+            "the source changed during the transfer and stdout cannot start over".into(),
+        )
+        .into());
+    }
+    on_event(Event::Notice {
+        message: if job.gzip {
+            "the gzip stream cannot continue from an offset: starting over".into()
+        } else {
+            "the source changed since the partial download: starting over".into()
+        },
+    });
+    output.restart().map_err(TransferError::Write)?;
+    *offset = 0;
+    Ok(true)
 }
 
 /// Why the request loop stopped.
@@ -869,29 +574,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn content_range_parses() {
-        assert_eq!(content_range("bytes 100-199/1000"), Some((100, Some(1000))));
-        assert_eq!(content_range("bytes 5-9/*"), Some((5, None)));
-        assert_eq!(content_range("items 1-2/3"), None);
-    }
-
-    #[test]
     fn partial_names() {
         assert_eq!(
             partial_path(Path::new("/tmp/disk.img")),
             PathBuf::from("/tmp/disk.img.partial")
         );
-    }
-
-    #[test]
-    fn private_files_are_0600() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        std::fs::write(&path, b"x").unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        create_private(&path, true).unwrap();
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
     }
 }

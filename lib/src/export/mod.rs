@@ -7,6 +7,7 @@
 //! the export object is deleted only after every volume arrived (and only if this run, or an
 //! earlier kubectl-vm run that failed, created it).
 
+mod answer;
 pub mod checksum;
 pub mod compress;
 pub mod deckhouse;
@@ -15,6 +16,7 @@ pub mod file;
 pub mod http;
 pub mod kubevirt;
 pub mod object;
+mod output;
 pub mod route;
 
 use std::path::PathBuf;

@@ -413,12 +413,8 @@ fn manifest(request: &CreateRequest) -> Result<(Kind, Value)> {
             "--size is KubeVirt's; a Deckhouse image takes the size of what it imports".into(),
         ));
     }
+    check_storage(request)?;
     if request.cluster {
-        if request.storage.is_some() || request.storage_class.is_some() {
-            return Err(Error::Usage(
-                "--storage and --storage-class are for a VirtualImage; a ClusterVirtualImage is always kept in DVCR".into(),
-            ));
-        }
         let obj = json!({
             "apiVersion": CLUSTER_VIRTUAL_IMAGE.api_version(), "kind": CLUSTER_VIRTUAL_IMAGE.kind,
             "metadata": {"name": request.name, "labels": labels()},
@@ -434,11 +430,6 @@ fn manifest(request: &CreateRequest) -> Result<(Kind, Value)> {
         None => {}
     }
     if let Some(class) = &request.storage_class {
-        if request.storage == Some(Storage::Dvcr) {
-            return Err(Error::Usage(
-                "--storage-class is for --storage pvc; DVCR has no storage class".into(),
-            ));
-        }
         spec["persistentVolumeClaim"] = json!({"storageClassName": class});
     }
     let obj = json!({
@@ -447,6 +438,22 @@ fn manifest(request: &CreateRequest) -> Result<(Kind, Value)> {
         "spec": spec,
     });
     Ok((VIRTUAL_IMAGE, obj))
+}
+
+/// Refuses `--storage`/`--storage-class` where they mean nothing: a ClusterVirtualImage is
+/// always kept in DVCR, and DVCR has no storage class.
+pub(crate) fn check_storage(request: &CreateRequest) -> Result<()> {
+    if request.cluster && (request.storage.is_some() || request.storage_class.is_some()) {
+        return Err(Error::Usage(
+            "--storage and --storage-class are for a VirtualImage; a ClusterVirtualImage is always kept in DVCR".into(),
+        ));
+    }
+    if request.storage_class.is_some() && request.storage == Some(Storage::Dvcr) {
+        return Err(Error::Usage(
+            "--storage-class is for --storage pvc; DVCR has no storage class".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Who uses an image: disks still being filled from it or VMs starting from it (being

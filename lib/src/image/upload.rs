@@ -6,8 +6,8 @@
 //!   DataVolume with `source.upload`, sends the file and waits until it is `Succeeded`; then
 //!   the wait for the DataSource's `Ready` is the one of every other source. A failed or
 //!   interrupted upload deletes its DataVolume and this DataSource (uid preconditions).
-//! - Deckhouse: the upload makes the VirtualImage (or ClusterVirtualImage) with
-//!   `dataSource.type: Upload` and the file's sha256 as `upload.checksum.sha256`, sends the
+//! - Deckhouse: the upload makes the VirtualImage (kept in DVCR, or on a PVC with `--storage
+//!   pvc` or a `--storage-class`) or ClusterVirtualImage (DVCR only) with `dataSource.type: Upload` and the file's sha256 as `upload.checksum.sha256`, sends the
 //!   file and waits for `Ready`; the image is then read back as the catalog shows it.
 
 use std::time::Duration;
@@ -46,6 +46,10 @@ pub(crate) fn plan(request: &CreateRequest, target: Target, options: &Options) -
         size,
         force_raw: *raw,
         storage_class: request.storage_class.clone(),
+        // A VirtualImage on a PVC: `--storage pvc`, or a storage class without `--storage`
+        // (as for images imported from a URL).
+        image_on_pvc: request.storage == Some(Storage::Pvc)
+            || (request.storage.is_none() && request.storage_class.is_some()),
         access_mode: None,
         volume_mode: None,
         no_create: false,
@@ -131,67 +135,60 @@ pub(crate) fn deckhouse<'a>(
     on_event: &'a OnEvent<'a>,
 ) -> LocalBoxFuture<'a, Result<Outcome>> {
     async move {
-    use super::deckhouse::{CLUSTER_VIRTUAL_IMAGE, VIRTUAL_IMAGE, summarize};
-    if request.storage == Some(Storage::Pvc) || request.storage_class.is_some() {
-        return Err(Error::Usage(
-            "--file uploads into DVCR: --storage pvc and --storage-class are for images imported from a URL, a registry or another object".into(),
-        ));
-    }
-    if request.size.is_some() {
-        return Err(Error::Usage(
-            "--size is KubeVirt's; a Deckhouse image takes the size of what it imports".into(),
-        ));
-    }
-    let (target, kind, ns) = if request.cluster {
-        (Target::Cvi(request.name.clone()), CLUSTER_VIRTUAL_IMAGE, "")
-    } else {
-        (
-            Target::Vi(request.name.clone()),
-            VIRTUAL_IMAGE,
-            request.namespace.as_str(),
-        )
-    };
-    let plan = plan(request, target, options)?;
-    let object_ref = kind.object_ref(&request.name);
-    if options.dry_run != DryRun::None {
-        // The object carries the file's sha256: computed locally, nothing is sent.
-        let sha256 = upload::deckhouse::sha256_file(&plan.options.file, &mut |e| {
+        use super::deckhouse::{CLUSTER_VIRTUAL_IMAGE, VIRTUAL_IMAGE, summarize};
+        super::deckhouse::check_storage(request)?;
+        if request.size.is_some() {
+            return Err(Error::Usage(
+                "--size is KubeVirt's; a Deckhouse image takes the size of what it imports".into(),
+            ));
+        }
+        let (target, kind, ns) = if request.cluster {
+            (Target::Cvi(request.name.clone()), CLUSTER_VIRTUAL_IMAGE, "")
+        } else {
+            (
+                Target::Vi(request.name.clone()),
+                VIRTUAL_IMAGE,
+                request.namespace.as_str(),
+            )
+        };
+        let plan = plan(request, target, options)?;
+        let object_ref = kind.object_ref(&request.name);
+        if options.dry_run != DryRun::None {
+            // The object carries the file's sha256: computed locally, nothing is sent.
+            let sha256 = upload::deckhouse::sha256_file(&plan.options.file, &mut |e| {
+                on_event(Event::Upload(e))
+            })
+            .await?;
+            let obj = upload::deckhouse::object(&plan, &sha256);
+            let made = super::create_obj(cluster, &kind, ns, &obj, options.dry_run).await?;
+            return Ok(Outcome {
+                image: summarize(&made),
+                object_ref,
+                waited: false,
+            });
+        }
+        on_event(Event::Upload(upload::Event::Inspected {
+            format: plan.info.format,
+            virtual_size: plan.info.virtual_size,
+            size: plan.size,
+        }));
+        upload::deckhouse::run(cluster, &plan, options.interrupts.clone(), &mut |e| {
             on_event(Event::Upload(e))
         })
         .await?;
-        let obj = upload::deckhouse::object(&plan, &sha256);
-        let made = super::create_obj(cluster, &kind, ns, &obj, options.dry_run).await?;
-        return Ok(Outcome {
+        let made = super::get_opt(cluster, &kind, ns, &request.name)
+            .await?
+            .ok_or_else(|| {
+                Error::Platform(format!(
+                    "{} {:?} was deleted after its upload",
+                    kind.kind, request.name
+                ))
+            })?;
+        Ok(Outcome {
             image: summarize(&made),
             object_ref,
-            waited: false,
-        });
-    }
-    on_event(Event::Upload(upload::Event::Inspected {
-        format: plan.info.format,
-        virtual_size: plan.info.virtual_size,
-        size: plan.size,
-    }));
-    upload::deckhouse::run(
-        cluster,
-        &plan,
-        options.interrupts.clone(),
-        &mut |e| on_event(Event::Upload(e)),
-    )
-    .await?;
-    let made = super::get_opt(cluster, &kind, ns, &request.name)
-        .await?
-        .ok_or_else(|| {
-            Error::Platform(format!(
-                "{} {:?} was deleted after its upload",
-                kind.kind, request.name
-            ))
-        })?;
-    Ok(Outcome {
-        image: summarize(&made),
-        object_ref,
-        waited: true,
-    })
+            waited: true,
+        })
     }
     .boxed_local()
 }

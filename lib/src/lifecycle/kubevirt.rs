@@ -197,12 +197,7 @@ pub(crate) async fn run(
     on_event: &(dyn Fn(Event) + Send + Sync),
 ) -> Result<Done> {
     let vm_obj = get_vm(cluster, Flavor::KubeVirt, vm).await?;
-    let rs = match text(&vm_obj, "/spec/runStrategy") {
-        "" if vm_obj.pointer("/spec/running") == Some(&json!(true)) => "Always",
-        "" => "Halted",
-        rs => rs,
-    }
-    .to_owned();
+    let rs = run_strategy(&vm_obj);
     let mut done = Done {
         vm: vm.clone(),
         waited: false,
@@ -210,32 +205,11 @@ pub(crate) async fn run(
         object: None,
     };
     let server_dry = options.dry_run == DryRun::Server;
-    let vmi_api = KUBEVIRT_VMI.api(&cluster.client, Some(&vm.namespace));
-    let vmi = match vmi_api.get_opt(&vm.name).await {
-        Ok(v) => v.map(|v| serde_json::to_value(v).unwrap_or_default()),
-        Err(e) => {
-            return Err(cluster.error(
-                e,
-                &KUBEVIRT_VMI
-                    .action("get", Some(&vm.namespace))
-                    .named(&vm.name),
-            ));
-        }
-    };
+    let vmi = instance(cluster, vm).await?;
     if let Action::CancelMigration = action {
         return cancel(cluster, vm, options, on_event, done).await;
     }
-    let (plural, sub) = match action {
-        Action::Start { .. } => ("virtualmachines", "start"),
-        Action::Stop { .. } => ("virtualmachines", "stop"),
-        Action::Restart { .. } => ("virtualmachines", "restart"),
-        Action::Evict { .. } | Action::Migrate { .. } => ("virtualmachines", "migrate"),
-        Action::Pause => ("virtualmachineinstances", "pause"),
-        Action::Unpause => ("virtualmachineinstances", "unpause"),
-        Action::SoftReboot => ("virtualmachineinstances", "softreboot"),
-        Action::Reset => ("virtualmachineinstances", "reset"),
-        Action::CancelMigration => unreachable!("handled above"),
-    };
+    let (plural, sub) = subresource(action);
     let source_node = if action.is_migration() {
         migration_source(vmi.as_ref(), vm, action)?
     } else {
@@ -295,36 +269,99 @@ pub(crate) async fn run(
             });
         }
     };
+    let migration = migration_name.map(|name| (name, source_node.as_str()));
+    if let Some((source, target)) = wait_for_action(
+        cluster,
+        action,
+        vm,
+        &old_vmi_uid,
+        migration,
+        &mut phase_event,
+        on_event,
+    )
+    .await?
+    {
+        done.migrated = Some((source, target, started.elapsed()));
+    }
+    done.waited = true;
+    finish(cluster, options, done).await
+}
+
+/// The VM's run strategy, the legacy `spec.running` read as one (`Always`/`Halted`).
+fn run_strategy(vm: &Value) -> String {
+    match text(vm, "/spec/runStrategy") {
+        "" if vm.pointer("/spec/running") == Some(&json!(true)) => "Always",
+        "" => "Halted",
+        rs => rs,
+    }
+    .to_owned()
+}
+
+/// The VM's instance, when it has one.
+async fn instance(cluster: &Cluster, vm: &VmRef) -> Result<Option<Value>> {
+    let vmi_api = KUBEVIRT_VMI.api(&cluster.client, Some(&vm.namespace));
+    match vmi_api.get_opt(&vm.name).await {
+        Ok(v) => Ok(v.map(|v| serde_json::to_value(v).unwrap_or_default())),
+        Err(e) => Err(cluster.error(
+            e,
+            &KUBEVIRT_VMI
+                .action("get", Some(&vm.namespace))
+                .named(&vm.name),
+        )),
+    }
+}
+
+/// The virt-api subresource that carries `action`: `(plural of the object it is on, name)`.
+fn subresource(action: &Action) -> (&'static str, &'static str) {
+    match action {
+        Action::Start { .. } => ("virtualmachines", "start"),
+        Action::Stop { .. } => ("virtualmachines", "stop"),
+        Action::Restart { .. } => ("virtualmachines", "restart"),
+        Action::Evict { .. } | Action::Migrate { .. } => ("virtualmachines", "migrate"),
+        Action::Pause => ("virtualmachineinstances", "pause"),
+        Action::Unpause => ("virtualmachineinstances", "unpause"),
+        Action::SoftReboot => ("virtualmachineinstances", "softreboot"),
+        Action::Reset => ("virtualmachineinstances", "reset"),
+        Action::CancelMigration => unreachable!("cancel has no subresource: handled before"),
+    }
+}
+
+/// Waits until the accepted action shows: the state it leads to, a new instance (restart), or
+/// the end of the migration (`migration`: its name and the node it leaves), whose `(source,
+/// target)` nodes are returned.
+async fn wait_for_action(
+    cluster: &Cluster,
+    action: &Action,
+    vm: &VmRef,
+    old_vmi_uid: &str,
+    migration: Option<(String, &str)>,
+    phase_event: &mut (dyn FnMut(&str) + Send),
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<Option<(String, String)>> {
     match action {
         Action::Start { paused } => {
             let want = if *paused { "Paused" } else { "Running" };
-            wait_for_status(cluster, vm, want, true, &mut phase_event).await?;
+            wait_for_status(cluster, vm, want, true, phase_event).await?;
         }
-        Action::Stop { .. } => {
-            wait_for_status(cluster, vm, "Stopped", false, &mut phase_event).await?;
-        }
-        Action::Pause => wait_for_status(cluster, vm, "Paused", false, &mut phase_event).await?,
-        Action::Unpause => {
-            wait_for_status(cluster, vm, "Running", false, &mut phase_event).await?;
-        }
+        Action::Stop { .. } => wait_for_status(cluster, vm, "Stopped", false, phase_event).await?,
+        Action::Pause => wait_for_status(cluster, vm, "Paused", false, phase_event).await?,
+        Action::Unpause => wait_for_status(cluster, vm, "Running", false, phase_event).await?,
         Action::Restart { .. } => {
-            wait_for_new_instance(cluster, vm, &old_vmi_uid, &mut phase_event).await?;
+            wait_for_new_instance(cluster, vm, old_vmi_uid, phase_event).await?;
         }
         Action::Evict { .. } | Action::Migrate { .. } => {
-            let Some(name) = migration_name else {
+            let Some((name, source_node)) = migration else {
                 return Err(Error::Platform(format!(
                     "KubeVirt accepted the migration of {} but no VirtualMachineInstanceMigration for it was found",
                     vm.name
                 )));
             };
-            let (source, target) =
-                follow_migration(cluster, vm, &name, &source_node, on_event).await?;
-            done.migrated = Some((source, target, started.elapsed()));
+            let nodes = follow_migration(cluster, vm, &name, source_node, on_event).await?;
+            return Ok(Some(nodes));
         }
         Action::SoftReboot | Action::Reset | Action::CancelMigration => {}
     }
-    done.waited = true;
-    finish(cluster, options, done).await
+    Ok(None)
 }
 
 /// Checks that the instance can be migrated now (running, `LiveMigratable`, not already on the

@@ -11,7 +11,6 @@ use serde_json::Value;
 use crate::cluster::Cluster;
 use crate::error::Result;
 use crate::flavor::{Flavor, Platform};
-use crate::lifecycle::VmRef;
 
 /// One interface.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -28,6 +27,9 @@ pub struct NetInterface {
     pub mac: Option<String>,
     /// IP addresses, as reported.
     pub ips: Vec<String>,
+    /// The interface's name inside the guest (KubeVirt `interfaceName`, from the guest agent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guest_name: Option<String>,
     /// `attached`, `plugging`, `unplugging`, `detached` (KubeVirt `absent`, gone from the
     /// instance), `removed` (gone from the VM, still on the running machine), `stopped`.
     pub state: String,
@@ -77,7 +79,12 @@ fn ips(iface: &Value) -> Vec<String> {
 /// A KubeVirt VM's interfaces, with its VMI when it runs.
 pub fn kubevirt_interfaces(vm: &Value, vmi: Option<&Value>) -> Vec<NetInterface> {
     let namespace = text(vm, "/metadata/namespace").unwrap_or("default");
-    let networks = list(vm, "/spec/template/spec/networks");
+    // A VM's template spec, or the spec of an instance read without its VM (`get vmi/NAME`).
+    let spec = match vm.pointer("/spec/template/spec") {
+        Some(spec) => spec,
+        None => vm.pointer("/spec").unwrap_or(&Value::Null),
+    };
+    let networks = list(spec, "/networks");
     let status = vmi
         .map(|v| list(v, "/status/interfaces"))
         .unwrap_or_default();
@@ -87,7 +94,7 @@ pub fn kubevirt_interfaces(vm: &Value, vmi: Option<&Value>) -> Vec<NetInterface>
             .find(|s| text(s, "/name") == Some(name))
             .copied()
     };
-    let mut out: Vec<NetInterface> = list(vm, "/spec/template/spec/domain/devices/interfaces")
+    let mut out: Vec<NetInterface> = list(spec, "/domain/devices/interfaces")
         .into_iter()
         .map(|i| {
             let name = text(i, "/name").unwrap_or("").to_owned();
@@ -116,6 +123,9 @@ pub fn kubevirt_interfaces(vm: &Value, vmi: Option<&Value>) -> Vec<NetInterface>
                     .or_else(|| text(i, "/macAddress"))
                     .map(str::to_owned),
                 ips: seen.map(ips).unwrap_or_default(),
+                guest_name: seen
+                    .and_then(|s| text(s, "/interfaceName"))
+                    .map(str::to_owned),
                 state: state.into(),
                 name,
             }
@@ -139,6 +149,7 @@ pub fn kubevirt_interfaces(vm: &Value, vmi: Option<&Value>) -> Vec<NetInterface>
             binding: None,
             mac: text(s, "/mac").map(str::to_owned),
             ips: ips(s),
+            guest_name: text(s, "/interfaceName").map(str::to_owned),
             state: if declared { "removed" } else { "attached" }.into(),
         });
     }
@@ -194,6 +205,7 @@ pub fn deckhouse_interfaces(vm: &Value) -> Vec<NetInterface> {
                 binding: None,
                 mac: seen.and_then(|s| text(s, "/macAddress")).map(str::to_owned),
                 ips,
+                guest_name: None,
                 state: state.into(),
             }
         })
@@ -210,6 +222,7 @@ pub fn deckhouse_interfaces(vm: &Value) -> Vec<NetInterface> {
                     .map(str::to_owned)
                     .into_iter()
                     .collect(),
+                guest_name: None,
                 state: "removed".into(),
             });
         }
@@ -217,33 +230,56 @@ pub fn deckhouse_interfaces(vm: &Value) -> Vec<NetInterface> {
     out
 }
 
-/// Read VM `vm` (and its instance) and list its interfaces.
+/// Read VM `name` in `namespace` (and its instance) and list its interfaces.
 pub async fn interfaces(
     cluster: &Cluster,
     platform: &Platform,
-    vm: &VmRef,
+    namespace: &str,
+    name: &str,
 ) -> Result<Vec<NetInterface>> {
     let kind = crate::api::Kind::vm(platform.flavor);
-    let ns = Some(vm.namespace.as_str());
+    let ns = Some(namespace);
     let object = kind
         .api(&cluster.client, ns)
-        .get(&vm.name)
+        .get(name)
         .await
-        .map_err(|e| cluster.error(e, &kind.action("get", ns).named(&vm.name)))?;
+        .map_err(|e| cluster.error(e, &kind.action("get", ns).named(name)))?;
     let object = serde_json::to_value(object).unwrap_or_default();
     match platform.flavor {
         Flavor::KubeVirt => {
             let vmi_kind = crate::api::KUBEVIRT_VMI;
             let vmi = vmi_kind
                 .api(&cluster.client, ns)
-                .get_opt(&vm.name)
+                .get_opt(name)
                 .await
-                .map_err(|e| cluster.error(e, &vmi_kind.action("get", ns).named(&vm.name)))?
+                .map_err(|e| cluster.error(e, &vmi_kind.action("get", ns).named(name)))?
                 .map(|v| serde_json::to_value(v).unwrap_or_default());
             Ok(kubevirt_interfaces(&object, vmi.as_ref()))
         }
         Flavor::Deckhouse => Ok(deckhouse_interfaces(&object)),
     }
+}
+
+/// The networks a VM's secondary interface can name in the cluster's namespace, as shell
+/// completion offers them, with their kind
+/// ([`Capabilities::network_attachment`](crate::platform::Capabilities::network_attachment));
+/// none where the platform names networks otherwise or they cannot be listed.
+pub async fn attachment_names(cluster: &Cluster, flavor: Flavor) -> Vec<(String, &'static str)> {
+    let Some(kind) = crate::platform::of(flavor).network_attachment else {
+        return vec![];
+    };
+    let Ok(list) = kind
+        .api(&cluster.client, Some(&cluster.namespace))
+        .list_metadata(&Default::default())
+        .await
+    else {
+        return vec![];
+    };
+    list.items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .map(|n| (n, kind.kind))
+        .collect()
 }
 
 #[cfg(test)]
@@ -259,7 +295,7 @@ mod tests {
             "networks": [{"name": "default", "pod": {}}, {"name": "blue", "multus": {"networkName": "blue"}},
                 {"name": "red", "multus": {"networkName": "infra/red"}}]}}}});
         let vmi = json!({"status": {"interfaces": [
-            {"name": "default", "ipAddress": "10.244.0.7", "ipAddresses": ["10.244.0.7", "fd00::7"], "mac": "02:00:00:00:00:01"},
+            {"name": "default", "ipAddress": "10.244.0.7", "ipAddresses": ["10.244.0.7", "fd00::7"], "mac": "02:00:00:00:00:01", "interfaceName": "eth0"},
             {"name": "red", "mac": "02:00:00:00:00:03"}]}});
         let l = kubevirt_interfaces(&vm, Some(&vmi));
         let rows: Vec<(&str, &str, &str)> = l
@@ -276,6 +312,14 @@ mod tests {
         );
         assert_eq!(l[0].ips, ["10.244.0.7", "fd00::7"]);
         assert_eq!(l[0].binding.as_deref(), Some("masquerade"));
+        assert_eq!(l[0].guest_name.as_deref(), Some("eth0"));
+        assert_eq!(l[2].guest_name, None);
+        // An instance read without its VM (`get vmi/NAME`): its own spec, not a template.
+        let mut alone = vmi.clone();
+        alone["spec"] = vm["spec"]["template"]["spec"].clone();
+        let l = kubevirt_interfaces(&alone, Some(&alone));
+        assert_eq!(l[1].network, "multus default/blue");
+        assert_eq!(l[2].state, "unplugging");
         let stopped = kubevirt_interfaces(&vm, None);
         assert_eq!(stopped[1].state, "stopped");
         assert_eq!(stopped[2].state, "detached");

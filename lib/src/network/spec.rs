@@ -127,24 +127,39 @@ impl Networks {
     }
 }
 
-/// Refuse a network object that does not exist (or a cluster that serves none).
-pub(crate) async fn must_exist(
-    cluster: &Cluster,
-    kind: Kind,
-    namespace: &str,
-    name: &str,
-) -> Result<()> {
-    let api = kind.api(&cluster.client, Some(namespace));
+/// A network object a VM is attached to, which must exist first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkObject {
+    /// Its kind.
+    pub kind: Kind,
+    /// Its namespace (`None`: cluster-scoped).
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+    /// What the platform needs to serve the kind, said when the cluster does not.
+    pub needs: &'static str,
+}
+
+/// Refuse a network object that does not exist (or a cluster that serves none of its kind),
+/// as the cluster's state: exit 1, like a missing VirtualMachineClass or Secret.
+pub(crate) async fn must_exist(cluster: &Cluster, object: &NetworkObject) -> Result<()> {
+    let (kind, ns, name) = (object.kind, object.namespace.as_deref(), &object.name);
+    let api = kind.api(&cluster.client, ns);
     match api.get_opt(name).await {
         Ok(Some(_)) => Ok(()),
-        Ok(None) => Err(Error::Usage(format!(
-            "{} {name:?} not found in namespace {namespace:?}: create it first (a VM attaches to an existing network)",
-            kind.kind.to_lowercase()
-        ))),
-        Err(e) => match cluster.error(e, &kind.action("get", Some(namespace)).named(name)) {
-            Error::NotServed { .. } => Err(Error::Usage(format!(
-                "the cluster serves no {}.{} (Multus is not installed): secondary networks need it",
-                kind.plural, kind.group
+        Ok(None) => {
+            let place = ns
+                .map(|ns| format!(" in namespace {ns:?}"))
+                .unwrap_or_default();
+            Err(Error::Platform(format!(
+                "{} {name:?} not found{place}: create it first (a VM attaches to an existing network)",
+                kind.kind.to_lowercase()
+            )))
+        }
+        Err(e) => match cluster.error(e, &kind.action("get", ns).named(name)) {
+            Error::NotServed { .. } => Err(Error::Platform(format!(
+                "the cluster serves no {}.{}: {}",
+                kind.plural, kind.group, object.needs
             ))),
             other => Err(other),
         },
@@ -330,17 +345,56 @@ pub(crate) fn edit(flavor: Flavor, request: &Networks, vm: &mut Value) -> Result
     }
 }
 
-/// The `(namespace, name)` of the network objects `request` attaches `vm` to that must exist
-/// first (KubeVirt's NetworkAttachmentDefinitions; none on Deckhouse, whose networks the
-/// platform checks).
+/// KubeVirt: the NetworkAttachmentDefinitions `request` attaches `vm` to.
+pub(crate) fn kubevirt_objects(request: &Networks, vm: &Value) -> Result<Vec<NetworkObject>> {
+    Ok(kubevirt_nads(request, vm)?
+        .into_iter()
+        .map(|(ns, name)| NetworkObject {
+            kind: crate::api::NETWORK_ATTACHMENT_DEFINITION,
+            namespace: Some(ns),
+            name,
+            needs: "Multus is not installed, and secondary networks need it",
+        })
+        .collect())
+}
+
+/// Deckhouse: the `sdn` module's Networks (in the VM's namespace) and ClusterNetworks
+/// `request` attaches `vm` to.
+pub(crate) fn deckhouse_objects(request: &Networks, vm: &Value) -> Result<Vec<NetworkObject>> {
+    let vm_ns = vm
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    request
+        .add
+        .iter()
+        .map(|a| {
+            let d = DeckhouseNetwork::parse(&a.name)?;
+            let (kind, namespace) = match d.type_ {
+                "ClusterNetwork" => (crate::api::DECKHOUSE_CLUSTER_NETWORK, None),
+                _ => (crate::api::DECKHOUSE_NETWORK, Some(vm_ns.to_owned())),
+            };
+            Ok(NetworkObject {
+                kind,
+                namespace,
+                name: d.name,
+                // The VirtualMachine CRD's `spec.networks`: "The `sdn` module is required only
+                // when additional networks (`Network` or `ClusterNetwork`) are specified".
+                needs: "additional networks (Network, ClusterNetwork) need Deckhouse's sdn module; enable it first",
+            })
+        })
+        .collect()
+}
+
+/// The network objects `request` attaches `vm` to, which must exist first.
 pub(crate) fn objects(
     flavor: Flavor,
     request: &Networks,
     vm: &Value,
-) -> Result<Vec<(String, String)>> {
+) -> Result<Vec<NetworkObject>> {
     match flavor {
-        Flavor::KubeVirt => kubevirt_nads(request, vm),
-        Flavor::Deckhouse => Ok(vec![]),
+        Flavor::KubeVirt => kubevirt_objects(request, vm),
+        Flavor::Deckhouse => deckhouse_objects(request, vm),
     }
 }
 
@@ -417,6 +471,20 @@ mod tests {
         assert!(deckhouse_check(&Networks::parse(&["a=b".into()], &[]).unwrap()).is_err());
         assert!(deckhouse_check(&Networks::parse(&[], &["Main".into()]).unwrap()).is_err());
         assert!(DeckhouseNetwork::parse("pod/x").is_err());
+        let vm = json!({"metadata": {"name": "linux-vm", "namespace": "dev"}});
+        let objects = deckhouse_objects(&add, &vm).unwrap();
+        let seen: Vec<(&str, Option<&str>, &str)> = objects
+            .iter()
+            .map(|o| (o.kind.kind, o.namespace.as_deref(), o.name.as_str()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("Network", Some("dev"), "user-net"),
+                ("ClusterNetwork", None, "corp-net")
+            ]
+        );
+        assert!(objects[0].needs.contains("sdn module"));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Deckhouse virtualization (`virtualization.deckhouse.io/v1alpha2`) as data.
 
 use super::{ApiResource, Capabilities, SessionArbitration, Support};
-use crate::api::{DECKHOUSE_VM, VIRTUAL_DISK, VMBDA};
+use crate::api::{CLUSTER_VIRTUAL_IMAGE, DECKHOUSE_VM, VIRTUAL_DISK, VIRTUAL_IMAGE, VMBDA};
 use crate::flavor::Flavor;
 
 /// What Deckhouse virtualization serves and supports.
@@ -69,6 +69,12 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     ),
     disk_source_prefixes: &["vd", "vi", "cvi"],
     disk_source_hint: "vd/NAME, vi/NAME or cvi/NAME",
+    attachable_disks: &[
+        (VIRTUAL_DISK, ""),
+        (VIRTUAL_IMAGE, "vi/"),
+        (CLUSTER_VIRTUAL_IMAGE, "cvi/"),
+    ],
+    network_attachment: None,
     new_disk_prefix: "vd",
     disk_device_options: Support::No(
         "--name, --serial and --bus are KubeVirt's: Deckhouse names the device after the disk and always uses SCSI",
@@ -105,6 +111,9 @@ pub const CAPABILITIES: Capabilities = Capabilities {
         "--subdomain is KubeVirt-only: a Deckhouse VirtualMachine has no subdomain field",
     ),
     boot_bus_choice: Support::No("--boot-bus is KubeVirt-only: Deckhouse picks the bus itself"),
+    upload_service: "Deckhouse virtualization",
+    upload_targets: "vi/NAME, cvi/NAME or vd/NAME",
+    snapshot_tracked_by: "vmop",
     // VirtualMachineOperation `Restore`; `--new-vm`: NEW's VirtualDisks, made from the snapshot.
     restore_tracked_by: ("vmop", "vd"),
     restored_new_vm_stopped: false,

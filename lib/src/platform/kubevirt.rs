@@ -1,7 +1,7 @@
 //! KubeVirt (`kubevirt.io/v1`, CDI) as data.
 
 use super::{ApiResource, Capabilities, SessionArbitration, Support};
-use crate::api::{DATA_VOLUME, KUBEVIRT_VM, KUBEVIRT_VMI};
+use crate::api::{DATA_VOLUME, KUBEVIRT_VM, KUBEVIRT_VMI, NETWORK_ATTACHMENT_DEFINITION, PVC};
 use crate::flavor::Flavor;
 
 /// What KubeVirt serves and supports.
@@ -66,6 +66,8 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     start_paused: Support::Yes,
     disk_source_prefixes: &["pvc", "dv"],
     disk_source_hint: "pvc/NAME or dv/NAME",
+    attachable_disks: &[(DATA_VOLUME, ""), (PVC, "")],
+    network_attachment: Some(NETWORK_ATTACHMENT_DEFINITION),
     new_disk_prefix: "dv",
     disk_device_options: Support::Yes,
     read_only_disks: Support::Yes,
@@ -82,6 +84,9 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     persistent_efi: Support::Yes,
     subdomain: Support::Yes,
     boot_bus_choice: Support::Yes,
+    upload_service: "KubeVirt's CDI",
+    upload_targets: "dv/NAME or pvc/NAME",
+    snapshot_tracked_by: "vmrestore",
     restore_tracked_by: ("vmrestore", "vmrestore"),
     // The restore controller creates the VM with `runStrategy: Halted`.
     restored_new_vm_stopped: true,

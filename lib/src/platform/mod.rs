@@ -164,6 +164,13 @@ pub struct Capabilities {
     pub disk_source_prefixes: &'static [&'static str],
     /// How to name an attachable disk, for the usage error of a kind the platform lacks.
     pub disk_source_hint: &'static str,
+    /// The kinds of disk `disk attach` takes, each with the prefix its names are written with
+    /// (`""`: a bare name), as shell completion offers them.
+    pub attachable_disks: &'static [(Kind, &'static str)],
+    /// The kind a secondary interface names to join a network (KubeVirt's
+    /// NetworkAttachmentDefinition), as shell completion lists it; `None` where networks are
+    /// not named through such objects.
+    pub network_attachment: Option<Kind>,
     /// The short prefix of the kind `disk attach --size` creates.
     pub new_disk_prefix: &'static str,
     /// Choosing an attached disk's device name, serial and bus (`--name`, `--serial`, `--bus`).
@@ -193,6 +200,13 @@ pub struct Capabilities {
     pub subdomain: Support,
     /// Choosing the boot disk's bus (`create --boot-bus`).
     pub boot_bus_choice: Support,
+    /// What serves `kubectl vm upload` here, as the refusal of another platform's target names it
+    /// ("upload to vd/NAME needs Deckhouse virtualization").
+    pub upload_service: &'static str,
+    /// The upload targets this platform takes, as that refusal suggests them.
+    pub upload_targets: &'static str,
+    /// The `kubectl get` name `snapshot create` points to when it does not wait.
+    pub snapshot_tracked_by: &'static str,
     /// The `kubectl get` name of what a snapshot restore is tracked by (in place, into a new VM).
     pub restore_tracked_by: (&'static str, &'static str),
     /// A VM restored from a snapshot as a new VM is left stopped.
@@ -203,6 +217,18 @@ impl Capabilities {
     /// JSON pointer of the VM's one-word state.
     pub fn vm_state_pointer(&self) -> String {
         format!("/status/{}", self.vm_state_field)
+    }
+}
+
+/// Every platform kubectl-vm drives, in the order checks made before discovery try them.
+pub const ALL: [Flavor; 2] = [Flavor::KubeVirt, Flavor::Deckhouse];
+
+/// The platform local checks assume before discovery has said which one the cluster runs: the
+/// one `--flavor` names, else the first of [`ALL`].
+pub fn provisional(choice: crate::flavor::FlavorChoice) -> Flavor {
+    match choice {
+        crate::flavor::FlavorChoice::Fixed(flavor) => flavor,
+        crate::flavor::FlavorChoice::Auto => ALL[0],
     }
 }
 
@@ -248,6 +274,46 @@ mod tests {
             "/status/printableStatus"
         );
         assert_eq!(of(Flavor::Deckhouse).vm_state_pointer(), "/status/phase");
+    }
+
+    /// The lists and words cmd takes from the tables, as cmd had them (completion's disk kinds
+    /// with their prefixes, the networks it lists, upload's refusal, snapshot's pointer).
+    #[test]
+    fn what_cmd_asks_the_tables() {
+        let kinds = |f| -> Vec<(&str, &str)> {
+            of(f)
+                .attachable_disks
+                .iter()
+                .map(|(k, p)| (k.kind, *p))
+                .collect()
+        };
+        assert_eq!(
+            kinds(Flavor::KubeVirt),
+            [("DataVolume", ""), ("PersistentVolumeClaim", "")]
+        );
+        assert_eq!(
+            kinds(Flavor::Deckhouse),
+            [
+                ("VirtualDisk", ""),
+                ("VirtualImage", "vi/"),
+                ("ClusterVirtualImage", "cvi/")
+            ]
+        );
+        assert_eq!(
+            of(Flavor::KubeVirt).network_attachment.map(|k| k.kind),
+            Some("NetworkAttachmentDefinition")
+        );
+        assert_eq!(of(Flavor::Deckhouse).network_attachment, None);
+        assert_eq!(of(Flavor::KubeVirt).snapshot_tracked_by, "vmrestore");
+        assert_eq!(of(Flavor::Deckhouse).snapshot_tracked_by, "vmop");
+        assert_eq!(
+            provisional(crate::flavor::FlavorChoice::Auto),
+            Flavor::KubeVirt
+        );
+        assert_eq!(
+            provisional(crate::flavor::FlavorChoice::Fixed(Flavor::Deckhouse)),
+            Flavor::Deckhouse
+        );
     }
 
     /// What a platform lacks is refused with its reason, as a platform error.

@@ -1,6 +1,8 @@
 //! The seam's rule as a test: no `== Flavor::`, `!= Flavor::` or `matches!(… Flavor::` outside
 //! `lib/src/platform/` (and test code), in lib and cmd alike. Such a comparison gives a new
-//! platform whichever branch its `else` falls to; ask the platform's table instead.
+//! platform whichever branch its `else` falls to; ask the platform's table instead. And cmd
+//! names no platform at all: it parses flags, asks lib and renders, so every per-platform
+//! list, message and check it needs comes from lib.
 
 use std::path::{Path, PathBuf};
 
@@ -75,6 +77,58 @@ fn no_flavor_comparisons_outside_the_seam() {
         "flavor compared outside lib/src/platform (ask platform::of(flavor) instead):\n{}",
         found.join("\n")
     );
+}
+
+/// Whether `line`'s code (not its comment) names a platform variant.
+fn names_a_platform(line: &str) -> bool {
+    let code = line.split("//").next().unwrap_or("");
+    ["Flavor::KubeVirt", "Flavor::Deckhouse"]
+        .iter()
+        .any(|v| code.contains(v))
+}
+
+#[test]
+fn cmd_names_no_platform() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = vec![];
+    rust_files(&root.join("cmd/src"), &mut files);
+    assert!(
+        files.len() > 40,
+        "the scan found only {} files",
+        files.len()
+    );
+    let found: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            name != "tests.rs" && !name.ends_with("_tests.rs")
+        })
+        .flat_map(|f| {
+            let rel = f
+                .strip_prefix(&root)
+                .expect("under the root")
+                .display()
+                .to_string();
+            let text = std::fs::read_to_string(f).expect("read source");
+            let production = text.split("#[cfg(test)]").next().unwrap_or("").to_owned();
+            production
+                .lines()
+                .filter(|l| names_a_platform(l))
+                .map(|l| format!("{rel}:{}", l.trim()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "cmd names a platform (put the per-platform knowledge in lib's platform tables or the command's lib module):\n{}",
+        found.join("\n")
+    );
+    assert!(names_a_platform(
+        "kubevm::flavor::Flavor::Deckhouse => \"vmop\","
+    ));
+    assert!(!names_a_platform(
+        "FlavorChoice::Fixed(f) => f, // Flavor::KubeVirt"
+    ));
 }
 
 #[test]

@@ -77,6 +77,14 @@ impl SetPlatform for Deckhouse {
         crate::network::spec::deckhouse_edit(request, vm)
     }
 
+    fn network_objects(
+        &self,
+        request: &super::network::Networks,
+        vm: &Value,
+    ) -> Result<Vec<crate::network::spec::NetworkObject>> {
+        crate::network::spec::deckhouse_objects(request, vm)
+    }
+
     fn sizing_class<'a>(&self, vm: &'a Value) -> Option<&'a str> {
         vm.pointer("/spec/virtualMachineClassName")
             .and_then(Value::as_str)

@@ -213,8 +213,8 @@ impl SetPlatform for KubeVirt {
         &self,
         request: &super::network::Networks,
         vm: &Value,
-    ) -> Result<Vec<(String, String)>> {
-        crate::network::spec::kubevirt_nads(request, vm)
+    ) -> Result<Vec<crate::network::spec::NetworkObject>> {
+        crate::network::spec::kubevirt_objects(request, vm)
     }
 
     fn verdict(&self, vm: &Value) -> Applies {

@@ -77,15 +77,13 @@ pub trait SetPlatform: Send + Sync {
     fn check_networks(&self, request: &network::Networks) -> Result<()>;
     /// Apply a network request to a VM object.
     fn networks(&self, request: &network::Networks, vm: &mut Value) -> Result<()>;
-    /// The NetworkAttachmentDefinitions (namespace, name) the request attaches to, which must
-    /// exist; none on a platform without them.
+    /// The network objects the request attaches to, which must exist (KubeVirt's
+    /// NetworkAttachmentDefinitions, Deckhouse's Networks and ClusterNetworks).
     fn network_objects(
         &self,
-        _request: &network::Networks,
-        _vm: &Value,
-    ) -> Result<Vec<(String, String)>> {
-        Ok(vec![])
-    }
+        request: &network::Networks,
+        vm: &Value,
+    ) -> Result<Vec<crate::network::spec::NetworkObject>>;
     /// What the platform reports about a VM its controller has observed.
     fn verdict(&self, vm: &Value) -> Applies;
     /// A move the platform makes to apply `changes` but reports apart from the VM (Deckhouse:

@@ -17,7 +17,6 @@
 use serde_json::Value;
 
 use super::{Change, SetPlatform};
-use crate::api::NETWORK_ATTACHMENT_DEFINITION;
 use crate::cluster::Cluster;
 use crate::error::Result;
 use crate::network::spec::must_exist;
@@ -39,8 +38,8 @@ impl Change for Networks {
         edited: &'a Value,
     ) -> futures::future::BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            for (namespace, name) in platform.network_objects(self, edited)? {
-                must_exist(cluster, NETWORK_ATTACHMENT_DEFINITION, &namespace, &name).await?;
+            for object in platform.network_objects(self, edited)? {
+                must_exist(cluster, &object).await?;
             }
             Ok(())
         })

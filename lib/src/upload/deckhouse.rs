@@ -115,6 +115,13 @@ pub fn object(plan: &Plan, sha256: &str) -> Value {
             }
             json!({"persistentVolumeClaim": pvc, "dataSource": data_source})
         }
+        Target::Vi(_) if o.image_on_pvc => {
+            let mut spec = json!({"storage": "PersistentVolumeClaim", "dataSource": data_source});
+            if let Some(class) = &o.storage_class {
+                spec["persistentVolumeClaim"] = json!({"storageClassName": class});
+            }
+            spec
+        }
         Target::Vi(_) => json!({"storage": "ContainerRegistry", "dataSource": data_source}),
         _ => json!({"dataSource": data_source}),
     };
@@ -611,6 +618,7 @@ mod tests {
                 size,
                 force_raw: false,
                 storage_class: Some("fast".into()),
+                image_on_pvc: false,
                 access_mode: None,
                 volume_mode: None,
                 no_create: false,

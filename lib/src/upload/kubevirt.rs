@@ -74,6 +74,22 @@ pub fn data_volume(plan: &Plan) -> Value {
     })
 }
 
+/// What a DataVolume upload needs of the cluster before anything is created: the token comes
+/// from CDI's aggregated API, and without it a new DataVolume would wait for an upload that
+/// cannot start (with `--no-create` the DataVolume is someone else's).
+pub fn preflight(plan: &Plan, platform: &crate::flavor::Platform) -> Result<()> {
+    if plan.options.no_create {
+        return Ok(());
+    }
+    platform.require("upload.cdi.kubevirt.io", "v1beta1", "uploadtokenrequests")
+}
+
+/// The DataVolume as `kubectl get -o name` writes it (a `pvc/` target's too: a DataVolume of
+/// that name owns the PVC).
+pub fn resource_name(target: &super::Target) -> String {
+    format!("datavolume.cdi.kubevirt.io/{}", target.name())
+}
+
 /// Runs the upload; deletes what it created on failure or interruption unless `keep`.
 pub async fn run(
     cluster: &Cluster,

@@ -105,8 +105,11 @@ pub struct UploadOptions {
     pub size: Option<u64>,
     /// Take a file of no known format as raw (`--format raw`).
     pub force_raw: bool,
-    /// Storage class of a created volume.
+    /// Storage class of a created volume (a VirtualImage's only when it is kept on a PVC).
     pub storage_class: Option<String>,
+    /// Deckhouse VirtualImage: keep it on a PVC (`storage: PersistentVolumeClaim`) rather than
+    /// in DVCR.
+    pub image_on_pvc: bool,
     /// Access mode of a created volume.
     pub access_mode: Option<String>,
     /// Volume mode of a created volume (`Filesystem` or `Block`).
@@ -203,6 +206,51 @@ pub fn plan(options: UploadOptions) -> Result<Plan> {
     })
 }
 
+/// Refuses a target the cluster's platform does not serve (a usage error naming the targets it
+/// does), then what the target's platform needs before anything is created
+/// ([`kubevirt::preflight`]: CDI's token API).
+pub fn check_platform(plan: &Plan, platform: &crate::flavor::Platform) -> Result<()> {
+    let target = &plan.options.target;
+    if target.flavor() != platform.flavor {
+        return Err(Error::Usage(format!(
+            "upload to {} needs {}; this cluster runs {}: upload to {}",
+            target.display(),
+            crate::platform::of(target.flavor()).upload_service,
+            platform.flavor.display_name(),
+            crate::platform::of(platform.flavor).upload_targets,
+        )));
+    }
+    if target.is_deckhouse() {
+        Ok(())
+    } else {
+        kubevirt::preflight(plan, platform)
+    }
+}
+
+/// Runs a checked upload on the platform its target belongs to (after [`check_platform`]).
+pub async fn run(
+    cluster: &crate::cluster::Cluster,
+    plan: &Plan,
+    interrupts: Option<tokio::sync::watch::Receiver<usize>>,
+    on_event: &mut (dyn FnMut(Event) + Send),
+) -> Result<()> {
+    if plan.options.target.is_deckhouse() {
+        deckhouse::run(cluster, plan, interrupts, on_event).await
+    } else {
+        kubevirt::run(cluster, plan, interrupts, on_event).await
+    }
+}
+
+/// The uploaded object as `kubectl get -o name` writes it
+/// (`datavolume.cdi.kubevirt.io/NAME`, `virtualdisk.virtualization.deckhouse.io/NAME`, ...).
+pub fn resource_name(target: &Target) -> String {
+    if target.is_deckhouse() {
+        deckhouse::resource_name(target)
+    } else {
+        kubevirt::resource_name(target)
+    }
+}
+
 /// Flags that mean nothing for a Deckhouse target (CDI's volume settings and proxy).
 fn deckhouse_checks(options: &UploadOptions) -> Result<()> {
     let target = options.target.display();
@@ -215,7 +263,7 @@ fn deckhouse_checks(options: &UploadOptions) -> Result<()> {
             "applies to vd/ only: an image takes the size of what is uploaded",
         );
     }
-    if options.storage_class.is_some() && !disk {
+    if options.storage_class.is_some() && !disk && !options.image_on_pvc {
         return refuse("--storage-class", "applies to vd/ only on Deckhouse");
     }
     if options.access_mode.is_some() || options.volume_mode.is_some() {
@@ -350,4 +398,109 @@ pub enum Event {
         /// Name.
         name: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flavor::{Flavor, Platform};
+
+    fn plan_to(target: &str, no_create: bool) -> Plan {
+        Plan {
+            options: UploadOptions {
+                file: PathBuf::from("disk.img"),
+                target: Target::parse(target).unwrap(),
+                namespace: "default".into(),
+                size: None,
+                force_raw: false,
+                storage_class: None,
+                image_on_pvc: false,
+                access_mode: None,
+                volume_mode: None,
+                no_create,
+                keep: false,
+                uploadproxy_url: None,
+                insecure: false,
+                wait_timeout: Duration::from_secs(60),
+                max_retries: 0,
+                retry_delay: Duration::from_secs(1),
+            },
+            info: ImageInfo {
+                format: ImageFormat::Raw,
+                file_size: 1024,
+                virtual_size: Some(1024),
+            },
+            size: Some(1024),
+        }
+    }
+
+    /// Another platform's target is refused in these words (the e2e tests `upload::` and
+    /// `upload_deckhouse::` check their middle).
+    #[test]
+    fn another_platforms_target_names_what_this_one_takes() {
+        let err = check_platform(
+            &plan_to("vi/d", false),
+            &Platform::assumed(Flavor::KubeVirt),
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::Usage(_)), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "upload to vi/d needs Deckhouse virtualization; this cluster runs KubeVirt: upload to dv/NAME or pvc/NAME"
+        );
+        let err = check_platform(
+            &plan_to("dv/d", false),
+            &Platform::assumed(Flavor::Deckhouse),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "upload to dv/d needs KubeVirt's CDI; this cluster runs Deckhouse virtualization: upload to vi/NAME, cvi/NAME or vd/NAME"
+        );
+        for target in ["vi/a", "cvi/a", "vd/a"] {
+            check_platform(
+                &plan_to(target, false),
+                &Platform::assumed(Flavor::Deckhouse),
+            )
+            .unwrap();
+        }
+    }
+
+    /// A new DataVolume needs CDI's token API; an existing one (`--no-create`) is not checked.
+    #[test]
+    fn a_new_data_volume_needs_the_token_api() {
+        let without_cdi = Platform {
+            flavor: Flavor::KubeVirt,
+            groups: vec![crate::flavor::ServedGroup {
+                name: "kubevirt.io".into(),
+                versions: vec!["v1".into()],
+                preferred: Some("v1".into()),
+            }],
+        };
+        let err = check_platform(&plan_to("dv/a", false), &without_cdi).unwrap_err();
+        assert!(
+            matches!(err, Error::NotServed { ref resource } if resource == "uploadtokenrequests.upload.cdi.kubevirt.io"),
+            "{err:?}"
+        );
+        check_platform(&plan_to("dv/a", true), &without_cdi).unwrap();
+        check_platform(
+            &plan_to("pvc/a", false),
+            &Platform::assumed(Flavor::KubeVirt),
+        )
+        .unwrap();
+    }
+
+    /// `-o name` prints what `kubectl get -o name` would.
+    #[test]
+    fn resource_names_are_kubectls() {
+        for (target, want) in [
+            ("dv/a", "datavolume.cdi.kubevirt.io/a"),
+            ("pvc/a", "datavolume.cdi.kubevirt.io/a"),
+            ("vi/a", "virtualimage.virtualization.deckhouse.io/a"),
+            ("cvi/a", "clustervirtualimage.virtualization.deckhouse.io/a"),
+            ("vd/a", "virtualdisk.virtualization.deckhouse.io/a"),
+        ] {
+            assert_eq!(resource_name(&Target::parse(target).unwrap()), want);
+        }
+    }
 }

@@ -211,7 +211,7 @@ fn apply_update_and_delete() {
     );
     assert_eq!(vm["metadata"]["generation"], 2);
     // The controller starts it (runStrategy Always): a VMI appears.
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(30);
     while env
         .emu
         .objects("kubevirt.io", "virtualmachineinstances", Some("default"))

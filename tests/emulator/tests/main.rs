@@ -31,6 +31,7 @@ mod pod_portforward;
 mod portforward;
 mod qemu_guest;
 mod resize;
+mod sdn_networks;
 mod server_side_apply;
 mod storage;
 mod streams;

@@ -98,7 +98,7 @@ async fn expiry_ends_open_watches_and_old_versions_are_gone() {
         Some(Ok(WatchEvent::Added(_)))
     ));
     emu.expire_resource_versions();
-    let end = tokio::time::timeout(std::time::Duration::from_secs(5), stream.next())
+    let end = tokio::time::timeout(std::time::Duration::from_secs(30), stream.next())
         .await
         .expect("the open watch ends");
     assert!(end.is_none(), "{end:?}");

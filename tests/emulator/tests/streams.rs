@@ -56,18 +56,18 @@ const KV_CONSOLE: &str =
     "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/web/console";
 const DH_CONSOLE: &str = "/apis/subresources.virtualization.deckhouse.io/v1alpha2/namespaces/default/virtualmachines/linux-vm/console";
 
-/// Waits (5 s at most) for `ws` to be cut without a close frame (1006), as virt-handler cuts a
+/// Waits (20 s at most: a loaded machine is slow, a hang is still caught) for `ws` to be cut without a close frame (1006), as virt-handler cuts a
 /// displaced or restarted console. Output the guest printed before the cut (a prompt after the
 /// last command) may still arrive first and is skipped.
 async fn expect_cut<S>(ws: &mut S)
 where
     S: futures::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         match tokio::time::timeout_at(deadline, ws.next())
             .await
-            .expect("the stream was not cut within 5 s")
+            .expect("the stream was not cut within 20 s")
         {
             Some(Err(_)) | None => return,
             Some(Ok(Message::Close(f))) => panic!("the stream ended with a close frame {f:?}"),

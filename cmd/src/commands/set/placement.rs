@@ -17,7 +17,7 @@ pub struct PlacementArgs {
     pub common: CommonArgs,
 
     /// Set (KEY=VALUE) or remove (KEY-) a node selector label (repeatable)
-    #[arg(long = "node-selector", value_name = "KEY=VALUE|KEY-")]
+    #[arg(long = "node-selector", value_name = "KEY=VALUE|KEY-", add = clap_complete::engine::ArgValueCompleter::new(crate::complete::node_labels))]
     pub node_selector: Vec<String>,
 
     /// Add a toleration KEY[=VALUE]:EFFECT (EFFECT: NoSchedule, PreferNoSchedule, NoExecute;
@@ -27,7 +27,7 @@ pub struct PlacementArgs {
 
     /// Require nodes whose label KEY is VALUE (node affinity In; values of one KEY add up)
     /// or drop the requirement on KEY (KEY-) (repeatable)
-    #[arg(long = "node-affinity", value_name = "KEY=VALUE|KEY-")]
+    #[arg(long = "node-affinity", value_name = "KEY=VALUE|KEY-", add = clap_complete::engine::ArgValueCompleter::new(crate::complete::node_labels))]
     pub node_affinity: Vec<String>,
 
     /// Spread the VM's pool over a topology: hostname, zone, region or a node label key

@@ -860,8 +860,11 @@ mod shipped {
                 let path = entry.expect("entry").path();
                 if path.extension().is_some_and(|e| e == "yaml") {
                     let text = std::fs::read_to_string(&path).expect("read");
-                    let v: Value = yaml_serde::from_str(&text).expect("yaml");
-                    rules(&v, &mut found);
+                    // A file may hold several documents (`---` lines between them).
+                    for doc in text.split("\n---\n").filter(|d| !d.trim().is_empty()) {
+                        let v: Value = yaml_serde::from_str(doc).expect("yaml");
+                        rules(&v, &mut found);
+                    }
                 }
             }
         }

@@ -1,17 +1,27 @@
 //! Which emulated node a VM's pod may run on, as kube-scheduler's filters decide it for the
-//! fields the emulator models: the node selector and the required node affinity
-//! (`pkg/scheduler/framework/plugins/nodeaffinity/node_affinity.go`, `Filter`: every
-//! `nodeSelector` label, and one of the `nodeSelectorTerms` whose `matchExpressions` all hold;
-//! operators from `k8s.io/component-helpers/scheduling/corev1/nodeaffinity`). Taints are not
-//! modelled (the fixtures' nodes have none), nor resources (the `emulator.kubevm.io/
-//! unschedulable` fixture switch stands for those).
+//! fields the emulator models, each node checked by the default profile's filters in their
+//! order (`pkg/scheduler/apis/config/v1/default_plugins.go`: TaintToleration before
+//! NodeAffinity), the first that rejects it giving the node's reason:
+//! - taints (`pkg/scheduler/framework/plugins/tainttoleration/taint_toleration.go`, `Filter`:
+//!   the first `NoSchedule` or `NoExecute` taint no toleration tolerates, by
+//!   `v1helper.FindMatchingUntoleratedTaint`; reason "node(s) had untolerated taint {KEY:
+//!   VALUE}"; a toleration tolerates a taint as `Toleration.ToleratesTaint` in
+//!   `k8s.io/api/core/v1/toleration.go` says: same effect unless it names none, same key unless
+//!   it names none, then `Exists` or an equal value for `Equal`/no operator);
+//! - the node selector and the required node affinity
+//!   (`pkg/scheduler/framework/plugins/nodeaffinity/node_affinity.go`, `Filter`: every
+//!   `nodeSelector` label, and one of the `nodeSelectorTerms` whose `matchExpressions` all
+//!   hold; operators from `k8s.io/component-helpers/scheduling/corev1/nodeaffinity`).
+//!
+//! Resources are not modelled (the `emulator.kubevm.io/unschedulable` fixture switch stands
+//! for those).
 //!
 //! A pod no node fits gets the scheduler's message: `FitError.Error` (`pkg/scheduler/framework/
-//! types.go`, `NoNodeAvailableMsg` "0/%v nodes are available" and the reasons' histogram,
-//! here the node affinity plugin's `ErrReasonPod` "node(s) didn't match Pod's node
-//! affinity/selector"), followed by default preemption's post-filter message (`pkg/scheduler/
-//! framework/plugins/defaultpreemption`: a node that fails a filter preemption cannot fix is
-//! "Preemption is not helpful for scheduling").
+//! types.go`, `NoNodeAvailableMsg` "0/%v nodes are available" and the histogram of the nodes'
+//! reasons, "COUNT REASON" entries sorted as strings and joined by ", "), followed by default
+//! preemption's post-filter message (`pkg/scheduler/framework/plugins/defaultpreemption`: both
+//! filters reject as `UnschedulableAndUnresolvable`, which preemption cannot fix: "Preemption
+//! is not helpful for scheduling").
 
 use serde_json::Value;
 
@@ -30,8 +40,66 @@ pub fn node_placement(spec: &Value) -> Value {
 /// The node affinity plugin's reason (`ErrReasonPod`).
 pub const NODE_AFFINITY_REASON: &str = "node(s) didn't match Pod's node affinity/selector";
 
-/// Whether `node` has the labels `spec` (a pod-like spec) selects and requires.
+/// The taint toleration plugin's reason for an untolerated taint (`Filter`'s `errReason`).
+pub fn taint_reason(key: &str, value: &str) -> String {
+    format!("node(s) had untolerated taint {{{key}: {value}}}")
+}
+
+/// `Toleration.ToleratesTaint`.
+fn tolerates(toleration: &Value, taint: &Value) -> bool {
+    let field = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let (effect, key) = (field(toleration, "effect"), field(toleration, "key"));
+    if !effect.is_empty() && effect != field(taint, "effect") {
+        return false;
+    }
+    if !key.is_empty() && key != field(taint, "key") {
+        return false;
+    }
+    match field(toleration, "operator").as_str() {
+        "" | "Equal" => field(toleration, "value") == field(taint, "value"),
+        "Exists" => true,
+        _ => false,
+    }
+}
+
+/// The first `NoSchedule`/`NoExecute` taint of `node` none of `spec`'s tolerations tolerates
+/// (`FindMatchingUntoleratedTaint` with `DoNotScheduleTaintsFilterFunc`), as its reason.
+fn untolerated_taint(node: &Value, spec: &Value) -> Option<String> {
+    let tolerations = spec
+        .get("tolerations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    node.pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|t| matches!(t["effect"].as_str(), Some("NoSchedule" | "NoExecute")))
+        .find(|t| !tolerations.iter().any(|tol| tolerates(tol, t)))
+        .map(|t| {
+            taint_reason(
+                t["key"].as_str().unwrap_or(""),
+                t["value"].as_str().unwrap_or(""),
+            )
+        })
+}
+
+/// Why `node` rejects a pod with `spec` (a pod-like spec): the first filter that fails, in the
+/// default profile's order; `None` when it fits.
+pub fn node_rejects(node: &Value, spec: &Value) -> Option<String> {
+    if let Some(reason) = untolerated_taint(node, spec) {
+        return Some(reason);
+    }
+    (!node_affinity_fits(node, spec)).then(|| NODE_AFFINITY_REASON.to_string())
+}
+
+/// Whether `node` takes a pod with `spec`.
 pub fn node_fits(node: &Value, spec: &Value) -> bool {
+    node_rejects(node, spec).is_none()
+}
+
+/// Whether `node` has the labels `spec` (a pod-like spec) selects and requires.
+fn node_affinity_fits(node: &Value, spec: &Value) -> bool {
     let labels = node.pointer("/metadata/labels");
     let label = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
     let selector_ok = spec
@@ -80,10 +148,21 @@ fn expression_holds(x: &Value, value: Option<&str>) -> bool {
     }
 }
 
-/// The scheduler's message for a pod none of `n` nodes fits by its node selector or affinity.
-pub fn no_fit_message(n: usize) -> String {
+/// The scheduler's message for a pod no node fits, from each node's reason.
+pub fn no_fit_message(reasons: &[String]) -> String {
+    let n = reasons.len();
+    let mut histogram = std::collections::BTreeMap::<&str, usize>::new();
+    for r in reasons {
+        *histogram.entry(r.as_str()).or_default() += 1;
+    }
+    let mut entries: Vec<String> = histogram
+        .iter()
+        .map(|(reason, count)| format!("{count} {reason}"))
+        .collect();
+    entries.sort();
     format!(
-        "0/{n} nodes are available: {n} {NODE_AFFINITY_REASON}. preemption: 0/{n} nodes are available: {n} Preemption is not helpful for scheduling."
+        "0/{n} nodes are available: {}. preemption: 0/{n} nodes are available: {n} Preemption is not helpful for scheduling.",
+        entries.join(", ")
     )
 }
 
@@ -96,11 +175,14 @@ pub fn schedule(app: &App, spec: &Value) -> Result<String, String> {
         return Ok(NODE.to_string());
     }
     nodes.sort_by(|a, b| meta_str(a, "name").cmp(meta_str(b, "name")));
-    nodes
-        .iter()
-        .find(|n| node_fits(n, spec))
-        .map(|n| meta_str(n, "name").to_string())
-        .ok_or_else(|| no_fit_message(nodes.len()))
+    let mut reasons = Vec::new();
+    for node in &nodes {
+        match node_rejects(node, spec) {
+            None => return Ok(meta_str(node, "name").to_string()),
+            Some(reason) => reasons.push(reason),
+        }
+    }
+    Err(no_fit_message(&reasons))
 }
 
 /// A migration target for a pod with `spec` now on `source`: another node that fits.
@@ -189,9 +271,74 @@ mod tests {
     /// preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.").
     #[test]
     fn the_message_is_the_schedulers() {
+        let affinity = || NODE_AFFINITY_REASON.to_string();
         assert_eq!(
-            no_fit_message(3),
+            no_fit_message(&[affinity(), affinity(), affinity()]),
             "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+        );
+        // The histogram's entries sorted as strings, as FitError.Error sorts them.
+        assert_eq!(
+            no_fit_message(&[
+                taint_reason("dedicated", "gpu"),
+                affinity(),
+                taint_reason("dedicated", "gpu")
+            ]),
+            "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 2 node(s) had untolerated taint {dedicated: gpu}. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+        );
+    }
+
+    /// TaintToleration's filter: NoSchedule and NoExecute taints must be tolerated,
+    /// PreferNoSchedule ones need not be; it rejects before node affinity does.
+    #[test]
+    fn untolerated_taints_reject_a_node() {
+        let gpu = json!({"metadata": {"name": "gpu-1", "labels": {"zone": "a"}}, "spec": {"taints": [
+            {"key": "node.kubernetes.io/slow", "effect": "PreferNoSchedule"},
+            {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}});
+        let with = |tolerations: Value| json!({"tolerations": tolerations});
+        assert_eq!(
+            node_rejects(&gpu, &json!({})).as_deref(),
+            Some("node(s) had untolerated taint {dedicated: gpu}")
+        );
+        for (tolerations, fits) in [
+            (
+                json!([{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]),
+                true,
+            ),
+            (json!([{"key": "dedicated", "value": "gpu"}]), true),
+            (json!([{"key": "dedicated", "operator": "Exists"}]), true),
+            (json!([{"operator": "Exists"}]), true),
+            (
+                json!([{"key": "dedicated", "value": "cpu", "effect": "NoSchedule"}]),
+                false,
+            ),
+            (
+                json!([{"key": "dedicated", "value": "gpu", "effect": "NoExecute"}]),
+                false,
+            ),
+            (json!([{"key": "other", "operator": "Exists"}]), false),
+        ] {
+            assert_eq!(
+                node_fits(&gpu, &with(tolerations.clone())),
+                fits,
+                "{tolerations}"
+            );
+        }
+        let evicting = json!({"spec": {"taints": [{"key": "maintenance", "effect": "NoExecute"}]}});
+        assert_eq!(
+            node_rejects(&evicting, &json!({})).as_deref(),
+            Some("node(s) had untolerated taint {maintenance: }")
+        );
+        // Tolerated, the node is still checked by node affinity.
+        let tolerated_elsewhere =
+            json!({"tolerations": [{"operator": "Exists"}], "nodeSelector": {"zone": "b"}});
+        assert_eq!(
+            node_rejects(&gpu, &tolerated_elsewhere).as_deref(),
+            Some(NODE_AFFINITY_REASON)
+        );
+        // Untolerated and unselected: the taint's reason, its filter runs first.
+        assert_eq!(
+            node_rejects(&gpu, &json!({"nodeSelector": {"zone": "b"}})).as_deref(),
+            Some("node(s) had untolerated taint {dedicated: gpu}")
         );
     }
 }

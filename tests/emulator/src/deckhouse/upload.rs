@@ -550,18 +550,7 @@ fn finish_ready(app: &App, obj: &Value, plural: &'static str) {
     let size = std::fs::metadata(app.uploads.data_path(uid))
         .map(|m| m.len())
         .unwrap_or(0);
-    let url = if plural == "clustervirtualimages" {
-        format!(
-            "dvcr.d8-virtualization.svc/cvi/{}:latest",
-            meta_str(obj, "name")
-        )
-    } else {
-        format!(
-            "dvcr.d8-virtualization.svc/vi/{}/{}:latest",
-            meta_str(obj, "namespace"),
-            meta_str(obj, "name")
-        )
-    };
+    let target = crate::core::controllers::deckhouse::image_target(obj);
     app.store.modify(&obj_key, |o| {
         let mut st = o.get("status").cloned().unwrap_or(json!({}));
         st["phase"] = json!("Ready");
@@ -570,7 +559,7 @@ fn finish_ready(app: &App, obj: &Value, plural: &'static str) {
         st["cdrom"] = json!(false);
         st["size"] = json!({"unpacked": size.to_string(), "unpackedBytes": size.to_string(),
             "stored": size.to_string(), "storedBytes": size.to_string()});
-        st["target"] = json!({"registryURL": url});
+        st["target"] = target.clone();
         st.as_object_mut().map(|m| m.remove("imageUploadURLs"));
         set_condition(&mut st, "Ready", true, "Ready", "");
         o["status"] = st;

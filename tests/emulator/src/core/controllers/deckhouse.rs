@@ -421,16 +421,7 @@ fn fetched_http(app: &App, img: &Value, plural: &str, tick: bool, url: &str) {
             let _ = std::fs::rename(&imported.path, app.uploads.data_path(&uid));
             app.imports.forget(&uid);
             importer::remove(app, prefix, img);
-            let name = meta_str(img, "name");
-            let on_pvc = img.pointer("/spec/storage").and_then(Value::as_str)
-                == Some("PersistentVolumeClaim");
-            let target = if on_pvc {
-                json!({"persistentVolumeClaimName": format!("vi-{name}-{}", uid.get(..8).unwrap_or("00000000"))})
-            } else if cluster {
-                json!({"registryURL": format!("dvcr.d8-virtualization.svc/cvi/{name}:latest")})
-            } else {
-                json!({"registryURL": format!("dvcr.d8-virtualization.svc/vi/{}/{name}:latest", meta_str(img, "namespace"))})
-            };
+            let target = image_target(img);
             let iso = imported.format == "iso" || url.to_ascii_lowercase().ends_with(".iso");
             app.store.modify(&key, |o| {
                 let mut st = o.get("status").cloned().unwrap_or(json!({}));
@@ -447,6 +438,22 @@ fn fetched_http(app: &App, img: &Value, plural: &str, tick: bool, url: &str) {
                 o["status"] = st;
             });
         }
+    }
+}
+
+/// Where a Ready image is kept (`status.target`): its PVC when `spec.storage` is
+/// `PersistentVolumeClaim`, else its DVCR location.
+pub(crate) fn image_target(img: &Value) -> Value {
+    let name = meta_str(img, "name");
+    let uid = meta_str(img, "uid");
+    let on_pvc =
+        img.pointer("/spec/storage").and_then(Value::as_str) == Some("PersistentVolumeClaim");
+    if on_pvc {
+        json!({"persistentVolumeClaimName": format!("vi-{name}-{}", uid.get(..8).unwrap_or("00000000"))})
+    } else if img["kind"] == "ClusterVirtualImage" {
+        json!({"registryURL": format!("dvcr.d8-virtualization.svc/cvi/{name}:latest")})
+    } else {
+        json!({"registryURL": format!("dvcr.d8-virtualization.svc/vi/{}/{name}:latest", meta_str(img, "namespace"))})
     }
 }
 

@@ -67,6 +67,13 @@ pub const DECKHOUSE_CRDS: &[(&str, &str)] = &[
         "virtualmachineipaddresses.yaml",
         include_str!("../../../../../schemas/deckhouse/virtualmachineipaddresses.yaml"),
     ),
+    // The `sdn` module's Network and ClusterNetwork, which a VM's additional networks name
+    // (the VirtualMachine CRD: "The `sdn` module is required only when additional networks
+    // ... are specified"); written from its documentation (schemas/deckhouse/SOURCE.md).
+    (
+        "sdn-networks.yaml",
+        include_str!("../../../../../schemas/deckhouse/sdn-networks.yaml"),
+    ),
     (
         "dataexports.yaml",
         include_str!("../../../../../schemas/deckhouse/dataexports.yaml"),

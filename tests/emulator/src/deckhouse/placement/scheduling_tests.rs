@@ -222,3 +222,59 @@ fn deckhouse_updater_gives_up_after_three_failed_migrations() {
     assert_eq!(vm["status"]["phase"], "Running");
     assert_eq!(vm["status"]["nodeName"], "node-1");
 }
+
+/// Both nodes tainted: a VM without tolerations is unschedulable with TaintToleration's
+/// reason for each node; one tolerating `dedicated=gpu:NoSchedule` runs on the node with that
+/// taint (not on the one whose `NoExecute` taint it does not tolerate).
+#[test]
+fn kubevirt_vm_lands_only_on_a_node_whose_taints_it_tolerates() {
+    let app = app(ServeFlavor::KubeVirt);
+    for (node, taint) in [
+        (
+            "node-1",
+            json!({"key": "maintenance", "value": "true", "effect": "NoExecute"}),
+        ),
+        (
+            "node-2",
+            json!({"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}),
+        ),
+    ] {
+        app.store
+            .modify(&Key::new("", "nodes", "", node), |o| {
+                o["spec"] = json!({"taints": [taint]})
+            })
+            .unwrap();
+    }
+    let vm = |name: &str, tolerations: Value| {
+        app.store
+            .create(
+                KV,
+                "virtualmachines",
+                json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"runStrategy": "Always", "template": {"spec": {"domain": {"devices": {}},
+                    "tolerations": tolerations}}}}),
+            )
+            .unwrap();
+    };
+    vm("plain", json!([]));
+    vm(
+        "gpu",
+        json!([{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]),
+    );
+    settle(&app, 8);
+    let vmi = |name: &str| {
+        app.store
+            .get(&Key::new(KV, "virtualmachineinstances", "default", name))
+            .unwrap()
+    };
+    let plain = vmi("plain");
+    assert_eq!(plain["status"]["phase"], "Scheduling");
+    assert_eq!(
+        condition(&plain, "PodScheduled").unwrap()["message"],
+        "0/2 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, 1 node(s) had untolerated taint {maintenance: true}. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+    );
+    let gpu = vmi("gpu");
+    assert_eq!(gpu["status"]["phase"], "Running");
+    assert_eq!(gpu["status"]["nodeName"], "node-2");
+}
