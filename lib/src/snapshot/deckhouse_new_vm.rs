@@ -265,31 +265,16 @@ pub async fn restore(
         )));
     };
     let disks = disks_of(cluster, ns, snap, &source, target).await?;
-    // The user data NEW gets: the copy the snapshot keeps (the source and its Secret may be
-    // gone), else the source's Secret as it is; without either NEW would have no identity of
-    // its own, so nothing is made.
-    let (user_data, secret) = match user_data_of(&kept) {
-        UserData::Secret(old) => {
-            let found = match kept_secret
-                .as_ref()
-                .and_then(|s| kept_object(s, "provisioner"))
-                .and_then(|p| identity::secret_user_data(&p))
-            {
-                Some(t) => Some(t),
-                None => identity::read_secret(cluster, ns, &old).await?,
-            };
-            let Some(found) = found else {
-                return Err(Error::Platform(format!(
-                    "{target} cannot get its own SSH identity: {source}'s user data (secret {old:?}) is neither kept by snapshot {snap_name} nor in namespace {ns:?}; nothing was created"
-                )));
-            };
-            (Some(found), Some(new_name(&source, target, &old)))
-        }
-        UserData::Inline(t) if identity::has_platform_ssh(&t) => {
-            (Some(t), Some(identity::secret_name(target)))
-        }
-        UserData::Inline(_) | UserData::None => (None, None),
-    };
+    let (user_data, secret) = user_data_for(
+        cluster,
+        ns,
+        &snap_name,
+        kept_secret.as_ref(),
+        &kept,
+        &source,
+        target,
+    )
+    .await?;
     let vm = vm_object(&kept, ns, target, &disks, secret.as_deref())?;
     ensure_free(cluster, DECKHOUSE_VM, ns, target).await?;
     for d in &disks {
@@ -299,30 +284,17 @@ pub async fn restore(
         ensure_free(cluster, SECRET, ns, name).await?;
     }
     let dry = options.dry_run != DryRun::None;
-    // NEW's own identity (a dry run makes no host key: the user data is shown without one).
-    let mut new_text = user_data.clone();
-    if let Some(t) = &user_data
-        && identity::has_platform_ssh(t)
-    {
-        let host = if dry {
-            None
-        } else {
-            crate::create::checks::vm_host_keys(
-                cluster,
-                platform,
-                crate::ca::DEFAULT_NAMESPACE,
-                target,
-                ns,
-                &mut |w| on_event(Event::Notice(w)),
-            )
-            .await?
-        };
-        if let Some(t) =
-            identity::reissue(t, &source, target, ns, host.as_ref()).map_err(Error::Platform)?
-        {
-            new_text = Some(t);
-        }
-    }
+    let new_text = own_identity(
+        cluster,
+        platform,
+        ns,
+        &source,
+        target,
+        user_data.as_deref(),
+        dry,
+        on_event,
+    )
+    .await?;
     let secret_obj = secret.as_ref().zip(new_text.as_ref()).map(|(name, t)| {
         let mut s = identity::secret_object(crate::flavor::Flavor::Deckhouse, ns, target, t);
         s["metadata"]["name"] = json!(name);
@@ -359,9 +331,112 @@ pub async fn restore(
         }
         DryRun::None => {}
     }
+    let (made, new_vm) = create_in_order(cluster, ns, &objects, on_event).await?;
+    if let Err(e) = adopt(cluster, ns, target, &made, &new_vm).await {
+        undo(cluster, ns, &made, on_event).await;
+        return Err(e);
+    }
+    if secret.is_some() && new_text != user_data {
+        on_event(Event::Notice(format!(
+            "{target} has its own SSH identity (principals, host key, host certificate), made before the VM"
+        )));
+    }
+    outcome.object = Some(new_vm);
+    if !options.wait {
+        return Ok(outcome);
+    }
+    if let Err(e) = provisioned(cluster, ns, &disks, on_event).await {
+        undo(cluster, ns, &made, on_event).await;
+        return Err(e);
+    }
+    outcome.waited = true;
+    Ok(outcome)
+}
+
+/// The user data NEW gets and the name of its Secret: the copy the snapshot keeps (the source
+/// and its Secret may be gone), else the source's Secret as it is; without either NEW would
+/// have no identity of its own, so nothing is made. Inline user data moves into a Secret when
+/// it holds kubectl vm's SSH setup.
+async fn user_data_for(
+    cluster: &Cluster,
+    ns: &str,
+    snap_name: &str,
+    kept_secret: Option<&Value>,
+    kept: &Value,
+    source: &str,
+    target: &str,
+) -> Result<(Option<String>, Option<String>)> {
+    Ok(match user_data_of(kept) {
+        UserData::Secret(old) => {
+            let found = match kept_secret
+                .and_then(|s| kept_object(s, "provisioner"))
+                .and_then(|p| identity::secret_user_data(&p))
+            {
+                Some(t) => Some(t),
+                None => identity::read_secret(cluster, ns, &old).await?,
+            };
+            let Some(found) = found else {
+                return Err(Error::Platform(format!(
+                    "{target} cannot get its own SSH identity: {source}'s user data (secret {old:?}) is neither kept by snapshot {snap_name} nor in namespace {ns:?}; nothing was created"
+                )));
+            };
+            (Some(found), Some(new_name(source, target, &old)))
+        }
+        UserData::Inline(t) if identity::has_platform_ssh(&t) => {
+            (Some(t), Some(identity::secret_name(target)))
+        }
+        UserData::Inline(_) | UserData::None => (None, None),
+    })
+}
+
+/// `user_data` with NEW's own identity (principals, a fresh host key and its certificate)
+/// where it holds the platform's SSH setup; a dry run makes no host key, so the user data is
+/// shown without one.
+#[allow(clippy::too_many_arguments)]
+async fn own_identity(
+    cluster: &Cluster,
+    platform: &crate::flavor::Platform,
+    ns: &str,
+    source: &str,
+    target: &str,
+    user_data: Option<&str>,
+    dry: bool,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<Option<String>> {
+    let Some(text) = user_data.filter(|t| identity::has_platform_ssh(t)) else {
+        return Ok(user_data.map(str::to_owned));
+    };
+    let host = if dry {
+        None
+    } else {
+        crate::create::checks::vm_host_keys(
+            cluster,
+            platform,
+            crate::ca::DEFAULT_NAMESPACE,
+            target,
+            ns,
+            &mut |w| on_event(Event::Notice(w)),
+        )
+        .await?
+    };
+    Ok(Some(
+        identity::reissue(text, source, target, ns, host.as_ref())
+            .map_err(Error::Platform)?
+            .unwrap_or_else(|| text.to_owned()),
+    ))
+}
+
+/// Creates `objects` in their order (NEW's VirtualMachine last); on a failure what was made is
+/// deleted. Returns what was made (kind, name, uid) and NEW as created.
+async fn create_in_order(
+    cluster: &Cluster,
+    ns: &str,
+    objects: &[(Kind, Value)],
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<(Vec<(Kind, String, String)>, Value)> {
     let mut made: Vec<(Kind, String, String)> = vec![];
     let mut new_vm = Value::Null;
-    for (kind, obj) in &objects {
+    for (kind, obj) in objects {
         let name = text(obj, "/metadata/name").to_owned();
         match create_obj(cluster, *kind, ns, obj, false).await {
             Ok(o) => {
@@ -380,37 +455,29 @@ pub async fn restore(
             }
         }
     }
-    // NEW owns its disks and its Secret (`delete NEW` removes them).
+    Ok((made, new_vm))
+}
+
+/// NEW owns its disks and its Secret (`delete NEW` removes them).
+async fn adopt(
+    cluster: &Cluster,
+    ns: &str,
+    target: &str,
+    made: &[(Kind, String, String)],
+    new_vm: &Value,
+) -> Result<()> {
     let owner = json!({
         "apiVersion": DECKHOUSE_VM.api_version(), "kind": "VirtualMachine",
         "name": target, "uid": new_vm.pointer("/metadata/uid").cloned().unwrap_or_default(),
     });
-    for (kind, name, _) in &made {
-        let owned = match kind.kind {
-            "VirtualDisk" => add_owner(cluster, *kind, ns, name, &owner).await,
-            "Secret" => add_owner(cluster, *kind, ns, name, &identity::owner_of(&new_vm)).await,
-            _ => Ok(()),
-        };
-        if let Err(e) = owned {
-            undo(cluster, ns, &made, on_event).await;
-            return Err(e);
+    for (kind, name, _) in made {
+        match kind.kind {
+            "VirtualDisk" => add_owner(cluster, *kind, ns, name, &owner).await?,
+            "Secret" => add_owner(cluster, *kind, ns, name, &identity::owner_of(new_vm)).await?,
+            _ => {}
         }
     }
-    if secret.is_some() && new_text != user_data {
-        on_event(Event::Notice(format!(
-            "{target} has its own SSH identity (principals, host key, host certificate), made before the VM"
-        )));
-    }
-    outcome.object = Some(new_vm);
-    if !options.wait {
-        return Ok(outcome);
-    }
-    if let Err(e) = provisioned(cluster, ns, &disks, on_event).await {
-        undo(cluster, ns, &made, on_event).await;
-        return Err(e);
-    }
-    outcome.waited = true;
-    Ok(outcome)
+    Ok(())
 }
 
 /// Adds `owner` to `name` (a patch carrying the resourceVersion read): a controller's
