@@ -126,8 +126,18 @@ fn kubevirt_create_list_restore_brings_the_data_back() {
         json!(["Online", "GuestAgent"])
     );
 
-    // list: the same snapshots kubectl sees, with the VM, phase and the claim's size.
-    ok(env.vm(&["snapshot", "create", "db", "second"]));
+    // list: the same snapshots kubectl sees, with the VM, phase and the claim's size. Not
+    // waited for, create points at the list (the snapshot's own state, not a restore's).
+    let out = env.vm(&["snapshot", "create", "db", "second", "--no-wait"]);
+    assert_eq!(
+        stdout(&out),
+        "snapshot second of db.default created; not waited for: see `kubectl vm snapshot list`\n",
+        "{}",
+        stderr(&out)
+    );
+    eventually("snapshot second ready", || {
+        kubectl_json(&env, &["get", "vmsnapshot", "second"])["status"]["readyToUse"] == true
+    });
     let rows = table(&ok(env.vm(&["snapshot", "list", "db"])));
     assert_eq!(rows[0], ["NAME", "VM", "PHASE", "READY", "SIZE", "AGE"]);
     let kubectl_rows = table(&ok(env.kubectl(&[

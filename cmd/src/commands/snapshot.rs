@@ -232,8 +232,9 @@ async fn create(global: &GlobalArgs, args: CreateArgs) -> CommandResult {
     let state = if options.dry_run != LibDryRun::None {
         String::new()
     } else if !outcome.waited {
-        let kind = kubevm::platform::of(platform.flavor).snapshot_tracked_by;
-        format!("; not waited for: see `kubectl get {kind}`")
+        // The snapshot itself says when it is ready (a `vmrestore` or `vmop` tracks restores,
+        // not snapshots), on either platform.
+        "; not waited for: see `kubectl vm snapshot list`".into()
     } else if outcome.no_agent {
         "; ready (crash-consistent: no guest agent froze the filesystems)".into()
     } else {

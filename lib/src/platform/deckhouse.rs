@@ -113,7 +113,6 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     boot_bus_choice: Support::No("--boot-bus is KubeVirt-only: Deckhouse picks the bus itself"),
     upload_service: "Deckhouse virtualization",
     upload_targets: "vi/NAME, cvi/NAME or vd/NAME",
-    snapshot_tracked_by: "vmop",
     // VirtualMachineOperation `Restore`; `--new-vm`: NEW's VirtualDisks, made from the snapshot.
     restore_tracked_by: ("vmop", "vd"),
     restored_new_vm_stopped: false,

@@ -86,7 +86,6 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     boot_bus_choice: Support::Yes,
     upload_service: "KubeVirt's CDI",
     upload_targets: "dv/NAME or pvc/NAME",
-    snapshot_tracked_by: "vmrestore",
     restore_tracked_by: ("vmrestore", "vmrestore"),
     // The restore controller creates the VM with `runStrategy: Halted`.
     restored_new_vm_stopped: true,

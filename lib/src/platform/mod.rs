@@ -205,8 +205,6 @@ pub struct Capabilities {
     pub upload_service: &'static str,
     /// The upload targets this platform takes, as that refusal suggests them.
     pub upload_targets: &'static str,
-    /// The `kubectl get` name `snapshot create` points to when it does not wait.
-    pub snapshot_tracked_by: &'static str,
     /// The `kubectl get` name of what a snapshot restore is tracked by (in place, into a new VM).
     pub restore_tracked_by: (&'static str, &'static str),
     /// A VM restored from a snapshot as a new VM is left stopped.
@@ -304,8 +302,6 @@ mod tests {
             Some("NetworkAttachmentDefinition")
         );
         assert_eq!(of(Flavor::Deckhouse).network_attachment, None);
-        assert_eq!(of(Flavor::KubeVirt).snapshot_tracked_by, "vmrestore");
-        assert_eq!(of(Flavor::Deckhouse).snapshot_tracked_by, "vmop");
         assert_eq!(
             provisional(crate::flavor::FlavorChoice::Auto),
             Flavor::KubeVirt
