@@ -650,38 +650,13 @@ fn deckhouse_bundle_holds_the_importer_pods_of_the_vms_disks() {
         format!("d8v-vd-importer-{}", disk_uid("imp-root")),
         format!("d8v-vd-importer-{}", disk_uid("other-root")),
     );
-    let failing = |pod: &str| {
-        env.emulator
-            .objects("", "pods", Some("default"))
-            .iter()
-            .any(|p| {
-                p["metadata"]["name"] == pod
-                    && p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
-                        == "CrashLoopBackOff"
-            })
-    };
-    crate::lifecycle::eventually("both importers fail", || failing(&mine) && failing(&theirs));
-    let (archive, _) = collect(&env, &["imp", "-n", "default"]);
-    let files = listing(&archive);
-    assert_has(
-        &files,
-        &[
-            &format!("pod/{mine}.yaml"),
-            &format!("log/{mine}/d8v-dvcr-importer.log"),
-            &format!("event/pod-{mine}.yaml"),
-        ],
+    importers_in_bundle(
+        &env,
+        &mine,
+        &theirs,
+        "d8v-dvcr-importer",
+        "dvcr-data-importer",
     );
-    assert!(!files.iter().any(|f| f.contains(&theirs)), "{files:?}");
-    let top = extract(&env, &archive);
-    let log = read(&top, &format!("log/{mine}/d8v-dvcr-importer.log"));
-    assert!(
-        log.contains("https://disks.invalid/imp.qcow2") && log.contains("no such host"),
-        "{log}"
-    );
-    let events = read(&top, &format!("event/pod-{mine}.yaml"));
-    assert!(events.contains("BackOff"), "{events}");
-    let pod = read(&top, &format!("pod/{mine}.yaml"));
-    assert!(pod.contains("app: dvcr-data-importer"), "{pod}");
 }
 
 /// The CDI importer pods of a KubeVirt VM's disks (`importer-<PVC>`), with their logs and
@@ -710,6 +685,19 @@ fn kubevirt_bundle_holds_the_importer_pods_of_the_vms_disks() {
         format!("importer-{}", claim_of("imp")),
         format!("importer-{}", claim_of("other")),
     );
+    importers_in_bundle(
+        &env,
+        &mine,
+        &theirs,
+        "importer",
+        "containerized-data-importer",
+    );
+}
+
+/// Once both importers (of VM `imp`'s disk, `mine`, and of another VM's, `theirs`) fail, the
+/// bundle of `imp` holds its importer pod (label `app: APP`), the log of `container` with the
+/// import's error, and its BackOff events; nothing of the other one.
+fn importers_in_bundle(env: &Env, mine: &str, theirs: &str, container: &str, app: &str) {
     let failing = |pod: &str| {
         env.emulator
             .objects("", "pods", Some("default"))
@@ -720,20 +708,20 @@ fn kubevirt_bundle_holds_the_importer_pods_of_the_vms_disks() {
                         == "CrashLoopBackOff"
             })
     };
-    crate::lifecycle::eventually("both importers fail", || failing(&mine) && failing(&theirs));
-    let (archive, _) = collect(&env, &["imp", "-n", "default"]);
+    crate::lifecycle::eventually("both importers fail", || failing(mine) && failing(theirs));
+    let (archive, _) = collect(env, &["imp", "-n", "default"]);
     let files = listing(&archive);
     assert_has(
         &files,
         &[
             &format!("pod/{mine}.yaml"),
-            &format!("log/{mine}/importer.log"),
+            &format!("log/{mine}/{container}.log"),
             &format!("event/pod-{mine}.yaml"),
         ],
     );
-    assert!(!files.iter().any(|f| f.contains(&theirs)), "{files:?}");
-    let top = extract(&env, &archive);
-    let log = read(&top, &format!("log/{mine}/importer.log"));
+    assert!(!files.iter().any(|f| f.contains(theirs)), "{files:?}");
+    let top = extract(env, &archive);
+    let log = read(&top, &format!("log/{mine}/{container}.log"));
     assert!(
         log.contains("https://disks.invalid/imp.qcow2") && log.contains("no such host"),
         "{log}"
@@ -741,7 +729,7 @@ fn kubevirt_bundle_holds_the_importer_pods_of_the_vms_disks() {
     let events = read(&top, &format!("event/pod-{mine}.yaml"));
     assert!(events.contains("BackOff"), "{events}");
     let pod = read(&top, &format!("pod/{mine}.yaml"));
-    assert!(pod.contains("app: containerized-data-importer"), "{pod}");
+    assert!(pod.contains(&format!("app: {app}")), "{pod}");
 }
 
 #[test]
