@@ -382,6 +382,8 @@ pub struct QemuGuests {
     /// Per qemu pid: the machine it booted as and what was last hot-plugged into it
     /// ([`sizing`]).
     sized: Mutex<HashMap<i32, (sizing::Sizing, sizing::Wanted)>>,
+    /// Per qemu pid: the network cards it was last brought to hold ([`nics`]).
+    nics_plugged: Mutex<HashMap<i32, Vec<nics::Nic>>>,
 }
 
 fn key(ns: &str, name: &str) -> (String, String) {
@@ -403,6 +405,7 @@ impl QemuGuests {
             claims: Mutex::new(claims),
             agents: Mutex::default(),
             sized: Mutex::default(),
+            nics_plugged: Mutex::default(),
             app,
             config,
             root,
@@ -700,6 +703,32 @@ impl QemuGuests {
         }
     }
 
+    /// Plugs into (and unplugs from) each running qemu the network cards its VM's interfaces
+    /// now report ([`nics`]): KubeVirt's once the interface's migration has put it in the
+    /// VMI's status, Deckhouse's as soon as `status.networks` lists it.
+    fn sync_nics(&self, app: &App) {
+        let live = self.live();
+        let mut done = self.nics_plugged.lock().unwrap_or_else(|e| e.into_inner());
+        done.retain(|pid, _| live.iter().any(|p| p.pid == *pid));
+        for p in live {
+            let want = Self::nics(app, &p.key.0, &p.key.1);
+            if done.get(&p.pid) == Some(&want) {
+                continue;
+            }
+            match nics::sync(&p.qmp, &want) {
+                Ok(true) => {
+                    done.insert(p.pid, want);
+                }
+                // Sent: looked at again on the next pass (an unplug waits for the guest).
+                Ok(false) => {}
+                Err(e) if p.running() => {
+                    eprintln!("kubevm-emulator: network cards of {}/{}: {e}", p.key.0, p.key.1)
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
     /// Grows each running KubeVirt qemu to its VMI's sockets and guest memory, as virt-handler
     /// does after virt-controller hot-plugs a change into the VMI ([`sizing`]).
     fn sync_sizes(&self, app: &App) {
@@ -754,6 +783,7 @@ impl QemuGuests {
         let (dir, overlay) = self.prepare_disk(app, ns, name, &uid)?;
         let c = &self.config;
         let sizing = self.sizing(app, ns, name);
+        let cards = Self::nics(app, ns, name);
         let mut cmd = tied_command(&c.qemu);
         cmd.arg("-L")
             .arg(&c.firmware)
@@ -839,7 +869,7 @@ impl QemuGuests {
                 "user,id={NETDEV}{}",
                 if restricted { ",restrict=on" } else { "" }
             ))
-            .args(nics::args(&Self::nics(app, ns, name), NETDEV))
+            .args(nics::args(&cards, NETDEV))
             .args(["-device", "virtio-rng-pci"])
             .arg("-chardev")
             .arg(format!(
@@ -897,6 +927,10 @@ impl QemuGuests {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(pid, (sizing, booted));
+        self.nics_plugged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pid, cards);
         let serial = match bridge_serial(&serial_sock, exited.clone()) {
             Ok(s) => s,
             Err(e) => {
@@ -946,6 +980,7 @@ impl GuestFactory for QemuGuests {
         self.forget_gone(app);
         self.sync_hotplug(app);
         self.sync_sizes(app);
+        self.sync_nics(app);
     }
 
     fn capture_claim(&self, app: &App, ns: &str, pvc: &str, id: &str) -> io::Result<bool> {
