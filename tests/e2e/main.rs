@@ -46,6 +46,7 @@ mod migrations;
 mod network;
 mod network_exists;
 mod network_get;
+mod network_ip;
 mod pools;
 mod rbac;
 mod real_guest;

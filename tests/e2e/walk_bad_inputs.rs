@@ -129,6 +129,46 @@ const CASES: &[(&str, &[Case])] = &[
                     "Bad_Name",
                 ],
             ),
+            (
+                Local,
+                &[
+                    "new1",
+                    "--network",
+                    "storage",
+                    "--ip",
+                    "storage=192.168.50.0/24",
+                ],
+            ),
+            (
+                Local,
+                &["new1", "--network", "storage", "--ip", "storage=10.0.0.5"],
+            ),
+            (
+                Local,
+                &[
+                    "new1",
+                    "--network",
+                    "storage",
+                    "--ip",
+                    "storage=10.0.0.5/40",
+                ],
+            ),
+            (
+                Local,
+                &["new1", "--network", "storage", "--ip", "other=10.0.0.5/24"],
+            ),
+            (
+                Local,
+                &[
+                    "new1",
+                    "--network",
+                    "storage",
+                    "--ip",
+                    "storage=10.0.0.5/24",
+                    "--replicas",
+                    "2",
+                ],
+            ),
         ],
     ),
     ("credentials", &[(Clap, &["nosuch"])]),

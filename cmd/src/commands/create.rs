@@ -139,9 +139,15 @@ pub struct CreateArgs {
     /// Multus NetworkAttachmentDefinition); Deckhouse [network/|clusternetwork/]NAME
     #[arg(long, value_name = "NAME[=NETWORK]", help_heading = "Machine", add = clap_complete::engine::ArgValueCompleter::new(crate::complete::network_names))]
     pub network: Vec<String>,
-    /// A fixed IPv4 address in the main network (Deckhouse: a VirtualMachineIPAddress; `delete --keep-ip` keeps it)
-    #[arg(long, value_name = "ADDRESS", help_heading = "Machine")]
-    pub ip: Option<String>,
+    /// A fixed IPv4 address (repeatable): ADDRESS in the main network (Deckhouse: a
+    /// VirtualMachineIPAddress; `delete --keep-ip` keeps it), or NAME=ADDRESS/PREFIX on the
+    /// secondary network --network NAME (KubeVirt: cloud-init network data, interfaces matched by MAC)
+    #[arg(
+        long,
+        value_name = "ADDRESS|NAME=ADDRESS/PREFIX",
+        help_heading = "Machine"
+    )]
+    pub ip: Vec<String>,
     /// DNS subdomain of the guest, HOSTNAME.SUBDOMAIN.NAMESPACE.svc (KubeVirt)
     #[arg(long, value_name = "NAME", help_heading = "Machine")]
     pub subdomain: Option<String>,

@@ -135,8 +135,9 @@ pub struct Extras {
     pub console_log: bool,
     /// `--network`: secondary networks, `NAME[=NETWORK]` as `set network --add` takes them.
     pub networks: Vec<String>,
-    /// `--ip`: Deckhouse's fixed address in the main network (`networks.rs`).
-    pub ip: Option<String>,
+    /// `--ip`, as given (repeatable): `ADDRESS`, Deckhouse's fixed address in the main network,
+    /// or `NAME=ADDRESS/PREFIX`, a static address of secondary network NAME (`networks.rs`).
+    pub ip: Vec<String>,
 }
 
 /// The CPU layout: `sockets × cores × threads` vCPUs.

@@ -16,6 +16,10 @@ const CLOUDINIT_VOLUME: &str = "cloudinitdisk";
 const NETWORK: &str = "default";
 /// Secret key KubeVirt reads user data from.
 pub const SECRET_KEY: &str = "userdata";
+/// Secret key KubeVirt reads network data from, in the Secret the cloud-init volume's
+/// `networkDataSecretRef` names (virt-launcher reads `networkdata`, else `networkData`:
+/// pkg/cloud-init/cloud-init.go `resolveNoCloudSecrets`).
+pub const NETWORK_DATA_KEY: &str = "networkdata";
 
 /// Whether the boot disk is imported with a checksum. KubeVirt's VirtualMachine schema
 /// embeds an older DataVolume spec without `checksum`, so such a disk is a standalone
@@ -25,8 +29,10 @@ fn standalone_boot_volume(plan: &VmPlan) -> bool {
 }
 
 /// The objects to create, in order: a standalone boot DataVolume if a checksum is given, the
-/// VirtualMachine, then the user-data Secret if needed.
+/// VirtualMachine, then the user-data Secret if needed (always with network data, which it
+/// carries too).
 pub(super) fn objects(plan: &VmPlan, user_data: Option<&UserData>) -> Vec<PlannedObject> {
+    let network = super::networks::network_data(plan, NETWORK);
     let mut objects = Vec::new();
     if standalone_boot_volume(plan)
         && let Some(Value::Object(mut dv)) = boot_template(plan)
@@ -36,8 +42,25 @@ pub(super) fn objects(plan: &VmPlan, user_data: Option<&UserData>) -> Vec<Planne
         dv["metadata"]["namespace"] = json!(plan.namespace);
         objects.push(PlannedObject::new(Value::Object(dv)));
     }
-    objects.push(PlannedObject::new(virtual_machine(plan, user_data)));
-    if let Some(data) = user_data.filter(|d| d.needs_secret()) {
+    let mut vm = virtual_machine_with(plan, user_data, network.is_some());
+    if let Some(network) = &network {
+        super::networks::set_macs(&mut vm, &network.macs);
+    }
+    objects.push(PlannedObject::new(vm));
+    if let Some(network) = &network {
+        let empty = UserData {
+            text: String::new(),
+            contains_secrets: false,
+        };
+        let mut secret = user_data_secret(plan, "Opaque", SECRET_KEY, user_data.unwrap_or(&empty));
+        let mut data = serde_json::Map::new();
+        if let Some(user_data) = user_data {
+            data.insert(SECRET_KEY.into(), json!(user_data.text));
+        }
+        data.insert(NETWORK_DATA_KEY.into(), json!(network.text));
+        secret.object["stringData"] = Value::Object(data);
+        objects.push(secret);
+    } else if let Some(data) = user_data.filter(|d| d.needs_secret()) {
         objects.push(user_data_secret(plan, "Opaque", SECRET_KEY, data));
     }
     objects
@@ -47,11 +70,17 @@ pub(super) fn objects(plan: &VmPlan, user_data: Option<&UserData>) -> Vec<Planne
 /// template, and the VM-level ones (run strategy, disk templates, instancetype and
 /// preference), then its placement and networks.
 pub(super) fn virtual_machine(plan: &VmPlan, user_data: Option<&UserData>) -> Value {
+    virtual_machine_with(plan, user_data, false)
+}
+
+/// [`virtual_machine`], its cloud-init volume also naming network data in the Secret when
+/// `network_data`.
+fn virtual_machine_with(plan: &VmPlan, user_data: Option<&UserData>, network_data: bool) -> Value {
     let Storage {
         disks,
         volumes,
         templates,
-    } = storage(plan, user_data);
+    } = storage(plan, user_data, network_data);
     let mut pod_spec = json!({
         "domain": domain(plan, disks),
         "networks": [{ "name": NETWORK, "pod": {} }],
@@ -116,7 +145,7 @@ struct Storage {
 
 /// The boot disk, the data disks (blank DataVolumes) and the cloud-init disk, in that order
 /// (the boot disk first, with boot order 1).
-fn storage(plan: &VmPlan, user_data: Option<&UserData>) -> Storage {
+fn storage(plan: &VmPlan, user_data: Option<&UserData>, network_data: bool) -> Storage {
     let mut disks = Vec::new();
     let mut volumes = Vec::new();
     let mut templates = Vec::new();
@@ -143,13 +172,20 @@ fn storage(plan: &VmPlan, user_data: Option<&UserData>) -> Storage {
             data_disk_class(plan, data),
         ));
     }
-    if let Some(data) = user_data {
+    if user_data.is_some() || network_data {
         disks.push(disk(CLOUDINIT_VOLUME, DiskBus::Virtio, None, None));
-        let source = if data.needs_secret() {
-            json!({ "secretRef": { "name": plan.cloudinit_secret_name() } })
-        } else {
-            json!({ "userData": data.text })
+        let secret = json!({ "name": plan.cloudinit_secret_name() });
+        let mut source = match user_data {
+            Some(data) if data.needs_secret() || network_data => json!({ "secretRef": secret }),
+            Some(data) => json!({ "userData": data.text }),
+            None => json!({}),
         };
+        if network_data {
+            // KubeVirt mounts the Secret `networkDataSecretRef` names and reads its
+            // `networkdata` key (virt-controller services/rendervolumes.go
+            // `handleCloudInitNoCloud`, virt-launcher pkg/cloud-init/cloud-init.go).
+            source["networkDataSecretRef"] = secret;
+        }
         volumes.push(json!({ "name": CLOUDINIT_VOLUME, "cloudInitNoCloud": source }));
     }
     Storage {

@@ -291,14 +291,14 @@ mod tests {
         let auto = FlavorChoice::Auto;
         let provisional = crate::platform::provisional(auto);
         let mut deckhouse_only = fixtures::plan(provisional, fixtures::image());
-        deckhouse_only.extras.ip = Some("10.66.10.20".into());
+        deckhouse_only.extras.ip = vec!["10.66.10.20".into()];
         validate_before_discovery(&deckhouse_only, auto).unwrap();
         let fixed = FlavorChoice::Fixed(Flavor::KubeVirt);
         let err = validate_before_discovery(&deckhouse_only, fixed).unwrap_err();
         assert!(err.to_string().starts_with("--ip is Deckhouse's"), "{err}");
 
         let mut neither = fixtures::plan(provisional, fixtures::image());
-        neither.extras.ip = Some("not-an-ip".into());
+        neither.extras.ip = vec!["not-an-ip".into()];
         neither.extras.subdomain = Some("web".into());
         let err = validate_before_discovery(&neither, auto).unwrap_err();
         assert!(err.to_string().starts_with("--ip is Deckhouse's"), "{err}");

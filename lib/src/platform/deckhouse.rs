@@ -97,6 +97,16 @@ pub const CAPABILITIES: Capabilities = Capabilities {
         "--clone-pvc is KubeVirt-only; on Deckhouse make a VirtualImage from the disk and use --image vi/NAME",
     ),
     fixed_ip: Support::Yes,
+    // The virtualization user guide, "Additional network interfaces": an additional network's
+    // "network parameters (IP addresses, gateways, DNS, and so on) ... are configured manually
+    // from inside the guest OS (for example, with Cloud-Init), unless IPAM is configured for the
+    // network"; "IPAM for additional network interfaces": a static address is an sdn
+    // `IPAddress` (network.deckhouse.io/v1alpha1, type Static) named by
+    // `spec.networks[].ipAddressName`, which the VirtualMachine CRD says "is applied only for
+    // additional networks that have IPAM configured". kubectl vm makes neither.
+    secondary_static_ip: Support::No(
+        "--ip NAME=ADDRESS/PREFIX is KubeVirt's (cloud-init network data): on Deckhouse an additional network's address comes from the network's IPAM pool (an sdn IPAddress named in spec.networks[].ipAddressName) or is configured inside the guest, and kubectl vm cannot set it there",
+    ),
     // The importer also checks Streebog (`checksum.streebog256/512`... and the CDI set).
     cdi_checksums_only: false,
     // Deckhouse's EFIWithSecureBoot builds a KubeVirt EFI bootloader without `persistent`

@@ -79,6 +79,9 @@ pub const CAPABILITIES: Capabilities = Capabilities {
     fixed_ip: Support::No(
         "--ip is Deckhouse's: on KubeVirt the pod network's address comes from the pod's CNI, and a secondary network's from its own IPAM or the guest's configuration",
     ),
+    // The VM's cloudInitNoCloud volume carries network data beside the user data
+    // (`networkDataSecretRef`; pkg/cloud-init/cloud-init.go `resolveNoCloudSecrets`).
+    secondary_static_ip: Support::Yes,
     cdi_checksums_only: true,
     secure_boot: Support::Yes,
     persistent_efi: Support::Yes,

@@ -190,6 +190,9 @@ pub struct Capabilities {
     /// A fixed address for the VM's main network, kept apart from the VM (`create --ip`,
     /// Deckhouse's VirtualMachineIPAddress).
     pub fixed_ip: Support,
+    /// A static address on a secondary network, written by kubectl-vm into the guest's
+    /// cloud-init network data (`create --ip NAME=ADDRESS/PREFIX`).
+    pub secondary_static_ip: Support,
     /// The importer checks only CDI's checksum algorithms (md5, sha1, sha256, sha512).
     pub cdi_checksums_only: bool,
     /// Secure Boot with persistent EFI NVRAM (`create --secure-boot`).

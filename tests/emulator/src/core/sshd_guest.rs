@@ -153,6 +153,71 @@ pub fn user_data(app: &App, ns: &str, name: &str) -> Option<String> {
         .and_then(secret_text)
 }
 
+/// The text of the first of `keys` Secret `ns/secret` holds (`stringData`, else `data`).
+fn secret_key_text(app: &App, ns: &str, secret: &str, keys: &[&str]) -> Option<String> {
+    let s = app.store.get(&Key::new("", "secrets", ns, secret))?;
+    for k in keys {
+        if let Some(t) = s
+            .pointer(&format!("/stringData/{k}"))
+            .and_then(Value::as_str)
+        {
+            return Some(t.to_owned());
+        }
+        if let Some(b) = s.pointer(&format!("/data/{k}")).and_then(Value::as_str) {
+            let bytes = base64::engine::general_purpose::STANDARD.decode(b).ok()?;
+            return String::from_utf8(bytes).ok();
+        }
+    }
+    None
+}
+
+/// The VM's cloud-init network data, as KubeVirt hands it to the guest: from the first
+/// `cloudInitNoCloud` (or `cloudInitConfigDrive`) volume of the running VMI, else of the VM's
+/// template, the `networkdata` (else `networkData`) key of the Secret its
+/// `networkDataSecretRef` names, else its `networkData`, else its decoded `networkDataBase64`
+/// (kubevirt pkg/cloud-init/cloud-init.go: `ReadCloudInitVolumeDataSource` takes the first
+/// cloud-init volume, `resolveNoCloudSecrets` reads the Secret's keys in that order into
+/// `NetworkData`, `readRawOrBase64Data` prefers the raw text to the base64 one). `None` without
+/// any, and for Deckhouse VMs, whose `provisioning` carries user data only.
+pub fn network_data(app: &App, ns: &str, name: &str) -> Option<String> {
+    let vmi = app.store.get(&Key::new(
+        "kubevirt.io",
+        "virtualmachineinstances",
+        ns,
+        name,
+    ));
+    let volumes = match vmi {
+        Some(vmi) => vmi.pointer("/spec/volumes").cloned(),
+        None => app
+            .store
+            .get(&Key::new("kubevirt.io", "virtualmachines", ns, name))?
+            .pointer("/spec/template/spec/volumes")
+            .cloned(),
+    }?;
+    let src = volumes.as_array()?.iter().find_map(|v| {
+        v.get("cloudInitNoCloud")
+            .or_else(|| v.get("cloudInitConfigDrive"))
+    })?;
+    if let Some(secret) = src
+        .pointer("/networkDataSecretRef/name")
+        .and_then(Value::as_str)
+        && let Some(text) = secret_key_text(app, ns, secret, &["networkdata", "networkData"])
+            .filter(|t| !t.is_empty())
+    {
+        return Some(text);
+    }
+    if let Some(t) = src
+        .get("networkData")
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+    {
+        return Some(t.to_owned());
+    }
+    let b = src.get("networkDataBase64").and_then(Value::as_str)?;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(b).ok()?;
+    String::from_utf8(bytes).ok().filter(|t| !t.is_empty())
+}
+
 /// What of a `#cloud-config` the guest applies.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct CloudConfig {
@@ -635,5 +700,98 @@ mod tests {
         assert_eq!(c.runcmd, ["echo two"]);
         assert_eq!(c.ed25519, Some(("KEY\n".into(), "ssh-ed25519 AAAA".into())));
         assert!(CloudConfig::parse("#!/bin/sh\necho").is_none());
+    }
+
+    /// Network data comes from the Secret `networkDataSecretRef` names (key `networkdata`, else
+    /// `networkData`), else inline or base64 on the volume; the VMI's volumes win over the VM's.
+    #[test]
+    fn network_data_is_read_where_kubevirt_reads_it() {
+        use crate::ServeFlavor;
+        use crate::core::registry::Registry;
+        use serde_json::json;
+        let app = App::new(
+            Registry::new(ServeFlavor::KubeVirt),
+            std::time::Duration::from_secs(1),
+        );
+        let vm = |name: &str, source: Value| {
+            json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"template": {"spec": {"volumes": [
+                    {"name": "rootdisk", "containerDisk": {"image": "x"}},
+                    {"name": "cloudinitdisk", "cloudInitNoCloud": source}]}}}})
+        };
+        let secret = |name: &str, data: Value| {
+            json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "namespace": "default"}, "data": data})
+        };
+        let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+        let put = |group: &str, plural: &str, o: Value| {
+            app.store.create(group, plural, o).unwrap();
+        };
+        put(
+            "",
+            "secrets",
+            secret(
+                "s1",
+                json!({"userdata": b64("#cloud-config\n"), "networkdata": b64("version: 2\n")}),
+            ),
+        );
+        put(
+            "",
+            "secrets",
+            secret("s2", json!({"networkData": b64("camel: 1\n")})),
+        );
+        put(
+            "kubevirt.io",
+            "virtualmachines",
+            vm(
+                "a",
+                json!({"secretRef": {"name": "s1"}, "networkDataSecretRef": {"name": "s1"}}),
+            ),
+        );
+        put(
+            "kubevirt.io",
+            "virtualmachines",
+            vm(
+                "b",
+                json!({"userData": "#cloud-config\n", "networkDataSecretRef": {"name": "s2"}}),
+            ),
+        );
+        put(
+            "kubevirt.io",
+            "virtualmachines",
+            vm("c", json!({"networkData": "inline: 1\n"})),
+        );
+        put(
+            "kubevirt.io",
+            "virtualmachines",
+            vm("d", json!({"networkDataBase64": b64("b64: 1\n")})),
+        );
+        put(
+            "kubevirt.io",
+            "virtualmachines",
+            vm("e", json!({"userData": "#cloud-config\n"})),
+        );
+        let nd = |n: &str| network_data(&app, "default", n);
+        assert_eq!(nd("a").as_deref(), Some("version: 2\n"));
+        assert_eq!(
+            user_data(&app, "default", "a").as_deref(),
+            Some("#cloud-config\n")
+        );
+        assert_eq!(nd("b").as_deref(), Some("camel: 1\n"));
+        assert_eq!(nd("c").as_deref(), Some("inline: 1\n"));
+        assert_eq!(nd("d").as_deref(), Some("b64: 1\n"));
+        assert_eq!(nd("e"), None);
+        assert_eq!(nd("missing"), None);
+        // A running VMI's own volumes are what virt-launcher reads.
+        put(
+            "kubevirt.io",
+            "virtualmachineinstances",
+            json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                "metadata": {"name": "e", "namespace": "default"},
+                "spec": {"volumes": [{"name": "cloudinitdisk",
+                    "cloudInitNoCloud": {"networkData": "from-vmi: 1\n"}}]}}),
+        );
+        assert_eq!(nd("e").as_deref(), Some("from-vmi: 1\n"));
     }
 }

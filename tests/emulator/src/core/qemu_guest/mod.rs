@@ -835,7 +835,17 @@ impl QemuGuests {
                 dir.join("meta-data"),
                 format!("instance-id: {uid}\nlocal-hostname: {hostname}\n"),
             )?;
-            let out = Command::new(&c.cloud_localds)
+            let mut localds = Command::new(&c.cloud_localds);
+            // The volume's network data becomes the seed's `network-config` (KubeVirt writes it
+            // beside user-data and meta-data: pkg/cloud-init/cloud-init.go
+            // `GenerateLocalData`); cloud-localds takes it with `--network-config FILE`.
+            let network_config = dir.join("network-config");
+            let _ = std::fs::remove_file(&network_config);
+            if let Some(network_data) = crate::core::sshd_guest::network_data(app, ns, name) {
+                std::fs::write(&network_config, network_data.as_bytes())?;
+                localds.arg("--network-config").arg(&network_config);
+            }
+            let out = localds
                 .arg(&seed)
                 .arg(dir.join("user-data"))
                 .arg(dir.join("meta-data"))
