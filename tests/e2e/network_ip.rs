@@ -219,3 +219,64 @@ fn bad_addresses_are_refused_before_any_request() {
     );
     assert!(env.emulator.requests().is_empty());
 }
+
+/// The interface MACs of VM `name` (default, storage) and the network data of its Secret.
+fn macs_and_network_data(env: &Env, name: &str) -> ((String, String), Value) {
+    let vm = |path: &str| jsonpath(env, "vm", name, path);
+    let macs = (
+        vm("{.spec.template.spec.domain.devices.interfaces[?(@.name=='default')].macAddress}"),
+        vm("{.spec.template.spec.domain.devices.interfaces[?(@.name=='storage')].macAddress}"),
+    );
+    let volume = "{.spec.template.spec.volumes[?(@.name=='cloudinitdisk')].cloudInitNoCloud";
+    let secret = vm(&format!("{volume}.networkDataSecretRef.name}}"));
+    assert_eq!(
+        secret,
+        format!("{name}-cloudinit"),
+        "{name} names its own Secret"
+    );
+    assert_eq!(vm(&format!("{volume}.secretRef.name}}")), secret);
+    let text = ok(env.kubectl(&[
+        "get",
+        "secret",
+        &secret,
+        "-o",
+        "go-template={{index .data \"networkdata\" | base64decode}}",
+    ]));
+    (macs, yaml_serde::from_str(&text).unwrap())
+}
+
+/// A clone and a restore as a new VM of a VM with a static address get MACs of their own
+/// (KubeVirt's clone through `newMacAddresses`; a restore copies the spec, so kubectl vm sets
+/// them) and network data matching them in their own Secret; the source keeps its own.
+#[test]
+fn kubevirt_copies_get_macs_and_network_data_of_their_own() {
+    let env = Env::kubevirt();
+    let _signer = crate::signer::start_signer(&env, &[]);
+    nad(&env, "storage");
+    crate::ssh::vm_with_ca(&env, "db", &CREATE[2..]);
+    let (db_macs, db_network) = macs_and_network_data(&env, "db");
+    assert_eq!(db_network, expected(&db_macs.0, &db_macs.1));
+
+    ok(env.vm(&["clone", "db", "dst"]));
+    ok(env.vm(&["stop", "db", "--wait"]));
+    ok(env.vm(&["snapshot", "create", "db", "s1"]));
+    ok(env.vm(&["snapshot", "restore", "s1", "--new-vm", "copy"]));
+    for copy in ["dst", "copy"] {
+        let (macs, network) = macs_and_network_data(&env, copy);
+        for mac in [&macs.0, &macs.1] {
+            assert_local_unicast(mac);
+            assert!(
+                *mac != db_macs.0 && *mac != db_macs.1,
+                "{copy} has {mac}, a MAC of db {db_macs:?}"
+            );
+        }
+        assert_ne!(macs.0, macs.1);
+        assert_eq!(network, expected(&macs.0, &macs.1), "{copy}");
+    }
+    // The source is as it was.
+    let (after, network) = macs_and_network_data(&env, "db");
+    assert_eq!(
+        (after, network),
+        (db_macs.clone(), expected(&db_macs.0, &db_macs.1))
+    );
+}

@@ -29,6 +29,8 @@ use crate::common::{BIN, Env, ok, stderr, stdout};
 
 const MARKER_FILE: &str = "/var/lib/real-guest/written-by-user-config";
 const RUNCMD_FILE: &str = "/var/lib/real-guest/runcmd-ran";
+/// The static address of the KubeVirt guest's secondary network.
+const STORAGE_ADDRESS: &str = "192.168.50.10/24";
 
 /// Prints the guest's serial log tail when the scenario fails.
 pub(crate) struct SerialTail {
@@ -183,25 +185,29 @@ fn scenario(env: Env, restricted: bool) {
     } else {
         "user-net"
     };
+    // KubeVirt: a static address on the secondary network, through cloud-init network data.
+    let ip = format!("storage={STORAGE_ADDRESS}");
+    let static_ip: &[&str] = if restricted { &["--ip", &ip] } else { &[] };
     let out = ok(env.vm(&[
-        "create",
-        vm,
-        "--network",
-        network,
-        "--image",
-        "quay.io/containerdisks/debian:12",
-        "--cloud-init",
-        user_config.to_str().unwrap(),
-        "--env",
-        "GREETING=hello-real-guest",
-        "--guest-user",
-        "ops",
-        "--ssh-key",
-        &format!("{}.pub", key.display()),
-        "--wait",
-        "--timeout",
-        "120s",
-    ]));
+        &["create", vm, "--network", network][..],
+        static_ip,
+        &[
+            "--image",
+            "quay.io/containerdisks/debian:12",
+            "--cloud-init",
+            user_config.to_str().unwrap(),
+            "--env",
+            "GREETING=hello-real-guest",
+            "--guest-user",
+            "ops",
+            "--ssh-key",
+            &format!("{}.pub", key.display()),
+            "--wait",
+            "--timeout",
+            "120s",
+        ],
+    ]
+    .concat()));
     eprintln!("[{flavor}] create --wait: {out}");
     let running = Instant::now();
     // The guest boots when the VM runs (the emulator looks every second).
@@ -317,6 +323,10 @@ fn scenario(env: Env, restricted: bool) {
 
     // The secondary network is a second card in the guest, with the reported MAC.
     crate::real_guest_network::second_card_is_seen(&env, flavor, vm, restricted);
+    if restricted {
+        crate::real_guest_network::static_address_is_on_its_card(&env, vm, STORAGE_ADDRESS);
+    }
+    crate::real_guest_network::plug_and_unplug(&env, flavor, vm, restricted);
 
     // A disk hotplugged into the running guest, and unplugged.
     crate::real_guest_disks::hotplug_a_new_disk(&env, flavor, vm, restricted);

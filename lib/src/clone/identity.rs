@@ -297,8 +297,13 @@ fn cloud_init_source(volume: &Value) -> Option<&Value> {
         .or_else(|| volume.get("cloudInitConfigDrive"))
 }
 
-/// The user data in Secret `name` (`userdata` or `userData`), `None` without it.
-pub async fn read_secret(cluster: &Cluster, ns: &str, name: &str) -> Result<Option<String>> {
+/// The keys of Secret `name` with their values as text (values that are not UTF-8 left out),
+/// `None` when there is no such Secret.
+pub async fn read_secret_data(
+    cluster: &Cluster,
+    ns: &str,
+    name: &str,
+) -> Result<Option<std::collections::BTreeMap<String, String>>> {
     let api: Api<Secret> = Api::namespaced(cluster.client.clone(), ns);
     let action = Action::new("get", "secrets", "secret")
         .named(name)
@@ -310,16 +315,33 @@ pub async fn read_secret(cluster: &Cluster, ns: &str, name: &str) -> Result<Opti
     else {
         return Ok(None);
     };
-    let data = secret.data.unwrap_or_default();
-    Ok(USER_DATA_KEYS
-        .iter()
-        .find_map(|k| data.get(*k))
-        .and_then(|v| String::from_utf8(v.0.clone()).ok()))
+    Ok(Some(
+        secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(k, v)| String::from_utf8(v.0).ok().map(|t| (k, t)))
+            .collect(),
+    ))
+}
+
+/// The user data in Secret `name` (`userdata` or `userData`), `None` without it.
+pub async fn read_secret(cluster: &Cluster, ns: &str, name: &str) -> Result<Option<String>> {
+    let Some(data) = read_secret_data(cluster, ns, name).await? else {
+        return Ok(None);
+    };
+    Ok(USER_DATA_KEYS.iter().find_map(|k| data.get(*k).cloned()))
 }
 
 /// The JSON patch (a `spec.patches` entry) that points the KubeVirt VM's cloud-init volume at
-/// `index` to Secret `secret`, keeping its network data.
-pub fn kubevirt_volume_patch(source: &Value, index: usize, secret: &str) -> Option<String> {
+/// `index` to Secret `secret`, keeping its network data unless `network_in_secret` (the copy's
+/// network data is in `secret` too: see [`super::network_data`]).
+pub fn kubevirt_volume_patch(
+    source: &Value,
+    index: usize,
+    secret: &str,
+    network_in_secret: bool,
+) -> Option<String> {
     let volume = volumes(source).get(index)?.clone();
     let key = if volume.get("cloudInitNoCloud").is_some() {
         "cloudInitNoCloud"
@@ -332,6 +354,12 @@ pub fn kubevirt_volume_patch(source: &Value, index: usize, secret: &str) -> Opti
         map.remove(k);
     }
     map.insert("secretRef".into(), json!({ "name": secret }));
+    if network_in_secret {
+        for k in ["networkData", "networkDataBase64"] {
+            map.remove(k);
+        }
+        map.insert("networkDataSecretRef".into(), json!({ "name": secret }));
+    }
     Some(
         json!({"op": "replace", "path": format!("/spec/template/spec/volumes/{index}/{key}"), "value": value})
             .to_string(),
@@ -524,11 +552,26 @@ pub async fn kubevirt_restored_vm(
     let new_text = reissue(&text, source, target, ns, host.as_ref())
         .map_err(Error::Platform)?
         .unwrap_or(text);
+    // The restored VM keeps the source's MACs (a restore to a new VM copies the spec): it gets
+    // its own, and its network data follows them (see [`super::network_data`]).
+    let network_text = super::network_data::read(cluster, ns, &volumes(&vm)[index])
+        .await?
+        .unwrap_or_default();
+    let copy_network =
+        super::network_data::for_copy(&vm, &network_text, crate::create::networks::random_mac);
+    let network_in_secret = copy_network
+        .as_ref()
+        .is_some_and(|_| !network_text.is_empty());
     let mut secret = secret_object(Flavor::KubeVirt, ns, target, &new_text);
     secret["metadata"]["ownerReferences"] = json!([owner_of(&vm)]);
+    if let (true, Some(n)) = (network_in_secret, &copy_network) {
+        use base64::Engine;
+        secret["data"][crate::create::kubevirt::NETWORK_DATA_KEY] =
+            json!(base64::engine::general_purpose::STANDARD.encode(&n.text));
+    }
     create_secret(cluster, &secret).await?;
     let mut volumes = volumes(&vm);
-    let Some(patch) = kubevirt_volume_patch(&vm, index, &name) else {
+    let Some(patch) = kubevirt_volume_patch(&vm, index, &name, network_in_secret) else {
         return Ok(None);
     };
     let patch: Value = serde_json::from_str(&patch).unwrap_or_default();
@@ -544,7 +587,11 @@ pub async fn kubevirt_restored_vm(
         &kube::api::PatchParams::default(),
         &kube::api::Patch::Merge(json!({
             "metadata": {"resourceVersion": vm["metadata"]["resourceVersion"]},
-            "spec": {"template": {"spec": {"volumes": volumes}}},
+            "spec": {"template": {"spec": match &copy_network {
+                Some(n) => json!({"volumes": volumes, "domain": {"devices": {
+                    "interfaces": super::network_data::interfaces_with(&vm, n)}}}),
+                None => json!({"volumes": volumes}),
+            }}},
         })),
     )
     .await

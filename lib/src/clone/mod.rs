@@ -26,6 +26,7 @@
 pub mod deckhouse;
 pub mod identity;
 pub mod kubevirt;
+pub mod network_data;
 
 use std::time::Duration;
 
@@ -161,6 +162,9 @@ pub async fn clone(
     if own_secret {
         ensure_free(cluster, &crate::api::SECRET, ns, &new_secret).await?;
     }
+    // KubeVirt: the new VM's cloud-init volume names our Secret; network data that finds its
+    // cards by MAC goes there too, rewritten for MACs of the copy's own (see [`network_data`]).
+    let mut copy_network = None;
     if let (
         Flavor::KubeVirt,
         Some((
@@ -169,10 +173,26 @@ pub async fn clone(
             _,
         )),
     ) = (flavor, &user_data)
-        && let Some(patch) = identity::kubevirt_volume_patch(&source, *i, &new_secret)
-        && let Some(patches) = object["spec"]["patches"].as_array_mut()
     {
-        patches.push(Value::String(patch));
+        let volume = source
+            .pointer(&format!("/spec/template/spec/volumes/{i}"))
+            .cloned()
+            .unwrap_or_default();
+        // Without network data the platform's clone leaves MACs out (it assigns them).
+        copy_network = network_data::read(cluster, ns, &volume)
+            .await?
+            .and_then(|text| {
+                network_data::for_copy(&source, &text, crate::create::networks::random_mac)
+            });
+        if let Some(n) = &copy_network {
+            object["spec"]["newMacAddresses"] = json!(n.new_macs);
+        }
+        if let Some(patch) =
+            identity::kubevirt_volume_patch(&source, *i, &new_secret, copy_network.is_some())
+            && let Some(patches) = object["spec"]["patches"].as_array_mut()
+        {
+            patches.push(Value::String(patch));
+        }
     }
     let name = object["metadata"]["name"]
         .as_str()
@@ -195,7 +215,12 @@ pub async fn clone(
     };
     let mut made_secret: Option<String> = None;
     if let (true, Some(text)) = (own_secret, &new_text) {
-        let secret = identity::secret_object(flavor, ns, &request.target, text);
+        let mut secret = identity::secret_object(flavor, ns, &request.target, text);
+        if let Some(n) = &copy_network {
+            use base64::Engine;
+            secret["data"][crate::create::kubevirt::NETWORK_DATA_KEY] =
+                json!(base64::engine::general_purpose::STANDARD.encode(&n.text));
+        }
         made_secret = Some(identity::create_secret(cluster, &secret).await?);
     }
     let result = run_clone(

@@ -138,10 +138,19 @@ fn the_volume_patch_keeps_network_data() {
     let vm = json!({"spec": {"template": {"spec": {"volumes": [{"name": "rootdisk"},
         {"name": "cloudinitdisk", "cloudInitNoCloud": {"userData": "#cloud-config\n", "networkData": "n"}}]}}}});
     let patch: Value =
-        serde_json::from_str(&kubevirt_volume_patch(&vm, 1, "web2-cloudinit").unwrap()).unwrap();
+        serde_json::from_str(&kubevirt_volume_patch(&vm, 1, "web2-cloudinit", false).unwrap())
+            .unwrap();
     assert_eq!(
         patch,
         json!({"op": "replace", "path": "/spec/template/spec/volumes/1/cloudInitNoCloud",
             "value": {"networkData": "n", "secretRef": {"name": "web2-cloudinit"}}})
+    );
+    // The copy's own network data goes with its user data.
+    let patch: Value =
+        serde_json::from_str(&kubevirt_volume_patch(&vm, 1, "web2-cloudinit", true).unwrap())
+            .unwrap();
+    assert_eq!(
+        patch["value"],
+        json!({"secretRef": {"name": "web2-cloudinit"}, "networkDataSecretRef": {"name": "web2-cloudinit"}})
     );
 }

@@ -722,7 +722,10 @@ impl QemuGuests {
                 // Sent: looked at again on the next pass (an unplug waits for the guest).
                 Ok(false) => {}
                 Err(e) if p.running() => {
-                    eprintln!("kubevm-emulator: network cards of {}/{}: {e}", p.key.0, p.key.1)
+                    eprintln!(
+                        "kubevm-emulator: network cards of {}/{}: {e}",
+                        p.key.0, p.key.1
+                    )
                 }
                 Err(_) => {}
             }

@@ -109,7 +109,11 @@ impl Nic {
     fn ids(&self) -> (String, String, u32) {
         let key: String = match &self.mac {
             Some(mac) => mac.chars().filter(char::is_ascii_hexdigit).collect(),
-            None => self.name.chars().filter(char::is_ascii_alphanumeric).collect(),
+            None => self
+                .name
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .collect(),
         };
         let hub = key
             .bytes()
