@@ -54,6 +54,8 @@ mod real_guest_disks;
 mod real_guest_enroll;
 mod real_guest_extras;
 mod real_guest_memory;
+mod real_guest_network;
+mod real_guest_resources;
 mod real_guest_snapshot;
 mod scripts;
 mod server_errors;

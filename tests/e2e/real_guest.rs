@@ -11,7 +11,10 @@
 //! identity of its own (the third boot; real_guest_copy.rs) → `delete`. KubeVirt runs with the guest's network
 //! restricted (no package mirror), Deckhouse with user-mode networking open. On KubeVirt a
 //! memory dump of the first boot holds a string written into the guest's RAM
-//! (real_guest_memory.rs).
+//! (real_guest_memory.rs). The VM has a secondary network, a second card in the guest with the
+//! MAC the platform reports (real_guest_network.rs); `set resources` adds a vCPU and 512 MiB,
+//! counted by the guest at once on KubeVirt (hotplug) and after the second boot on both
+//! (real_guest_resources.rs).
 //!
 //! `cargo test -p kubectl-vm --test e2e real_guest -- --ignored` (both flavors = 2 guests).
 
@@ -160,9 +163,31 @@ fn scenario(env: Env, restricted: bool) {
     // Through the signer, as a platform team deploys it: certificates and the host
     // certificate come from it, scoped to this VM.
     let signer = crate::signer::start_signer(&env, &[]);
+    // A secondary network: KubeVirt's on a Multus NetworkAttachmentDefinition made here,
+    // Deckhouse's on the fixture's Network `user-net`. KubeVirt's hotplug headroom for memory
+    // as a platform team caps it (the virtio-mem region, and so the memory dump, stays small).
+    let network = if restricted {
+        crate::network::nad(&env, "storage");
+        let out = env.kubectl(&[
+            "patch",
+            "kubevirt",
+            "kubevirt",
+            "-n",
+            "kubevirt",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"configuration":{"liveUpdateConfiguration":{"maxGuest":"2Gi"}}}}"#,
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        "storage"
+    } else {
+        "user-net"
+    };
     let out = ok(env.vm(&[
         "create",
         vm,
+        "--network",
+        network,
         "--image",
         "quay.io/containerdisks/debian:12",
         "--cloud-init",
@@ -290,6 +315,9 @@ fn scenario(env: Env, restricted: bool) {
         stderr(&out)
     );
 
+    // The secondary network is a second card in the guest, with the reported MAC.
+    crate::real_guest_network::second_card_is_seen(&env, flavor, vm, restricted);
+
     // A disk hotplugged into the running guest, and unplugged.
     crate::real_guest_disks::hotplug_a_new_disk(&env, flavor, vm, restricted);
 
@@ -298,6 +326,10 @@ fn scenario(env: Env, restricted: bool) {
         let ram = guests.config().memory_mib;
         crate::real_guest_memory::dump_holds_what_the_guest_wrote(&env, flavor, vm, ram);
     }
+
+    // set resources: KubeVirt hot-plugs a vCPU and 512 MiB into the running guest; Deckhouse
+    // takes them at the next boot (the snapshot restore's below).
+    let sized = crate::real_guest_resources::grow(&env, flavor, vm, 1024, restricted);
 
     // A file for the snapshot to keep (written while ssh still trusts the host).
     let login = ["-i", ident, &format!("ops@{vm}")].map(String::from);
@@ -332,6 +364,8 @@ fn scenario(env: Env, restricted: bool) {
     );
     assert_eq!(stdout(&out), "kubevm\n");
     assert_eq!(known_hosts_entries(&env), 0, "no known_hosts entry");
+    // The second boot has the CPUs and memory set above, on both platforms.
+    crate::real_guest_resources::check_grown(&env, flavor, vm, sized);
     // The guest user by certificate too (the VM lists it), its principal file back after the
     // reboot; the signer recorded each issuance.
     let out = ssh(

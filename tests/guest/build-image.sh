@@ -107,6 +107,13 @@ printf 'locale: C.UTF-8\nmanage_etc_hosts: true\nssh_genkeytypes: [ed25519]\n' \
 for u in e2scrub_reap.service apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer; do
   ln -sf /dev/null "$rootfs/etc/systemd/system/$u"
 done
+# Hot-added CPUs and memory blocks come online as the kernel announces them (Debian's kernel
+# leaves both offline: CONFIG_MEMORY_HOTPLUG_DEFAULT_ONLINE is not set), as the udev rules of
+# RHEL and Fedora guests do: KubeVirt's CPU and memory hotplug expect the guest to online them.
+cat >"$rootfs/etc/udev/rules.d/80-kubevm-hotplug.rules" <<'EOF'
+SUBSYSTEM=="cpu", ACTION=="add", TEST=="online", ATTR{online}=="0", ATTR{online}="1"
+SUBSYSTEM=="memory", ACTION=="add", TEST=="state", ATTR{state}=="offline", ATTR{state}="online"
+EOF
 # An image has no host keys of its own: cloud-init makes them on first boot per instance.
 rm -f "$rootfs"/etc/ssh/ssh_host_*
 chroot "$rootfs" apt-get clean
@@ -114,8 +121,9 @@ rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/usr
 
 log "kernel modules and initramfs"
 # button and evdev: without them the guest ignores the ACPI power button (system_powerdown);
-# virtio_scsi, sd_mod, sr_mod: hotplugged SCSI disks and cdroms (qemu_guest/hotplug.rs).
-mods="virtio_pci virtio_blk virtio_net virtio_console virtio_rng virtio_scsi sd_mod sr_mod button evdev ext4 isofs vfat nls_cp437 nls_iso8859_1 nls_ascii"
+# virtio_scsi, sd_mod, sr_mod: hotplugged SCSI disks and cdroms (qemu_guest/hotplug.rs);
+# virtio_mem: memory hot-plugged into a running KubeVirt guest (qemu_guest/sizing.rs).
+mods="virtio_pci virtio_blk virtio_net virtio_console virtio_rng virtio_scsi virtio_mem sd_mod sr_mod button evdev ext4 isofs vfat nls_cp437 nls_iso8859_1 nls_ascii"
 depmod -b "$work/kernel" "$abi"
 for m in $mods; do modprobe -d "$work/kernel" -S "$abi" --show-depends "$m"; done |
   awk '$1 == "insmod" {print $2}' | sort -u >"$work/mods.txt"

@@ -53,7 +53,7 @@ pub struct Started {
 }
 
 /// The cluster's `KubeVirt` object's `spec.configuration`, if there is one.
-fn kubevirt_configuration(app: &App) -> Value {
+pub fn kubevirt_configuration(app: &App) -> Value {
     let (items, _) = app.store.list("kubevirt.io", "kubevirts", None);
     items
         .first()
@@ -78,7 +78,8 @@ fn uint(v: Option<&Value>) -> u64 {
     v.and_then(Value::as_u64).unwrap_or(0)
 }
 
-fn bytes(v: Option<&Value>) -> Option<u64> {
+/// A quantity (string) or a plain number as bytes.
+pub fn bytes(v: Option<&Value>) -> Option<u64> {
     match v? {
         Value::String(s) => parse_bytes(s),
         Value::Number(n) => n.as_u64(),
@@ -101,12 +102,50 @@ fn quantity(n: u64) -> String {
     n.to_string()
 }
 
+/// The hotplug headroom `SetDefaultVirtualMachineInstance` gives a VMI with domain spec
+/// `domain` (`setupCPUHotplug` / `setupMemoryHotplug`): `maxSockets` and `maxGuest` in bytes,
+/// each `None` when the domain already sets it or the rollout strategy is not LiveUpdate.
+/// Unset sockets, cores and threads count as 1.
+pub fn hotplug_headroom(config: &Value, domain: &Value) -> (Option<u64>, Option<u64>) {
+    if !live_update(config) {
+        return (None, None);
+    }
+    let field = |f: &str| uint(domain.pointer(&format!("/cpu/{f}"))).max(1);
+    let (sockets, cores, threads) = (field("sockets"), field("cores"), field("threads"));
+    let ratio = match uint(config.pointer("/liveUpdateConfiguration/maxHotplugRatio")) {
+        0 => 4,
+        r => r,
+    };
+    let max_sockets = (uint(domain.pointer("/cpu/maxSockets")) == 0).then(|| {
+        let mut max = uint(config.pointer("/liveUpdateConfiguration/maxCpuSockets"));
+        if max != 0 && sockets > max {
+            max = sockets;
+        }
+        if max == 0 {
+            max = sockets * ratio;
+            if max * cores * threads > 512 {
+                max = (512 / (cores * threads)).max(sockets);
+            }
+        }
+        max
+    });
+    let guest = bytes(domain.pointer("/memory/guest"));
+    let max_guest = match domain.pointer("/memory/maxGuest") {
+        Some(_) => None,
+        None => {
+            bytes(config.pointer("/liveUpdateConfiguration/maxGuest")).or(guest.map(|g| g * ratio))
+        }
+    };
+    (max_sockets, max_guest)
+}
+
 /// The VMI defaults of `SetDefaultVirtualMachineInstance` that hotplug relies on, applied once
 /// to a VMI that lacks them (upstream's mutating webhook sets them at creation).
 fn default_vmi(config: &Value, vmi: &mut Value) {
     if vmi.pointer("/status/currentCPUTopology").is_some() {
         return;
     }
+    let (max_sockets, max_guest) = hotplug_headroom(config, &vmi["spec"]["domain"]);
     let spec = &mut vmi["spec"]["domain"];
     if !spec["cpu"].is_object() {
         spec["cpu"] = json!({});
@@ -121,31 +160,12 @@ fn default_vmi(config: &Value, vmi: &mut Value) {
         uint(spec["cpu"].get("cores")),
         uint(spec["cpu"].get("threads")),
     );
-    let live = live_update(config);
-    let ratio = match uint(config.pointer("/liveUpdateConfiguration/maxHotplugRatio")) {
-        0 => 4,
-        r => r,
-    };
-    if live && uint(spec["cpu"].get("maxSockets")) == 0 {
-        let mut max = uint(config.pointer("/liveUpdateConfiguration/maxCpuSockets"));
-        if max != 0 && sockets > max {
-            max = sockets;
-        }
-        if max == 0 {
-            max = sockets * ratio;
-            if max * cores * threads > 512 {
-                max = (512 / (cores * threads)).max(sockets);
-            }
-        }
+    if let Some(max) = max_sockets {
         spec["cpu"]["maxSockets"] = json!(max);
     }
     let guest = bytes(spec.pointer("/memory/guest"));
-    if live && spec.pointer("/memory/maxGuest").is_none() {
-        let max =
-            bytes(config.pointer("/liveUpdateConfiguration/maxGuest")).or(guest.map(|g| g * ratio));
-        if let Some(max) = max {
-            spec["memory"]["maxGuest"] = json!(quantity(max));
-        }
+    if let Some(max) = max_guest {
+        spec["memory"]["maxGuest"] = json!(quantity(max));
     }
     let status = &mut vmi["status"];
     status["currentCPUTopology"] = json!({"sockets": sockets, "cores": cores, "threads": threads});

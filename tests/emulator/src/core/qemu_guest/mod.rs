@@ -51,7 +51,9 @@ pub mod disk;
 pub mod hotplug;
 mod machine;
 mod memory;
+mod nics;
 mod process;
+mod sizing;
 mod snapshot;
 pub mod stale;
 
@@ -377,6 +379,9 @@ pub struct QemuGuests {
     claims: Mutex<snapshot::ClaimDisks>,
     /// Per qemu pid: its agent connection.
     agents: Mutex<HashMap<i32, SharedAgent>>,
+    /// Per qemu pid: the machine it booted as and what was last hot-plugged into it
+    /// ([`sizing`]).
+    sized: Mutex<HashMap<i32, (sizing::Sizing, sizing::Wanted)>>,
 }
 
 fn key(ns: &str, name: &str) -> (String, String) {
@@ -397,6 +402,7 @@ impl QemuGuests {
         Ok(QemuGuests {
             claims: Mutex::new(claims),
             agents: Mutex::default(),
+            sized: Mutex::default(),
             app,
             config,
             root,
@@ -464,21 +470,50 @@ impl QemuGuests {
         Some((meta_str(&vm, "uid").to_owned(), name.to_owned()))
     }
 
-    /// The CPU and SMBIOS arguments of a KubeVirt guest from its VMI (else its VM template);
-    /// a Deckhouse guest keeps `cpus` vCPUs and qemu's own SMBIOS table.
-    fn machine(app: &App, ns: &str, name: &str, cpus: u32) -> Vec<String> {
-        let vmi = app
+    /// The KubeVirt VMI spec a guest boots from (else its VM template's).
+    fn kubevirt_spec(app: &App, ns: &str, name: &str) -> Option<Value> {
+        app.store
+            .get(&Key::new(KV, "virtualmachineinstances", ns, name))
+            .and_then(|v| v.get("spec").cloned())
+            .or_else(|| {
+                app.store
+                    .get(&Key::new(KV, "virtualmachines", ns, name))
+                    .and_then(|v| v.pointer("/spec/template/spec").cloned())
+            })
+    }
+
+    /// The vCPUs and memory of a guest's boot ([`sizing`]).
+    fn sizing(&self, app: &App, ns: &str, name: &str) -> sizing::Sizing {
+        let c = &self.config;
+        let (memory, cpus) = (u64::from(c.memory_mib), u64::from(c.cpus));
+        if let Some(spec) = Self::kubevirt_spec(app, ns, name) {
+            let config = crate::kubevirt::live_update::kubevirt_configuration(app);
+            return sizing::Sizing::kubevirt(&spec, &config, memory, cpus);
+        }
+        match app.store.get(&Key::new(DH, "virtualmachines", ns, name)) {
+            Some(vm) => sizing::Sizing::deckhouse(&vm["spec"], memory, cpus),
+            None => sizing::Sizing::deckhouse(&Value::Null, memory, cpus),
+        }
+    }
+
+    /// The SMBIOS arguments of a KubeVirt guest; a Deckhouse guest keeps qemu's own table.
+    fn machine(app: &App, ns: &str, name: &str) -> Vec<String> {
+        Self::kubevirt_spec(app, ns, name)
+            .map(|spec| machine::args(&spec))
+            .unwrap_or_default()
+    }
+
+    /// The guest's network cards ([`nics`]).
+    fn nics(app: &App, ns: &str, name: &str) -> Vec<nics::Nic> {
+        if let Some(vmi) = app
             .store
             .get(&Key::new(KV, "virtualmachineinstances", ns, name))
-            .and_then(|v| v.get("spec").cloned());
-        let vm = || {
-            app.store
-                .get(&Key::new(KV, "virtualmachines", ns, name))
-                .and_then(|v| v.pointer("/spec/template/spec").cloned())
-        };
-        match vmi.or_else(vm) {
-            Some(spec) => machine::args(&spec, cpus),
-            None => vec!["-smp".to_owned(), cpus.to_string()],
+        {
+            return nics::kubevirt(&vmi);
+        }
+        match app.store.get(&Key::new(DH, "virtualmachines", ns, name)) {
+            Some(vm) => nics::deckhouse(&vm),
+            None => nics::kubevirt(&Value::Null),
         }
     }
 
@@ -665,6 +700,36 @@ impl QemuGuests {
         }
     }
 
+    /// Grows each running KubeVirt qemu to its VMI's sockets and guest memory, as virt-handler
+    /// does after virt-controller hot-plugs a change into the VMI ([`sizing`]).
+    fn sync_sizes(&self, app: &App) {
+        let live = self.live();
+        let mut sized = self.sized.lock().unwrap_or_else(|e| e.into_inner());
+        sized.retain(|pid, _| live.iter().any(|p| p.pid == *pid));
+        for p in live {
+            let Some((boot, applied)) = sized.get_mut(&p.pid) else {
+                continue;
+            };
+            let Some(vmi) =
+                app.store
+                    .get(&Key::new(KV, "virtualmachineinstances", &p.key.0, &p.key.1))
+            else {
+                continue;
+            };
+            let wanted = sizing::Wanted::of(&vmi["spec"]);
+            if wanted == *applied {
+                continue;
+            }
+            match sizing::sync(&p.qmp, boot, wanted) {
+                Ok(()) => *applied = wanted,
+                Err(e) if p.running() => {
+                    eprintln!("kubevm-emulator: resize of {}/{}: {e}", p.key.0, p.key.1)
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
     fn boot_guest(&self, app: &App, spec: &GuestSpec) -> io::Result<QemuGuest> {
         let (ns, name) = (spec.namespace.as_str(), spec.name.as_str());
         let live = self.live();
@@ -688,6 +753,7 @@ impl QemuGuests {
             .ok_or_else(|| io::Error::other(format!("VM {ns}/{name} not found")))?;
         let (dir, overlay) = self.prepare_disk(app, ns, name, &uid)?;
         let c = &self.config;
+        let sizing = self.sizing(app, ns, name);
         let mut cmd = tied_command(&c.qemu);
         cmd.arg("-L")
             .arg(&c.firmware)
@@ -700,8 +766,8 @@ impl QemuGuests {
                 "-cpu",
                 "max,vendor=GenuineIntel",
             ])
-            .args(["-m", &c.memory_mib.to_string()])
-            .args(Self::machine(app, ns, name, c.cpus))
+            .args(sizing.args())
+            .args(Self::machine(app, ns, name))
             .args([
                 "-nographic",
                 "-nodefaults",
@@ -773,7 +839,7 @@ impl QemuGuests {
                 "user,id={NETDEV}{}",
                 if restricted { ",restrict=on" } else { "" }
             ))
-            .args(["-device", &format!("virtio-net-pci,netdev={NETDEV}")])
+            .args(nics::args(&Self::nics(app, ns, name), NETDEV))
             .args(["-device", "virtio-rng-pci"])
             .arg("-chardev")
             .arg(format!(
@@ -823,6 +889,14 @@ impl QemuGuests {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(proc_.clone());
+        let booted = sizing::Wanted {
+            sockets: sizing.topology.as_ref().map(|t| t.sockets),
+            memory_mib: Some(sizing.memory_mib),
+        };
+        self.sized
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pid, (sizing, booted));
         let serial = match bridge_serial(&serial_sock, exited.clone()) {
             Ok(s) => s,
             Err(e) => {
@@ -871,6 +945,7 @@ impl GuestFactory for QemuGuests {
     fn housekeeping(&self, app: &App) {
         self.forget_gone(app);
         self.sync_hotplug(app);
+        self.sync_sizes(app);
     }
 
     fn capture_claim(&self, app: &App, ns: &str, pvc: &str, id: &str) -> io::Result<bool> {
