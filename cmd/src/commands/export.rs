@@ -238,18 +238,7 @@ impl View {
         match event {
             Event::Created { kind, name } => self.say(format!("created {kind} {name}")),
             Event::Reusing { name } => self.say(format!("reusing export {name}")),
-            Event::Waiting { message } => {
-                if self.terminal {
-                    let spinner = self.spinner.get_or_insert_with(|| {
-                        let s = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-                        s.enable_steady_tick(Duration::from_millis(120));
-                        s
-                    });
-                    spinner.set_message(format!("waiting for {message}"));
-                } else {
-                    eprintln!("waiting for {message}");
-                }
-            }
+            Event::Waiting { message } => self.waiting(message),
             Event::Ready { name } => {
                 if let Some(s) = self.spinner.take() {
                     s.finish_and_clear();
@@ -263,55 +252,12 @@ impl View {
                 path,
                 total,
                 offset,
-            } => {
-                let to = path
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_else(|| "stdout".into());
-                self.say(format!("downloading volume {volume} to {to}"));
-                self.started = Instant::now();
-                self.last_line = Instant::now();
-                if self.terminal {
-                    let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr());
-                    bar.set_style(
-                        ProgressStyle::with_template(
-                            "{prefix} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
-                        )
-                        .expect("valid template")
-                        .progress_chars("=> "),
-                    );
-                    bar.set_prefix(volume);
-                    bar.set_position(offset);
-                    bar.reset_eta();
-                    self.bar = Some(bar);
-                }
-            }
+            } => self.volume_started(volume, path, total, offset),
             Event::Progress {
                 done,
                 total,
                 volume,
-            } => match &self.bar {
-                Some(bar) => {
-                    if let Some(t) = total {
-                        bar.set_length(t);
-                    }
-                    bar.set_position(done);
-                }
-                None => {
-                    if self.last_line.elapsed() >= LINE_EVERY {
-                        self.last_line = Instant::now();
-                        let of = total
-                            .map(|t| {
-                                format!(
-                                    " of {} ({:.0}%)",
-                                    HumanBytes(t),
-                                    done as f64 * 100.0 / t.max(1) as f64
-                                )
-                            })
-                            .unwrap_or_default();
-                        eprintln!("volume {volume}: {}{of}", HumanBytes(done));
-                    }
-                }
-            },
+            } => self.progress(&volume, done, total),
             Event::Retrying {
                 attempt,
                 max,
@@ -330,28 +276,113 @@ impl View {
                 hex,
                 checksum_file,
                 fetched,
-            } => {
-                if let Some(bar) = self.bar.take() {
-                    bar.finish_and_clear();
-                }
-                let secs = self.started.elapsed().as_secs_f64().max(0.001);
-                let rate = HumanBytes((fetched as f64 / secs) as u64);
-                let target = path
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_else(|| "stdout".into());
-                let sum = checksum_file
-                    .map(|f| format!(" (written to {})", f.display()))
-                    .unwrap_or_default();
-                eprintln!(
-                    "volume {volume}: {} to {target} in {secs:.1}s ({rate}/s)",
-                    HumanBytes(bytes)
-                );
-                eprintln!("{algo}:{hex}{sum}");
-            }
+            } => self.volume_finished(
+                &volume,
+                path,
+                bytes,
+                fetched,
+                checksum_line(algo, &hex, checksum_file),
+            ),
             Event::Manifest { .. } => {}
             Event::Deleted { kind, name } => self.say(format!("deleted {kind} {name}")),
             Event::Kept { kind, name, why } => self.say(format!("kept {kind} {name} ({why})")),
         }
+    }
+
+    /// Waiting for the export: a spinner on a terminal, else a line.
+    fn waiting(&mut self, message: String) {
+        if self.terminal {
+            let spinner = self.spinner.get_or_insert_with(|| {
+                let s = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+                s.enable_steady_tick(Duration::from_millis(120));
+                s
+            });
+            spinner.set_message(format!("waiting for {message}"));
+        } else {
+            eprintln!("waiting for {message}");
+        }
+    }
+
+    /// A volume's download starts: where it goes, and on a terminal a progress bar from
+    /// `offset` (a resumed download).
+    fn volume_started(
+        &mut self,
+        volume: String,
+        path: Option<PathBuf>,
+        total: Option<u64>,
+        offset: u64,
+    ) {
+        let to = path
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "stdout".into());
+        self.say(format!("downloading volume {volume} to {to}"));
+        self.started = Instant::now();
+        self.last_line = Instant::now();
+        if self.terminal {
+            let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr());
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{prefix} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+                )
+                .expect("valid template")
+                .progress_chars("=> "),
+            );
+            bar.set_prefix(volume);
+            bar.set_position(offset);
+            bar.reset_eta();
+            self.bar = Some(bar);
+        }
+    }
+
+    /// Bytes arrived: the bar moves, or without one a line at most every [`LINE_EVERY`].
+    fn progress(&mut self, volume: &str, done: u64, total: Option<u64>) {
+        match &self.bar {
+            Some(bar) => {
+                if let Some(t) = total {
+                    bar.set_length(t);
+                }
+                bar.set_position(done);
+            }
+            None => {
+                if self.last_line.elapsed() >= LINE_EVERY {
+                    self.last_line = Instant::now();
+                    let of = total
+                        .map(|t| {
+                            format!(
+                                " of {} ({:.0}%)",
+                                HumanBytes(t),
+                                done as f64 * 100.0 / t.max(1) as f64
+                            )
+                        })
+                        .unwrap_or_default();
+                    eprintln!("volume {volume}: {}{of}", HumanBytes(done));
+                }
+            }
+        }
+    }
+
+    /// A volume is complete: its size, where it went, how fast, then its checksum line.
+    fn volume_finished(
+        &mut self,
+        volume: &str,
+        path: Option<PathBuf>,
+        bytes: u64,
+        fetched: u64,
+        checksum: String,
+    ) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+        let secs = self.started.elapsed().as_secs_f64().max(0.001);
+        let rate = HumanBytes((fetched as f64 / secs) as u64);
+        let target = path
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "stdout".into());
+        eprintln!(
+            "volume {volume}: {} to {target} in {secs:.1}s ({rate}/s)",
+            HumanBytes(bytes)
+        );
+        eprintln!("{checksum}");
     }
 
     pub(crate) fn finish(&mut self) {
@@ -362,4 +393,12 @@ impl View {
             s.finish_and_clear();
         }
     }
+}
+
+/// A finished volume's checksum, and where it was written (`FILE.sha256`) if it was.
+fn checksum_line(algo: Algo, hex: &str, checksum_file: Option<PathBuf>) -> String {
+    let sum = checksum_file
+        .map(|f| format!(" (written to {})", f.display()))
+        .unwrap_or_default();
+    format!("{algo}:{hex}{sum}")
 }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use kubevm::upload::format::ImageFormat;
 use kubevm::upload::{self, Event, Target, UploadOptions};
 
 use crate::error::{CommandError, CommandResult};
@@ -227,30 +228,8 @@ impl View {
                 format,
                 virtual_size,
                 size,
-            } => {
-                let virtual_size = virtual_size
-                    .map(|v| format!(", virtual size {}", HumanBytes(v)))
-                    .unwrap_or_default();
-                let size = match size {
-                    Some(size) => format!("volume size {} ({size} bytes)", HumanBytes(size)),
-                    None => "volume size chosen by the platform".into(),
-                };
-                self.say(format!("image: {}{virtual_size}; {size}", format.name()));
-            }
-            Event::Hashing { total } => {
-                self.last_line = Instant::now();
-                if self.terminal {
-                    self.bar = Some(byte_bar(
-                        total,
-                        "sha256 [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec}",
-                    ));
-                } else {
-                    eprintln!(
-                        "computing the sha256 of {} first (the platform checks it)",
-                        HumanBytes(total)
-                    );
-                }
-            }
+            } => self.say(image_line(format, virtual_size, size)),
+            Event::Hashing { total } => self.hashing(total),
             Event::Hashed { done, total } => self.advance("hashed", done, total),
             Event::Checksum { sha256 } => {
                 if let Some(bar) = self.bar.take() {
@@ -259,37 +238,12 @@ impl View {
                 eprintln!("sha256 (checked by the platform): {sha256}");
             }
             Event::Created { kind, name } => self.say(format!("created {kind} {name}")),
-            Event::Waiting { message } => {
-                if self.terminal {
-                    let spinner = self.spinner.get_or_insert_with(|| {
-                        let s = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-                        s.enable_steady_tick(Duration::from_millis(120));
-                        s
-                    });
-                    spinner.set_message(format!("waiting for {message}"));
-                } else {
-                    eprintln!("waiting for {message}");
-                }
-            }
+            Event::Waiting { message } => self.waiting(message),
             Event::Route { description } => {
                 self.clear_spinner();
                 self.say(description);
             }
-            Event::Started { total } => {
-                self.clear_spinner();
-                self.last_line = Instant::now();
-                if let Some(bar) = self.bar.take() {
-                    bar.finish_and_clear();
-                }
-                if self.terminal {
-                    self.bar = Some(byte_bar(
-                        total,
-                        "upload [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
-                    ));
-                } else {
-                    eprintln!("uploading {}", HumanBytes(total));
-                }
-            }
+            Event::Started { total } => self.started(total),
             Event::Progress { sent, total } => self.advance("uploaded", sent, total),
             Event::Retrying {
                 attempt,
@@ -304,17 +258,7 @@ impl View {
                 bytes,
                 sha256,
                 secs,
-            } => {
-                if let Some(bar) = self.bar.take() {
-                    bar.finish_and_clear();
-                }
-                let rate = HumanBytes((bytes as f64 / secs.max(0.001)) as u64);
-                eprintln!(
-                    "uploaded {} in {secs:.1}s ({rate}/s)",
-                    HumanBytes(bytes)
-                );
-                eprintln!("sha256:{sha256}");
-            }
+            } => self.sent(bytes, &sha256, secs),
             Event::Ready { target } => {
                 self.clear_spinner();
                 self.say(format!("{target} is ready"));
@@ -324,12 +268,81 @@ impl View {
         }
     }
 
+    /// The sha256 is computed before the upload: a bar on a terminal, else a line.
+    fn hashing(&mut self, total: u64) {
+        self.last_line = Instant::now();
+        if self.terminal {
+            self.bar = Some(byte_bar(
+                total,
+                "sha256 [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec}",
+            ));
+        } else {
+            eprintln!(
+                "computing the sha256 of {} first (the platform checks it)",
+                HumanBytes(total)
+            );
+        }
+    }
+
+    /// Waiting for the platform: a spinner on a terminal, else a line.
+    fn waiting(&mut self, message: String) {
+        if self.terminal {
+            let spinner = self.spinner.get_or_insert_with(|| {
+                let s = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+                s.enable_steady_tick(Duration::from_millis(120));
+                s
+            });
+            spinner.set_message(format!("waiting for {message}"));
+        } else {
+            eprintln!("waiting for {message}");
+        }
+    }
+
+    /// The upload starts (again, after a retry): a fresh bar on a terminal, else a line.
+    fn started(&mut self, total: u64) {
+        self.clear_spinner();
+        self.last_line = Instant::now();
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+        if self.terminal {
+            self.bar = Some(byte_bar(
+                total,
+                "upload [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+            ));
+        } else {
+            eprintln!("uploading {}", HumanBytes(total));
+        }
+    }
+
+    /// The bytes are sent: how many, how fast, and their sha256.
+    fn sent(&mut self, bytes: u64, sha256: &str, secs: f64) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+        let rate = HumanBytes((bytes as f64 / secs.max(0.001)) as u64);
+        eprintln!("uploaded {} in {secs:.1}s ({rate}/s)", HumanBytes(bytes));
+        eprintln!("sha256:{sha256}");
+    }
+
     pub(crate) fn finish(&mut self) {
         if let Some(bar) = self.bar.take() {
             bar.abandon();
         }
         self.clear_spinner();
     }
+}
+
+/// What the file is and the volume it goes to.
+fn image_line(format: ImageFormat, virtual_size: Option<u64>, size: Option<u64>) -> String {
+    let virtual_size = virtual_size
+        .map(|v| format!(", virtual size {}", HumanBytes(v)))
+        .unwrap_or_default();
+    let size = match size {
+        Some(size) => format!("volume size {} ({size} bytes)", HumanBytes(size)),
+        None => "volume size chosen by the platform".into(),
+    };
+    format!("image: {}{virtual_size}; {size}", format.name())
 }
 
 /// A byte progress bar on stderr with `template`.

@@ -228,8 +228,25 @@ fn phase(vm: &Value, flavor: Flavor) -> String {
 
 /// The text of `summary.txt`.
 pub fn render(facts: &Facts, flavor: Flavor, errors: &[String], now: jiff::Timestamp) -> String {
-    let vm = &facts.vm;
     let mut out = String::new();
+    header(&mut out, facts, flavor, now);
+    problems_section(&mut out, facts, flavor);
+    conditions_section(&mut out, facts);
+    pods_section(&mut out, facts);
+    warnings_section(&mut out, facts);
+    if !errors.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nNot collected: {} item(s), see errors.txt",
+            errors.len()
+        );
+    }
+    out
+}
+
+/// The VM, its phase, its node and when this was collected.
+fn header(out: &mut String, facts: &Facts, flavor: Flavor, now: jiff::Timestamp) {
+    let vm = &facts.vm;
     let _ = writeln!(
         out,
         "Virtual machine: {}/{} ({})",
@@ -246,7 +263,10 @@ pub fn render(facts: &Facts, flavor: Flavor, errors: &[String], now: jiff::Times
         .unwrap_or_else(|| s(&vm["status"]["nodeName"]));
     let _ = writeln!(out, "Node:            {}", or_none(node));
     let _ = writeln!(out, "Collected at:    {now}");
+}
 
+/// What looks wrong ([`problems`]), or "nothing obvious".
+fn problems_section(out: &mut String, facts: &Facts, flavor: Flavor) {
     let _ = writeln!(out, "\nWhat looks wrong:");
     let problems = problems(facts, flavor);
     if problems.is_empty() {
@@ -255,7 +275,11 @@ pub fn render(facts: &Facts, flavor: Flavor, errors: &[String], now: jiff::Times
     for p in &problems {
         let _ = writeln!(out, "  - {p}");
     }
+}
 
+/// The conditions of the VM and of its instance.
+fn conditions_section(out: &mut String, facts: &Facts) {
+    let vm = &facts.vm;
     let _ = writeln!(out, "\nConditions:");
     let mut objects = vec![("VirtualMachine", vm)];
     if let Some(vmi) = &facts.instance {
@@ -273,7 +297,10 @@ pub fn render(facts: &Facts, flavor: Flavor, errors: &[String], now: jiff::Times
             );
         }
     }
+}
 
+/// The VM's pods: phase, node and container restarts.
+fn pods_section(out: &mut String, facts: &Facts) {
     let _ = writeln!(out, "\nPods:");
     if facts.pods.is_empty() {
         let _ = writeln!(out, "  none");
@@ -293,7 +320,10 @@ pub fn render(facts: &Facts, flavor: Flavor, errors: &[String], now: jiff::Times
             or_none(s(&p["spec"]["nodeName"]))
         );
     }
+}
 
+/// The last ten warning events, oldest first.
+fn warnings_section(out: &mut String, facts: &Facts) {
     let _ = writeln!(out, "\nLast warning events:");
     let mut warnings: Vec<&Value> = facts
         .events
@@ -324,14 +354,6 @@ pub fn render(facts: &Facts, flavor: Flavor, errors: &[String], now: jiff::Times
             s(&e["message"])
         );
     }
-    if !errors.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nNot collected: {} item(s), see errors.txt",
-            errors.len()
-        );
-    }
-    out
 }
 
 fn or_none(text: &str) -> &str {

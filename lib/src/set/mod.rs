@@ -287,6 +287,22 @@ pub async fn run(
     if options.dry_run == DryRun::Server || !(options.wait || options.restart) {
         return Ok(outcome);
     }
+    observe_applies(cluster, set, kind, vm, options, &mut outcome).await?;
+    restart_if_needed(cluster, platform_info, vm, options, on_event, &mut outcome).await?;
+    Ok(outcome)
+}
+
+/// Wait until the platform has observed the written change, then say how it applies
+/// (`SetPlatform::verdict`), and for a live change of placement follow the VM's move; the
+/// outcome's object becomes the VM as observed.
+async fn observe_applies(
+    cluster: &Cluster,
+    set: &dyn SetPlatform,
+    kind: Kind,
+    vm: &VmRef,
+    options: &Options,
+    outcome: &mut Outcome,
+) -> Result<()> {
     let observed = tokio::time::timeout(options.timeout, observe(cluster, kind, vm, &outcome.object))
         .await
         .map_err(|_| {
@@ -318,8 +334,7 @@ pub async fn run(
     if let Some(o) = observed {
         outcome.object = o;
     }
-    restart_if_needed(cluster, platform_info, vm, options, on_event, &mut outcome).await?;
-    Ok(outcome)
+    Ok(())
 }
 
 /// `--restart`: restart the VM when the platform says the change waits for it, then take the

@@ -340,6 +340,57 @@ pub async fn delete(
     Ok(deleted)
 }
 
+/// Wait until the restore operation `op_name` completes, reporting its phase and the reason
+/// of its `Completed` condition as they change; a failed or superseded one gives its message.
+async fn wait_restored(
+    cluster: &Cluster,
+    ns: &str,
+    op_name: &str,
+    snap_name: &str,
+    target: &str,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<Value> {
+    let mut last = String::new();
+    watch::until(cluster, &[Watched::new(VMOP, ns, op_name)], |objs| {
+        let Some(op) = &objs[0] else {
+            return Some(Err(Error::Platform(format!(
+                "virtualmachineoperation {op_name} was deleted while restoring"
+            ))));
+        };
+        let phase = text(op, "/status/phase");
+        let completed = conditions(op).find(|c| c["type"] == "Completed");
+        let reason = completed.map(|c| text(c, "/reason")).unwrap_or("");
+        let now = format!("{phase}\n{reason}");
+        if !phase.is_empty() && now != last {
+            last = now;
+            on_event(Event::Phase {
+                phase: phase.to_owned(),
+                message: reason.to_owned(),
+            });
+        }
+        match phase {
+            "Completed" => Some(Ok(op.clone())),
+            "Failed" | "Superseded" => Some(Err(Error::Stuck(format!(
+                "restore of {snap_name} into {target}.{ns} failed: {}",
+                completed.map(|c| text(c, "/message")).unwrap_or(phase)
+            )))),
+            _ => None,
+        }
+    })
+    .await
+}
+
+/// Wait until VM `target` runs again.
+async fn wait_running(cluster: &Cluster, ns: &str, target: &str) -> Result<()> {
+    watch::until(cluster, &[Watched::new(DECKHOUSE_VM, ns, target)], |objs| {
+        objs[0]
+            .as_ref()
+            .is_some_and(|v| text(v, "/status/phase") == "Running")
+            .then_some(Ok(()))
+    })
+    .await
+}
+
 /// Restore a snapshot into its VM, or as a new VM (see the module documentation).
 pub async fn restore(
     cluster: &Cluster,
@@ -408,50 +459,13 @@ pub async fn restore(
     if !options.wait {
         return Ok(outcome);
     }
-    let mut last = String::new();
-    let done = watch::until(cluster, &[Watched::new(VMOP, ns, &op_name)], |objs| {
-        let Some(op) = &objs[0] else {
-            return Some(Err(Error::Platform(format!(
-                "virtualmachineoperation {op_name} was deleted while restoring"
-            ))));
-        };
-        let phase = text(op, "/status/phase");
-        let completed = conditions(op).find(|c| c["type"] == "Completed");
-        let reason = completed.map(|c| text(c, "/reason")).unwrap_or("");
-        let now = format!("{phase}\n{reason}");
-        if !phase.is_empty() && now != last {
-            last = now;
-            on_event(Event::Phase {
-                phase: phase.to_owned(),
-                message: reason.to_owned(),
-            });
-        }
-        match phase {
-            "Completed" => Some(Ok(op.clone())),
-            "Failed" | "Superseded" => Some(Err(Error::Stuck(format!(
-                "restore of {snap_name} into {target}.{ns} failed: {}",
-                completed.map(|c| text(c, "/message")).unwrap_or(phase)
-            )))),
-            _ => None,
-        }
-    })
-    .await?;
+    let done = wait_restored(cluster, ns, &op_name, snap_name, &target, on_event).await?;
     outcome.object = Some(done);
     outcome.waited = true;
     outcome.restarted = running;
     if running {
         // The platform starts it again; wait until it runs, as `--stop` promises.
-        watch::until(
-            cluster,
-            &[Watched::new(DECKHOUSE_VM, ns, &target)],
-            |objs| {
-                objs[0]
-                    .as_ref()
-                    .is_some_and(|v| text(v, "/status/phase") == "Running")
-                    .then_some(Ok(()))
-            },
-        )
-        .await?;
+        wait_running(cluster, ns, &target).await?;
     }
     Ok(outcome)
 }

@@ -276,13 +276,7 @@ pub async fn restore(
     )
     .await?;
     let vm = vm_object(&kept, ns, target, &disks, secret.as_deref())?;
-    ensure_free(cluster, DECKHOUSE_VM, ns, target).await?;
-    for d in &disks {
-        ensure_free(cluster, VIRTUAL_DISK, ns, &d.new).await?;
-    }
-    if let Some(name) = &secret {
-        ensure_free(cluster, SECRET, ns, name).await?;
-    }
+    ensure_names_free(cluster, ns, target, &disks, secret.as_deref()).await?;
     let dry = options.dry_run != DryRun::None;
     let new_text = own_identity(
         cluster,
@@ -300,13 +294,7 @@ pub async fn restore(
         s["metadata"]["name"] = json!(name);
         s
     });
-    // In the order they are made.
-    let mut objects: Vec<(Kind, Value)> = disks
-        .iter()
-        .map(|d| (VIRTUAL_DISK, disk_object(ns, target, d)))
-        .collect();
-    objects.extend(secret_obj.map(|s| (SECRET, s)));
-    objects.push((DECKHOUSE_VM, vm));
+    let objects = objects_in_order(ns, target, &disks, secret_obj, vm);
     let mut outcome = Outcome {
         snapshot: snap_name.clone(),
         vm: format!("{target}.{ns}"),
@@ -316,20 +304,9 @@ pub async fn restore(
         no_agent: false,
         restarted: false,
     };
-    match options.dry_run {
-        DryRun::Client => {
-            outcome.object = Some(list(objects.into_iter().map(|(_, o)| o).collect()));
-            return Ok(outcome);
-        }
-        DryRun::Server => {
-            let mut sent = vec![];
-            for (kind, obj) in &objects {
-                sent.push(create_obj(cluster, *kind, ns, obj, true).await?);
-            }
-            outcome.object = Some(list(sent));
-            return Ok(outcome);
-        }
-        DryRun::None => {}
+    if let Some(preview) = dry_run_result(cluster, ns, &objects, options).await? {
+        outcome.object = Some(preview);
+        return Ok(outcome);
     }
     let (made, new_vm) = create_in_order(cluster, ns, &objects, on_event).await?;
     if let Err(e) = adopt(cluster, ns, target, &made, &new_vm).await {
@@ -351,6 +328,63 @@ pub async fn restore(
     }
     outcome.waited = true;
     Ok(outcome)
+}
+
+/// Refuse before anything is made when NEW, one of its disks or its Secret already exists.
+async fn ensure_names_free(
+    cluster: &Cluster,
+    ns: &str,
+    target: &str,
+    disks: &[Disk],
+    secret: Option<&str>,
+) -> Result<()> {
+    ensure_free(cluster, DECKHOUSE_VM, ns, target).await?;
+    for d in disks {
+        ensure_free(cluster, VIRTUAL_DISK, ns, &d.new).await?;
+    }
+    if let Some(name) = secret {
+        ensure_free(cluster, SECRET, ns, name).await?;
+    }
+    Ok(())
+}
+
+/// The objects of NEW in the order they are made: its disks, the Secret with its own
+/// identity, then the VM.
+fn objects_in_order(
+    ns: &str,
+    target: &str,
+    disks: &[Disk],
+    secret: Option<Value>,
+    vm: Value,
+) -> Vec<(Kind, Value)> {
+    let mut objects: Vec<(Kind, Value)> = disks
+        .iter()
+        .map(|d| (VIRTUAL_DISK, disk_object(ns, target, d)))
+        .collect();
+    objects.extend(secret.map(|s| (SECRET, s)));
+    objects.push((DECKHOUSE_VM, vm));
+    objects
+}
+
+/// What a dry run shows: the objects as they would be sent (client), or as the server took
+/// them (server), in a List; `None` when it is no dry run.
+async fn dry_run_result(
+    cluster: &Cluster,
+    ns: &str,
+    objects: &[(Kind, Value)],
+    options: &Options,
+) -> Result<Option<Value>> {
+    match options.dry_run {
+        DryRun::Client => Ok(Some(list(objects.iter().map(|(_, o)| o.clone()).collect()))),
+        DryRun::Server => {
+            let mut sent = vec![];
+            for (kind, obj) in objects {
+                sent.push(create_obj(cluster, *kind, ns, obj, true).await?);
+            }
+            Ok(Some(list(sent)))
+        }
+        DryRun::None => Ok(None),
+    }
 }
 
 /// The user data NEW gets and the name of its Secret: the copy the snapshot keeps (the source

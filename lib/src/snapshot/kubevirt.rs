@@ -195,6 +195,51 @@ pub fn restore_object(ns: &str, snapshot: &str, target: &str) -> Value {
     })
 }
 
+/// Wait until snapshot `name` of `vm` is ready to use, reporting its phase and progress
+/// reason as they change; a failed snapshot gives its `Failure` reason (or `status.error`).
+async fn wait_taken(
+    cluster: &Cluster,
+    ns: &str,
+    vm: &str,
+    name: &str,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<Value> {
+    let mut last = String::new();
+    watch::until(cluster, &[Watched::new(VM_SNAPSHOT, ns, name)], |objs| {
+        let Some(s) = &objs[0] else {
+            return Some(Err(Error::Platform(format!(
+                "virtualmachinesnapshot {name} was deleted while being taken"
+            ))));
+        };
+        let phase = text(s, "/status/phase");
+        let reason = condition_reason(s, "Progressing").unwrap_or("");
+        let now = format!("{phase}\n{reason}");
+        if !phase.is_empty() && now != last {
+            last = now;
+            on_event(Event::Phase {
+                phase: phase.to_owned(),
+                message: reason.to_owned(),
+            });
+        }
+        match phase {
+            "Succeeded" if s.pointer("/status/readyToUse") == Some(&json!(true)) => {
+                Some(Ok(s.clone()))
+            }
+            "Failed" => {
+                let why = condition_reason(s, "Failure")
+                    .filter(|r| !r.is_empty())
+                    .or(s.pointer("/status/error/message").and_then(Value::as_str))
+                    .unwrap_or("failed");
+                Some(Err(Error::Stuck(format!(
+                    "snapshot {name} of {vm}.{ns} failed: {why}"
+                ))))
+            }
+            _ => None,
+        }
+    })
+    .await
+}
+
 /// Take snapshot `name` of VM `vm`.
 pub async fn create(
     cluster: &Cluster,
@@ -248,40 +293,7 @@ pub async fn create(
     if !options.wait {
         return Ok(outcome);
     }
-    let mut last = String::new();
-    let done = watch::until(cluster, &[Watched::new(VM_SNAPSHOT, ns, name)], |objs| {
-        let Some(s) = &objs[0] else {
-            return Some(Err(Error::Platform(format!(
-                "virtualmachinesnapshot {name} was deleted while being taken"
-            ))));
-        };
-        let phase = text(s, "/status/phase");
-        let reason = condition_reason(s, "Progressing").unwrap_or("");
-        let now = format!("{phase}\n{reason}");
-        if !phase.is_empty() && now != last {
-            last = now;
-            on_event(Event::Phase {
-                phase: phase.to_owned(),
-                message: reason.to_owned(),
-            });
-        }
-        match phase {
-            "Succeeded" if s.pointer("/status/readyToUse") == Some(&json!(true)) => {
-                Some(Ok(s.clone()))
-            }
-            "Failed" => {
-                let why = condition_reason(s, "Failure")
-                    .filter(|r| !r.is_empty())
-                    .or(s.pointer("/status/error/message").and_then(Value::as_str))
-                    .unwrap_or("failed");
-                Some(Err(Error::Stuck(format!(
-                    "snapshot {name} of {vm}.{ns} failed: {why}"
-                ))))
-            }
-            _ => None,
-        }
-    })
-    .await?;
+    let done = wait_taken(cluster, ns, vm, name, on_event).await?;
     let ind = indications(&done);
     if ind.iter().any(|i| i == "NoGuestAgent") && !no_agent {
         on_event(Event::Notice(format!(
@@ -446,15 +458,22 @@ pub async fn delete(
     Ok(deleted)
 }
 
-/// Restore a snapshot (see the module documentation).
-pub async fn restore(
+/// What a restore works on once it is checked: the snapshot, the VM it was taken of, the VM
+/// it restores into, and whether that one runs.
+struct Restorable {
+    snap: Value,
+    source: String,
+    target: String,
+    running: bool,
+}
+
+/// The checks before anything changes: the snapshot is ready, a new VM's name is free, and a
+/// running target is stopped only when asked to (`--stop`).
+async fn check_restorable(
     cluster: &Cluster,
-    platform: &Platform,
     ns: &str,
     request: &RestoreRequest,
-    options: &Options,
-    on_event: &(dyn Fn(Event) + Send + Sync),
-) -> Result<Outcome> {
+) -> Result<Restorable> {
     let snap_name = &request.snapshot;
     let snap = get(cluster, VM_SNAPSHOT, ns, snap_name).await?;
     if snap.pointer("/status/readyToUse") != Some(&json!(true)) {
@@ -481,6 +500,59 @@ pub async fn restore(
             "{target}.{ns} is running: KubeVirt restores only a stopped VM (\"{NOT_POWERED_OFF}\"); stop it first, or pass --stop to stop it, restore and start it again (nothing was changed)"
         )));
     }
+    Ok(Restorable {
+        snap,
+        source,
+        target,
+        running,
+    })
+}
+
+/// Stop or start the VM `vm` around the restore (`--stop`), its phases reported as the VM's.
+async fn power(
+    cluster: &Cluster,
+    platform: &Platform,
+    vm: &VmRef,
+    action: &Action,
+    wait: bool,
+    options: &Options,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<()> {
+    let target = &vm.name;
+    let power = lifecycle::Options {
+        dry_run: DryRun::None,
+        wait,
+        timeout: options.timeout,
+        want_object: false,
+    };
+    let relay = |e: lifecycle::Event| {
+        if let lifecycle::Event::Phase { phase, .. } = e {
+            on_event(Event::Phase {
+                phase,
+                message: format!("VM {target}"),
+            });
+        }
+    };
+    lifecycle::run(cluster, platform, action, vm, &power, &relay).await?;
+    Ok(())
+}
+
+/// Restore a snapshot (see the module documentation).
+pub async fn restore(
+    cluster: &Cluster,
+    platform: &Platform,
+    ns: &str,
+    request: &RestoreRequest,
+    options: &Options,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<Outcome> {
+    let snap_name = &request.snapshot;
+    let Restorable {
+        snap,
+        source,
+        target,
+        running,
+    } = check_restorable(cluster, ns, request).await?;
     // The new VM's own identity is made from the user data the snapshot keeps, not from the
     // source (which may be gone): a Secret it names that is gone refuses the restore here.
     let user_data = match &request.new_vm {
@@ -508,20 +580,6 @@ pub async fn restore(
         namespace: ns.to_owned(),
         name: target.clone(),
     };
-    let power = |wait| lifecycle::Options {
-        dry_run: DryRun::None,
-        wait,
-        timeout: options.timeout,
-        want_object: false,
-    };
-    let relay = |e: lifecycle::Event| {
-        if let lifecycle::Event::Phase { phase, .. } = e {
-            on_event(Event::Phase {
-                phase,
-                message: format!("VM {target}"),
-            });
-        }
-    };
     if running {
         on_event(Event::Notice(format!(
             "stopping {target}.{ns} for the restore"
@@ -530,7 +588,7 @@ pub async fn restore(
             grace_period: None,
             force: false,
         };
-        lifecycle::run(cluster, platform, &stop, &vm_ref, &power(true), &relay).await?;
+        power(cluster, platform, &vm_ref, &stop, true, options, on_event).await?;
     }
     let made = create_obj(cluster, VM_RESTORE, ns, &obj, false).await?;
     let restore_name = text(&made, "/metadata/name").to_owned();
@@ -551,37 +609,63 @@ pub async fn restore(
     let done = wait_restored(cluster, ns, &restore_name, snap_name, &target, on_event).await?;
     outcome.object = Some(done);
     outcome.waited = true;
-    if request.new_vm.is_some()
-        && let Some(secret) = crate::clone::identity::kubevirt_restored_vm(
+    if request.new_vm.is_some() {
+        own_identity(
             cluster,
             platform,
             ns,
             &source,
             &target,
             user_data.as_deref(),
-            &mut |w| on_event(Event::Notice(w)),
+            on_event,
         )
-        .await?
-    {
-        on_event(Event::Notice(format!(
-            "secret/{secret}: {target}'s own cloud-init (principals, host key, host certificate)"
-        )));
+        .await?;
     }
     if running {
         on_event(Event::Notice(format!("starting {target}.{ns} again")));
         let start = Action::Start { paused: false };
-        lifecycle::run(
+        power(
             cluster,
             platform,
-            &start,
             &vm_ref,
-            &power(options.wait),
-            &relay,
+            &start,
+            options.wait,
+            options,
+            on_event,
         )
         .await?;
         outcome.restarted = true;
     }
     Ok(outcome)
+}
+
+/// A VM restored under a new name gets its own cloud-init (principals, host key, host
+/// certificate) from the user data the snapshot kept ([`crate::clone::identity`]).
+async fn own_identity(
+    cluster: &Cluster,
+    platform: &Platform,
+    ns: &str,
+    source: &str,
+    target: &str,
+    user_data: Option<&str>,
+    on_event: &(dyn Fn(Event) + Send + Sync),
+) -> Result<()> {
+    if let Some(secret) = crate::clone::identity::kubevirt_restored_vm(
+        cluster,
+        platform,
+        ns,
+        source,
+        target,
+        user_data,
+        &mut |w| on_event(Event::Notice(w)),
+    )
+    .await?
+    {
+        on_event(Event::Notice(format!(
+            "secret/{secret}: {target}'s own cloud-init (principals, host key, host certificate)"
+        )));
+    }
+    Ok(())
 }
 
 /// The user data the snapshot keeps for the new VM's own identity (read from the snapshot

@@ -247,6 +247,31 @@ impl Connection {
         request: &SessionRequest,
         io: SessionIo,
     ) -> Result<ExitOutcome, SshError> {
+        let channel = self.open_session(request).await?;
+        let SessionIo {
+            stdin,
+            mut stdout,
+            mut stderr,
+            resize,
+        } = io;
+        let (mut read, write) = channel.split();
+        let write = Arc::new(write);
+        let input = send_input(stdin, write.clone());
+        let resizer = resize.map(|rx| send_resizes(rx, write.clone()));
+        let result = relay_output(&mut read, &mut stdout, &mut stderr).await;
+        input.abort();
+        if let Some(r) = resizer {
+            r.abort();
+        }
+        result
+    }
+
+    /// A session channel with a terminal when asked for (the guest may refuse one), running
+    /// the command, or a login shell.
+    async fn open_session(
+        &self,
+        request: &SessionRequest,
+    ) -> Result<russh::Channel<client::Msg>, SshError> {
         let mut channel = self
             .handle
             .channel_open_session()
@@ -271,87 +296,7 @@ impl Connection {
             None => channel.request_shell(true).await,
         }
         .map_err(transport)?;
-        let SessionIo {
-            mut stdin,
-            mut stdout,
-            mut stderr,
-            resize,
-        } = io;
-        let (mut read, write) = channel.split();
-        let write = Arc::new(write);
-        let input = {
-            let write = write.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 32 * 1024];
-                loop {
-                    match stdin.read(&mut buf).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => {
-                            if write.data_bytes(buf[..n].to_vec()).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                }
-                let _ = write.eof().await;
-            })
-        };
-        let resizer = resize.map(|mut rx| {
-            let write = write.clone();
-            tokio::spawn(async move {
-                while let Some((cols, rows)) = rx.recv().await {
-                    if write.window_change(cols, rows, 0, 0).await.is_err() {
-                        break;
-                    }
-                }
-            })
-        });
-        let mut exit = ExitOutcome::Unknown;
-        let mut closed = false;
-        let mut result = Ok(());
-        while let Some(msg) = read.wait().await {
-            match msg {
-                ChannelMsg::Data { data } => {
-                    if let Err(e) = write_flush(&mut stdout, &data).await {
-                        result = Err(e);
-                        break;
-                    }
-                }
-                ChannelMsg::ExtendedData { data, ext: 1 } => {
-                    if let Err(e) = write_flush(&mut stderr, &data).await {
-                        result = Err(e);
-                        break;
-                    }
-                }
-                ChannelMsg::ExitStatus { exit_status } => exit = ExitOutcome::Status(exit_status),
-                ChannelMsg::ExitSignal { signal_name, .. } => {
-                    exit = ExitOutcome::Signal(format!("{signal_name:?}"))
-                }
-                ChannelMsg::Failure => {
-                    result = Err(SshError::Transport(
-                        "the guest refused the session request".into(),
-                    ));
-                }
-                ChannelMsg::Close => {
-                    closed = true;
-                    break;
-                }
-                _ => {}
-            }
-        }
-        if !closed && result.is_ok() {
-            exit = ExitOutcome::Lost {
-                status: match exit {
-                    ExitOutcome::Status(s) => Some(s),
-                    _ => None,
-                },
-            };
-        }
-        input.abort();
-        if let Some(r) = resizer {
-            r.abort();
-        }
-        result.map(|()| exit)
+        Ok(channel)
     }
 
     /// Open a `direct-tcpip` channel to `host:port` as seen from the guest (`-L`).
@@ -401,6 +346,94 @@ impl Connection {
             .disconnect(Disconnect::ByApplication, "", "en")
             .await;
     }
+}
+
+type ChannelWrite = Arc<russh::ChannelWriteHalf<client::Msg>>;
+
+/// Local input to the remote side, then EOF when it ends.
+fn send_input(
+    mut stdin: Box<dyn AsyncRead + Send + Unpin>,
+    write: ChannelWrite,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            match stdin.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if write.data_bytes(buf[..n].to_vec()).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        let _ = write.eof().await;
+    })
+}
+
+/// New local window sizes to the remote terminal.
+fn send_resizes(
+    mut rx: mpsc::UnboundedReceiver<(u32, u32)>,
+    write: ChannelWrite,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Some((cols, rows)) = rx.recv().await {
+            if write.window_change(cols, rows, 0, 0).await.is_err() {
+                break;
+            }
+        }
+    })
+}
+
+/// The remote side's output to `stdout` and `stderr` until the channel closes, and how it
+/// ended; a connection that ends first is [`ExitOutcome::Lost`].
+async fn relay_output(
+    read: &mut russh::ChannelReadHalf,
+    stdout: &mut Box<dyn AsyncWrite + Send + Unpin>,
+    stderr: &mut Box<dyn AsyncWrite + Send + Unpin>,
+) -> Result<ExitOutcome, SshError> {
+    let mut exit = ExitOutcome::Unknown;
+    let mut closed = false;
+    let mut result = Ok(());
+    while let Some(msg) = read.wait().await {
+        match msg {
+            ChannelMsg::Data { data } => {
+                if let Err(e) = write_flush(stdout, &data).await {
+                    result = Err(e);
+                    break;
+                }
+            }
+            ChannelMsg::ExtendedData { data, ext: 1 } => {
+                if let Err(e) = write_flush(stderr, &data).await {
+                    result = Err(e);
+                    break;
+                }
+            }
+            ChannelMsg::ExitStatus { exit_status } => exit = ExitOutcome::Status(exit_status),
+            ChannelMsg::ExitSignal { signal_name, .. } => {
+                exit = ExitOutcome::Signal(format!("{signal_name:?}"))
+            }
+            ChannelMsg::Failure => {
+                result = Err(SshError::Transport(
+                    "the guest refused the session request".into(),
+                ));
+            }
+            ChannelMsg::Close => {
+                closed = true;
+                break;
+            }
+            _ => {}
+        }
+    }
+    if !closed && result.is_ok() {
+        exit = ExitOutcome::Lost {
+            status: match exit {
+                ExitOutcome::Status(s) => Some(s),
+                _ => None,
+            },
+        };
+    }
+    result.map(|()| exit)
 }
 
 async fn write_flush(
