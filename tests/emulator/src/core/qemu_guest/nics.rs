@@ -315,11 +315,7 @@ mod tests {
         let storage = Nic {
             name: "storage".into(),
             mac: Some("02:00:00:00:00:01".into()),
-            main: true,
-        };
-        let storage = Nic {
             main: false,
-            ..storage
         };
         let none = BTreeSet::new();
         let c = commands(&none, &none, &[main.clone(), storage.clone()]);
@@ -337,7 +333,7 @@ mod tests {
         assert!(commands(&plugged, &netdevs, &[main.clone(), storage.clone()]).is_empty());
         // Removed: the card first, its netdev once the guest has let the card go.
         assert_eq!(
-            commands(&plugged, &netdevs, &[main.clone()]),
+            commands(&plugged, &netdevs, std::slice::from_ref(&main)),
             [json!({"execute": "device_del", "arguments": {"id": id}})]
         );
         assert_eq!(
