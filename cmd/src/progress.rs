@@ -1,10 +1,25 @@
 //! Disk import progress while waiting for a VM: progress bars on a terminal, one plain line
-//! per change otherwise (logs and CI keep a readable record).
+//! per change otherwise (logs and CI keep a readable record). Also the "waiting for …" spinner
+//! that export and upload show while the platform prepares.
 
 use std::collections::BTreeMap;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use kubevm::wait::Snapshot;
+
+/// "waiting for MESSAGE": a spinner on a terminal (made on first use in `spinner`), else a line.
+pub fn waiting(terminal: bool, spinner: &mut Option<ProgressBar>, message: &str) {
+    if terminal {
+        let spinner = spinner.get_or_insert_with(|| {
+            let s = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            s.enable_steady_tick(std::time::Duration::from_millis(120));
+            s
+        });
+        spinner.set_message(format!("waiting for {message}"));
+    } else {
+        eprintln!("waiting for {message}");
+    }
+}
 
 /// Renders [`Snapshot`]s on stderr.
 pub struct DiskProgress {

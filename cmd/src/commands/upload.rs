@@ -286,16 +286,7 @@ impl View {
 
     /// Waiting for the platform: a spinner on a terminal, else a line.
     fn waiting(&mut self, message: String) {
-        if self.terminal {
-            let spinner = self.spinner.get_or_insert_with(|| {
-                let s = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-                s.enable_steady_tick(Duration::from_millis(120));
-                s
-            });
-            spinner.set_message(format!("waiting for {message}"));
-        } else {
-            eprintln!("waiting for {message}");
-        }
+        crate::progress::waiting(self.terminal, &mut self.spinner, &message);
     }
 
     /// The upload starts (again, after a retry): a fresh bar on a terminal, else a line.

@@ -97,22 +97,7 @@ pub fn available() -> bool {
 /// `cloudInitNoCloud.userData|userDataBase64|secretRef` (Secret key `userdata` or `userData`),
 /// Deckhouse `provisioning.userData|userDataRef` (Secret key `userData`).
 pub fn user_data(app: &App, ns: &str, name: &str) -> Option<String> {
-    let secret_text = |secret: &str| -> Option<String> {
-        let s = app.store.get(&Key::new("", "secrets", ns, secret))?;
-        for k in ["userdata", "userData"] {
-            if let Some(t) = s
-                .pointer(&format!("/stringData/{k}"))
-                .and_then(Value::as_str)
-            {
-                return Some(t.to_owned());
-            }
-            if let Some(b) = s.pointer(&format!("/data/{k}")).and_then(Value::as_str) {
-                let bytes = base64::engine::general_purpose::STANDARD.decode(b).ok()?;
-                return String::from_utf8(bytes).ok();
-            }
-        }
-        None
-    };
+    let secret_text = |secret: &str| secret_key_text(app, ns, secret, &["userdata", "userData"]);
     if let Some(vm) = app
         .store
         .get(&Key::new("kubevirt.io", "virtualmachines", ns, name))
