@@ -325,6 +325,20 @@ pub async fn read_secret_data(
     ))
 }
 
+/// The network data of KubeVirt cloud-init volume `volume` in namespace `ns`, read from the
+/// Secret it names or inline ([`super::network_data::text`]).
+pub async fn read_network_data(
+    cluster: &Cluster,
+    ns: &str,
+    volume: &Value,
+) -> Result<Option<String>> {
+    let secret = match super::network_data::secret_of(volume) {
+        Some(name) => read_secret_data(cluster, ns, name).await?,
+        None => None,
+    };
+    Ok(super::network_data::text(volume, secret.as_ref()))
+}
+
 /// The user data in Secret `name` (`userdata` or `userData`), `None` without it.
 pub async fn read_secret(cluster: &Cluster, ns: &str, name: &str) -> Result<Option<String>> {
     let Some(data) = read_secret_data(cluster, ns, name).await? else {
@@ -554,7 +568,7 @@ pub async fn kubevirt_restored_vm(
         .unwrap_or(text);
     // The restored VM keeps the source's MACs (a restore to a new VM copies the spec): it gets
     // its own, and its network data follows them (see [`super::network_data`]).
-    let network_text = super::network_data::read(cluster, ns, &volumes(&vm)[index])
+    let network_text = read_network_data(cluster, ns, &volumes(&vm)[index])
         .await?
         .unwrap_or_default();
     let copy_network =

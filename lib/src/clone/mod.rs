@@ -179,7 +179,7 @@ pub async fn clone(
             .cloned()
             .unwrap_or_default();
         // Without network data the platform's clone leaves MACs out (it assigns them).
-        copy_network = network_data::read(cluster, ns, &volume)
+        copy_network = identity::read_network_data(cluster, ns, &volume)
             .await?
             .and_then(|text| {
                 network_data::for_copy(&source, &text, crate::create::networks::random_mac)

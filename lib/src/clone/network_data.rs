@@ -10,9 +10,6 @@ use std::collections::BTreeMap;
 use base64::Engine;
 use serde_json::Value;
 
-use crate::cluster::Cluster;
-use crate::error::Result;
-
 /// The network data of the copy and the MACs it needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CopyNetwork {
@@ -22,36 +19,37 @@ pub struct CopyNetwork {
     pub text: String,
 }
 
-/// The network data of the cloud-init volume `volume` (a KubeVirt volume with
-/// `cloudInitNoCloud` or `cloudInitConfigDrive`) in namespace `ns`: the Secret
-/// `networkDataSecretRef` names (key `networkdata`, else `networkData`, as virt-launcher reads
-/// it), else inline `networkData` / `networkDataBase64`. `None` without any.
-pub async fn read(cluster: &Cluster, ns: &str, volume: &Value) -> Result<Option<String>> {
-    let Some(src) = volume
+fn cloud_init(volume: &Value) -> Option<&Value> {
+    volume
         .get("cloudInitNoCloud")
         .or_else(|| volume.get("cloudInitConfigDrive"))
-    else {
-        return Ok(None);
-    };
-    if let Some(name) = src
+}
+
+/// The Secret the network data of cloud-init volume `volume` is in (`networkDataSecretRef`).
+pub fn secret_of(volume: &Value) -> Option<&str> {
+    cloud_init(volume)?
         .pointer("/networkDataSecretRef/name")
         .and_then(Value::as_str)
-    {
-        let Some(secret) = super::identity::read_secret_data(cluster, ns, name).await? else {
-            return Ok(None);
-        };
-        return Ok(["networkdata", "networkData"]
+}
+
+/// The network data of cloud-init volume `volume` (a KubeVirt volume with `cloudInitNoCloud`
+/// or `cloudInitConfigDrive`): from `secret`, the data of the Secret [`secret_of`] names (key
+/// `networkdata`, else `networkData`, as virt-launcher reads it), else inline `networkData` /
+/// `networkDataBase64`. `None` without any.
+pub fn text(volume: &Value, secret: Option<&BTreeMap<String, String>>) -> Option<String> {
+    let src = cloud_init(volume)?;
+    if secret_of(volume).is_some() {
+        return ["networkdata", "networkData"]
             .iter()
-            .find_map(|k| secret.get(*k).cloned()));
+            .find_map(|k| secret?.get(*k).cloned());
     }
     if let Some(text) = src.get("networkData").and_then(Value::as_str) {
-        return Ok(Some(text.to_owned()));
+        return Some(text.to_owned());
     }
-    Ok(src
-        .get("networkDataBase64")
+    src.get("networkDataBase64")
         .and_then(Value::as_str)
         .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
-        .and_then(|b| String::from_utf8(b).ok()))
+        .and_then(|b| String::from_utf8(b).ok())
 }
 
 /// For a copy of `vm` whose network data is `text` (empty without any): a new MAC (from
@@ -152,5 +150,24 @@ mod tests {
         let plain = json!({"spec": {"template": {"spec": {"domain": {"devices": {"interfaces": [
             {"name": "default", "masquerade": {}}]}}}}}});
         assert!(for_copy(&plain, text, || unreachable!()).is_none());
+    }
+
+    #[test]
+    fn network_data_comes_from_the_named_secret_else_inline() {
+        let by_ref = json!({"name": "c", "cloudInitNoCloud": {"secretRef": {"name": "s"},
+            "networkDataSecretRef": {"name": "s"}}});
+        assert_eq!(secret_of(&by_ref), Some("s"));
+        let data = BTreeMap::from([("networkData".to_owned(), "v2".to_owned())]);
+        assert_eq!(text(&by_ref, Some(&data)).as_deref(), Some("v2"));
+        assert_eq!(text(&by_ref, None), None);
+        let inline = json!({"name": "c", "cloudInitNoCloud": {"networkData": "inline"}});
+        assert_eq!(
+            (secret_of(&inline), text(&inline, None).as_deref()),
+            (None, Some("inline"))
+        );
+        // "version: 2" in base64, as `echo -n 'version: 2' | base64` prints it.
+        let b64 =
+            json!({"name": "c", "cloudInitConfigDrive": {"networkDataBase64": "dmVyc2lvbjogMg=="}});
+        assert_eq!(text(&b64, None).as_deref(), Some("version: 2"));
     }
 }
