@@ -376,6 +376,7 @@ fn scenario(env: Env, restricted: bool) {
     assert_eq!(known_hosts_entries(&env), 0, "no known_hosts entry");
     // The second boot has the CPUs and memory set above, on both platforms.
     crate::real_guest_resources::check_grown(&env, flavor, vm, sized);
+    crate::real_guest_resources::shrink_for_next_boot(&env, vm, sized, 1024);
     // The guest user by certificate too (the VM lists it), its principal file back after the
     // reboot; the signer recorded each issuance.
     let out = ssh(

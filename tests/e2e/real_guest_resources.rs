@@ -95,3 +95,20 @@ pub(crate) fn check_grown(env: &Env, flavor: &str, vm: &str, before: Seen) {
     );
     eprintln!("[{flavor}] after the restart the guest counts {now:?} (before {before:?})");
 }
+
+/// Back to `before`'s vCPUs and `boot_mib` of memory for the next boot (the copy's): a running
+/// guest does not shrink, on KubeVirt (fewer sockets and less memory need a restart) as on
+/// Deckhouse. Copies then boot with one vCPU, which under TCG on a busy 2-core machine boots
+/// markedly faster than two.
+pub(crate) fn shrink_for_next_boot(env: &Env, vm: &str, before: Seen, boot_mib: u64) {
+    let out = ok(env.vm(&[
+        "set",
+        "resources",
+        vm,
+        "--cpu",
+        &before.cpus.to_string(),
+        "--memory",
+        &format!("{boot_mib}Mi"),
+    ]));
+    assert!(out.contains("applies at the next restart:"), "{out}");
+}
